@@ -1,0 +1,25 @@
+/**
+ * The `turnpike` command: `serve`, `keys create|list|revoke`, `migrate`.
+ */
+import { Command } from "commander";
+import { registerServeCommand } from "./serve.ts";
+import { registerKeysCommands } from "./keys.ts";
+import { registerMigrateCommand } from "./migrate.ts";
+
+const program = new Command()
+  .name("turnpike")
+  .description("Self-hostable, OpenAI-compatible chat completion service.")
+  .showHelpAfterError()
+  .configureOutput({ outputError: (text, write) => write(text) });
+
+registerServeCommand(program);
+registerKeysCommands(program);
+registerMigrateCommand(program);
+
+try {
+  await program.parseAsync(process.argv);
+} catch (error) {
+  process.stderr.write(`turnpike: ${error instanceof Error ? error.message : String(error)}\n`);
+  process.exitCode = 1;
+}
+

@@ -1,0 +1,71 @@
+/**
+ * `turnpike serve`: validates the settings, starts the server, and stops gracefully on
+ * SIGINT/SIGTERM (running requests finish within the shutdown timeout), exiting 0.
+ */
+import type { Command } from "commander";
+import { ConfigError, loadSettings } from "../config/load.ts";
+import { serveOptions } from "../config/options.ts";
+import { createLogger, startServer } from "../main.ts";
+
+/** Commander's camelCase attribute name for a flag like `--data-dir <dir>`. */
+function attributeName(flag: string): string {
+  return flag
+    .split(" ")[0]!
+    .replace(/^--/, "")
+    .replace(/-([a-z])/g, (_match, letter: string) => letter.toUpperCase());
+}
+
+export function registerServeCommand(program: Command): void {
+  const command = program.command("serve").description("serve the OpenAI-compatible API");
+  command.option("--config <file>", "a JSON file with the same settings (TURNPIKE_CONFIG)");
+  for (const option of serveOptions) {
+    const description = `${option.description} (${option.env}, default: ${option.defaultText})`;
+    if (option.kind === "models") command.option(option.flag, description, (value: string, previous: string[] = []) => [...previous, value]);
+    else command.option(option.flag, description);
+  }
+  command.action(async (raw: Record<string, string | string[] | undefined>) => {
+    const flags: Record<string, string | string[] | undefined> = {};
+    for (const option of serveOptions) flags[option.key] = raw[attributeName(option.flag)];
+    let settings;
+    try {
+      settings = loadSettings({ flags, env: process.env, configFile: raw.config as string | undefined });
+    } catch (error) {
+      if (error instanceof ConfigError) {
+        process.stderr.write(`turnpike: ${error.message}\n`);
+        process.exit(2);
+      }
+      throw error;
+    }
+    const logger = createLogger(settings.log_level);
+    let server: Awaited<ReturnType<typeof startServer>>;
+    try {
+      server = await startServer(settings, logger);
+    } catch (error) {
+      const message = error instanceof Error ? error.message : String(error);
+      process.stderr.write(`turnpike: could not start: ${message}\n`);
+      process.exit(1);
+    }
+    let stopping = false;
+    const stop = (signal: NodeJS.Signals) => {
+      if (stopping) {
+        logger.warn({ signal }, "second signal: exiting now");
+        process.exit(1);
+      }
+      stopping = true;
+      logger.info({ signal, grace_seconds: settings.shutdown_timeout }, "shutting down: finishing running requests");
+      server.close().then(
+        () => {
+          logger.info("stopped");
+          logger.flush();
+          process.exit(0);
+        },
+        (error: unknown) => {
+          logger.error({ err: error }, "error while shutting down");
+          process.exit(1);
+        },
+      );
+    };
+    process.on("SIGINT", stop);
+    process.on("SIGTERM", stop);
+  });
+}

@@ -1,0 +1,131 @@
+/**
+ * Loads the settings: defaults, then the JSON config file, then environment variables, then flags.
+ * The result is validated once and frozen. A bad value throws `ConfigError` with one line that
+ * names the setting.
+ */
+import fs from "node:fs";
+import path from "node:path";
+import { DEFAULT_MODEL, settingsSchema, type ModelEntry, type Settings } from "./schema.ts";
+import { defaultSettings, defaultThreads, serveOptions, type OptionSpec } from "./options.ts";
+import { formatParamPath } from "../protocol/parse.ts";
+
+export class ConfigError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "ConfigError";
+  }
+}
+
+export type ConfigSources = {
+  /** Values from command-line flags, keyed like the settings (`data_dir`); `models` is a list. */
+  flags: Record<string, string | string[] | undefined>;
+  env: Record<string, string | undefined>;
+  /** `--config <file>` or `TURNPIKE_CONFIG`. */
+  configFile?: string;
+};
+
+/** The frozen settings, with the model list resolved (the default model when none is given). */
+export type ResolvedSettings = Readonly<Omit<Settings, "models">> & { readonly models: readonly ModelEntry[] };
+
+/**
+ * Parses `[id=]source` as `--model` takes it. The id defaults to the file name without `.gguf`.
+ */
+export function parseModelFlag(value: string): ModelEntry {
+  const text = value.trim();
+  const match = /^([A-Za-z0-9][A-Za-z0-9._:@-]*)=(.+)$/.exec(text);
+  const source = match ? match[2]!.trim() : text;
+  const fileName = source.split(/[\\/]/).pop() ?? source;
+  const id = match ? match[1]! : fileName.replace(/\.gguf$/i, "");
+  if (source.length === 0) throw new ConfigError(`Invalid model '${value}': give a .gguf path or hf:owner/repo/file.gguf.`);
+  const remote = source.startsWith("hf:") || /^https?:\/\//.test(source);
+  return remote ? { id, hf: source } : { id, path: source };
+}
+
+function readConfigFile(file: string): Record<string, unknown> {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, "utf8");
+  } catch (error) {
+    throw new ConfigError(`Cannot read config file '${file}': ${(error as NodeJS.ErrnoException).code ?? String(error)}.`);
+  }
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (error) {
+    throw new ConfigError(`Config file '${file}' is not valid JSON: ${(error as Error).message}.`);
+  }
+  if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) {
+    throw new ConfigError(`Config file '${file}' must hold a JSON object.`);
+  }
+  return parsed as Record<string, unknown>;
+}
+
+function convert(option: OptionSpec, raw: string, origin: string): unknown {
+  switch (option.kind) {
+    case "string":
+      return raw;
+    case "models":
+      return raw
+        .split(",")
+        .map((item) => item.trim())
+        .filter((item) => item.length > 0)
+        .map(parseModelFlag);
+    case "integer":
+    case "number": {
+      const number = Number(raw);
+      if (raw.trim() === "" || !Number.isFinite(number) || (option.kind === "integer" && !Number.isInteger(number))) {
+        throw new ConfigError(`Invalid ${origin}: '${raw}' is not ${option.kind === "integer" ? "an integer" : "a number"}.`);
+      }
+      return number;
+    }
+  }
+}
+
+/** Merges the sources and validates them into frozen settings. */
+export function loadSettings(sources: ConfigSources): ResolvedSettings {
+  const merged: Record<string, unknown> = { ...defaultSettings };
+  const configFile = sources.configFile ?? sources.env.TURNPIKE_CONFIG;
+  if (configFile !== undefined && configFile !== "") {
+    const fromFile = readConfigFile(configFile);
+    const known = new Set(["plans", ...serveOptions.map((option) => option.key)]);
+    for (const [key, value] of Object.entries(fromFile)) {
+      if (!known.has(key)) throw new ConfigError(`Unknown setting '${key}' in config file '${configFile}'.`);
+      merged[key] = value;
+    }
+  }
+  for (const option of serveOptions) {
+    const fromEnv = sources.env[option.env];
+    if (fromEnv !== undefined && fromEnv !== "") merged[option.key] = convert(option, fromEnv, `${option.env}`);
+    const fromFlag = sources.flags[option.key];
+    if (fromFlag === undefined) continue;
+    const flagName = option.flag.split(" ")[0];
+    if (option.kind === "models") {
+      const values = Array.isArray(fromFlag) ? fromFlag : [fromFlag];
+      merged.models = values.map(parseModelFlag);
+    } else {
+      merged[option.key] = convert(option, Array.isArray(fromFlag) ? fromFlag.at(-1)! : fromFlag, `${flagName}`);
+    }
+  }
+
+  const result = settingsSchema.safeParse(merged);
+  if (!result.success) {
+    const issue = result.error.issues[0]!;
+    const key = formatParamPath(issue.path) ?? "settings";
+    const option = serveOptions.find((candidate) => candidate.key === issue.path[0]);
+    const where = option ? ` (${option.flag.split(" ")[0]}, ${option.env})` : "";
+    throw new ConfigError(`Invalid setting '${key}'${where}: ${issue.message}.`);
+  }
+  const settings = result.data;
+  const ids = new Set<string>();
+  for (const model of settings.models) {
+    if (ids.has(model.id)) throw new ConfigError(`Invalid setting 'models': the id '${model.id}' is used twice.`);
+    ids.add(model.id);
+  }
+  const models = settings.models.length > 0 ? settings.models : [DEFAULT_MODEL];
+  return Object.freeze({
+    ...settings,
+    data_dir: path.resolve(settings.data_dir),
+    threads: settings.threads === 0 ? defaultThreads() : settings.threads,
+    models: Object.freeze(models.map((model) => Object.freeze({ ...model }))),
+  });
+}

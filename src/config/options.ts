@@ -1,0 +1,63 @@
+/**
+ * The table of `turnpike serve` options: flag, environment variable, default, meaning.
+ * The CLI, the loader and the README reference are all read from here.
+ */
+import os from "node:os";
+
+export type OptionKind = "string" | "integer" | "number" | "models";
+
+export type OptionSpec = {
+  /** Key in the settings and in the JSON config file. */
+  key: string;
+  flag: string;
+  env: string;
+  kind: OptionKind;
+  /** Shown in `--help` and the README. */
+  description: string;
+  /** The default as the README shows it. */
+  defaultText: string;
+};
+
+export const serveOptions: readonly OptionSpec[] = [
+  { key: "host", flag: "--host <host>", env: "TURNPIKE_HOST", kind: "string", defaultText: "127.0.0.1", description: "address to listen on" },
+  { key: "port", flag: "--port <port>", env: "TURNPIKE_PORT", kind: "integer", defaultText: "8080", description: "port to listen on (0 picks a free one)" },
+  { key: "data_dir", flag: "--data-dir <dir>", env: "TURNPIKE_DATA_DIR", kind: "string", defaultText: "./data", description: "the SQLite database and downloaded models" },
+  {
+    key: "models",
+    flag: "--model <[id=]source>",
+    env: "TURNPIKE_MODELS",
+    kind: "models",
+    defaultText: "the default model",
+    description: "a model to serve: a .gguf path or hf:owner/repo/file.gguf; repeatable (comma-separated in the variable)",
+  },
+  { key: "parallel", flag: "--parallel <n>", env: "TURNPIKE_PARALLEL", kind: "integer", defaultText: "4", description: "sequences generated at once per model" },
+  { key: "threads", flag: "--threads <n>", env: "TURNPIKE_THREADS", kind: "integer", defaultText: "cores - 1 (at least 1)", description: "llama.cpp threads; 0 picks from the cores available" },
+  { key: "context_size", flag: "--context-size <tokens>", env: "TURNPIKE_CONTEXT_SIZE", kind: "integer", defaultText: "4096", description: "largest context per sequence (capped at the model's training context)" },
+  { key: "gpu", flag: "--gpu <backend>", env: "TURNPIKE_GPU", kind: "string", defaultText: "auto", description: "auto, cpu, cuda, vulkan or metal" },
+  { key: "queue_size", flag: "--queue-size <n>", env: "TURNPIKE_QUEUE_SIZE", kind: "integer", defaultText: "64", description: "requests that may wait for a slot per model; more get 503" },
+  { key: "shutdown_timeout", flag: "--shutdown-timeout <seconds>", env: "TURNPIKE_SHUTDOWN_TIMEOUT", kind: "number", defaultText: "30", description: "how long running requests may finish after SIGINT/SIGTERM" },
+  { key: "keep_alive_interval", flag: "--keep-alive-interval <seconds>", env: "TURNPIKE_KEEP_ALIVE_INTERVAL", kind: "number", defaultText: "5", description: "SSE keep-alive comment interval while a stream waits for a slot" },
+  { key: "log_level", flag: "--log-level <level>", env: "TURNPIKE_LOG_LEVEL", kind: "string", defaultText: "info", description: "fatal, error, warn, info, debug, trace or silent" },
+  { key: "body_limit", flag: "--body-limit <bytes>", env: "TURNPIKE_BODY_LIMIT", kind: "integer", defaultText: "10485760", description: "largest request body" },
+];
+
+/** llama.cpp slows down sharply when its threads outnumber free cores: leave one for Node. */
+export function defaultThreads(): number {
+  return Math.max(1, Math.min(os.availableParallelism() - 1, 32));
+}
+
+export const defaultSettings = {
+  host: "127.0.0.1",
+  port: 8080,
+  data_dir: "./data",
+  models: [],
+  parallel: 4,
+  threads: 0,
+  context_size: 4096,
+  gpu: "auto",
+  queue_size: 64,
+  shutdown_timeout: 30,
+  keep_alive_interval: 5,
+  log_level: "info",
+  body_limit: 10 * 1024 * 1024,
+} as const;

@@ -1,0 +1,104 @@
+/**
+ * Turns generated tokens into text deltas: detokenizes incrementally without splitting a
+ * multi-byte character, and ends at a stop sequence without ever emitting (part of) it.
+ */
+
+export type Detokenize = (tokens: readonly number[], lastTokens: readonly number[]) => string;
+
+/** How many earlier tokens give the detokenizer enough context (leading spaces, merges). */
+const CONTEXT_TOKENS = 4;
+/** A character split over more tokens than this is emitted as it is (replacement characters). */
+const MAX_PENDING_TOKENS = 8;
+
+export type TextStreamStep = {
+  /** Text that is final and may be sent to the client (may be empty). */
+  text: string;
+  /** True when a stop sequence was found: generation must end, `text` is the last of it. */
+  stopped: boolean;
+};
+
+export class TextStream {
+  readonly #detokenize: Detokenize;
+  readonly #stops: string[];
+  readonly #longestStop: number;
+  /** Tokens already turned into text. */
+  readonly #decoded: number[] = [];
+  /** Tokens whose text is incomplete (an unfinished UTF-8 sequence). */
+  #pending: number[] = [];
+  /** Text decoded but held back because it may be the start of a stop sequence. */
+  #held = "";
+  #stopped = false;
+
+  constructor(detokenize: Detokenize, stops: readonly string[]) {
+    this.#detokenize = detokenize;
+    this.#stops = stops.filter((stop) => stop.length > 0);
+    this.#longestStop = Math.max(0, ...this.#stops.map((stop) => stop.length));
+  }
+
+  get stopped(): boolean {
+    return this.#stopped;
+  }
+
+  /** Feeds one generated token. */
+  push(token: number): TextStreamStep {
+    if (this.#stopped) return { text: "", stopped: true };
+    this.#pending.push(token);
+    const text = this.#detokenize(this.#pending, this.#decoded.slice(-CONTEXT_TOKENS));
+    if (text.endsWith("\uFFFD") && this.#pending.length < MAX_PENDING_TOKENS) return { text: "", stopped: false };
+    this.#decoded.push(...this.#pending);
+    this.#pending = [];
+    return this.#accept(text);
+  }
+
+  /** Ends the stream: releases whatever was held back (no stop sequence can complete now). */
+  flush(): string {
+    if (this.#stopped) return "";
+    let text = this.#held;
+    if (this.#pending.length > 0) {
+      text += this.#detokenize(this.#pending, this.#decoded.slice(-CONTEXT_TOKENS));
+      this.#decoded.push(...this.#pending);
+      this.#pending = [];
+    }
+    this.#held = "";
+    // A stop sequence may still complete inside the flushed tail.
+    const cut = this.#findStop(text);
+    if (cut !== -1) {
+      this.#stopped = true;
+      return text.slice(0, cut);
+    }
+    return text;
+  }
+
+  #accept(text: string): TextStreamStep {
+    const buffer = this.#held + text;
+    const cut = this.#findStop(buffer);
+    if (cut !== -1) {
+      this.#held = "";
+      this.#stopped = true;
+      return { text: buffer.slice(0, cut), stopped: true };
+    }
+    const keep = this.#partialStopSuffix(buffer);
+    this.#held = buffer.slice(buffer.length - keep);
+    return { text: buffer.slice(0, buffer.length - keep), stopped: false };
+  }
+
+  /** Index of the earliest stop sequence in `text`, or -1. */
+  #findStop(text: string): number {
+    let earliest = -1;
+    for (const stop of this.#stops) {
+      const index = text.indexOf(stop);
+      if (index !== -1 && (earliest === -1 || index < earliest)) earliest = index;
+    }
+    return earliest;
+  }
+
+  /** Length of the longest suffix of `text` that is a proper prefix of a stop sequence. */
+  #partialStopSuffix(text: string): number {
+    const limit = Math.min(text.length, this.#longestStop - 1);
+    for (let length = limit; length > 0; length--) {
+      const suffix = text.slice(text.length - length);
+      if (this.#stops.some((stop) => stop.startsWith(suffix))) return length;
+    }
+    return 0;
+  }
+}

@@ -1,0 +1,76 @@
+/**
+ * Builds the HTTP server without listening, so tests can start it on any port.
+ */
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from "fastify";
+import type { Kysely } from "kysely";
+import type { Logger } from "pino";
+import type { Catalog } from "../catalog/catalog.ts";
+import type { Database } from "../store/schema.ts";
+import { RouteNotFoundError, ShuttingDownError } from "../protocol/errors.ts";
+import { handleError } from "./errors.ts";
+import { requestIdFrom, requestIdHeader } from "./middleware/request-id/request-id.ts";
+import { apiKeyAuth } from "./middleware/api-key-auth/api-key-auth.ts";
+import { registerChatCompletionsRoute } from "./routes/chat-completions/route.ts";
+import { registerModelsRoutes } from "./routes/models/route.ts";
+import { registerHealthRoutes } from "./routes/health/route.ts";
+
+export type AppOptions = {
+  catalog: Catalog;
+  database: Kysely<Database>;
+  logger: Logger;
+  bodyLimit: number;
+  keepAliveIntervalMs: number;
+};
+
+export type App = {
+  server: FastifyInstance;
+  /** Stops taking requests: new ones get 503 `shutting_down`. */
+  beginShutdown(): void;
+  /** Aborts running generations (after the grace period). */
+  abortRunning(): void;
+};
+
+export function buildApp(options: AppOptions): App {
+  const server = Fastify({
+    loggerInstance: options.logger as FastifyBaseLogger,
+    // One log line per request is written by `logResponse` below, with the fields we want.
+    logController: new LogController({ disableRequestLogging: true }),
+    genReqId: requestIdFrom,
+    bodyLimit: options.bodyLimit,
+    return503OnClosing: false,
+    forceCloseConnections: "idle",
+  });
+  let closing = false;
+  const shutdown = new AbortController();
+
+  server.decorateRequest("apiKey", null);
+  server.addHook("onRequest", requestIdHeader());
+  server.addHook("onRequest", async function refuseWhileClosing(request) {
+    if (closing && request.url !== "/health" && request.url !== "/ready") throw new ShuttingDownError();
+  });
+  server.addHook("onResponse", async function logResponse(request, reply) {
+    request.log.info({ method: request.method, url: request.url, status: reply.statusCode, latency_ms: Math.round(reply.elapsedTime) }, "request");
+  });
+  server.setErrorHandler(handleError);
+  server.setNotFoundHandler(function notFound(request) {
+    throw new RouteNotFoundError(request.method, request.url.split("?")[0] ?? request.url);
+  });
+
+  const authenticate = apiKeyAuth({ database: options.database });
+  registerHealthRoutes(server, { catalog: options.catalog, isClosing: () => closing });
+  registerModelsRoutes(server, { catalog: options.catalog, authenticate });
+  registerChatCompletionsRoute(server, {
+    catalog: options.catalog,
+    authenticate,
+    shutdownSignal: shutdown.signal,
+    keepAliveIntervalMs: options.keepAliveIntervalMs,
+  });
+
+  return {
+    server,
+    beginShutdown: () => {
+      closing = true;
+    },
+    abortRunning: () => shutdown.abort(new ShuttingDownError()),
+  };
+}

@@ -1,0 +1,104 @@
+/**
+ * `POST /v1/chat/completions`: parse, call the serving functions, reply with JSON or SSE.
+ * A client that goes away aborts its generation; the freed slot serves the next request.
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest, preHandlerHookHandler } from "fastify";
+import type { Catalog } from "../../../catalog/catalog.ts";
+import { SseWriter } from "../../sse.ts";
+import { errorBody } from "../../errors.ts";
+import { ShuttingDownError } from "../../../protocol/errors.ts";
+import {
+  completeChatCompletion,
+  prepareChatCompletion,
+  streamChatCompletion,
+  type ChatCompletionJob,
+  type CompletionOutcome,
+} from "./serving.ts";
+
+export type ChatCompletionsRouteOptions = {
+  catalog: Catalog;
+  authenticate: preHandlerHookHandler;
+  /** Aborted when shutdown's grace period is over: running generations stop. */
+  shutdownSignal: AbortSignal;
+  keepAliveIntervalMs: number;
+};
+
+/** Aborts when the client closes the connection before the response was finished. */
+function abortOnDisconnect(reply: FastifyReply, shutdownSignal: AbortSignal): AbortController {
+  const controller = new AbortController();
+  const onClose = () => {
+    if (!reply.raw.writableFinished) controller.abort(new Error("client disconnected"));
+  };
+  reply.raw.on("close", onClose);
+  const onShutdown = () => controller.abort(new ShuttingDownError());
+  if (shutdownSignal.aborted) onShutdown();
+  else shutdownSignal.addEventListener("abort", onShutdown, { once: true });
+  controller.signal.addEventListener("abort", () => shutdownSignal.removeEventListener("abort", onShutdown), { once: true });
+  reply.raw.on("finish", () => shutdownSignal.removeEventListener("abort", onShutdown));
+  return controller;
+}
+
+function logCompletion(request: FastifyRequest, job: ChatCompletionJob, outcome: CompletionOutcome | undefined, startedAt: number): void {
+  request.log.info(
+    {
+      model: job.model.id,
+      stream: job.stream,
+      key_id: request.apiKey?.id,
+      prompt_tokens: outcome?.usage.promptTokens ?? job.prepared.promptTokens,
+      cached_prompt_tokens: outcome?.usage.cachedPromptTokens ?? 0,
+      completion_tokens: outcome?.usage.completionTokens ?? 0,
+      finish_reason: outcome?.finishReason ?? "error",
+      latency_ms: Math.round(performance.now() - startedAt),
+    },
+    "chat completion",
+  );
+}
+
+export function registerChatCompletionsRoute(app: FastifyInstance, options: ChatCompletionsRouteOptions): void {
+  app.post("/v1/chat/completions", { preHandler: options.authenticate }, async function chatCompletions(request, reply) {
+    const startedAt = performance.now();
+    const job = await prepareChatCompletion(options.catalog, request.body);
+    const controller = abortOnDisconnect(reply, options.shutdownSignal);
+    // Throws 503 (queue full) before anything is sent.
+    const generation = job.prepared.start(controller.signal);
+
+    if (!job.stream) {
+      try {
+        const { completion, outcome } = await completeChatCompletion(job, generation);
+        logCompletion(request, job, outcome, startedAt);
+        if (controller.signal.aborted) {
+          const reason: unknown = controller.signal.reason;
+          if (reason instanceof ShuttingDownError) throw reason;
+        }
+        return completion;
+      } catch (error) {
+        logCompletion(request, job, undefined, startedAt);
+        throw error;
+      }
+    }
+
+    reply.hijack();
+    const sse = new SseWriter(reply.raw, reply.getHeaders());
+    const keepAlive = setInterval(() => sse.comment("waiting for a slot"), options.keepAliveIntervalMs);
+    const outcome: { value?: CompletionOutcome } = {};
+    try {
+      await generation.admitted.finally(() => clearInterval(keepAlive));
+      for await (const chunk of streamChatCompletion(job, generation, outcome)) sse.data(chunk);
+      const reason: unknown = controller.signal.reason;
+      if (controller.signal.aborted && reason instanceof ShuttingDownError) {
+        sse.data(reason.toBody());
+        sse.end();
+      } else {
+        sse.done();
+      }
+    } catch (error) {
+      if (!controller.signal.aborted) request.log.error({ err: error }, "stream failed");
+      const reason: unknown = controller.signal.reason;
+      sse.data(errorBody(controller.signal.aborted && reason instanceof ShuttingDownError ? reason : error));
+      sse.end();
+    } finally {
+      clearInterval(keepAlive);
+      logCompletion(request, job, outcome.value ?? (controller.signal.aborted ? { finishReason: "cancelled", usage: generation.usage() } : undefined), startedAt);
+    }
+  });
+}

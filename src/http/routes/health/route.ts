@@ -1,0 +1,17 @@
+/** `GET /health` (the process is up) and `GET /ready` (every model is loaded); no key needed. */
+import type { FastifyInstance } from "fastify";
+import type { Catalog } from "../../../catalog/catalog.ts";
+
+export type HealthRouteOptions = { catalog: Catalog; isClosing: () => boolean };
+
+export function registerHealthRoutes(app: FastifyInstance, options: HealthRouteOptions): void {
+  app.get("/health", async function health() {
+    return { status: "ok" };
+  });
+  app.get("/ready", async function ready(_request, reply) {
+    const models = Object.fromEntries(options.catalog.list().map((model) => [model.id, model.engine.status().state]));
+    const isReady = !options.isClosing() && options.catalog.allReady();
+    void reply.code(isReady ? 200 : 503);
+    return { status: isReady ? "ready" : options.isClosing() ? "shutting_down" : "not_ready", models };
+  });
+}

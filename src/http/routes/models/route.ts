@@ -1,0 +1,17 @@
+/** `GET /v1/models` and `GET /v1/models/{id}`: the catalog as clients and the console read it. */
+import type { FastifyInstance, preHandlerHookHandler } from "fastify";
+import { describeModel, type Catalog } from "../../../catalog/catalog.ts";
+import type { ModelList, ModelObject } from "../../../protocol/models.ts";
+
+export type ModelsRouteOptions = { catalog: Catalog; authenticate: preHandlerHookHandler };
+
+export function registerModelsRoutes(app: FastifyInstance, options: ModelsRouteOptions): void {
+  app.get("/v1/models", { preHandler: options.authenticate }, async function listModels(): Promise<ModelList> {
+    return { object: "list", data: options.catalog.list().map(describeModel) };
+  });
+  // Ids may hold slashes (`owner/model`), so the rest of the path is the id.
+  app.get("/v1/models/*", { preHandler: options.authenticate }, async function retrieveModel(request): Promise<ModelObject> {
+    const id = decodeURIComponent((request.params as { "*": string })["*"]);
+    return describeModel(options.catalog.get(id));
+  });
+}

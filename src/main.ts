@@ -1,0 +1,138 @@
+/**
+ * The composition root: settings in, a listening server out. Opens the store, builds the
+ * catalog and its engines (models load in the background), and listens.
+ */
+import path from "node:path";
+import { pino, type Logger } from "pino";
+import cliProgress from "cli-progress";
+import type { ResolvedSettings } from "./config/load.ts";
+import { Catalog, FREE, LLAMACPP_SUPPORTED_PARAMETERS, type CatalogModel } from "./catalog/catalog.ts";
+import { LlamaCppEngine } from "./engines/llamacpp/llamacpp-engine.ts";
+import { createRuntimeLoader } from "./engines/llamacpp/runtime.ts";
+import type { DownloadProgress } from "./engines/llamacpp/model-file.ts";
+import { openStore } from "./store/open.ts";
+import { buildApp, type App } from "./http/app.ts";
+
+export type RunningServer = {
+  app: App;
+  catalog: Catalog;
+  /** `http://host:port` */
+  url: string;
+  /** Resolves when every model finished loading (or failed to). */
+  modelsSettled: Promise<void>;
+  /** Graceful stop: refuse new work, let running requests finish (bounded), free everything. */
+  close(): Promise<void>;
+};
+
+export function createLogger(level: string): Logger {
+  return pino({
+    level,
+    base: { service: "turnpike" },
+    redact: { paths: ["req.headers.authorization", "headers.authorization", "authorization", "key", "*.key"], censor: "[redacted]" },
+  });
+}
+
+/** Shows download progress: a bar on a terminal, a log line every 10% elsewhere. */
+function progressReporter(modelId: string, logger: Logger): (progress: DownloadProgress) => void {
+  if (process.stderr.isTTY) {
+    const bar = new cliProgress.SingleBar(
+      { format: `downloading ${modelId} [{bar}] {percentage}% | {value}/{total} MB`, stream: process.stderr, hideCursor: true },
+      cliProgress.Presets.shades_classic,
+    );
+    let started = false;
+    return ({ downloadedBytes, totalBytes }) => {
+      const total = Math.max(1, Math.round(totalBytes / 1e6));
+      const value = Math.round(downloadedBytes / 1e6);
+      if (!started) {
+        bar.start(total, value);
+        started = true;
+      }
+      bar.setTotal(total);
+      bar.update(value);
+      if (downloadedBytes >= totalBytes && totalBytes > 0) bar.stop();
+    };
+  }
+  let lastDecile = -1;
+  return ({ downloadedBytes, totalBytes }) => {
+    if (totalBytes <= 0) return;
+    const decile = Math.floor((downloadedBytes / totalBytes) * 10);
+    if (decile === lastDecile) return;
+    lastDecile = decile;
+    logger.info({ model: modelId, downloaded_bytes: downloadedBytes, total_bytes: totalBytes }, `downloading ${modelId}: ${decile * 10}%`);
+  };
+}
+
+export async function startServer(settings: ResolvedSettings, logger: Logger = createLogger(settings.log_level)): Promise<RunningServer> {
+  const database = await openStore({
+    dataDir: settings.data_dir,
+    onMigration: (name) => logger.info({ migration: name }, "applied database migration"),
+  });
+  const runtime = createRuntimeLoader({
+    threads: settings.threads,
+    gpu: settings.gpu,
+    log: (level, message) => logger[level]({ source: "llama.cpp" }, message),
+  });
+  const startedAt = Math.floor(Date.now() / 1000);
+  const engines: LlamaCppEngine[] = [];
+  const models: CatalogModel[] = settings.models.map((entry) => {
+    const engine = new LlamaCppEngine({
+      modelId: entry.id,
+      source: entry.path !== undefined ? { path: entry.path } : { remote: entry.hf! },
+      dataDir: settings.data_dir,
+      llama: runtime,
+      contextSize: entry.context_size ?? settings.context_size,
+      parallel: entry.parallel ?? settings.parallel,
+      queueSize: settings.queue_size,
+      threads: settings.threads,
+      onProgress: progressReporter(entry.id, logger),
+      onStatus: (status) => {
+        const level = status.state === "unavailable" ? "error" : "info";
+        logger[level]({ model: entry.id, state: status.state, detail: "detail" in status ? status.detail : undefined }, `model ${entry.id}: ${status.state}`);
+      },
+    });
+    engines.push(engine);
+    return {
+      id: entry.id,
+      ownedBy: entry.owned_by ?? "turnpike",
+      created: startedAt,
+      engine,
+      configuredContextLength: entry.context_size ?? settings.context_size,
+      pricing: entry.pricing
+        ? { prompt: entry.pricing.prompt, cachedPrompt: entry.pricing.cached_prompt ?? entry.pricing.prompt, completion: entry.pricing.completion }
+        : FREE,
+      inputModalities: ["text"],
+      outputModalities: ["text"],
+      supportedParameters: LLAMACPP_SUPPORTED_PARAMETERS,
+    };
+  });
+  const catalog = new Catalog(models);
+  const modelsSettled = Promise.all(engines.map((engine) => engine.load())).then(() => undefined);
+
+  const app = buildApp({
+    catalog,
+    database,
+    logger,
+    bodyLimit: settings.body_limit,
+    keepAliveIntervalMs: settings.keep_alive_interval * 1000,
+  });
+  const address = await app.server.listen({ host: settings.host, port: settings.port });
+  logger.info({ url: address, data_dir: path.resolve(settings.data_dir), models: settings.models.map((model) => model.id), threads: settings.threads }, "turnpike listening");
+
+  let closed: Promise<void> | undefined;
+  const close = () => {
+    closed ??= (async () => {
+      app.beginShutdown();
+      const timer = setTimeout(() => app.abortRunning(), settings.shutdown_timeout * 1000);
+      try {
+        await app.server.close();
+      } finally {
+        clearTimeout(timer);
+      }
+      await catalog.close();
+      await database.destroy();
+    })();
+    return closed;
+  };
+  const url = address.replace("[::1]", "127.0.0.1");
+  return { app, catalog, url, modelsSettled, close };
+}

@@ -1,0 +1,55 @@
+/**
+ * The response bodies of `POST /v1/chat/completions`: the whole completion and the streamed chunk.
+ */
+
+export type FinishReason = "stop" | "length" | "tool_calls" | "content_filter";
+
+export type Usage = {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+  prompt_tokens_details: { cached_tokens: number };
+  completion_tokens_details: { reasoning_tokens: number };
+};
+
+export type ChatCompletion = {
+  id: string;
+  object: "chat.completion";
+  created: number;
+  model: string;
+  system_fingerprint: string | null;
+  choices: Array<{
+    index: number;
+    message: { role: "assistant"; content: string | null; refusal: null };
+    logprobs: null;
+    finish_reason: FinishReason;
+  }>;
+  usage: Usage;
+};
+
+export type ChatCompletionChunk = {
+  id: string;
+  object: "chat.completion.chunk";
+  created: number;
+  model: string;
+  system_fingerprint: string | null;
+  choices: Array<{
+    index: number;
+    delta: { role?: "assistant"; content?: string; refusal?: null };
+    logprobs: null;
+    finish_reason: FinishReason | null;
+  }>;
+  /** Present (as `null`) on every chunk when usage was asked for; the last chunk carries it. */
+  usage?: Usage | null;
+};
+
+/** Builds the usage object from exact token counts. */
+export function makeUsage(promptTokens: number, completionTokens: number, cachedPromptTokens = 0): Usage {
+  return {
+    prompt_tokens: promptTokens,
+    completion_tokens: completionTokens,
+    total_tokens: promptTokens + completionTokens,
+    prompt_tokens_details: { cached_tokens: cachedPromptTokens },
+    completion_tokens_details: { reasoning_tokens: 0 },
+  };
+}

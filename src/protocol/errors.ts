@@ -1,0 +1,143 @@
+/**
+ * Typed errors of the OpenAI wire format. Anything in Turnpike that must end as an error
+ * response throws one of these; `http/errors.ts` turns them into the OpenAI error body in one place.
+ */
+
+/** The `type` field of an OpenAI error body. */
+export type ApiErrorType =
+  | "invalid_request_error"
+  | "authentication_error"
+  | "permission_error"
+  | "not_found_error"
+  | "rate_limit_error"
+  | "insufficient_quota"
+  | "server_error"
+  | "service_unavailable";
+
+export type ApiErrorOptions = {
+  status: number;
+  type: ApiErrorType;
+  code: string;
+  param?: string | null;
+  /** Extra response headers, e.g. `retry-after`. */
+  headers?: Record<string, string>;
+  cause?: unknown;
+};
+
+/** The base class: an error whose message is safe to show to the API client. */
+export class ApiError extends Error {
+  readonly status: number;
+  readonly type: ApiErrorType;
+  readonly code: string;
+  readonly param: string | null;
+  readonly headers: Record<string, string>;
+
+  constructor(message: string, options: ApiErrorOptions) {
+    super(message, { cause: options.cause });
+    this.name = "ApiError";
+    this.status = options.status;
+    this.type = options.type;
+    this.code = options.code;
+    this.param = options.param ?? null;
+    this.headers = options.headers ?? {};
+  }
+
+  /** The OpenAI error body: `{"error":{"message","type","param","code"}}`. */
+  toBody(): ErrorBody {
+    return { error: { message: this.message, type: this.type, param: this.param, code: this.code } };
+  }
+}
+
+export type ErrorBody = {
+  error: { message: string; type: string; param: string | null; code: string };
+};
+
+/** 400: the request is malformed or a field is out of range. */
+export class InvalidRequestError extends ApiError {
+  constructor(message: string, param: string | null = null, code = "invalid_request_error") {
+    super(message, { status: 400, type: "invalid_request_error", code, param });
+  }
+}
+
+/** 400: the request uses a field this model or this release does not support. */
+export class UnsupportedParameterError extends ApiError {
+  constructor(message: string, param: string) {
+    super(message, { status: 400, type: "invalid_request_error", code: "unsupported_parameter", param });
+  }
+}
+
+/** 400: prompt + requested completion do not fit the model's context window. */
+export class ContextLengthExceededError extends ApiError {
+  constructor(message: string) {
+    super(message, { status: 400, type: "invalid_request_error", code: "context_length_exceeded", param: "messages" });
+  }
+}
+
+/** 401: no key, an unknown key, or a revoked one. Never echoes the presented key. */
+export class InvalidApiKeyError extends ApiError {
+  constructor(message = "Invalid API key. Pass a valid key as 'Authorization: Bearer <key>'.") {
+    super(message, { status: 401, type: "invalid_request_error", code: "invalid_api_key" });
+  }
+}
+
+/** 404: the model id is not in the catalog. */
+export class ModelNotFoundError extends ApiError {
+  constructor(modelId: string) {
+    super(`The model '${modelId}' does not exist. GET /v1/models lists the models on offer.`, {
+      status: 404,
+      type: "invalid_request_error",
+      code: "model_not_found",
+      param: "model",
+    });
+  }
+}
+
+/** 404: no route here. */
+export class RouteNotFoundError extends ApiError {
+  constructor(method: string, url: string) {
+    super(`Unknown request URL: ${method} ${url}.`, { status: 404, type: "invalid_request_error", code: "unknown_url" });
+  }
+}
+
+/** 503: the model exists but cannot serve now (still downloading, failed to load). */
+export class ModelNotReadyError extends ApiError {
+  constructor(message: string, retryAfterSeconds?: number) {
+    super(message, {
+      status: 503,
+      type: "service_unavailable",
+      code: "model_not_ready",
+      headers: retryAfterSeconds === undefined ? {} : { "retry-after": String(retryAfterSeconds) },
+    });
+  }
+}
+
+/** 503: the engine's wait queue is full. */
+export class EngineOverloadedError extends ApiError {
+  constructor(message: string, retryAfterSeconds = 1) {
+    super(message, {
+      status: 503,
+      type: "service_unavailable",
+      code: "engine_overloaded",
+      headers: { "retry-after": String(retryAfterSeconds) },
+    });
+  }
+}
+
+/** 503: the server is shutting down and takes no new work. */
+export class ShuttingDownError extends ApiError {
+  constructor() {
+    super("The server is shutting down. Retry on another node or in a moment.", {
+      status: 503,
+      type: "service_unavailable",
+      code: "shutting_down",
+      headers: { "retry-after": "5" },
+    });
+  }
+}
+
+/** 500: something broke on our side. The message never carries internals. */
+export class InternalServerError extends ApiError {
+  constructor(message = "The server had an error while processing your request.", cause?: unknown) {
+    super(message, { status: 500, type: "server_error", code: "internal_error", cause });
+  }
+}

@@ -1,0 +1,10 @@
+/**
+ * Versioned migrations, applied in name order at start and by `turnpike migrate`.
+ * Each is written with Kysely's schema builder so it runs on SQLite and PostgreSQL alike.
+ */
+import type { Migration } from "kysely/migration";
+import { migration0001ApiKeys } from "./0001-api-keys.ts";
+
+export const migrations: Record<string, Migration> = {
+  "0001-api-keys": migration0001ApiKeys,
+};

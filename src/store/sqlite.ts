@@ -1,0 +1,37 @@
+/**
+ * SQLite through Node's built-in `node:sqlite`, adapted to Kysely's SQLite dialect.
+ * WAL mode lets the CLI and the server use the same file at once.
+ */
+import fs from "node:fs";
+import path from "node:path";
+import { DatabaseSync, type SQLInputValue } from "node:sqlite";
+import { Kysely, SqliteDialect, type SqliteDatabase, type SqliteStatement } from "kysely";
+import type { Database } from "./schema.ts";
+
+/** Adapts `DatabaseSync` to the interface Kysely's `SqliteDialect` drives (better-sqlite3's shape). */
+function adapt(database: DatabaseSync): SqliteDatabase {
+  return {
+    close: () => database.close(),
+    prepare: (sql: string): SqliteStatement => {
+      const statement = database.prepare(sql);
+      const values = (parameters: ReadonlyArray<unknown>) => parameters as SQLInputValue[];
+      return {
+        reader: statement.columns().length > 0,
+        all: (parameters) => statement.all(...values(parameters)),
+        run: (parameters) => statement.run(...values(parameters)),
+        iterate: (parameters) => statement.iterate(...values(parameters)),
+      };
+    },
+  };
+}
+
+/** Opens (creating if needed) the SQLite database at `file`; `:memory:` for a private in-memory one. */
+export function openSqlite(file: string): Kysely<Database> {
+  if (file !== ":memory:") fs.mkdirSync(path.dirname(file), { recursive: true });
+  const database = new DatabaseSync(file);
+  database.exec("PRAGMA journal_mode = WAL");
+  database.exec("PRAGMA busy_timeout = 5000");
+  database.exec("PRAGMA synchronous = NORMAL");
+  database.exec("PRAGMA foreign_keys = ON");
+  return new Kysely<Database>({ dialect: new SqliteDialect({ database: adapt(database) }) });
+}
