@@ -47,12 +47,12 @@ export class SlotQueue<Slot> {
   }
 
   /**
-   * Takes a free slot, or joins the queue. Throws `EngineOverloadedError` synchronously when
+   * Takes a free slot (the one `rank` scores highest), or joins the queue. Throws `EngineOverloadedError` synchronously when
    * no slot is free and the queue is full.
    */
-  acquire(signal: AbortSignal): Promise<SlotLease<Slot>> {
+  acquire(signal: AbortSignal, rank?: (slot: Slot) => number): Promise<SlotLease<Slot>> {
     if (signal.aborted) return Promise.reject(signal.reason);
-    const slot = this.#free.shift();
+    const slot = this.#takeFree(rank);
     if (slot !== undefined) return Promise.resolve(this.#lease(slot));
     if (this.#waiters.length >= this.#maxWaiting) {
       throw new EngineOverloadedError(
@@ -73,6 +73,23 @@ export class SlotQueue<Slot> {
       signal.addEventListener("abort", waiter.onAbort, { once: true });
       this.#waiters.push(waiter);
     });
+  }
+
+  /** The free slot that ranks highest (e.g. shares the longest cached prefix), else the first. */
+  #takeFree(rank?: (slot: Slot) => number): Slot | undefined {
+    if (this.#free.length === 0) return undefined;
+    let best = 0;
+    if (rank !== undefined) {
+      let bestScore = -Infinity;
+      this.#free.forEach((slot, index) => {
+        const score = rank(slot);
+        if (score > bestScore) {
+          bestScore = score;
+          best = index;
+        }
+      });
+    }
+    return this.#free.splice(best, 1)[0];
   }
 
   #lease(slot: Slot): SlotLease<Slot> {

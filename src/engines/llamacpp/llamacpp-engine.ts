@@ -162,7 +162,8 @@ export class LlamaCppEngine implements Engine {
   #start(loaded: Loaded, prompt: RenderedPrompt, request: GenerationRequest, maxTokens: number, signal: AbortSignal): RunningGeneration {
     // Throws EngineOverloadedError synchronously when the queue is full.
     const stop = AbortSignal.any([signal, this.#closing.signal]);
-    const leased = loaded.queue.acquire(stop);
+    // Prefer the free sequence that already holds the longest prefix of this prompt.
+    const leased = loaded.queue.acquire(stop, (sequence) => sequence.compareContextTokens(prompt.tokens).firstDifferentIndex);
     let started = false;
     const guarded = leased.then((lease) => {
       // A lease nobody will consume (aborted before generation began) goes straight back.
