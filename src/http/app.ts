@@ -71,6 +71,10 @@ export function buildApp(options: AppOptions): App {
     beginShutdown: () => {
       closing = true;
     },
-    abortRunning: () => shutdown.abort(new ShuttingDownError()),
+    abortRunning: () => {
+      shutdown.abort(new ShuttingDownError());
+      // Streams end on their own once aborted; connections still open after that are cut.
+      setTimeout(() => server.server.closeAllConnections(), 1000).unref();
+    },
   };
 }

@@ -58,15 +58,12 @@ export const chatMessageSchema = z.discriminatedUnion(
   { error: "Each message needs a 'role' of 'system', 'developer', 'user', 'assistant' or 'tool'." },
 );
 
-const probability = (name: string, min: number, max: number) =>
-  z.number({ error: `'${name}' must be a number.` }).min(min).max(max).nullish();
+const probability = (min: number, max: number) => z.number().min(min).max(max).nullish();
 
 export const chatCompletionRequestSchema = z.object({
-  messages: z.array(chatMessageSchema, { error: "'messages' must be an array of messages." }).min(1, {
-    error: "'messages' must hold at least one message.",
-  }),
-  model: z.string({ error: "'model' is required and must be a string." }).min(1, { error: "'model' must not be empty." }),
-  frequency_penalty: probability("frequency_penalty", -2, 2),
+  messages: z.array(chatMessageSchema).min(1),
+  model: z.string().min(1),
+  frequency_penalty: probability(-2, 2),
   logit_bias: z.record(z.string(), z.number()).nullish(),
   logprobs: z.boolean().nullish(),
   top_logprobs: z.number().int().min(0).max(20).nullish(),
@@ -74,16 +71,16 @@ export const chatCompletionRequestSchema = z.object({
   /** Deprecated by OpenAI in favour of `max_completion_tokens`; both are honoured, the smaller wins. */
   max_tokens: z.number().int().min(1).nullish(),
   n: z.number().int().min(1).max(128).nullish(),
-  presence_penalty: probability("presence_penalty", -2, 2),
+  presence_penalty: probability(-2, 2),
   response_format: z.object({ type: z.string() }).loose().nullish(),
   seed: z.number().int().nullish(),
   stop: z
-    .union([z.string(), z.array(z.string()).max(4, { error: "'stop' takes at most 4 sequences." })])
+    .union([z.string(), z.array(z.string()).max(4)], { error: "Expected a string or an array of up to 4 strings." })
     .nullish(),
   stream: z.boolean().nullish(),
   stream_options: z.object({ include_usage: z.boolean().nullish() }).nullish(),
-  temperature: probability("temperature", 0, 2),
-  top_p: probability("top_p", 0, 1),
+  temperature: probability(0, 2),
+  top_p: probability(0, 1),
   tools: z.array(z.unknown()).nullish(),
   tool_choice: z.unknown().optional(),
   parallel_tool_calls: z.boolean().nullish(),

@@ -11,6 +11,35 @@ export function formatParamPath(path: ReadonlyArray<PropertyKey>): string | null
   return formatted === "" ? null : formatted;
 }
 
+/** Zod's default messages, rewritten the way OpenAI words them; custom messages pass through. */
+export function describeIssue(issue: z.core.$ZodIssue): string {
+  const sized = (value: number | bigint, origin: string) =>
+    origin === "array" ? `${value} item${value === 1 ? "" : "s"}` : origin === "string" ? `${value} character${value === 1 ? "" : "s"}` : String(value);
+  switch (issue.code) {
+    case "invalid_type":
+      if (/^Invalid input: expected/.test(issue.message) || issue.message === "Invalid input") {
+        return issue.input === undefined ? "this field is required." : `expected ${issue.expected}, got ${describeValue(issue.input)}.`;
+      }
+      return issue.message;
+    case "too_big":
+      return `must be at most ${sized(issue.maximum, issue.origin)}${issue.origin === "number" ? `, got ${describeValue(issue.input)}` : ""}.`;
+    case "too_small":
+      return `must be at least ${sized(issue.minimum, issue.origin)}${issue.origin === "number" ? `, got ${describeValue(issue.input)}` : ""}.`;
+    case "invalid_value":
+      return `must be one of ${issue.values.map((value) => JSON.stringify(value)).join(", ")}.`;
+    default:
+      return issue.message === "Invalid input" ? "the value is not valid here." : issue.message;
+  }
+}
+
+function describeValue(value: unknown): string {
+  if (value === null) return "null";
+  if (Array.isArray(value)) return "an array";
+  if (typeof value === "number" || typeof value === "boolean") return String(value);
+  if (typeof value === "string") return value.length > 40 ? "a string" : JSON.stringify(value);
+  return `a ${typeof value}`;
+}
+
 /**
  * Validates `body` against `schema`, or throws a 400 `InvalidRequestError` naming the first
  * offending field in `param`.
@@ -19,10 +48,10 @@ export function parseWithSchema<Schema extends z.ZodType>(schema: Schema, body: 
   if (body === null || typeof body !== "object" || Array.isArray(body)) {
     throw new InvalidRequestError("The request body must be a JSON object.", null);
   }
-  const result = schema.safeParse(body);
+  const result = schema.safeParse(body, { reportInput: true });
   if (result.success) return result.data;
   const issue = result.error.issues[0]!;
   const param = formatParamPath(issue.path);
   const subject = param === null ? "request body" : `'${param}'`;
-  throw new InvalidRequestError(`Invalid ${subject}: ${issue.message}`, param);
+  throw new InvalidRequestError(`Invalid ${subject}: ${describeIssue(issue)}`, param);
 }
