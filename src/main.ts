@@ -123,10 +123,14 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     closed ??= (async () => {
       app.beginShutdown();
       const timer = setTimeout(() => app.abortRunning(), settings.shutdown_timeout * 1000);
+      // Connections whose last response just ended would otherwise hold the close until the
+      // client's own keep-alive timeout.
+      const sweep = setInterval(() => app.server.server.closeIdleConnections(), 100);
       try {
         await app.server.close();
       } finally {
         clearTimeout(timer);
+        clearInterval(sweep);
       }
       await catalog.close();
       await database.destroy();

@@ -5,7 +5,6 @@
 import type { Command } from "commander";
 import { ConfigError, loadSettings } from "../config/load.ts";
 import { serveOptions } from "../config/options.ts";
-import { createLogger, startServer } from "../main.ts";
 
 /** Commander's camelCase attribute name for a flag like `--data-dir <dir>`. */
 function attributeName(flag: string): string {
@@ -36,6 +35,8 @@ export function registerServeCommand(program: Command): void {
       }
       throw error;
     }
+    // Loaded here, not at the top: `keys` and `migrate` need none of the engine code.
+    const { createLogger, startServer } = await import("../main.ts");
     const logger = createLogger(settings.log_level);
     let server: Awaited<ReturnType<typeof startServer>>;
     try {

@@ -11,7 +11,8 @@ import { formatParamPath } from "../protocol/parse.ts";
 
 export class ConfigError extends Error {
   constructor(message: string) {
-    super(message);
+    // One line, always: operators read it in a terminal or a log.
+    super(message.replace(/\s*\n\s*/g, " "));
     this.name = "ConfigError";
   }
 }
@@ -32,7 +33,7 @@ export type ResolvedSettings = Readonly<Omit<Settings, "models">> & { readonly m
  */
 export function parseModelFlag(value: string): ModelEntry {
   const text = value.trim();
-  const match = /^([A-Za-z0-9][A-Za-z0-9._:@-]*)=(.+)$/.exec(text);
+  const match = /^([A-Za-z0-9][A-Za-z0-9._:@\/-]*)=(.+)$/.exec(text);
   const source = match ? match[2]!.trim() : text;
   const fileName = source.split(/[\\/]/).pop() ?? source;
   const id = match ? match[1]! : fileName.replace(/\.gguf$/i, "");

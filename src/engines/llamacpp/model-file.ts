@@ -31,6 +31,45 @@ export class ModelFileError extends Error {
   }
 }
 
+/** The address to probe before a download: the file itself, or the Hugging Face host. */
+export function probeUrl(remote: string): string {
+  if (!remote.startsWith("hf:")) return remote;
+  const match = /^hf:([^/]+)\/([^/:#]+)\/([^#]+?)(?:#(.+))?$/.exec(remote);
+  if (match === null) return "https://huggingface.co/";
+  const [, owner, repo, file, branch] = match;
+  return `https://huggingface.co/${owner}/${repo}/resolve/${branch ?? "main"}/${file}`;
+}
+
+/** How long the reachability probe waits before calling the network unreachable. */
+const PROBE_TIMEOUT_MS = 15_000;
+/** A download that makes no progress for this long is given up. */
+const STALL_TIMEOUT_MS = 120_000;
+
+/**
+ * Fails fast when the remote cannot be reached: node-llama-cpp's downloader retries for a
+ * long time on its own, which would leave an offline server "downloading" for minutes.
+ */
+async function probeRemote(remote: string, signal?: AbortSignal): Promise<void> {
+  const url = probeUrl(remote);
+  const host = new URL(url).host;
+  try {
+    const response = await fetch(url, {
+      method: "HEAD",
+      redirect: "manual",
+      signal: AbortSignal.any([AbortSignal.timeout(PROBE_TIMEOUT_MS), ...(signal ? [signal] : [])]),
+    });
+    if (response.status === 404) throw new ModelFileError(`${remote} does not exist (${host} answered 404)`);
+    if (response.status === 401 || response.status === 403) {
+      throw new ModelFileError(`${remote} needs access rights (${host} answered ${response.status})`);
+    }
+  } catch (error) {
+    if (error instanceof ModelFileError) throw error;
+    const cause = (error as { cause?: { code?: string; message?: string } }).cause;
+    const reason = cause?.code ?? cause?.message ?? (error instanceof Error ? error.message : String(error));
+    throw new ModelFileError(`cannot reach ${host} to download ${remote} (${reason}); is this machine offline?`, { cause: error });
+  }
+}
+
 /**
  * Returns the path of a loadable GGUF file, downloading it first when needed.
  * Throws `ModelFileError` with a message fit for an operator.
@@ -48,6 +87,9 @@ export async function resolveModelFile(
   const target = downloadedModelPath(dataDir, source.remote);
   if (fs.existsSync(target)) return target;
   fs.mkdirSync(path.dirname(target), { recursive: true });
+  await probeRemote(source.remote, options.signal);
+  const stalled = new AbortController();
+  let watchdog = setTimeout(() => stalled.abort(), STALL_TIMEOUT_MS);
   try {
     const downloader = await createModelDownloader({
       modelUri: source.remote,
@@ -55,12 +97,18 @@ export async function resolveModelFile(
       fileName: path.basename(target),
       showCliProgress: false,
       deleteTempFileOnCancel: false,
-      onProgress: (status) => options.onProgress?.({ downloadedBytes: status.downloadedSize, totalBytes: status.totalSize }),
+      onProgress: (status) => {
+        clearTimeout(watchdog);
+        watchdog = setTimeout(() => stalled.abort(), STALL_TIMEOUT_MS);
+        options.onProgress?.({ downloadedBytes: status.downloadedSize, totalBytes: status.totalSize });
+      },
     });
-    const downloaded = await downloader.download({ signal: options.signal });
-    return downloaded;
+    const signal = AbortSignal.any([stalled.signal, ...(options.signal ? [options.signal] : [])]);
+    return await downloader.download({ signal });
   } catch (error) {
-    const reason = error instanceof Error ? error.message : String(error);
+    const reason = stalled.signal.aborted ? `no progress for ${STALL_TIMEOUT_MS / 1000} s` : error instanceof Error ? error.message : String(error);
     throw new ModelFileError(`download of ${source.remote} failed (${reason})`, { cause: error });
+  } finally {
+    clearTimeout(watchdog);
   }
 }

@@ -1,0 +1,187 @@
+/**
+ * API keys against a real, migrated SQLite database in a temporary directory: what is stored,
+ * what is shown, and every way a presented key is refused.
+ */
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { afterEach, beforeEach, describe, it } from "node:test";
+import type { Kysely } from "kysely";
+import { openStore } from "../store/open.ts";
+import type { Database } from "../store/schema.ts";
+import { createApiKey, generateKey, hashKey, KEY_PREFIX, listApiKeys, revokeApiKey, touchApiKey, verifyApiKey } from "./api-keys.ts";
+
+const keyPattern = /^tp-[A-Za-z0-9_-]{43}$/;
+
+let dataDir: string;
+let database: Kysely<Database>;
+
+beforeEach(async () => {
+  dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "turnpike-keys-"));
+  database = await openStore({ dataDir });
+});
+afterEach(async () => {
+  await database.destroy();
+  fs.rmSync(dataDir, { recursive: true, force: true });
+});
+
+describe("API keys", () => {
+  it("creates keys with the tp- prefix and 43 base64url characters of randomness", async () => {
+    const created = await createApiKey(database, { name: "ci" });
+    assert.equal(KEY_PREFIX, "tp-");
+    assert.match(created.key, keyPattern);
+    // 43 base64url characters carry 258 bits; the key is 32 random bytes (256 bits), well over 192.
+    assert.equal(Buffer.from(created.key.slice(KEY_PREFIX.length), "base64url").length, 32);
+    assert.equal(created.name, "ci");
+    assert.match(created.id, /^key_/);
+  });
+
+  it("never makes the same key twice", async () => {
+    const keys = new Set<string>();
+    for (let index = 0; index < 500; index++) keys.add(generateKey());
+    for (let index = 0; index < 20; index++) keys.add((await createApiKey(database)).key);
+    assert.equal(keys.size, 520);
+    for (const key of keys) assert.match(key, keyPattern);
+  });
+
+  it("stores only the SHA-256 of the key and its display prefix", async () => {
+    const created = await createApiKey(database, { name: "stored", now: 1_000 });
+    const rows = await database.selectFrom("api_keys").selectAll().execute();
+    assert.equal(rows.length, 1);
+    const row = rows[0]!;
+    assert.equal(row.key_hash, createHash("sha256").update(created.key).digest("hex"));
+    assert.equal(row.key_hash, hashKey(created.key));
+    assert.equal(row.display_prefix, created.key.slice(0, KEY_PREFIX.length + 6));
+    const secret = created.key.slice(KEY_PREFIX.length);
+    for (const [column, value] of Object.entries(row)) {
+      const text = String(value);
+      assert.ok(!text.includes(created.key), `column ${column} holds the key`);
+      assert.ok(!text.includes(secret), `column ${column} holds the key's random part`);
+      assert.ok(!text.includes(secret.slice(6, 26)), `column ${column} holds part of the key beyond the display prefix`);
+    }
+  });
+
+  it("shows a display prefix too short to use", async () => {
+    const created = await createApiKey(database);
+    assert.equal(created.displayPrefix, created.key.slice(0, 9));
+    assert.ok(created.key.startsWith(created.displayPrefix));
+    assert.ok(created.displayPrefix.length <= 9);
+  });
+
+  it("lists keys newest first without the key text", async () => {
+    const older = await createApiKey(database, { name: "older", now: 1_000 });
+    const newer = await createApiKey(database, { name: "newer", now: 2_000, expires: 9_000 });
+    const listed = await listApiKeys(database);
+    assert.deepEqual(
+      listed.map((record) => record.id),
+      [newer.id, older.id],
+    );
+    assert.deepEqual(listed[0], {
+      id: newer.id,
+      name: "newer",
+      displayPrefix: newer.displayPrefix,
+      accountId: null,
+      created: 2_000,
+      revoked: null,
+      expires: 9_000,
+      lastUsed: null,
+    });
+    const serialized = JSON.stringify(listed);
+    assert.ok(!serialized.includes(older.key.slice(KEY_PREFIX.length)));
+    assert.ok(!serialized.includes(newer.key.slice(KEY_PREFIX.length)));
+    for (const record of listed) assert.ok(!("key" in record));
+  });
+
+  it("lists the keys of one account, or of the operator with null", async () => {
+    const operator = await createApiKey(database, { now: 1_000 });
+    const alice = await createApiKey(database, { accountId: "acct_alice", now: 2_000 });
+    await createApiKey(database, { accountId: "acct_bob", now: 3_000 });
+    assert.deepEqual((await listApiKeys(database, "acct_alice")).map((record) => record.id), [alice.id]);
+    assert.deepEqual((await listApiKeys(database, null)).map((record) => record.id), [operator.id]);
+    assert.equal((await listApiKeys(database)).length, 3);
+  });
+
+  it("accepts a key it created", async () => {
+    const created = await createApiKey(database, { name: "good", now: 1_000 });
+    const check = await verifyApiKey(database, created.key, 2_000);
+    assert.ok(check.ok);
+    assert.equal(check.key.id, created.id);
+    assert.equal(check.key.name, "good");
+  });
+
+  it("refuses a well-formed key it never made as unknown", async () => {
+    await createApiKey(database);
+    assert.deepEqual(await verifyApiKey(database, generateKey()), { ok: false, reason: "unknown" });
+  });
+
+  it("refuses a key that differs from a real one in its last character", async () => {
+    const created = await createApiKey(database);
+    const last = created.key.at(-1) === "A" ? "B" : "A";
+    assert.deepEqual(await verifyApiKey(database, created.key.slice(0, -1) + last), { ok: false, reason: "unknown" });
+  });
+
+  it("refuses malformed keys", async () => {
+    const created = await createApiKey(database);
+    for (const presented of ["", "sk-abc", created.key.slice(KEY_PREFIX.length), `Bearer ${created.key}`, `tp-${"a".repeat(300)}`]) {
+      assert.deepEqual(await verifyApiKey(database, presented), { ok: false, reason: "malformed" }, JSON.stringify(presented));
+    }
+  });
+
+  it("refuses a key that was revoked", async () => {
+    const created = await createApiKey(database, { now: 1_000 });
+    assert.equal(await revokeApiKey(database, created.id, 5_000), true);
+    assert.deepEqual(await verifyApiKey(database, created.key, 6_000), { ok: false, reason: "revoked" });
+    const [record] = await listApiKeys(database);
+    assert.equal(record!.revoked, 5_000);
+  });
+
+  it("keeps the first revocation time when a key is revoked twice", async () => {
+    const created = await createApiKey(database, { now: 1_000 });
+    assert.equal(await revokeApiKey(database, created.id, 5_000), true);
+    assert.equal(await revokeApiKey(database, created.id, 7_000), true);
+    const [record] = await listApiKeys(database);
+    assert.equal(record!.revoked, 5_000);
+  });
+
+  it("returns false when revoking a key that does not exist", async () => {
+    await createApiKey(database);
+    assert.equal(await revokeApiKey(database, "key_doesnotexist"), false);
+    const [record] = await listApiKeys(database);
+    assert.equal(record!.revoked, null);
+  });
+
+  it("refuses a key that has expired", async () => {
+    const created = await createApiKey(database, { now: 1_000, expires: 10_000 });
+    assert.ok((await verifyApiKey(database, created.key, 9_999)).ok);
+    assert.deepEqual(await verifyApiKey(database, created.key, 10_000), { ok: false, reason: "expired" });
+    assert.deepEqual(await verifyApiKey(database, created.key, 20_000), { ok: false, reason: "expired" });
+  });
+
+  it("reports a revoked key that has also expired as revoked", async () => {
+    const created = await createApiKey(database, { now: 1_000, expires: 2_000 });
+    await revokeApiKey(database, created.id, 1_500);
+    assert.deepEqual(await verifyApiKey(database, created.key, 3_000), { ok: false, reason: "revoked" });
+  });
+
+  it("records when a key was last used", async () => {
+    const created = await createApiKey(database, { now: 1_000 });
+    assert.equal(created.lastUsed, null);
+    await touchApiKey(database, created.id, 4_242);
+    const [record] = await listApiKeys(database);
+    assert.equal(record!.lastUsed, 4_242);
+    const check = await verifyApiKey(database, created.key, 5_000);
+    assert.ok(check.ok);
+    assert.equal(check.key.lastUsed, 4_242);
+  });
+
+  it("touches only the key it names", async () => {
+    const first = await createApiKey(database, { now: 1_000 });
+    const second = await createApiKey(database, { now: 2_000 });
+    await touchApiKey(database, first.id, 3_000);
+    const byId = new Map((await listApiKeys(database)).map((record) => [record.id, record]));
+    assert.equal(byId.get(first.id)!.lastUsed, 3_000);
+    assert.equal(byId.get(second.id)!.lastUsed, null);
+  });
+});

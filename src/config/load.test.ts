@@ -1,0 +1,262 @@
+/**
+ * loadSettings: defaults < config file < environment < flags, validated once, frozen, and every
+ * bad value reported as one line naming the setting.
+ */
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, before, describe, it } from "node:test";
+import { ConfigError, loadSettings, parseModelFlag } from "./load.ts";
+import { defaultThreads } from "./options.ts";
+import { DEFAULT_MODEL } from "./schema.ts";
+
+let directory: string;
+let fileCount = 0;
+
+before(() => {
+  directory = fs.mkdtempSync(path.join(os.tmpdir(), "turnpike-config-"));
+});
+after(() => {
+  fs.rmSync(directory, { recursive: true, force: true });
+});
+
+/** Writes `content` (an object as JSON, or raw text) to a fresh config file and returns its path. */
+function configFile(content: unknown): string {
+  fileCount += 1;
+  const file = path.join(directory, `config-${fileCount}.json`);
+  fs.writeFileSync(file, typeof content === "string" ? content : JSON.stringify(content));
+  return file;
+}
+
+/** Asserts that `load` throws a one-line ConfigError whose message contains every `names`. */
+function assertConfigError(load: () => unknown, ...names: string[]): ConfigError {
+  let caught: unknown;
+  try {
+    load();
+  } catch (error) {
+    caught = error;
+  }
+  assert.ok(caught instanceof ConfigError, `expected a ConfigError, got ${String(caught)}`);
+  assert.equal(caught.name, "ConfigError");
+  assert.ok(caught.message.length > 0);
+  assert.ok(!/[\r\n]/.test(caught.message), `one line: ${JSON.stringify(caught.message)}`);
+  for (const name of names) assert.ok(caught.message.includes(name), `${JSON.stringify(caught.message)} names ${name}`);
+  return caught;
+}
+
+describe("loadSettings", () => {
+  it("uses the documented defaults when nothing is given", () => {
+    const settings = loadSettings({ flags: {}, env: {} });
+    assert.equal(settings.host, "127.0.0.1");
+    assert.equal(settings.port, 8080);
+    assert.equal(settings.data_dir, path.resolve("./data"));
+    assert.equal(settings.parallel, 4);
+    assert.equal(settings.threads, defaultThreads());
+    assert.ok(settings.threads >= 1);
+    assert.equal(settings.context_size, 4096);
+    assert.equal(settings.gpu, "auto");
+    assert.equal(settings.queue_size, 64);
+    assert.equal(settings.shutdown_timeout, 30);
+    assert.equal(settings.keep_alive_interval, 5);
+    assert.equal(settings.log_level, "info");
+    assert.equal(settings.body_limit, 10 * 1024 * 1024);
+  });
+
+  it("serves the default model when none is configured", () => {
+    const settings = loadSettings({ flags: {}, env: {} });
+    assert.deepEqual(settings.models, [DEFAULT_MODEL]);
+  });
+
+  it("takes a value from the config file over the default", () => {
+    const settings = loadSettings({ flags: {}, env: {}, configFile: configFile({ port: 9001, log_level: "debug" }) });
+    assert.equal(settings.port, 9001);
+    assert.equal(settings.log_level, "debug");
+    assert.equal(settings.host, "127.0.0.1");
+  });
+
+  it("reads the config file named by TURNPIKE_CONFIG", () => {
+    const settings = loadSettings({ flags: {}, env: { TURNPIKE_CONFIG: configFile({ port: 9002 }) } });
+    assert.equal(settings.port, 9002);
+  });
+
+  it("takes an environment variable over the config file", () => {
+    const file = configFile({ port: 9001, parallel: 2 });
+    const settings = loadSettings({ flags: {}, env: { TURNPIKE_PORT: "9100" }, configFile: file });
+    assert.equal(settings.port, 9100);
+    assert.equal(settings.parallel, 2);
+  });
+
+  it("takes a flag over the environment and the config file", () => {
+    const file = configFile({ port: 9001, host: "10.0.0.1" });
+    const settings = loadSettings({
+      flags: { port: "9200" },
+      env: { TURNPIKE_PORT: "9100", TURNPIKE_HOST: "0.0.0.0" },
+      configFile: file,
+    });
+    assert.equal(settings.port, 9200);
+    assert.equal(settings.host, "0.0.0.0");
+  });
+
+  it("ignores empty environment variables", () => {
+    const settings = loadSettings({ flags: {}, env: { TURNPIKE_PORT: "" }, configFile: configFile({ port: 9001 }) });
+    assert.equal(settings.port, 9001);
+  });
+
+  it("converts numeric environment variables and flags", () => {
+    const settings = loadSettings({
+      flags: { shutdown_timeout: "2.5", threads: "3" },
+      env: { TURNPIKE_PARALLEL: "8", TURNPIKE_KEEP_ALIVE_INTERVAL: "0.5" },
+    });
+    assert.equal(settings.shutdown_timeout, 2.5);
+    assert.equal(settings.threads, 3);
+    assert.equal(settings.parallel, 8);
+    assert.equal(settings.keep_alive_interval, 0.5);
+  });
+
+  it("takes the models from flags over those from the environment and the config file", () => {
+    const file = configFile({ models: [{ id: "from-file", path: "/models/file.gguf" }] });
+    const fromFile = loadSettings({ flags: {}, env: {}, configFile: file });
+    assert.deepEqual(fromFile.models.map((model) => model.id), ["from-file"]);
+    const fromEnv = loadSettings({ flags: {}, env: { TURNPIKE_MODELS: "/m/a.gguf, b=/m/other.gguf" }, configFile: file });
+    assert.deepEqual(fromEnv.models, [
+      { id: "a", path: "/m/a.gguf" },
+      { id: "b", path: "/m/other.gguf" },
+    ]);
+    const fromFlags = loadSettings({ flags: { models: ["c=/m/c.gguf"] }, env: { TURNPIKE_MODELS: "/m/a.gguf" }, configFile: file });
+    assert.deepEqual(fromFlags.models, [{ id: "c", path: "/m/c.gguf" }]);
+  });
+
+  it("resolves data_dir to an absolute path", () => {
+    const settings = loadSettings({ flags: { data_dir: "relative/dir" }, env: {} });
+    assert.ok(path.isAbsolute(settings.data_dir));
+    assert.equal(settings.data_dir, path.resolve("relative/dir"));
+  });
+
+  it("returns frozen settings, models included", () => {
+    const settings = loadSettings({ flags: { models: ["m=/models/m.gguf"] }, env: {} });
+    assert.ok(Object.isFrozen(settings));
+    assert.ok(Object.isFrozen(settings.models));
+    assert.ok(Object.isFrozen(settings.models[0]));
+    assert.throws(() => {
+      (settings as { port: number }).port = 1;
+    }, TypeError);
+    assert.throws(() => {
+      (settings.models as unknown[]).push({ id: "x", path: "/x.gguf" });
+    }, TypeError);
+  });
+
+  it("does not freeze or change the default model it falls back to", () => {
+    const before = structuredClone(DEFAULT_MODEL);
+    const settings = loadSettings({ flags: {}, env: {} });
+    assert.ok(Object.isFrozen(settings.models[0]));
+    assert.notEqual(settings.models[0], DEFAULT_MODEL);
+    assert.deepEqual(DEFAULT_MODEL, before);
+  });
+
+  describe("refuses", () => {
+    it("a port flag that is not a number, naming the flag", () => {
+      assertConfigError(() => loadSettings({ flags: { port: "abc" }, env: {} }), "--port", "abc");
+    });
+
+    it("a port variable that is not a number, naming the variable", () => {
+      assertConfigError(() => loadSettings({ flags: {}, env: { TURNPIKE_PORT: "abc" } }), "TURNPIKE_PORT", "abc");
+    });
+
+    it("a port that is not an integer", () => {
+      assertConfigError(() => loadSettings({ flags: { port: "80.5" }, env: {} }), "--port");
+    });
+
+    it("a port above 65535, naming the setting, flag and variable", () => {
+      assertConfigError(() => loadSettings({ flags: { port: "70000" }, env: {} }), "'port'", "--port", "TURNPIKE_PORT");
+    });
+
+    it("a port above 65535 from the config file", () => {
+      assertConfigError(() => loadSettings({ flags: {}, env: {}, configFile: configFile({ port: 70000 }) }), "'port'");
+    });
+
+    it("a port of the wrong type in the config file", () => {
+      assertConfigError(() => loadSettings({ flags: {}, env: {}, configFile: configFile({ port: "8080" }) }), "'port'");
+    });
+
+    it("parallel 0, naming the setting, flag and variable", () => {
+      assertConfigError(() => loadSettings({ flags: { parallel: "0" }, env: {} }), "'parallel'", "--parallel", "TURNPIKE_PARALLEL");
+    });
+
+    it("an unknown log level", () => {
+      assertConfigError(() => loadSettings({ flags: {}, env: { TURNPIKE_LOG_LEVEL: "loud" } }), "'log_level'", "--log-level", "TURNPIKE_LOG_LEVEL");
+    });
+
+    it("an unknown key in the config file, naming the key and the file", () => {
+      const file = configFile({ port: 8080, prot: 8081 });
+      assertConfigError(() => loadSettings({ flags: {}, env: {}, configFile: file }), "'prot'", file);
+    });
+
+    it("a config file that is not valid JSON", () => {
+      const file = configFile('{\n  "port": 8080,\n}\n');
+      assertConfigError(() => loadSettings({ flags: {}, env: {}, configFile: file }), file, "JSON");
+    });
+
+    it("a config file that holds an array", () => {
+      const file = configFile([1, 2]);
+      assertConfigError(() => loadSettings({ flags: {}, env: {}, configFile: file }), file);
+    });
+
+    it("a config file that does not exist", () => {
+      const file = path.join(directory, "missing.json");
+      assertConfigError(() => loadSettings({ flags: {}, env: {}, configFile: file }), file);
+    });
+
+    it("two models with the same id", () => {
+      assertConfigError(() => loadSettings({ flags: { models: ["same=/m/a.gguf", "same=/m/b.gguf"] }, env: {} }), "'models'", "same");
+    });
+
+    it("two models with the same id from the file name", () => {
+      assertConfigError(() => loadSettings({ flags: {}, env: { TURNPIKE_MODELS: "/one/m.gguf,/two/m.gguf" } }), "'models'", "'m'");
+    });
+
+    it("a model entry with both path and hf", () => {
+      const file = configFile({ models: [{ id: "m", path: "/m.gguf", hf: "hf:owner/repo/m.gguf" }] });
+      assertConfigError(() => loadSettings({ flags: {}, env: {}, configFile: file }), "models[0]", "path", "hf");
+    });
+
+    it("a model entry with neither path nor hf", () => {
+      const file = configFile({ models: [{ id: "m" }] });
+      assertConfigError(() => loadSettings({ flags: {}, env: {}, configFile: file }), "models[0]");
+    });
+  });
+});
+
+describe("parseModelFlag", () => {
+  it("reads id=path", () => {
+    assert.deepEqual(parseModelFlag("tiny=/models/tiny-q4.gguf"), { id: "tiny", path: "/models/tiny-q4.gguf" });
+  });
+
+  it("names a plain path after its file, without .gguf", () => {
+    assert.deepEqual(parseModelFlag("/models/stories260K.gguf"), { id: "stories260K", path: "/models/stories260K.gguf" });
+    assert.deepEqual(parseModelFlag("./llama.Q4_K_M.GGUF"), { id: "llama.Q4_K_M", path: "./llama.Q4_K_M.GGUF" });
+  });
+
+  it("reads hf:owner/repo/file.gguf as an hf source named after the file", () => {
+    assert.deepEqual(parseModelFlag("hf:Qwen/Qwen2.5-0.5B-Instruct-GGUF/qwen2.5-0.5b-instruct-q4_k_m.gguf"), {
+      id: "qwen2.5-0.5b-instruct-q4_k_m",
+      hf: "hf:Qwen/Qwen2.5-0.5B-Instruct-GGUF/qwen2.5-0.5b-instruct-q4_k_m.gguf",
+    });
+  });
+
+  it("reads id=hf:owner/repo/file.gguf", () => {
+    assert.deepEqual(parseModelFlag("qwen=hf:Qwen/repo/file.gguf"), { id: "qwen", hf: "hf:Qwen/repo/file.gguf" });
+  });
+
+  it("reads an https URL as a remote source", () => {
+    assert.deepEqual(parseModelFlag("https://example.com/models/small.gguf"), { id: "small", hf: "https://example.com/models/small.gguf" });
+  });
+
+  it("trims surrounding whitespace", () => {
+    assert.deepEqual(parseModelFlag("  m=/models/m.gguf "), { id: "m", path: "/models/m.gguf" });
+  });
+
+  it("refuses an empty value with a ConfigError", () => {
+    assert.throws(() => parseModelFlag("   "), ConfigError);
+  });
+});

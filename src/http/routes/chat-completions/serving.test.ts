@@ -1,0 +1,196 @@
+/**
+ * toGenerationRequest: how a validated API request becomes the engine's neutral request
+ * (sampling defaults, stop lists, token limits, roles, flattened content).
+ */
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { chatCompletionRequestSchema } from "../../../protocol/chat-completion-request.ts";
+import { UnsupportedParameterError } from "../../../protocol/errors.ts";
+import { parseWithSchema } from "../../../protocol/parse.ts";
+import { toGenerationRequest } from "./serving.ts";
+
+const hello = [{ role: "user", content: "Hi" }];
+
+/** Validates `fields` (with a model and messages unless given) and maps them. */
+function generationFor(fields: Record<string, unknown>) {
+  return toGenerationRequest(parseWithSchema(chatCompletionRequestSchema, { model: "tiny", messages: hello, ...fields }));
+}
+
+function assertUnsupported(fields: Record<string, unknown>, param: string): void {
+  assert.throws(
+    () => generationFor(fields),
+    (error: unknown) => {
+      assert.ok(error instanceof UnsupportedParameterError, `expected UnsupportedParameterError, got ${String(error)}`);
+      assert.equal(error.status, 400);
+      assert.equal(error.code, "unsupported_parameter");
+      assert.equal(error.param, param);
+      return true;
+    },
+  );
+}
+
+describe("toGenerationRequest", () => {
+  it("uses OpenAI's sampling defaults when none are given", () => {
+    const request = generationFor({});
+    assert.deepEqual(request.sampling, {
+      temperature: 1,
+      topP: 1,
+      seed: undefined,
+      frequencyPenalty: 0,
+      presencePenalty: 0,
+      stop: [],
+    });
+    assert.equal(request.maxTokens, undefined);
+  });
+
+  it("uses the defaults for fields sent as null", () => {
+    const request = generationFor({
+      temperature: null,
+      top_p: null,
+      seed: null,
+      frequency_penalty: null,
+      presence_penalty: null,
+      stop: null,
+      max_tokens: null,
+      max_completion_tokens: null,
+    });
+    assert.equal(request.sampling.temperature, 1);
+    assert.equal(request.sampling.topP, 1);
+    assert.equal(request.sampling.seed, undefined);
+    assert.equal(request.sampling.frequencyPenalty, 0);
+    assert.equal(request.sampling.presencePenalty, 0);
+    assert.deepEqual(request.sampling.stop, []);
+    assert.equal(request.maxTokens, undefined);
+  });
+
+  it("passes given sampling values through, zero temperature included", () => {
+    const request = generationFor({ temperature: 0, top_p: 0.5, seed: 42, frequency_penalty: -1, presence_penalty: 1.5 });
+    assert.deepEqual(request.sampling, {
+      temperature: 0,
+      topP: 0.5,
+      seed: 42,
+      frequencyPenalty: -1,
+      presencePenalty: 1.5,
+      stop: [],
+    });
+  });
+
+  it("turns a stop string into a list of one", () => {
+    assert.deepEqual(generationFor({ stop: "\n\n" }).sampling.stop, ["\n\n"]);
+  });
+
+  it("keeps a stop list as it is", () => {
+    assert.deepEqual(generationFor({ stop: ["END", "User:"] }).sampling.stop, ["END", "User:"]);
+  });
+
+  it("drops empty stop strings", () => {
+    assert.deepEqual(generationFor({ stop: "" }).sampling.stop, []);
+    assert.deepEqual(generationFor({ stop: ["", "END"] }).sampling.stop, ["END"]);
+  });
+
+  it("takes max_tokens or max_completion_tokens, whichever is given", () => {
+    assert.equal(generationFor({ max_tokens: 30 }).maxTokens, 30);
+    assert.equal(generationFor({ max_completion_tokens: 40 }).maxTokens, 40);
+  });
+
+  it("takes the smaller of max_tokens and max_completion_tokens", () => {
+    assert.equal(generationFor({ max_tokens: 100, max_completion_tokens: 50 }).maxTokens, 50);
+    assert.equal(generationFor({ max_tokens: 20, max_completion_tokens: 50 }).maxTokens, 20);
+  });
+
+  it("sends a developer message as a system message", () => {
+    const request = generationFor({
+      messages: [
+        { role: "developer", content: "Answer in French." },
+        { role: "user", content: "Hi" },
+      ],
+    });
+    assert.deepEqual(request.messages, [
+      { role: "system", content: "Answer in French.", name: undefined },
+      { role: "user", content: "Hi", name: undefined },
+    ]);
+  });
+
+  it("keeps the roles, names and tool call ids of the other messages", () => {
+    const request = generationFor({
+      messages: [
+        { role: "system", content: "Be brief.", name: "rules" },
+        { role: "user", content: "Hi", name: "ana" },
+        { role: "assistant", content: "Hello.", name: null },
+        { role: "tool", content: "42", tool_call_id: "call_1" },
+      ],
+    });
+    assert.deepEqual(request.messages, [
+      { role: "system", content: "Be brief.", name: "rules" },
+      { role: "user", content: "Hi", name: "ana" },
+      { role: "assistant", content: "Hello.", name: undefined },
+      { role: "tool", content: "42", toolCallId: "call_1" },
+    ]);
+  });
+
+  it("concatenates text content parts without separators", () => {
+    const request = generationFor({
+      messages: [
+        { role: "system", content: [{ type: "text", text: "Be " }, { type: "text", text: "brief." }] },
+        { role: "user", content: [{ type: "text", text: "Hello" }, { type: "text", text: ", there" }] },
+      ],
+    });
+    assert.equal(request.messages[0]!.content, "Be brief.");
+    assert.equal(request.messages[1]!.content, "Hello, there");
+  });
+
+  it("reads an assistant refusal part as text and null content as empty", () => {
+    const request = generationFor({
+      messages: [
+        { role: "user", content: "Do it." },
+        { role: "assistant", content: [{ type: "refusal", refusal: "I can't." }] },
+        { role: "assistant", content: null },
+        { role: "user", content: "Fine." },
+      ],
+    });
+    assert.equal(request.messages[1]!.content, "I can't.");
+    assert.equal(request.messages[2]!.content, "");
+  });
+
+  it("refuses an image part, naming the part", () => {
+    assertUnsupported(
+      { messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "https://example.com/cat.png" } }] }] },
+      "messages[0].content[0]",
+    );
+  });
+
+  it("names the exact message and part of a refused image", () => {
+    assertUnsupported(
+      {
+        messages: [
+          { role: "system", content: "Describe images." },
+          {
+            role: "user",
+            content: [
+              { type: "text", text: "What is this?" },
+              { type: "image_url", image_url: { url: "data:image/png;base64,AAAA" } },
+            ],
+          },
+        ],
+      },
+      "messages[1].content[1]",
+    );
+  });
+
+  it("refuses audio and file parts, naming the part", () => {
+    assertUnsupported({ messages: [{ role: "user", content: [{ type: "input_audio", input_audio: { data: "AAAA", format: "wav" } }] }] }, "messages[0].content[0]");
+    assertUnsupported({ messages: [{ role: "user", content: [{ type: "file", file: { file_id: "file_1" } }] }] }, "messages[0].content[0]");
+  });
+
+  it("refuses an assistant message with tool calls", () => {
+    assertUnsupported(
+      {
+        messages: [
+          { role: "user", content: "Weather?" },
+          { role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "function", function: { name: "weather", arguments: "{}" } }] },
+        ],
+      },
+      "messages[1].tool_calls",
+    );
+  });
+});

@@ -1,0 +1,60 @@
+/**
+ * `GET /v1/models`, `GET /v1/models/{id}`, `/health` and `/ready`, through the openai client.
+ */
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import OpenAI from "openai";
+import { startTestServer, storiesChatmlModel, storiesModel, type TestServer } from "./helpers/server.ts";
+
+let test: TestServer;
+before(async () => {
+  test = await startTestServer({ flags: { models: [storiesModel, `team/chat-model=${storiesChatmlModel}`], context_size: "1024" } });
+});
+after(async () => {
+  await test?.close();
+});
+
+describe("the model catalog", () => {
+  it("lists every model with context length, modalities, pricing, parameters and status", async () => {
+    const page = await test.client.models.list();
+    const models = page.data as unknown as Array<Record<string, any>>;
+    assert.deepEqual(models.map((model) => model.id), ["stories260K", "team/chat-model"]);
+    for (const model of models) {
+      assert.equal(model.object, "model");
+      assert.equal(typeof model.created, "number");
+      assert.equal(typeof model.owned_by, "string");
+      assert.equal(model.context_length, 1024, "the configured context, capped by the model's own");
+      assert.deepEqual(model.modalities, { input: ["text"], output: ["text"] });
+      assert.deepEqual(model.pricing, { prompt: 0, cached_prompt: 0, completion: 0 });
+      assert.ok(model.supported_parameters.includes("temperature"));
+      assert.ok(model.supported_parameters.includes("stop"));
+      assert.ok(!model.supported_parameters.includes("tools"), "tools are not claimed before they work");
+      assert.deepEqual(model.status, { state: "ready" });
+    }
+  });
+
+  it("retrieves one model by id, slashes included", async () => {
+    const model = (await test.client.models.retrieve("team/chat-model")) as unknown as Record<string, any>;
+    assert.equal(model.id, "team/chat-model");
+    const plain = (await test.client.models.retrieve("stories260K")) as unknown as Record<string, any>;
+    assert.equal(plain.context_length, 1024);
+  });
+
+  it("answers 404 model_not_found for an unknown id", async () => {
+    await assert.rejects(
+      test.client.models.retrieve("nope"),
+      (error: unknown) => error instanceof OpenAI.NotFoundError && error.code === "model_not_found",
+    );
+  });
+});
+
+describe("health and readiness", () => {
+  it("answers /health and /ready without a key", async () => {
+    const health = await fetch(`${test.url}/health`);
+    assert.equal(health.status, 200);
+    assert.deepEqual(await health.json(), { status: "ok" });
+    const ready = await fetch(`${test.url}/ready`);
+    assert.equal(ready.status, 200);
+    assert.deepEqual(await ready.json(), { status: "ready", models: { stories260K: "ready", "team/chat-model": "ready" } });
+  });
+});
