@@ -19,6 +19,14 @@ export type ApiKeyRecord = {
   revoked: number | null;
   expires: number | null;
   lastUsed: number | null;
+  /** Most credit the key may spend; null: no cap of its own. */
+  spendCap: number | null;
+  /** Credit spent by settled requests. */
+  spent: number;
+  rpm: number | null;
+  tpm: number | null;
+  /** Model ids the key may use; null: all its account may use. */
+  models: string[] | null;
 };
 
 export type CreatedApiKey = ApiKeyRecord & {
@@ -50,6 +58,11 @@ function toRecord(row: Database["api_keys"]): ApiKeyRecord {
     revoked: row.revoked_at === null ? null : Number(row.revoked_at),
     expires: row.expires_at === null ? null : Number(row.expires_at),
     lastUsed: row.last_used_at === null ? null : Number(row.last_used_at),
+    spendCap: row.spend_cap === null ? null : Number(row.spend_cap),
+    spent: Number(row.spent),
+    rpm: row.rpm,
+    tpm: row.tpm,
+    models: row.models === null ? null : (JSON.parse(row.models) as string[]),
   };
 }
 
@@ -58,6 +71,10 @@ export type CreateKeyOptions = {
   accountId?: string | null;
   /** Milliseconds since the epoch; undefined for a key that does not expire. */
   expires?: number;
+  spendCap?: number;
+  rpm?: number;
+  tpm?: number;
+  models?: string[];
   now?: number;
 };
 
@@ -74,6 +91,12 @@ export async function createApiKey(database: Kysely<Database>, options: CreateKe
     revoked_at: null,
     expires_at: options.expires ?? null,
     last_used_at: null,
+    spend_cap: options.spendCap ?? null,
+    spent: 0,
+    reserved: 0,
+    rpm: options.rpm ?? null,
+    tpm: options.tpm ?? null,
+    models: options.models === undefined ? null : JSON.stringify(options.models),
   };
   await database.insertInto("api_keys").values(row).execute();
   return { ...toRecord(row), key };

@@ -6,9 +6,9 @@ import { z } from "zod";
 
 /** Prices in credit units per million tokens. A model without prices costs nothing. */
 export const pricingSchema = z.object({
-  prompt: z.number().min(0).default(0),
-  cached_prompt: z.number().min(0).optional(),
-  completion: z.number().min(0).default(0),
+  prompt: z.number().int().min(0).default(0),
+  cached_prompt: z.number().int().min(0).optional(),
+  completion: z.number().int().min(0).default(0),
 });
 
 const modelIdPattern = /^[A-Za-z0-9][A-Za-z0-9._:@/-]*$/;

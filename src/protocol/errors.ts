@@ -80,6 +80,37 @@ export class InvalidApiKeyError extends ApiError {
   }
 }
 
+/** 429: the account's (or the key's) credit does not cover the request's worst case. */
+export class InsufficientQuotaError extends ApiError {
+  constructor(message = "You exceeded your current quota: the account's credit does not cover this request. Buy a plan or redeem a code.") {
+    super(message, { status: 429, type: "insufficient_quota", code: "insufficient_quota" });
+  }
+}
+
+/** 429: over the requests-per-minute or tokens-per-minute limit. */
+export class RateLimitExceededError extends ApiError {
+  constructor(message: string, retryAfterSeconds: number, headers: Record<string, string> = {}) {
+    super(message, {
+      status: 429,
+      type: "rate_limit_error",
+      code: "rate_limit_exceeded",
+      headers: { ...headers, "retry-after": String(retryAfterSeconds) },
+    });
+  }
+}
+
+/** 403: the key or the account's plan may not use this model. */
+export class ModelNotAllowedError extends ApiError {
+  constructor(modelId: string, why: string) {
+    super(`This API key may not use the model '${modelId}': ${why}.`, {
+      status: 403,
+      type: "permission_error",
+      code: "model_not_allowed",
+      param: "model",
+    });
+  }
+}
+
 /** 404: the model id is not in the catalog. */
 export class ModelNotFoundError extends ApiError {
   constructor(modelId: string) {

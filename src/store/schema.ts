@@ -1,8 +1,8 @@
 /**
  * The tables, as Kysely sees them. Times are integer milliseconds since the epoch;
  * `null` in an optional time means "never" (not revoked, no expiry, not used yet).
+ * Money and credit are integers in their smallest unit.
  */
-import type { Generated } from "kysely";
 
 export type ApiKeyTable = {
   id: string;
@@ -11,16 +11,145 @@ export type ApiKeyTable = {
   display_prefix: string;
   /** SHA-256 of the whole key, hex. The key itself is never stored. */
   key_hash: string;
-  /** Owner account; null for the built-in operator account. */
+  /** Owner account; null for the built-in operator account (not metered). */
   account_id: string | null;
   created_at: number;
   revoked_at: number | null;
   expires_at: number | null;
   last_used_at: number | null;
+  /** Most credit this key may spend in total; null: no cap of its own. */
+  spend_cap: number | null;
+  /** Credit spent by settled requests. */
+  spent: number;
+  /** Credit held by requests still running. */
+  reserved: number;
+  /** Requests per minute; null: no limit of its own. */
+  rpm: number | null;
+  /** Tokens per minute; null: no limit of its own. */
+  tpm: number | null;
+  /** JSON array of model ids the key may use; null: every model its account may use. */
+  models: string | null;
+};
+
+export type AccountTable = {
+  id: string;
+  email: string;
+  /** scrypt hash (`scrypt$N$r$p$salt$hash`); null: the account cannot sign in. */
+  password_hash: string | null;
+  role: "admin" | "user";
+  /** Spendable credit: grants minus charges minus expiries minus running holds. Never negative. */
+  balance: number;
+  /** The plan granted last; its limits apply to the account. */
+  plan_id: string | null;
+  created_at: number;
+  disabled_at: number | null;
+};
+
+export type PlanTable = {
+  id: string;
+  name: string;
+  price_amount: number;
+  price_currency: string;
+  credit: number;
+  /** Days the credit lasts; null: forever. */
+  days: number | null;
+  rpm: number | null;
+  tpm: number | null;
+  /** JSON array of model ids; null: every model. */
+  models: string | null;
+  /** `config` (from the operator's file) or `admin` (made through the API). */
+  origin: string;
+  created_at: number;
+  updated_at: number;
+};
+
+/** Credit granted at once (a purchase, a code, an admin grant), spent oldest-expiring first. */
+export type CreditLotTable = {
+  id: string;
+  account_id: string;
+  plan_id: string | null;
+  granted: number;
+  /** Not yet charged or expired; includes credit held by running requests. */
+  remaining: number;
+  expires_at: number | null;
+  /** What granted it, unique: `stripe:<event id>`, `code:<hash>`, `admin:<id>`. Makes grants idempotent. */
+  source: string;
+  created_at: number;
+};
+
+export type LedgerEntryKind = "grant" | "hold" | "release" | "settle" | "expiry" | "refund";
+
+/** Append-only. An account's balance is the sum of its entries' amounts. */
+export type LedgerEntryTable = {
+  id: string;
+  account_id: string;
+  kind: LedgerEntryKind;
+  /** Signed: grants and releases add, holds, charges and expiries subtract. */
+  amount: number;
+  lot_id: string | null;
+  hold_id: string | null;
+  created_at: number;
+};
+
+export type HoldTable = {
+  id: string;
+  account_id: string;
+  key_id: string | null;
+  /** Credit reserved: the request's worst case. */
+  amount: number;
+  status: "active" | "settled" | "released";
+  /** Charged at settlement. */
+  cost: number | null;
+  /** The node that placed it; holds of dead nodes are released. */
+  node_id: string;
+  expires_at: number;
+  created_at: number;
+  closed_at: number | null;
+};
+
+export type NodeTable = {
+  id: string;
+  hostname: string;
+  pid: number;
+  started_at: number;
+  last_seen_at: number;
+};
+
+export type UsageRecordTable = {
+  id: string;
+  request_id: string;
+  account_id: string | null;
+  key_id: string | null;
+  model: string;
+  prompt_tokens: number;
+  cached_prompt_tokens: number;
+  completion_tokens: number;
+  cost: number;
+  latency_ms: number;
+  /** HTTP status of the response (200 also for streams that ended in an error event). */
+  status: number;
+  finish_reason: string | null;
+  stream: number;
+  created_at: number;
+};
+
+export type RedemptionCodeTable = {
+  /** SHA-256 of the code, hex; the code itself is printed once. */
+  code_hash: string;
+  plan_id: string;
+  created_at: number;
+  redeemed_at: number | null;
+  redeemed_by: string | null;
 };
 
 export type Database = {
   api_keys: ApiKeyTable;
+  accounts: AccountTable;
+  plans: PlanTable;
+  credit_lots: CreditLotTable;
+  ledger_entries: LedgerEntryTable;
+  holds: HoldTable;
+  nodes: NodeTable;
+  usage_records: UsageRecordTable;
+  redemption_codes: RedemptionCodeTable;
 };
-
-export type { Generated };

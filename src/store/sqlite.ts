@@ -13,7 +13,9 @@ function adapt(database: DatabaseSync): SqliteDatabase {
   return {
     close: () => database.close(),
     prepare: (sql: string): SqliteStatement => {
-      const statement = database.prepare(sql);
+      // Write transactions take the lock up front, so two processes sharing the file wait
+      // (busy_timeout) instead of failing on a lock upgrade.
+      const statement = database.prepare(/^\s*begin\s*$/i.test(sql) ? "begin immediate" : sql);
       const values = (parameters: ReadonlyArray<unknown>) => parameters as SQLInputValue[];
       return {
         reader: statement.columns().length > 0,

@@ -1,0 +1,147 @@
+/**
+ * The ledger on both stores: real SQLite and this machine's real PostgreSQL.
+ */
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { createAccount } from "../accounts/accounts.ts";
+import { createApiKey } from "../auth/api-keys.ts";
+import { InsufficientQuotaError } from "../protocol/errors.ts";
+import { backends, openTestDatabase, type TestDatabase } from "../../test/helpers/databases.ts";
+import { checkLedger, expireDueCredit, grantCredit, placeHold, releaseHold, settleHold, sweepHolds } from "./ledger.ts";
+
+const DAY = 24 * 60 * 60 * 1000;
+
+for (const backend of backends) {
+  describe(`ledger (${backend})`, () => {
+    let store: TestDatabase;
+    before(async () => {
+      store = await openTestDatabase(backend);
+    });
+    after(async () => {
+      await store?.close();
+    });
+
+    async function account(email: string) {
+      return createAccount(store.database, { email: `${email}-${Math.random().toString(36).slice(2)}@example.com` });
+    }
+
+    async function assertConsistent(accountId: string) {
+      const check = await checkLedger(store.database, accountId);
+      assert.equal(check.balance, check.sumOfEntries, "balance = sum of entries");
+      assert.equal(check.lotsRemaining, check.balance + check.heldActive, "lots = balance + active holds");
+      assert.ok(check.balance >= 0);
+      return check;
+    }
+
+    it("grants credit once per source", async () => {
+      const owner = await account("grant");
+      assert.deepEqual((await grantCredit(store.database, { accountId: owner.id, amount: 1000, source: "stripe:evt_1" })).granted, true);
+      assert.deepEqual((await grantCredit(store.database, { accountId: owner.id, amount: 1000, source: "stripe:evt_1" })).granted, false);
+      const check = await assertConsistent(owner.id);
+      assert.equal(check.balance, 1000);
+    });
+
+    it("holds the worst case, settles the exact cost and releases the rest", async () => {
+      const owner = await account("settle");
+      await grantCredit(store.database, { accountId: owner.id, amount: 500, source: `admin:${owner.id}` });
+      const hold = await placeHold(store.database, { accountId: owner.id, keyId: null, amount: 200, nodeId: "n1", ttlMs: 60_000 });
+      assert.equal((await assertConsistent(owner.id)).balance, 300, "the hold is not spendable");
+      assert.equal(await settleHold(store.database, hold, 37), 37);
+      const check = await assertConsistent(owner.id);
+      assert.equal(check.balance, 463);
+      assert.equal(check.activeHolds, 0);
+      assert.equal(await settleHold(store.database, hold, 37), 0, "settling twice charges once");
+      assert.equal((await assertConsistent(owner.id)).balance, 463);
+    });
+
+    it("refuses a hold the balance does not cover, before anything is reserved", async () => {
+      const owner = await account("refuse");
+      await grantCredit(store.database, { accountId: owner.id, amount: 100, source: `admin:${owner.id}` });
+      await assert.rejects(
+        placeHold(store.database, { accountId: owner.id, keyId: null, amount: 101, nodeId: "n1", ttlMs: 60_000 }),
+        InsufficientQuotaError,
+      );
+      const check = await assertConsistent(owner.id);
+      assert.equal(check.balance, 100);
+      assert.equal(check.activeHolds, 0);
+    });
+
+    it("never overspends under concurrent holds", async () => {
+      const owner = await account("race");
+      await grantCredit(store.database, { accountId: owner.id, amount: 1000, source: `admin:${owner.id}` });
+      const attempts = await Promise.allSettled(
+        Array.from({ length: 60 }, () => placeHold(store.database, { accountId: owner.id, keyId: null, amount: 100, nodeId: "n1", ttlMs: 60_000 })),
+      );
+      const admitted = attempts.filter((attempt) => attempt.status === "fulfilled");
+      assert.equal(admitted.length, 10);
+      for (const attempt of attempts) {
+        if (attempt.status === "rejected") assert.ok(attempt.reason instanceof InsufficientQuotaError, String(attempt.reason));
+      }
+      assert.equal((await assertConsistent(owner.id)).balance, 0);
+      await Promise.all(admitted.map((attempt) => settleHold(store.database, (attempt as PromiseFulfilledResult<string>).value, 60)));
+      const check = await assertConsistent(owner.id);
+      assert.equal(check.balance, 400);
+    });
+
+    it("releases a failed request's hold without charging", async () => {
+      const owner = await account("release");
+      await grantCredit(store.database, { accountId: owner.id, amount: 50, source: `admin:${owner.id}` });
+      const hold = await placeHold(store.database, { accountId: owner.id, keyId: null, amount: 50, nodeId: "n1", ttlMs: 60_000 });
+      await releaseHold(store.database, hold);
+      assert.equal((await assertConsistent(owner.id)).balance, 50);
+    });
+
+    it("caps a key's spending with its own spend cap", async () => {
+      const owner = await account("cap");
+      await grantCredit(store.database, { accountId: owner.id, amount: 1000, source: `admin:${owner.id}` });
+      const key = await createApiKey(store.database, { accountId: owner.id, spendCap: 150 });
+      const first = await placeHold(store.database, { accountId: owner.id, keyId: key.id, amount: 100, nodeId: "n1", ttlMs: 60_000 });
+      await assert.rejects(placeHold(store.database, { accountId: owner.id, keyId: key.id, amount: 100, nodeId: "n1", ttlMs: 60_000 }), /spend cap/);
+      await settleHold(store.database, first, 40);
+      const second = await placeHold(store.database, { accountId: owner.id, keyId: key.id, amount: 100, nodeId: "n1", ttlMs: 60_000 });
+      await settleHold(store.database, second, 100);
+      await assert.rejects(placeHold(store.database, { accountId: owner.id, keyId: key.id, amount: 20, nodeId: "n1", ttlMs: 60_000 }), InsufficientQuotaError);
+      const row = await store.database.selectFrom("api_keys").select(["spent", "reserved"]).where("id", "=", key.id).executeTakeFirstOrThrow();
+      assert.deepEqual({ spent: Number(row.spent), reserved: Number(row.reserved) }, { spent: 140, reserved: 0 });
+      assert.equal((await assertConsistent(owner.id)).balance, 860);
+    });
+
+    it("makes expired credit unspendable and spends soonest-expiring credit first", async () => {
+      const owner = await account("expiry");
+      const start = Date.now();
+      await grantCredit(store.database, { accountId: owner.id, amount: 300, source: `short:${owner.id}`, days: 1, now: start });
+      await grantCredit(store.database, { accountId: owner.id, amount: 100, source: `long:${owner.id}`, days: 30, now: start });
+      const hold = await placeHold(store.database, { accountId: owner.id, keyId: null, amount: 250, nodeId: "n1", ttlMs: 60_000, now: start });
+      await settleHold(store.database, hold, 250, start);
+      assert.equal((await assertConsistent(owner.id)).balance, 150);
+      // Two days later the short lot's last 50 expire; the long lot's 100 stay.
+      await expireDueCredit(store.database, owner.id, start + 2 * DAY);
+      assert.equal((await assertConsistent(owner.id)).balance, 100);
+      await assert.rejects(
+        placeHold(store.database, { accountId: owner.id, keyId: null, amount: 101, nodeId: "n1", ttlMs: 60_000, now: start + 2 * DAY }),
+        InsufficientQuotaError,
+      );
+      // A month on, nothing is spendable.
+      await assert.rejects(
+        placeHold(store.database, { accountId: owner.id, keyId: null, amount: 1, nodeId: "n1", ttlMs: 60_000, now: start + 31 * DAY }),
+        InsufficientQuotaError,
+      );
+      assert.equal((await assertConsistent(owner.id)).balance, 0);
+    });
+
+    it("sweeps holds past their expiry and holds of dead nodes", async () => {
+      const owner = await account("sweep");
+      await grantCredit(store.database, { accountId: owner.id, amount: 100, source: `admin:${owner.id}` });
+      const now = Date.now();
+      await placeHold(store.database, { accountId: owner.id, keyId: null, amount: 10, nodeId: "alive", ttlMs: 1000, now });
+      await placeHold(store.database, { accountId: owner.id, keyId: null, amount: 20, nodeId: "dead", ttlMs: 600_000, now });
+      const kept = await placeHold(store.database, { accountId: owner.id, keyId: null, amount: 30, nodeId: "alive", ttlMs: 600_000, now });
+      assert.equal(await sweepHolds(store.database, { now: now + 5000, deadNodes: ["dead"] }), 2);
+      const check = await assertConsistent(owner.id);
+      assert.equal(check.activeHolds, 1);
+      assert.equal(check.balance, 70);
+      await settleHold(store.database, kept, 30);
+      assert.equal((await assertConsistent(owner.id)).balance, 70);
+    });
+  });
+}

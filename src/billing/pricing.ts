@@ -1,0 +1,28 @@
+/**
+ * What a request costs: its tokens times the model's prices (credit units per million tokens),
+ * rounded up to the unit. Integer arithmetic throughout (BigInt), never floats.
+ */
+import type { Pricing } from "../catalog/catalog.ts";
+
+const MILLION = 1_000_000n;
+
+function ceilDivide(numerator: bigint, denominator: bigint): number {
+  return Number((numerator + denominator - 1n) / denominator);
+}
+
+export type TokenCounts = { promptTokens: number; cachedPromptTokens: number; completionTokens: number };
+
+/** The exact cost of a finished request. */
+export function costOf(pricing: Pricing, usage: TokenCounts): number {
+  const cached = BigInt(Math.min(usage.cachedPromptTokens, usage.promptTokens));
+  const uncached = BigInt(usage.promptTokens) - cached;
+  const total =
+    uncached * BigInt(pricing.prompt) + cached * BigInt(pricing.cachedPrompt) + BigInt(usage.completionTokens) * BigInt(pricing.completion);
+  return ceilDivide(total, MILLION);
+}
+
+/** The most a request may cost: every prompt token at the dearer prompt price, every allowed completion token. */
+export function worstCaseCost(pricing: Pricing, promptTokens: number, maxCompletionTokens: number): number {
+  const promptPrice = BigInt(Math.max(pricing.prompt, pricing.cachedPrompt));
+  return ceilDivide(BigInt(promptTokens) * promptPrice + BigInt(maxCompletionTokens) * BigInt(pricing.completion), MILLION);
+}

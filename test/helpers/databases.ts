@@ -1,0 +1,74 @@
+/**
+ * Fresh databases for store-level tests: SQLite in a temporary directory, and PostgreSQL
+ * (this machine's real server) in a schema of its own that is dropped afterwards.
+ * TURNPIKE_TEST_POSTGRES_URL overrides the server (default postgres://postgres@127.0.0.1:5432/test).
+ */
+import { randomBytes } from "node:crypto";
+import fs from "node:fs";
+import type { Kysely } from "kysely";
+import pg from "pg";
+import type { Database } from "../../src/store/schema.ts";
+import { openStore } from "../../src/store/open.ts";
+import { temporaryDirectory } from "./server.ts";
+
+export const postgresUrl = process.env.TURNPIKE_TEST_POSTGRES_URL ?? "postgres://postgres@127.0.0.1:5432/test";
+
+export type TestDatabase = {
+  backend: "sqlite" | "postgres";
+  database: Kysely<Database>;
+  /** For `openStore`/`turnpike --database-url` (undefined for SQLite). */
+  databaseUrl: string | undefined;
+  dataDir: string;
+  close(): Promise<void>;
+};
+
+/** A PostgreSQL URL whose connections use a fresh, empty schema. */
+export async function freshPostgresSchema(): Promise<{ url: string; drop: () => Promise<void> }> {
+  const schema = `turnpike_test_${randomBytes(6).toString("hex")}`;
+  const admin = new pg.Client({ connectionString: postgresUrl });
+  await admin.connect();
+  await admin.query(`CREATE SCHEMA ${schema}`);
+  await admin.end();
+  const url = `${postgresUrl}${postgresUrl.includes("?") ? "&" : "?"}options=${encodeURIComponent(`-c search_path=${schema}`)}`;
+  return {
+    url,
+    drop: async () => {
+      const client = new pg.Client({ connectionString: postgresUrl });
+      await client.connect();
+      await client.query(`DROP SCHEMA ${schema} CASCADE`);
+      await client.end();
+    },
+  };
+}
+
+export async function openTestDatabase(backend: "sqlite" | "postgres"): Promise<TestDatabase> {
+  const dataDir = temporaryDirectory();
+  if (backend === "sqlite") {
+    const database = await openStore({ dataDir, databaseUrl: "" });
+    return {
+      backend,
+      database,
+      databaseUrl: undefined,
+      dataDir,
+      close: async () => {
+        await database.destroy();
+        fs.rmSync(dataDir, { recursive: true, force: true });
+      },
+    };
+  }
+  const { url, drop } = await freshPostgresSchema();
+  const database = await openStore({ dataDir, databaseUrl: url });
+  return {
+    backend,
+    database,
+    databaseUrl: url,
+    dataDir,
+    close: async () => {
+      await database.destroy();
+      await drop();
+      fs.rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+export const backends = ["sqlite", "postgres"] as const;
