@@ -12,6 +12,15 @@ import { createRuntimeLoader } from "./engines/llamacpp/runtime.ts";
 import type { DownloadProgress } from "./engines/llamacpp/model-file.ts";
 import { openStore } from "./store/open.ts";
 import { buildApp, type App } from "./http/app.ts";
+import { Metering } from "./billing/metering.ts";
+import { deadNodes, forgetNodes, heartbeat, registerNode } from "./billing/nodes.ts";
+import { sweepExpiredCredit, sweepHolds } from "./billing/ledger.ts";
+import { syncConfigPlans } from "./billing/plans-store.ts";
+
+/** How often holds and expired credit are swept, and the node's heartbeat written. */
+const SWEEP_INTERVAL_MS = 10_000;
+/** A hold older than this is released by the sweeper (longer than any generation should run). */
+const HOLD_TTL_MS = 30 * 60_000;
 
 export type RunningServer = {
   app: App;
@@ -65,8 +74,24 @@ function progressReporter(modelId: string, logger: Logger): (progress: DownloadP
 export async function startServer(settings: ResolvedSettings, logger: Logger = createLogger(settings.log_level)): Promise<RunningServer> {
   const database = await openStore({
     dataDir: settings.data_dir,
+    databaseUrl: settings.database_url,
     onMigration: (name) => logger.info({ migration: name }, "applied database migration"),
   });
+  await syncConfigPlans(database, settings.plans);
+  const nodeId = await registerNode(database);
+  /** Releases holds of dead nodes (e.g. a previous process killed mid-stream) and expired credit. */
+  const sweep = async () => {
+    await heartbeat(database, nodeId);
+    const dead = await deadNodes(database, nodeId);
+    const released = await sweepHolds(database, { deadNodes: dead });
+    await forgetNodes(database, dead);
+    const expired = await sweepExpiredCredit(database);
+    if (released > 0 || expired > 0) logger.info({ released_holds: released, expired_credit: expired }, "ledger sweep");
+  };
+  await sweep();
+  const sweeper = setInterval(() => sweep().catch((error: unknown) => logger.error({ err: error }, "ledger sweep failed")), SWEEP_INTERVAL_MS);
+  sweeper.unref();
+  const metering = new Metering({ database, nodeId: () => nodeId, holdTtlMs: HOLD_TTL_MS });
   const runtime = createRuntimeLoader({
     threads: settings.threads,
     gpu: settings.gpu,
@@ -111,6 +136,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
   const app = buildApp({
     catalog,
     database,
+    metering,
     logger,
     bodyLimit: settings.body_limit,
     keepAliveIntervalMs: settings.keep_alive_interval * 1000,
@@ -132,7 +158,9 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
         clearTimeout(timer);
         clearInterval(sweep);
       }
+      clearInterval(sweeper);
       await catalog.close();
+      await forgetNodes(database, [nodeId]);
       await database.destroy();
     })();
     return closed;

@@ -22,6 +22,7 @@ export const serveOptions: readonly OptionSpec[] = [
   { key: "host", flag: "--host <host>", env: "TURNPIKE_HOST", kind: "string", defaultText: "127.0.0.1", description: "address to listen on" },
   { key: "port", flag: "--port <port>", env: "TURNPIKE_PORT", kind: "integer", defaultText: "8080", description: "port to listen on (0 picks a free one)" },
   { key: "data_dir", flag: "--data-dir <dir>", env: "TURNPIKE_DATA_DIR", kind: "string", defaultText: "./data", description: "the SQLite database and downloaded models" },
+  { key: "database_url", flag: "--database-url <url>", env: "TURNPIKE_DATABASE_URL", kind: "string", defaultText: "SQLite in the data dir", description: "postgres://… to share state between several nodes" },
   {
     key: "models",
     flag: "--model <[id=]source>",
@@ -50,6 +51,7 @@ export const defaultSettings = {
   host: "127.0.0.1",
   port: 8080,
   data_dir: "./data",
+  database_url: "",
   models: [],
   parallel: 4,
   threads: 0,

@@ -3,6 +3,7 @@
  * Every option has a flag, an environment variable and a default (see `options.ts`).
  */
 import { z } from "zod";
+import { planSchema } from "../billing/plans.ts";
 
 /** Prices in credit units per million tokens. A model without prices costs nothing. */
 export const pricingSchema = z.object({
@@ -37,7 +38,11 @@ export const settingsSchema = z.object({
   host: z.string().min(1),
   port: z.number().int().min(0).max(65535),
   data_dir: z.string().min(1),
+  /** `postgres://…` to share state between nodes; empty: SQLite in the data dir. */
+  database_url: z.string().regex(/^(postgres(ql)?:\/\/.+)?$/, "must be a postgres:// URL (or empty for SQLite)"),
   models: z.array(modelEntrySchema),
+  /** Plans on offer; only from the config file. */
+  plans: z.array(planSchema).default([]),
   parallel: z.number().int().min(1).max(64),
   /** llama.cpp threads per context; 0 means "pick from the cores available". */
   threads: z.number().int().min(0).max(1024),

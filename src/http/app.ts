@@ -6,6 +6,7 @@ import type { Kysely } from "kysely";
 import type { Logger } from "pino";
 import type { Catalog } from "../catalog/catalog.ts";
 import type { Database } from "../store/schema.ts";
+import type { Metering } from "../billing/metering.ts";
 import { RouteNotFoundError, ShuttingDownError } from "../protocol/errors.ts";
 import { handleError } from "./errors.ts";
 import { requestIdFrom, requestIdHeader } from "./middleware/request-id/request-id.ts";
@@ -17,6 +18,7 @@ import { registerHealthRoutes } from "./routes/health/route.ts";
 export type AppOptions = {
   catalog: Catalog;
   database: Kysely<Database>;
+  metering: Metering;
   logger: Logger;
   bodyLimit: number;
   keepAliveIntervalMs: number;
@@ -62,6 +64,7 @@ export function buildApp(options: AppOptions): App {
   registerChatCompletionsRoute(server, {
     catalog: options.catalog,
     authenticate,
+    metering: options.metering,
     shutdownSignal: shutdown.signal,
     keepAliveIntervalMs: options.keepAliveIntervalMs,
   });

@@ -3,9 +3,11 @@
  * A client that goes away aborts its generation; the freed slot serves the next request.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest, preHandlerHookHandler } from "fastify";
+import type { RunningGeneration } from "../../../engines/engine.ts";
 import type { Catalog } from "../../../catalog/catalog.ts";
 import { SseWriter } from "../../sse.ts";
-import { errorBody } from "../../errors.ts";
+import { errorBody, toApiError } from "../../errors.ts";
+import type { Metering, RequestOutcome } from "../../../billing/metering.ts";
 import { ShuttingDownError } from "../../../protocol/errors.ts";
 import {
   completeChatCompletion,
@@ -18,6 +20,7 @@ import {
 export type ChatCompletionsRouteOptions = {
   catalog: Catalog;
   authenticate: preHandlerHookHandler;
+  metering: Metering;
   /** Aborted when shutdown's grace period is over: running generations stop. */
   shutdownSignal: AbortSignal;
   keepAliveIntervalMs: number;
@@ -58,22 +61,50 @@ export function registerChatCompletionsRoute(app: FastifyInstance, options: Chat
   app.post("/v1/chat/completions", { preHandler: options.authenticate }, async function chatCompletions(request, reply) {
     const startedAt = performance.now();
     const job = await prepareChatCompletion(options.catalog, request.body);
+    // Model permissions and the worst-case hold come before any generation (403/429).
+    const admission = await options.metering.admit({
+      key: request.apiKey!,
+      model: job.model,
+      promptTokens: job.prepared.promptTokens,
+      maxTokens: job.prepared.maxTokens,
+      requestId: request.id,
+      stream: job.stream,
+    });
+    const settle = (outcome: Omit<RequestOutcome, "latencyMs">) =>
+      admission.settle({ ...outcome, latencyMs: performance.now() - startedAt }).catch((error: unknown) => {
+        request.log.error({ err: error }, "could not settle the request's hold; the sweeper will release it");
+      });
     const controller = abortOnDisconnect(reply, options.shutdownSignal);
-    // Throws 503 (queue full) before anything is sent.
-    const generation = job.prepared.start(controller.signal);
+    let generation: RunningGeneration;
+    try {
+      // Throws 503 (queue full) before anything is sent.
+      generation = job.prepared.start(controller.signal);
+    } catch (error) {
+      await settle({ usage: null, status: toApiError(error).status, finishReason: null });
+      throw error;
+    }
 
     if (!job.stream) {
+      let outcome: CompletionOutcome | undefined;
       try {
-        const { completion, outcome } = await completeChatCompletion(job, generation);
-        logCompletion(request, job, outcome, startedAt);
+        const result = await completeChatCompletion(job, generation);
+        outcome = result.outcome;
         if (controller.signal.aborted) {
           const reason: unknown = controller.signal.reason;
           if (reason instanceof ShuttingDownError) throw reason;
         }
-        return completion;
+        return result.completion;
       } catch (error) {
-        logCompletion(request, job, undefined, startedAt);
+        // Tokens generated before a shutdown are still billed; an engine failure is not.
+        if (controller.signal.aborted) outcome ??= { finishReason: "cancelled", usage: generation.usage() };
         throw error;
+      } finally {
+        await settle({
+          usage: outcome?.usage ?? null,
+          status: outcome === undefined ? 500 : controller.signal.aborted ? 499 : 200,
+          finishReason: outcome?.finishReason ?? null,
+        });
+        logCompletion(request, job, outcome, startedAt);
       }
     }
 
@@ -81,6 +112,7 @@ export function registerChatCompletionsRoute(app: FastifyInstance, options: Chat
     const sse = new SseWriter(reply.raw, reply.getHeaders());
     const keepAlive = setInterval(() => sse.comment("waiting for a slot"), options.keepAliveIntervalMs);
     const outcome: { value?: CompletionOutcome } = {};
+    let failed = false;
     try {
       await generation.admitted.finally(() => clearInterval(keepAlive));
       for await (const chunk of streamChatCompletion(job, generation, outcome)) sse.data(chunk);
@@ -92,13 +124,20 @@ export function registerChatCompletionsRoute(app: FastifyInstance, options: Chat
         sse.done();
       }
     } catch (error) {
-      if (!controller.signal.aborted) request.log.error({ err: error }, "stream failed");
+      failed = !controller.signal.aborted;
+      if (failed) request.log.error({ err: error }, "stream failed");
       const reason: unknown = controller.signal.reason;
       sse.data(errorBody(controller.signal.aborted && reason instanceof ShuttingDownError ? reason : error));
       sse.end();
     } finally {
       clearInterval(keepAlive);
-      logCompletion(request, job, outcome.value ?? (controller.signal.aborted ? { finishReason: "cancelled", usage: generation.usage() } : undefined), startedAt);
+      const final = outcome.value ?? (controller.signal.aborted && !failed ? { finishReason: "cancelled" as const, usage: generation.usage() } : undefined);
+      await settle({
+        usage: failed ? null : (final?.usage ?? null),
+        status: failed ? 500 : controller.signal.aborted ? 499 : 200,
+        finishReason: final?.finishReason ?? null,
+      });
+      logCompletion(request, job, final, startedAt);
     }
   });
 }

@@ -1,0 +1,99 @@
+/**
+ * Metering around one request: may this key use this model, reserve the worst case before
+ * generating, then charge exactly what was generated (also when the client left), release
+ * what a failed request held, and record the usage.
+ */
+import type { Kysely } from "kysely";
+import type { ApiKeyRecord } from "../auth/api-keys.ts";
+import type { CatalogModel } from "../catalog/catalog.ts";
+import type { TokenUsage } from "../engines/engine.ts";
+import type { Database } from "../store/schema.ts";
+import { ModelNotAllowedError } from "../protocol/errors.ts";
+import { placeHold, settleHold } from "./ledger.ts";
+import { costOf, worstCaseCost } from "./pricing.ts";
+import { findPlan } from "./plans-store.ts";
+import { recordUsage } from "./usage.ts";
+
+export type MeteringOptions = {
+  database: Kysely<Database>;
+  /** This serving node (holds carry it). */
+  nodeId: () => string;
+  /** How long a hold may live before the sweeper releases it. */
+  holdTtlMs: number;
+};
+
+export type AdmitInput = {
+  key: ApiKeyRecord;
+  model: CatalogModel;
+  promptTokens: number;
+  maxTokens: number;
+  requestId: string;
+  stream: boolean;
+};
+
+export type RequestOutcome = {
+  /** Tokens generated; null when the request failed (nothing is charged). */
+  usage: TokenUsage | null;
+  status: number;
+  finishReason: string | null;
+  latencyMs: number;
+};
+
+export type Admission = {
+  /** Credit reserved for this request (0 for the operator's keys and free models). */
+  readonly reserved: number;
+  /** Charges the exact cost (or releases the hold) and records usage. Call exactly once. */
+  settle(outcome: RequestOutcome): Promise<{ cost: number }>;
+};
+
+export class Metering {
+  readonly #options: MeteringOptions;
+
+  constructor(options: MeteringOptions) {
+    this.#options = options;
+  }
+
+  /** Checks the key may use the model and reserves the request's worst case. Throws 403/429. */
+  async admit(input: AdmitInput): Promise<Admission> {
+    const { database } = this.#options;
+    const { key, model } = input;
+    if (key.models !== null && !key.models.includes(model.id)) throw new ModelNotAllowedError(model.id, "it is not among the key's allowed models");
+    if (key.accountId !== null) {
+      const account = await database.selectFrom("accounts").select(["plan_id"]).where("id", "=", key.accountId).executeTakeFirst();
+      const plan = account?.plan_id ? await findPlan(database, account.plan_id) : undefined;
+      if (plan?.models != null && !plan.models.includes(model.id)) throw new ModelNotAllowedError(model.id, `the plan '${plan.id}' does not include it`);
+    }
+    const metered = key.accountId !== null;
+    const reserved = metered ? worstCaseCost(model.pricing, input.promptTokens, input.maxTokens) : 0;
+    const holdId =
+      metered && reserved > 0
+        ? await placeHold(database, { accountId: key.accountId!, keyId: key.id, amount: reserved, nodeId: this.#options.nodeId(), ttlMs: this.#options.holdTtlMs })
+        : null;
+    let settled = false;
+    return {
+      reserved,
+      settle: async (outcome) => {
+        if (settled) return { cost: 0 };
+        settled = true;
+        const cost = outcome.usage === null || !metered ? 0 : costOf(model.pricing, outcome.usage);
+        const charged = holdId === null ? 0 : await settleHold(database, holdId, cost);
+        await recordUsage(database, {
+          request_id: input.requestId,
+          account_id: key.accountId,
+          key_id: key.id,
+          model: model.id,
+          prompt_tokens: outcome.usage?.promptTokens ?? input.promptTokens,
+          cached_prompt_tokens: outcome.usage?.cachedPromptTokens ?? 0,
+          completion_tokens: outcome.usage?.completionTokens ?? 0,
+          cost: charged,
+          latency_ms: Math.round(outcome.latencyMs),
+          status: outcome.status,
+          finish_reason: outcome.finishReason,
+          stream: input.stream ? 1 : 0,
+          created_at: Date.now(),
+        });
+        return { cost: charged };
+      },
+    };
+  }
+}

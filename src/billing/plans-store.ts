@@ -1,0 +1,54 @@
+/**
+ * Plans in the database: the operator's config plans are written at start (the file wins
+ * for those ids); admins may add more through the API.
+ */
+import type { Kysely } from "kysely";
+import type { Database, PlanTable } from "../store/schema.ts";
+import type { Plan } from "./plans.ts";
+
+function toPlan(row: PlanTable): Plan {
+  return {
+    id: row.id,
+    name: row.name,
+    price: { amount: Number(row.price_amount), currency: row.price_currency },
+    credit: Number(row.credit),
+    days: row.days,
+    rpm: row.rpm,
+    tpm: row.tpm,
+    models: row.models === null ? null : (JSON.parse(row.models) as string[]),
+  };
+}
+
+/** Creates or updates a plan. */
+export async function savePlan(database: Kysely<Database>, plan: Plan, origin: "config" | "admin", now = Date.now()): Promise<void> {
+  const values = {
+    name: plan.name,
+    price_amount: plan.price.amount,
+    price_currency: plan.price.currency,
+    credit: plan.credit,
+    days: plan.days,
+    rpm: plan.rpm,
+    tpm: plan.tpm,
+    models: plan.models === null ? null : JSON.stringify(plan.models),
+    origin,
+    updated_at: now,
+  };
+  await database
+    .insertInto("plans")
+    .values({ id: plan.id, created_at: now, ...values })
+    .onConflict((conflict) => conflict.column("id").doUpdateSet(values))
+    .execute();
+}
+
+export async function syncConfigPlans(database: Kysely<Database>, plans: readonly Plan[]): Promise<void> {
+  for (const plan of plans) await savePlan(database, plan, "config");
+}
+
+export async function findPlan(database: Kysely<Database>, id: string): Promise<Plan | undefined> {
+  const row = await database.selectFrom("plans").selectAll().where("id", "=", id).executeTakeFirst();
+  return row && toPlan(row);
+}
+
+export async function listPlans(database: Kysely<Database>): Promise<Plan[]> {
+  return (await database.selectFrom("plans").selectAll().orderBy("price_amount").orderBy("id").execute()).map(toPlan);
+}
