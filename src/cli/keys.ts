@@ -4,8 +4,8 @@
  */
 import type { Command } from "commander";
 import { createApiKey, listApiKeys, revokeApiKey, type ApiKeyRecord } from "../auth/api-keys.ts";
-import { openStore } from "../store/open.ts";
-import { resolveDataDir, withDataDir } from "./data-dir.ts";
+import { requireAccountByEmail } from "../accounts/accounts.ts";
+import { withStore, withStoreFlags, type StoreFlags } from "./accounts.ts";
 
 function isoOrDash(time: number | null): string {
   return time === null ? "-" : new Date(time).toISOString();
@@ -17,26 +17,72 @@ function keyStatus(key: ApiKeyRecord, now = Date.now()): string {
   return "active";
 }
 
-async function withStore<T>(options: { dataDir?: string }, work: (database: Awaited<ReturnType<typeof openStore>>) => Promise<T>): Promise<T> {
-  const database = await openStore({ dataDir: resolveDataDir(options) });
-  try {
-    return await work(database);
-  } finally {
-    await database.destroy();
+/** `30d`, `12h`, `90m` or an ISO date → milliseconds since the epoch. */
+export function parseExpiry(value: string, now = Date.now()): number {
+  const relative = /^(\d+)\s*([dhm])$/.exec(value.trim());
+  if (relative) {
+    const unit = { d: 86_400_000, h: 3_600_000, m: 60_000 }[relative[2] as "d" | "h" | "m"];
+    return now + Number(relative[1]) * unit;
   }
+  const time = Date.parse(value);
+  if (Number.isNaN(time)) throw new Error(`'${value}' is not an expiry: use 30d, 12h, 90m or an ISO date`);
+  return time;
 }
+
+function positiveInteger(name: string): (value: string) => number {
+  return (value) => {
+    const number = Number(value);
+    if (!Number.isSafeInteger(number) || number < 0) throw new Error(`${name} must be a non-negative integer, got '${value}'`);
+    return number;
+  };
+}
+
+type CreateFlags = StoreFlags & {
+  name: string;
+  json?: boolean;
+  account?: string;
+  expires?: string;
+  models?: string;
+  spendCap?: number;
+  rpm?: number;
+  tpm?: number;
+};
 
 export function registerKeysCommands(program: Command): void {
   const keys = program.command("keys").description("create, list and revoke API keys");
 
-  withDataDir(
+  withStoreFlags(
     keys
       .command("create")
       .description("create an API key and print it once")
       .option("--name <name>", "a name to tell the key apart", "")
+      .option("--account <email>", "the account it belongs to (metered); default: the operator's own, not metered")
+      .option("--expires <when>", "expiry: 30d, 12h, 90m or an ISO date")
+      .option("--models <ids>", "comma-separated model ids the key may use")
+      .option("--spend-cap <credits>", "most credit the key may spend", positiveInteger("--spend-cap"))
+      .option("--rpm <n>", "requests per minute for this key", positiveInteger("--rpm"))
+      .option("--tpm <n>", "tokens per minute for this key", positiveInteger("--tpm"))
       .option("--json", "print {id, key, name, created} as JSON"),
-  ).action(async (options: { name: string; json?: boolean; dataDir?: string }) => {
-    const created = await withStore(options, (database) => createApiKey(database, { name: options.name }));
+  ).action(async (options: CreateFlags) => {
+    let created;
+    try {
+      created = await withStore(options, async (database) => {
+        const accountId = options.account === undefined ? null : (await requireAccountByEmail(database, options.account)).id;
+        return createApiKey(database, {
+          name: options.name,
+          accountId,
+          expires: options.expires === undefined ? undefined : parseExpiry(options.expires),
+          models: options.models?.split(",").map((model) => model.trim()).filter((model) => model !== ""),
+          spendCap: options.spendCap,
+          rpm: options.rpm,
+          tpm: options.tpm,
+        });
+      });
+    } catch (error) {
+      process.stderr.write(`turnpike: ${(error as Error).message}\n`);
+      process.exitCode = 1;
+      return;
+    }
     if (options.json) {
       process.stdout.write(
         `${JSON.stringify({ id: created.id, key: created.key, name: created.name, created: Math.floor(created.created / 1000) })}\n`,
@@ -48,8 +94,8 @@ export function registerKeysCommands(program: Command): void {
     process.stdout.write(`${created.key}\n`);
   });
 
-  withDataDir(keys.command("list").description("list API keys (never the keys themselves)").option("--json", "print JSON")).action(
-    async (options: { json?: boolean; dataDir?: string }) => {
+  withStoreFlags(keys.command("list").description("list API keys (never the keys themselves)").option("--json", "print JSON")).action(
+    async (options: StoreFlags & { json?: boolean }) => {
       const records = await withStore(options, (database) => listApiKeys(database));
       if (options.json) {
         const rows = records.map((key) => ({
@@ -57,6 +103,13 @@ export function registerKeysCommands(program: Command): void {
           name: key.name,
           prefix: key.displayPrefix,
           status: keyStatus(key),
+          account_id: key.accountId,
+          expires: key.expires === null ? null : Math.floor(key.expires / 1000),
+          models: key.models,
+          spend_cap: key.spendCap,
+          spent: key.spent,
+          rpm: key.rpm,
+          tpm: key.tpm,
           created: Math.floor(key.created / 1000),
           last_used: key.lastUsed === null ? null : Math.floor(key.lastUsed / 1000),
           revoked: key.revoked === null ? null : Math.floor(key.revoked / 1000),
@@ -75,8 +128,8 @@ export function registerKeysCommands(program: Command): void {
     },
   );
 
-  withDataDir(keys.command("revoke").description("revoke an API key; takes effect on the next request").argument("<id>", "the key's id (from keys list)")).action(
-    async (id: string, options: { dataDir?: string }) => {
+  withStoreFlags(keys.command("revoke").description("revoke an API key; takes effect on the next request").argument("<id>", "the key's id (from keys list)")).action(
+    async (id: string, options: StoreFlags) => {
       const found = await withStore(options, (database) => revokeApiKey(database, id));
       if (!found) {
         process.stderr.write(`turnpike: no API key with id '${id}'. See: turnpike keys list\n`);

@@ -5,6 +5,7 @@ import { Command } from "commander";
 import { registerServeCommand } from "./serve.ts";
 import { registerKeysCommands } from "./keys.ts";
 import { registerMigrateCommand } from "./migrate.ts";
+import { registerAccountCommands } from "./accounts.ts";
 
 const program = new Command()
   .name("turnpike")
@@ -15,6 +16,7 @@ const program = new Command()
 registerServeCommand(program);
 registerKeysCommands(program);
 registerMigrateCommand(program);
+registerAccountCommands(program);
 
 try {
   await program.parseAsync(process.argv);
