@@ -15,7 +15,8 @@ import { buildApp, type App } from "./http/app.ts";
 import { Metering } from "./billing/metering.ts";
 import { deadNodes, forgetNodes, heartbeat, registerNode } from "./billing/nodes.ts";
 import { sweepExpiredCredit, sweepHolds } from "./billing/ledger.ts";
-import { syncConfigPlans } from "./billing/plans-store.ts";
+import { listPlans, syncConfigPlans } from "./billing/plans-store.ts";
+import { createStripeClient } from "./billing/stripe/stripe-client.ts";
 
 /** How often holds and expired credit are swept, and the node's heartbeat written. */
 const SWEEP_INTERVAL_MS = 10_000;
@@ -78,6 +79,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     onMigration: (name) => logger.info({ migration: name }, "applied database migration"),
   });
   await syncConfigPlans(database, settings.plans);
+  let plans = await listPlans(database);
   const nodeId = await registerNode(database);
   /** Releases holds of dead nodes (e.g. a previous process killed mid-stream) and expired credit. */
   const sweep = async () => {
@@ -86,6 +88,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     const released = await sweepHolds(database, { deadNodes: dead });
     await forgetNodes(database, dead);
     const expired = await sweepExpiredCredit(database);
+    plans = await listPlans(database);
     if (released > 0 || expired > 0) logger.info({ released_holds: released, expired_credit: expired }, "ledger sweep");
   };
   await sweep();
@@ -137,6 +140,10 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     catalog,
     database,
     metering,
+    plans: () => plans,
+    stripe: createStripeClient({ secretKey: process.env.STRIPE_SECRET_KEY }),
+    stripeWebhookSecret: process.env.STRIPE_WEBHOOK_SECRET || undefined,
+    publicUrl: process.env.TURNPIKE_PUBLIC_URL ?? `http://${settings.host}:${settings.port}`,
     logger,
     bodyLimit: settings.body_limit,
     keepAliveIntervalMs: settings.keep_alive_interval * 1000,

@@ -7,6 +7,11 @@ import type { Logger } from "pino";
 import type { Catalog } from "../catalog/catalog.ts";
 import type { Database } from "../store/schema.ts";
 import type { Metering } from "../billing/metering.ts";
+import type Stripe from "stripe";
+import type { Plan } from "../billing/plans.ts";
+import { grantCredit } from "../billing/ledger.ts";
+import { registerStripeRoutes } from "../billing/stripe/route.ts";
+import { InvalidRequestError } from "../protocol/errors.ts";
 import { RouteNotFoundError, ShuttingDownError } from "../protocol/errors.ts";
 import { handleError } from "./errors.ts";
 import { requestIdFrom, requestIdHeader } from "./middleware/request-id/request-id.ts";
@@ -19,6 +24,12 @@ export type AppOptions = {
   catalog: Catalog;
   database: Kysely<Database>;
   metering: Metering;
+  /** Plans on sale now. */
+  plans: () => Plan[];
+  stripe: Stripe | null;
+  stripeWebhookSecret: string | undefined;
+  /** The server's public base URL, for payment return links. */
+  publicUrl: string;
   logger: Logger;
   bodyLimit: number;
   keepAliveIntervalMs: number;
@@ -67,6 +78,34 @@ export function buildApp(options: AppOptions): App {
     metering: options.metering,
     shutdownSignal: shutdown.signal,
     keepAliveIntervalMs: options.keepAliveIntervalMs,
+  });
+
+  registerStripeRoutes(server, {
+    stripe: options.stripe,
+    webhookSecret: options.stripeWebhookSecret,
+    plans: options.plans,
+    authenticate,
+    publicUrl: options.publicUrl,
+    accountIdOf: (request) => {
+      const accountId = request.apiKey?.accountId;
+      if (accountId == null) {
+        throw new InvalidRequestError("Buying a plan needs an account's API key; operator keys are not metered.", null, "account_required");
+      }
+      return accountId;
+    },
+    grantPurchase: async (purchase) => {
+      const plan = options.plans().find((candidate) => candidate.id === purchase.planId);
+      if (plan === undefined) throw new Error(`paid purchase of unknown plan '${purchase.planId}' (event ${purchase.eventId})`);
+      const { granted } = await grantCredit(options.database, {
+        accountId: purchase.accountId,
+        amount: plan.credit,
+        planId: plan.id,
+        days: plan.days,
+        source: `stripe:${purchase.eventId}`,
+      });
+      options.logger.info({ event_id: purchase.eventId, account_id: purchase.accountId, plan: plan.id, granted }, "stripe purchase");
+      return { granted };
+    },
   });
 
   return {

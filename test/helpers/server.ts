@@ -45,6 +45,8 @@ export type TestServer = {
 export type TestServerOptions = {
   /** Settings as flags (`parallel: "1"`), on top of the test defaults. */
   flags?: Record<string, string | string[]>;
+  /** A --config file (plans, model prices). */
+  configFile?: string;
 };
 
 export async function startTestServer(options: TestServerOptions = {}): Promise<TestServer> {
@@ -61,8 +63,9 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
       ...options.flags,
     },
     env: {},
+    configFile: options.configFile,
   });
-  const database = await openStore({ dataDir });
+  const database = await openStore({ dataDir, databaseUrl: "" });
   const created = await createApiKey(database, { name: "test" });
   await database.destroy();
 

@@ -1,0 +1,73 @@
+/**
+ * The errors of Stripe payments, as `ApiError`s with stable codes. None of their messages
+ * ever holds a Stripe key, a webhook secret or the text of a Stripe error.
+ */
+import { ApiError } from "../../protocol/errors.ts";
+
+/** 503: Stripe keys are not set, so nothing can be bought and no payment can be credited. */
+export class PaymentsNotConfiguredError extends ApiError {
+  constructor() {
+    super("Payments are not configured on this server. The operator must set STRIPE_SECRET_KEY and STRIPE_WEBHOOK_SECRET.", {
+      status: 503,
+      type: "service_unavailable",
+      code: "payments_not_configured",
+    });
+  }
+}
+
+/** 404: no plan with this id. */
+export class PlanNotFoundError extends ApiError {
+  constructor(planId: string) {
+    super(`The plan '${planId}' does not exist.`, { status: 404, type: "invalid_request_error", code: "plan_not_found", param: "plan" });
+  }
+}
+
+/** 400: the plan is free (price 0); Stripe takes no payment for it. */
+export class PlanNotPurchasableError extends ApiError {
+  constructor(planId: string) {
+    super(`The plan '${planId}' is free and cannot be bought through Stripe.`, {
+      status: 400,
+      type: "invalid_request_error",
+      code: "plan_not_purchasable",
+      param: "plan",
+    });
+  }
+}
+
+/** 400: the webhook's `Stripe-Signature` is missing, forged, or older than the tolerance. */
+export class InvalidSignatureError extends ApiError {
+  constructor(message: string, cause?: unknown) {
+    super(message, { status: 400, type: "invalid_request_error", code: "invalid_signature", cause });
+  }
+}
+
+/** 502: Stripe refused or could not be reached; the details go to the log, not to the client. */
+export class PaymentProviderError extends ApiError {
+  constructor(cause?: unknown) {
+    super("The payment provider could not start the checkout. Try again in a moment.", {
+      status: 502,
+      type: "server_error",
+      code: "payment_provider_error",
+      cause,
+    });
+  }
+}
+
+/** Anything that looks like a Stripe key or webhook secret. */
+const SECRET_PATTERN = /\b(?:sk|rk|pk|whsec)_[A-Za-z0-9_*]+/g;
+
+/**
+ * A Stripe error as log fields (type, code, HTTP status, request id and message) with anything
+ * shaped like a key or secret blanked out. Errors that are not Stripe's give just their name.
+ */
+export function describeStripeError(error: unknown): Record<string, string | number | undefined> {
+  if (!(error instanceof Error)) return { type: typeof error };
+  const fields = error as Error & { type?: unknown; code?: unknown; statusCode?: unknown; requestId?: unknown };
+  return {
+    type: typeof fields.type === "string" ? fields.type : error.name,
+    code: typeof fields.code === "string" ? fields.code : undefined,
+    status: typeof fields.statusCode === "number" ? fields.statusCode : undefined,
+    request_id: typeof fields.requestId === "string" ? fields.requestId : undefined,
+    message: error.message.replace(SECRET_PATTERN, "[redacted]").slice(0, 500),
+  };
+}

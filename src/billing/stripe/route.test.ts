@@ -1,0 +1,281 @@
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import Fastify, { type FastifyInstance, type FastifyRequest } from "fastify";
+import type Stripe from "stripe";
+import { handleError } from "../../http/errors.ts";
+import { InvalidApiKeyError } from "../../protocol/errors.ts";
+import type { Plan } from "../plans.ts";
+import { startFakeStripeApi, type FakeStripeApi } from "./fake-stripe-api.ts";
+import { registerStripeRoutes } from "./route.ts";
+import { createStripeClient } from "./stripe-client.ts";
+import { checkoutEvent, nowSeconds } from "./test-events.ts";
+import type { StripePurchase } from "./webhook.ts";
+
+const secretKey = "sk_test_route_secret_key";
+const webhookSecret = "whsec_route_test_webhook_secret";
+const apiKey = "test-api-key";
+const plans: Plan[] = [
+  { id: "starter", name: "Starter", price: { amount: 500, currency: "usd" }, credit: 1000, days: null, rpm: null, tpm: null, models: null },
+  { id: "pro", name: "Pro", price: { amount: 2000, currency: "eur" }, credit: 5000, days: 30, rpm: null, tpm: null, models: null },
+  { id: "free", name: "Free", price: { amount: 0, currency: "usd" }, credit: 10, days: null, rpm: null, tpm: null, models: null },
+];
+
+/** Stands in for the ledger: grants once per event id, however often it is called. */
+function fakeLedger() {
+  const grantedEvents = new Set<string>();
+  const calls: StripePurchase[] = [];
+  return {
+    calls,
+    async grantPurchase(purchase: StripePurchase): Promise<{ granted: boolean }> {
+      calls.push(purchase);
+      if (grantedEvents.has(purchase.eventId)) return { granted: false };
+      grantedEvents.add(purchase.eventId);
+      return { granted: true };
+    },
+  };
+}
+
+type Harness = { app: FastifyInstance; ledger: ReturnType<typeof fakeLedger> };
+
+const logLines: string[] = [];
+const harnesses: Harness[] = [];
+
+async function buildTestApp(settings: {
+  stripe: Stripe | null;
+  webhookSecret: string | undefined;
+  grantPurchase?: (purchase: StripePurchase) => Promise<{ granted: boolean }>;
+}): Promise<Harness> {
+  const app = Fastify({ logger: { level: "trace", stream: { write: (line: string) => void logLines.push(line) } } });
+  app.setErrorHandler(handleError);
+  // Another route of the API, outside the webhook's scope: its JSON must still be parsed.
+  app.post("/echo", async function echo(request) {
+    return { body: request.body };
+  });
+  const ledger = fakeLedger();
+  registerStripeRoutes(app, {
+    stripe: settings.stripe,
+    webhookSecret: settings.webhookSecret,
+    plans: () => plans,
+    authenticate: async function authenticate(request: FastifyRequest) {
+      if (request.headers.authorization !== `Bearer ${apiKey}`) throw new InvalidApiKeyError();
+    },
+    accountIdOf: (request) => String(request.headers["x-test-account"] ?? "account-1"),
+    grantPurchase: settings.grantPurchase ?? ledger.grantPurchase,
+    publicUrl: "https://ai.example.com/",
+  });
+  await app.ready();
+  const harness = { app, ledger };
+  harnesses.push(harness);
+  return harness;
+}
+
+let api: FakeStripeApi;
+let configured: Harness;
+let unconfigured: Harness;
+
+before(async () => {
+  api = await startFakeStripeApi();
+  const stripe = createStripeClient({ secretKey, apiHost: "127.0.0.1", apiPort: api.port, apiProtocol: "http" });
+  configured = await buildTestApp({ stripe, webhookSecret });
+  unconfigured = await buildTestApp({ stripe: createStripeClient({}), webhookSecret: undefined });
+});
+
+after(async () => {
+  for (const harness of harnesses) await harness.app.close();
+  await api.close();
+});
+
+function checkout(app: FastifyInstance, body: unknown, headers: Record<string, string> = { authorization: `Bearer ${apiKey}` }) {
+  return app.inject({ method: "POST", url: "/api/billing/checkout", headers, payload: body as Record<string, unknown> });
+}
+
+function deliver(app: FastifyInstance, payload: string, signature: string | undefined, contentType = "application/json; charset=utf-8") {
+  const headers: Record<string, string> = { "content-type": contentType };
+  if (signature !== undefined) headers["stripe-signature"] = signature;
+  return app.inject({ method: "POST", url: "/api/billing/stripe/webhook", headers, payload });
+}
+
+function sign(payload: string, options: { secret?: string; timestamp?: number } = {}): string {
+  const stripe = createStripeClient({ secretKey: "sk_test_signer" }) ?? assert.fail("a key gives a client");
+  return stripe.webhooks.generateTestHeaderString({ payload, secret: options.secret ?? webhookSecret, timestamp: options.timestamp });
+}
+
+function assertError(response: { statusCode: number; json(): unknown }, status: number, code: string, param: string | null = null) {
+  assert.equal(response.statusCode, status);
+  const body = response.json() as { error: { message: string; type: string; param: string | null; code: string } };
+  assert.equal(body.error.code, code);
+  assert.equal(body.error.param, param);
+  assert.equal(typeof body.error.message, "string");
+  return body.error;
+}
+
+test("checkout starts a Stripe session for the plan and the caller's account", async () => {
+  const countBefore = api.requests.length;
+  const response = await checkout(configured.app, { plan: "pro" }, { authorization: `Bearer ${apiKey}`, "x-test-account": "account-42" });
+  assert.equal(response.statusCode, 200);
+  const body = response.json() as { id: string; url: string };
+  assert.match(body.id, /^cs_test_/);
+  assert.equal(body.url, `https://checkout.stripe.com/c/pay/${body.id}`);
+
+  assert.equal(api.requests.length, countBefore + 1);
+  const form = (api.requests.at(-1) ?? assert.fail("no Stripe request")).form;
+  assert.equal(form.get("mode"), "payment");
+  assert.equal(form.get("line_items[0][price_data][currency]"), "eur");
+  assert.equal(form.get("line_items[0][price_data][unit_amount]"), "2000");
+  assert.equal(form.get("line_items[0][price_data][product_data][name]"), "Pro");
+  assert.equal(form.get("line_items[0][quantity]"), "1");
+  assert.equal(form.get("client_reference_id"), "account-42");
+  assert.equal(form.get("metadata[account_id]"), "account-42");
+  assert.equal(form.get("metadata[plan_id]"), "pro");
+  assert.equal(form.get("success_url"), "https://ai.example.com/billing?checkout=success&session_id={CHECKOUT_SESSION_ID}");
+  assert.equal(form.get("cancel_url"), "https://ai.example.com/billing?checkout=cancel");
+});
+
+test("checkout of an unknown plan is a 404 plan_not_found", async () => {
+  const countBefore = api.requests.length;
+  assertError(await checkout(configured.app, { plan: "platinum" }), 404, "plan_not_found", "plan");
+  assert.equal(api.requests.length, countBefore);
+});
+
+test("checkout of a free plan is a 400 plan_not_purchasable", async () => {
+  assertError(await checkout(configured.app, { plan: "free" }), 400, "plan_not_purchasable", "plan");
+});
+
+test("checkout without a plan is a 400 on the plan parameter", async () => {
+  assertError(await checkout(configured.app, {}), 400, "missing_required_parameter", "plan");
+  assertError(await checkout(configured.app, { plan: 5 }), 400, "invalid_type", "plan");
+});
+
+test("checkout needs an API key", async () => {
+  const countBefore = api.requests.length;
+  assertError(await checkout(configured.app, { plan: "starter" }, {}), 401, "invalid_api_key");
+  assert.equal(api.requests.length, countBefore);
+});
+
+test("checkout without Stripe configured says which settings to set", async () => {
+  const error = assertError(await checkout(unconfigured.app, { plan: "starter" }), 503, "payments_not_configured");
+  assert.match(error.message, /STRIPE_SECRET_KEY/);
+  assert.match(error.message, /STRIPE_WEBHOOK_SECRET/);
+});
+
+test("checkout with a Stripe key but no webhook secret is refused too (payments could not be credited)", async () => {
+  const stripe = createStripeClient({ secretKey, apiHost: "127.0.0.1", apiPort: api.port, apiProtocol: "http" });
+  const halfConfigured = await buildTestApp({ stripe, webhookSecret: "" });
+  assertError(await checkout(halfConfigured.app, { plan: "starter" }), 503, "payments_not_configured");
+});
+
+test("checkout that Stripe refuses is a 502, logged without the key", async () => {
+  api.failWith({ status: 401, body: { error: { type: "invalid_request_error", message: `Invalid API Key provided: ${secretKey}` } } });
+  try {
+    const error = assertError(await checkout(configured.app, { plan: "starter" }), 502, "payment_provider_error");
+    assert.ok(!error.message.includes(secretKey));
+  } finally {
+    api.failWith(null);
+  }
+  assert.ok(logLines.some((line) => line.includes("stripe checkout failed") && line.includes("[redacted]")));
+});
+
+test("a correctly signed paid checkout is granted to its account and plan", async () => {
+  const payload = JSON.stringify(checkoutEvent({ id: "evt_grant_1", accountId: "account-7", planId: "starter", sessionId: "cs_test_7" }));
+  const response = await deliver(configured.app, payload, sign(payload));
+  assert.equal(response.statusCode, 200);
+  assert.deepEqual(response.json(), { received: true, granted: true });
+  const call = configured.ledger.calls.find((purchase) => purchase.eventId === "evt_grant_1") ?? assert.fail("grantPurchase was not called");
+  assert.deepEqual(call, { eventId: "evt_grant_1", accountId: "account-7", planId: "starter", sessionId: "cs_test_7", amountTotal: 500, currency: "usd" });
+});
+
+test("an async payment that succeeded is granted", async () => {
+  const payload = JSON.stringify(checkoutEvent({ id: "evt_async_1", type: "checkout.session.async_payment_succeeded" }));
+  const response = await deliver(configured.app, payload, sign(payload));
+  assert.equal(response.statusCode, 200);
+  assert.deepEqual(response.json(), { received: true, granted: true });
+});
+
+test("the same event delivered twice is granted once", async () => {
+  const payload = JSON.stringify(checkoutEvent({ id: "evt_twice" }));
+  const first = await deliver(configured.app, payload, sign(payload));
+  const second = await deliver(configured.app, payload, sign(payload));
+  assert.equal(first.statusCode, 200);
+  assert.deepEqual(first.json(), { received: true, granted: true });
+  assert.equal(second.statusCode, 200);
+  assert.deepEqual(second.json(), { received: true, granted: false });
+  assert.equal(configured.ledger.calls.filter((purchase) => purchase.eventId === "evt_twice").length, 2);
+});
+
+test("a signature made with another secret is a 400 invalid_signature and grants nothing", async () => {
+  const payload = JSON.stringify(checkoutEvent({ id: "evt_forged" }));
+  const error = assertError(await deliver(configured.app, payload, sign(payload, { secret: "whsec_attacker" })), 400, "invalid_signature");
+  assert.equal(error.type, "invalid_request_error");
+  assert.ok(!error.message.includes(webhookSecret));
+  assert.equal(configured.ledger.calls.some((purchase) => purchase.eventId === "evt_forged"), false);
+});
+
+test("a stale signature is a 400 invalid_signature and grants nothing", async () => {
+  const payload = JSON.stringify(checkoutEvent({ id: "evt_stale" }));
+  assertError(await deliver(configured.app, payload, sign(payload, { timestamp: nowSeconds() - 3600 })), 400, "invalid_signature");
+  assert.equal(configured.ledger.calls.some((purchase) => purchase.eventId === "evt_stale"), false);
+});
+
+test("a payload changed after signing is a 400 invalid_signature and grants nothing", async () => {
+  const payload = JSON.stringify(checkoutEvent({ id: "evt_tampered", planId: "starter" }));
+  const tampered = payload.replace('"plan_id":"starter"', '"plan_id":"pro"');
+  assert.notEqual(tampered, payload);
+  assertError(await deliver(configured.app, tampered, sign(payload)), 400, "invalid_signature");
+  assert.equal(configured.ledger.calls.some((purchase) => purchase.eventId === "evt_tampered"), false);
+});
+
+test("a delivery without a signature is a 400 invalid_signature", async () => {
+  const payload = JSON.stringify(checkoutEvent({ id: "evt_unsigned" }));
+  assertError(await deliver(configured.app, payload, undefined), 400, "invalid_signature");
+  assert.equal(configured.ledger.calls.some((purchase) => purchase.eventId === "evt_unsigned"), false);
+});
+
+test("unpaid checkouts and other event types are acknowledged without a grant", async () => {
+  const events = [
+    checkoutEvent({ id: "evt_unpaid", paymentStatus: "unpaid" }),
+    checkoutEvent({ id: "evt_failed", type: "checkout.session.async_payment_failed" }),
+    { ...checkoutEvent({ id: "evt_other" }), type: "customer.created" },
+  ];
+  for (const event of events) {
+    const payload = JSON.stringify(event);
+    const response = await deliver(configured.app, payload, sign(payload));
+    assert.equal(response.statusCode, 200);
+    assert.deepEqual(response.json(), { received: true });
+  }
+  const ignoredIds = new Set(["evt_unpaid", "evt_failed", "evt_other"]);
+  assert.equal(configured.ledger.calls.some((purchase) => ignoredIds.has(purchase.eventId)), false);
+});
+
+test("a grant that fails answers 500 so that Stripe delivers again", async () => {
+  const stripe = createStripeClient({ secretKey, apiHost: "127.0.0.1", apiPort: api.port, apiProtocol: "http" });
+  const failing = await buildTestApp({
+    stripe,
+    webhookSecret,
+    grantPurchase: async () => {
+      throw new Error("database is down");
+    },
+  });
+  const payload = JSON.stringify(checkoutEvent({ id: "evt_ledger_down" }));
+  const error = assertError(await deliver(failing.app, payload, sign(payload)), 500, "internal_error");
+  assert.ok(!error.message.includes("database"));
+});
+
+test("the webhook without a webhook secret is a 503 payments_not_configured", async () => {
+  const payload = JSON.stringify(checkoutEvent({ id: "evt_unconfigured" }));
+  assertError(await deliver(unconfigured.app, payload, sign(payload)), 503, "payments_not_configured");
+  assert.equal(unconfigured.ledger.calls.length, 0);
+});
+
+test("routes outside the webhook keep their parsed JSON bodies", async () => {
+  const response = await configured.app.inject({ method: "POST", url: "/echo", payload: { hello: "world" } });
+  assert.equal(response.statusCode, 200);
+  assert.deepEqual(response.json(), { body: { hello: "world" } });
+});
+
+test("neither the Stripe key nor the webhook secret ever reaches the log", () => {
+  assert.ok(logLines.length > 0, "the tests above wrote log lines");
+  const log = logLines.join("");
+  assert.ok(log.includes("stripe purchase"));
+  assert.ok(!log.includes(secretKey));
+  assert.ok(!log.includes(webhookSecret));
+});

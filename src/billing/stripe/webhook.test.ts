@@ -1,0 +1,98 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import type Stripe from "stripe";
+import { ApiError } from "../../protocol/errors.ts";
+import { createStripeClient } from "./stripe-client.ts";
+import { checkoutEvent, nowSeconds } from "./test-events.ts";
+import { purchaseFromEvent, verifyStripeEvent } from "./webhook.ts";
+
+const secret = "whsec_test_secret_for_webhook_unit_tests";
+const stripe = createStripeClient({ secretKey: "sk_test_unit" }) ?? assert.fail("a key gives a client");
+
+function sign(payload: string, options: { secret?: string; timestamp?: number } = {}): string {
+  return stripe.webhooks.generateTestHeaderString({ payload, secret: options.secret ?? secret, timestamp: options.timestamp });
+}
+
+function assertInvalidSignature(action: () => unknown): ApiError {
+  let caught: unknown;
+  try {
+    action();
+  } catch (error) {
+    caught = error;
+  }
+  assert.ok(caught instanceof ApiError, `expected an ApiError, got ${String(caught)}`);
+  assert.equal(caught.status, 400);
+  assert.equal(caught.type, "invalid_request_error");
+  assert.equal(caught.code, "invalid_signature");
+  assert.ok(!caught.message.includes(secret), "the message must not hold the secret");
+  return caught;
+}
+
+test("verifies a correctly signed event from a Buffer and from a string", () => {
+  const payload = JSON.stringify(checkoutEvent({ id: "evt_ok" }));
+  const header = sign(payload);
+  assert.equal(verifyStripeEvent({ stripe: stripe, payload: Buffer.from(payload), signature: header, secret }).id, "evt_ok");
+  assert.equal(verifyStripeEvent({ stripe: stripe, payload, signature: header, secret }).id, "evt_ok");
+});
+
+test("refuses a missing signature header", () => {
+  const payload = JSON.stringify(checkoutEvent());
+  const error = assertInvalidSignature(() => verifyStripeEvent({ stripe: stripe, payload, signature: undefined, secret }));
+  assert.match(error.message, /missing/);
+  assertInvalidSignature(() => verifyStripeEvent({ stripe: stripe, payload, signature: "", secret }));
+});
+
+test("refuses a signature made with another secret", () => {
+  const payload = JSON.stringify(checkoutEvent());
+  assertInvalidSignature(() => verifyStripeEvent({ stripe: stripe, payload, signature: sign(payload, { secret: "whsec_forged" }), secret }));
+});
+
+test("refuses a garbled signature header", () => {
+  const payload = JSON.stringify(checkoutEvent());
+  assertInvalidSignature(() => verifyStripeEvent({ stripe: stripe, payload, signature: "not-a-signature", secret }));
+});
+
+test("refuses a payload changed after signing", () => {
+  const payload = JSON.stringify(checkoutEvent({ amountTotal: 500 }));
+  const tampered = payload.replace('"amount_total":500', '"amount_total":50000');
+  assert.notEqual(tampered, payload);
+  assertInvalidSignature(() => verifyStripeEvent({ stripe: stripe, payload: tampered, signature: sign(payload), secret }));
+});
+
+test("refuses a signature older than the tolerance, and says so", () => {
+  const payload = JSON.stringify(checkoutEvent());
+  const header = sign(payload, { timestamp: nowSeconds() - 3600 });
+  const error = assertInvalidSignature(() => verifyStripeEvent({ stripe: stripe, payload, signature: header, secret }));
+  assert.match(error.message, /too old/);
+  // A wider tolerance accepts the same delivery.
+  assert.equal(verifyStripeEvent({ stripe: stripe, payload, signature: header, secret, toleranceSeconds: 7200 }).type, "checkout.session.completed");
+});
+
+test("reads a paid completed checkout as a purchase", () => {
+  const event = checkoutEvent({ id: "evt_paid", accountId: "account-9", planId: "pro", sessionId: "cs_test_9", amountTotal: 1500, currency: "eur" });
+  assert.deepEqual(purchaseFromEvent(event as unknown as Stripe.Event), {
+    eventId: "evt_paid",
+    accountId: "account-9",
+    planId: "pro",
+    sessionId: "cs_test_9",
+    amountTotal: 1500,
+    currency: "eur",
+  });
+});
+
+test("reads an async payment that succeeded as a purchase", () => {
+  const event = checkoutEvent({ type: "checkout.session.async_payment_succeeded", paymentStatus: "paid" });
+  assert.equal(purchaseFromEvent(event as unknown as Stripe.Event)?.planId, "starter");
+});
+
+test("ignores an unpaid completed checkout, other event types, and sessions without Turnpike metadata", () => {
+  const ignored = [
+    checkoutEvent({ paymentStatus: "unpaid" }),
+    checkoutEvent({ type: "checkout.session.async_payment_failed" }),
+    checkoutEvent({ type: "checkout.session.expired", paymentStatus: "unpaid" }),
+    { ...checkoutEvent(), type: "payment_intent.succeeded" },
+    checkoutEvent({ planId: null }),
+    checkoutEvent({ accountId: null }),
+  ];
+  for (const event of ignored) assert.equal(purchaseFromEvent(event as unknown as Stripe.Event), null);
+});
