@@ -87,6 +87,11 @@ describe("API keys", () => {
       revoked: null,
       expires: 9_000,
       lastUsed: null,
+      spendCap: null,
+      spent: 0,
+      rpm: null,
+      tpm: null,
+      models: null,
     });
     const serialized = JSON.stringify(listed);
     assert.ok(!serialized.includes(older.key.slice(KEY_PREFIX.length)));
