@@ -1,0 +1,107 @@
+/**
+ * The in-process rate limiter: exact for one node, and the Redis backend's fallback. A bucket whose level has drained
+ * to empty is the same as no bucket, so idle keys are swept once a window and memory stays bounded by the keys used
+ * in the last minute.
+ */
+import type { LimitCheck, LimitDecision, RateLimiter } from "./rate-limiter.ts";
+import { WINDOW_MS, decide, drain, validateChecks, validateRefund } from "./token-bucket.ts";
+
+type Bucket = {
+  /** Units used, in unit-ms (units × WINDOW_MS); drains by `limit` per ms. */
+  level: number;
+  /** When `level` was measured, in clock ms. */
+  at: number;
+  /** The limit last charged against; refunds drain at this rate. */
+  limit: number;
+};
+
+export type MemoryRateLimiterOptions = {
+  /** The clock, in ms (default `Date.now`); tests pass a fake one to move through windows without sleeping. */
+  now?: () => number;
+};
+
+export class MemoryRateLimiter implements RateLimiter {
+  readonly #buckets = new Map<string, Bucket>();
+  readonly #now: () => number;
+  /** Clock ms of the last sweep of idle buckets. */
+  #sweptAt: number;
+
+  readonly degraded = false;
+
+  constructor(options: MemoryRateLimiterOptions = {}) {
+    this.#now = options.now ?? Date.now;
+    this.#sweptAt = this.#clock();
+  }
+
+  /** Buckets held (idle ones included until the next sweep). */
+  get size(): number {
+    return this.#buckets.size;
+  }
+
+  consume(checks: LimitCheck[]): Promise<LimitDecision> {
+    try {
+      return Promise.resolve(this.consumeNow(checks));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /** `consume`, synchronously (the Redis backend's fallback answers through it). */
+  consumeNow(checks: readonly LimitCheck[]): LimitDecision {
+    validateChecks(checks);
+    const now = this.#clock();
+    this.#sweepIfDue(now);
+    const levels = checks.map((check) => {
+      const bucket = this.#buckets.get(check.key);
+      return bucket === undefined ? 0 : drain(bucket.level, now - bucket.at, check.limit);
+    });
+    const decision = decide(checks, levels);
+    if (!decision.allowed) return decision;
+    checks.forEach((check, index) => {
+      if (check.cost === 0) return;
+      this.#buckets.set(check.key, { level: levels[index] + check.cost * WINDOW_MS, at: now, limit: check.limit });
+    });
+    return decision;
+  }
+
+  refund(key: string, amount: number): Promise<void> {
+    try {
+      this.refundNow(key, amount);
+      return Promise.resolve();
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /** `refund`, synchronously. */
+  refundNow(key: string, amount: number): void {
+    validateRefund(key, amount);
+    const bucket = this.#buckets.get(key);
+    if (bucket === undefined || amount === 0) return;
+    const now = this.#clock();
+    const level = Math.max(0, drain(bucket.level, now - bucket.at, bucket.limit) - amount * WINDOW_MS);
+    if (level === 0) {
+      this.#buckets.delete(key);
+      return;
+    }
+    this.#buckets.set(key, { level, at: now, limit: bucket.limit });
+  }
+
+  close(): Promise<void> {
+    this.#buckets.clear();
+    return Promise.resolve();
+  }
+
+  #clock(): number {
+    return Math.floor(this.#now());
+  }
+
+  /** Drops the buckets that have drained to empty, at most once a window. */
+  #sweepIfDue(now: number): void {
+    if (now - this.#sweptAt < WINDOW_MS) return;
+    this.#sweptAt = now;
+    for (const [key, bucket] of this.#buckets) {
+      if (drain(bucket.level, now - bucket.at, bucket.limit) === 0) this.#buckets.delete(key);
+    }
+  }
+}
