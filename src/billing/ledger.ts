@@ -14,7 +14,7 @@
  * - holds of dead nodes or past their expiry are released by the sweeper.
  */
 import { randomBytes } from "node:crypto";
-import type { Kysely, Transaction } from "kysely";
+import { PostgresAdapter, type Kysely, type Transaction } from "kysely";
 import type { Database, LedgerEntryKind } from "../store/schema.ts";
 import { InsufficientQuotaError } from "../protocol/errors.ts";
 
@@ -35,8 +35,7 @@ export function newId(prefix: string, now = Date.now()): string {
 }
 
 function isPostgres(database: Executor): boolean {
-  // Kysely exposes no dialect flag on a transaction; the adapter's class name tells.
-  return database.getExecutor().adapter.constructor.name.startsWith("Postgres");
+  return database.getExecutor().adapter instanceof PostgresAdapter;
 }
 
 /**

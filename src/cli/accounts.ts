@@ -4,28 +4,11 @@
 import type { Command } from "commander";
 import type { Kysely } from "kysely";
 import { createAccount, listAccounts, requireAccountByEmail } from "../accounts/accounts.ts";
-import { expireDueCredit, grantCredit, newId } from "../billing/ledger.ts";
+import { expireDueCredit, newId } from "../billing/ledger.ts";
+import { grantPlan } from "../billing/grant-plan.ts";
 import { findPlan, listPlans } from "../billing/plans-store.ts";
 import type { Database } from "../store/schema.ts";
-import { openStore } from "../store/open.ts";
-import { resolveDataDir, withDataDir } from "./data-dir.ts";
-
-export type StoreFlags = { dataDir?: string; databaseUrl?: string };
-
-/** Adds `--data-dir` and `--database-url` to a command. */
-export function withStoreFlags(command: Command): Command {
-  return withDataDir(command).option("--database-url <url>", "postgres://… (TURNPIKE_DATABASE_URL); default: SQLite in the data dir");
-}
-
-/** Opens the store named by the flags, runs `work`, closes it. */
-export async function withStore<T>(options: StoreFlags, work: (database: Kysely<Database>) => Promise<T>): Promise<T> {
-  const database = await openStore({ dataDir: resolveDataDir(options), databaseUrl: options.databaseUrl });
-  try {
-    return await work(database);
-  } finally {
-    await database.destroy();
-  }
-}
+import { withStore, withStoreFlags, type StoreFlags } from "./store.ts";
 
 async function readStdin(): Promise<string> {
   let text = "";
@@ -127,7 +110,7 @@ export function registerAccountCommands(program: Command): void {
         const plan = await findPlan(database, options.plan);
         if (plan === undefined) throw new Error(`no plan '${options.plan}'; see: turnpike plans list`);
         const account = await requireAccountByEmail(database, options.account);
-        await grantCredit(database, { accountId: account.id, amount: plan.credit, planId: plan.id, days: plan.days, source: `admin:${newId("grant")}` });
+        await grantPlan(database, { accountId: account.id, plan, source: `admin:${newId("grant")}` });
         process.stdout.write(`Granted plan ${plan.id} (${plan.credit} credits${plan.days ? `, ${plan.days} days` : ""}) to ${account.email}.\n`);
       });
     } catch (error) {

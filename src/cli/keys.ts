@@ -5,7 +5,7 @@
 import type { Command } from "commander";
 import { createApiKey, listApiKeys, revokeApiKey, type ApiKeyRecord } from "../auth/api-keys.ts";
 import { requireAccountByEmail } from "../accounts/accounts.ts";
-import { withStore, withStoreFlags, type StoreFlags } from "./accounts.ts";
+import { withStore, withStoreFlags, type StoreFlags } from "./store.ts";
 
 function isoOrDash(time: number | null): string {
   return time === null ? "-" : new Date(time).toISOString();

@@ -1,19 +1,18 @@
 /** `turnpike migrate`: applies pending database migrations and says which. */
 import type { Command } from "commander";
-import { openStore } from "../store/open.ts";
-import { resolveDataDir, withDataDir } from "./data-dir.ts";
+import { withStore, withStoreFlags, type StoreFlags } from "./store.ts";
 
 export function registerMigrateCommand(program: Command): void {
-  withDataDir(program.command("migrate").description("apply pending database migrations")).action(async (options: { dataDir?: string }) => {
+  withStoreFlags(program.command("migrate").description("apply pending database migrations")).action(async (options: StoreFlags) => {
     let applied = 0;
-    const database = await openStore({
-      dataDir: resolveDataDir(options),
-      onMigration: (name) => {
+    await withStore(
+      options,
+      async () => {},
+      (name) => {
         applied++;
         process.stdout.write(`applied ${name}\n`);
       },
-    });
-    await database.destroy();
+    );
     process.stdout.write(applied === 0 ? "The database is up to date.\n" : `Applied ${applied} migration(s).\n`);
   });
 }

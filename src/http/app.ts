@@ -9,7 +9,7 @@ import type { Database } from "../store/schema.ts";
 import type { Metering } from "../billing/metering.ts";
 import type Stripe from "stripe";
 import type { Plan } from "../billing/plans.ts";
-import { grantCredit } from "../billing/ledger.ts";
+import { grantPlan } from "../billing/grant-plan.ts";
 import { registerStripeRoutes } from "../billing/stripe/route.ts";
 import { InvalidRequestError } from "../protocol/errors.ts";
 import { RouteNotFoundError, ShuttingDownError } from "../protocol/errors.ts";
@@ -96,13 +96,7 @@ export function buildApp(options: AppOptions): App {
     grantPurchase: async (purchase) => {
       const plan = options.plans().find((candidate) => candidate.id === purchase.planId);
       if (plan === undefined) throw new Error(`paid purchase of unknown plan '${purchase.planId}' (event ${purchase.eventId})`);
-      const { granted } = await grantCredit(options.database, {
-        accountId: purchase.accountId,
-        amount: plan.credit,
-        planId: plan.id,
-        days: plan.days,
-        source: `stripe:${purchase.eventId}`,
-      });
+      const { granted } = await grantPlan(options.database, { accountId: purchase.accountId, plan, source: `stripe:${purchase.eventId}` });
       options.logger.info({ event_id: purchase.eventId, account_id: purchase.accountId, plan: plan.id, granted }, "stripe purchase");
       return { granted };
     },

@@ -45,7 +45,7 @@ type Loaded = {
   queue: SlotQueue<LlamaContextSequence>;
 };
 
-/** How to tell a Llama-2-era user that the default download did not work. */
+/** What an operator reads when a model cannot be loaded: the reason and what to do instead. */
 function unavailableDetail(modelId: string, reason: string): string {
   return (
     `Model '${modelId}' is not available: ${reason}. ` +

@@ -21,8 +21,8 @@ export class TextStream {
   readonly #detokenize: Detokenize;
   readonly #stops: string[];
   readonly #longestStop: number;
-  /** Tokens already turned into text. */
-  readonly #decoded: number[] = [];
+  /** The last few tokens already turned into text: context for the detokenizer. */
+  #decoded: number[] = [];
   /** Tokens whose text is incomplete (an unfinished UTF-8 sequence). */
   #pending: number[] = [];
   /** Text decoded but held back because it may be the start of a stop sequence. */
@@ -43,10 +43,9 @@ export class TextStream {
   push(token: number): TextStreamStep {
     if (this.#stopped) return { text: "", stopped: true };
     this.#pending.push(token);
-    const text = this.#detokenize(this.#pending, this.#decoded.slice(-CONTEXT_TOKENS));
+    const text = this.#detokenize(this.#pending, this.#decoded);
     if (text.endsWith("\uFFFD") && this.#pending.length < MAX_PENDING_TOKENS) return { text: "", stopped: false };
-    this.#decoded.push(...this.#pending);
-    this.#pending = [];
+    this.#commitPending();
     return this.#accept(text);
   }
 
@@ -55,9 +54,8 @@ export class TextStream {
     if (this.#stopped) return "";
     let text = this.#held;
     if (this.#pending.length > 0) {
-      text += this.#detokenize(this.#pending, this.#decoded.slice(-CONTEXT_TOKENS));
-      this.#decoded.push(...this.#pending);
-      this.#pending = [];
+      text += this.#detokenize(this.#pending, this.#decoded);
+      this.#commitPending();
     }
     this.#held = "";
     // A stop sequence may still complete inside the flushed tail.
@@ -67,6 +65,11 @@ export class TextStream {
       return text.slice(0, cut);
     }
     return text;
+  }
+
+  #commitPending(): void {
+    this.#decoded = [...this.#decoded, ...this.#pending].slice(-CONTEXT_TOKENS);
+    this.#pending = [];
   }
 
   #accept(text: string): TextStreamStep {

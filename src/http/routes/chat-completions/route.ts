@@ -7,7 +7,7 @@ import type { RunningGeneration } from "../../../engines/engine.ts";
 import type { Catalog } from "../../../catalog/catalog.ts";
 import { SseWriter } from "../../sse.ts";
 import { errorBody, toApiError } from "../../errors.ts";
-import type { Metering, RequestOutcome } from "../../../billing/metering.ts";
+import type { Metering } from "../../../billing/metering.ts";
 import { ShuttingDownError } from "../../../protocol/errors.ts";
 import {
   completeChatCompletion,
@@ -70,17 +70,20 @@ export function registerChatCompletionsRoute(app: FastifyInstance, options: Chat
       requestId: request.id,
       stream: job.stream,
     });
-    const settle = (outcome: Omit<RequestOutcome, "latencyMs">) =>
-      admission.settle({ ...outcome, latencyMs: performance.now() - startedAt }).catch((error: unknown) => {
-        request.log.error({ err: error }, "could not settle the request's hold; the sweeper will release it");
-      });
+    /** Bills the request (nothing without usage) and logs it; called once, however it ended. */
+    const finish = async (outcome: CompletionOutcome | undefined, status: number) => {
+      await admission
+        .settle({ usage: outcome?.usage ?? null, status, finishReason: outcome?.finishReason ?? null, latencyMs: performance.now() - startedAt })
+        .catch((error: unknown) => request.log.error({ err: error }, "could not settle the request's hold; the sweeper will release it uncharged"));
+      logCompletion(request, job, outcome, startedAt);
+    };
     const controller = abortOnDisconnect(reply, options.shutdownSignal);
     let generation: RunningGeneration;
     try {
       // Throws 503 (queue full) before anything is sent.
       generation = job.prepared.start(controller.signal);
     } catch (error) {
-      await settle({ usage: null, status: toApiError(error).status, finishReason: null });
+      await finish(undefined, toApiError(error).status);
       throw error;
     }
 
@@ -99,12 +102,7 @@ export function registerChatCompletionsRoute(app: FastifyInstance, options: Chat
         if (controller.signal.aborted) outcome ??= { finishReason: "cancelled", usage: generation.usage() };
         throw error;
       } finally {
-        await settle({
-          usage: outcome?.usage ?? null,
-          status: outcome === undefined ? 500 : controller.signal.aborted ? 499 : 200,
-          finishReason: outcome?.finishReason ?? null,
-        });
-        logCompletion(request, job, outcome, startedAt);
+        await finish(outcome, outcome === undefined ? 500 : controller.signal.aborted ? 499 : 200);
       }
     }
 
@@ -131,13 +129,9 @@ export function registerChatCompletionsRoute(app: FastifyInstance, options: Chat
       sse.end();
     } finally {
       clearInterval(keepAlive);
-      const final = outcome.value ?? (controller.signal.aborted && !failed ? { finishReason: "cancelled" as const, usage: generation.usage() } : undefined);
-      await settle({
-        usage: failed ? null : (final?.usage ?? null),
-        status: failed ? 500 : controller.signal.aborted ? 499 : 200,
-        finishReason: final?.finishReason ?? null,
-      });
-      logCompletion(request, job, final, startedAt);
+      // A failed stream is not billed; one cut by the client or a shutdown pays for what was generated.
+      const final = failed ? undefined : (outcome.value ?? (controller.signal.aborted ? { finishReason: "cancelled" as const, usage: generation.usage() } : undefined));
+      await finish(final, failed ? 500 : controller.signal.aborted ? 499 : 200);
     }
   });
 }
