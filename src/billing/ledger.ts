@@ -250,8 +250,24 @@ async function consumeLots(transaction: Transaction<Database>, accountId: string
  * A hold closed already (settled twice, or released by the sweeper) is not charged again
  * through the hold; a release is a settlement at cost 0. Returns what was charged.
  */
-export async function settleHold(database: Kysely<Database>, holdId: string, cost: number, now = Date.now()): Promise<number> {
-  return database.transaction().execute(async (transaction) => {
+export async function settleHold(
+  database: Kysely<Database>,
+  holdId: string,
+  cost: number,
+  now = Date.now(),
+  /** Runs in the same transaction with what was charged (the usage record goes in with the charge). */
+  alongside?: (transaction: Transaction<Database>, charged: number) => Promise<void>,
+): Promise<number> {
+  const charged = await database.transaction().execute(async (transaction) => {
+    const charge = await settleInTransaction(transaction, holdId, cost, now);
+    if (alongside) await alongside(transaction, charge);
+    return charge;
+  });
+  return charged;
+}
+
+async function settleInTransaction(transaction: Transaction<Database>, holdId: string, cost: number, now: number): Promise<number> {
+  {
     let query = transaction.selectFrom("holds").selectAll().where("id", "=", holdId);
     if (isPostgres(transaction)) query = query.forUpdate();
     const hold = await query.executeTakeFirst();
@@ -297,7 +313,7 @@ export async function settleHold(database: Kysely<Database>, holdId: string, cos
         .execute();
     }
     return charge;
-  });
+  }
 }
 
 /** Releases a hold without charging (the request failed before generating). */
@@ -346,20 +362,27 @@ export type LedgerCheck = {
 
 /** The numbers that must agree for an account's books to be consistent. */
 export async function checkLedger(database: Kysely<Database>, accountId: string): Promise<LedgerCheck> {
-  const account = await database.selectFrom("accounts").select("balance").where("id", "=", accountId).executeTakeFirstOrThrow();
-  const entries = await database.selectFrom("ledger_entries").select((expression) => expression.fn.sum<number>("amount").as("total")).where("account_id", "=", accountId).executeTakeFirst();
-  const lots = await database.selectFrom("credit_lots").select((expression) => expression.fn.sum<number>("remaining").as("total")).where("account_id", "=", accountId).executeTakeFirst();
-  const holds = await database
-    .selectFrom("holds")
-    .select((expression) => [expression.fn.sum<number>("amount").as("total"), expression.fn.countAll<number>().as("count")])
-    .where("account_id", "=", accountId)
-    .where("status", "=", "active")
-    .executeTakeFirst();
-  return {
-    balance: Number(account.balance),
-    sumOfEntries: Number(entries?.total ?? 0),
-    lotsRemaining: Number(lots?.total ?? 0),
-    heldActive: Number(holds?.total ?? 0),
-    activeHolds: Number(holds?.count ?? 0),
-  };
+  // One snapshot for all four reads: a hold settled between them would otherwise show a
+  // balance and a sum of entries from different moments.
+  return database
+    .transaction()
+    .setIsolationLevel("repeatable read")
+    .execute(async (transaction) => {
+      const account = await transaction.selectFrom("accounts").select("balance").where("id", "=", accountId).executeTakeFirstOrThrow();
+      const entries = await transaction.selectFrom("ledger_entries").select((expression) => expression.fn.sum<number>("amount").as("total")).where("account_id", "=", accountId).executeTakeFirst();
+      const lots = await transaction.selectFrom("credit_lots").select((expression) => expression.fn.sum<number>("remaining").as("total")).where("account_id", "=", accountId).executeTakeFirst();
+      const holds = await transaction
+        .selectFrom("holds")
+        .select((expression) => [expression.fn.sum<number>("amount").as("total"), expression.fn.countAll<number>().as("count")])
+        .where("account_id", "=", accountId)
+        .where("status", "=", "active")
+        .executeTakeFirst();
+      return {
+        balance: Number(account.balance),
+        sumOfEntries: Number(entries?.total ?? 0),
+        lotsRemaining: Number(lots?.total ?? 0),
+        heldActive: Number(holds?.total ?? 0),
+        activeHolds: Number(holds?.count ?? 0),
+      };
+    });
 }

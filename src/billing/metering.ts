@@ -76,8 +76,7 @@ export class Metering {
         if (settled) return { cost: 0 };
         settled = true;
         const cost = outcome.usage === null || !metered ? 0 : costOf(model.pricing, outcome.usage);
-        const charged = holdId === null ? 0 : await settleHold(database, holdId, cost);
-        await recordUsage(database, {
+        const record = (charged: number) => ({
           request_id: input.requestId,
           account_id: key.accountId,
           key_id: key.id,
@@ -92,6 +91,12 @@ export class Metering {
           stream: input.stream ? 1 : 0,
           created_at: Date.now(),
         });
+        if (holdId === null) {
+          await recordUsage(database, record(0));
+          return { cost: 0 };
+        }
+        // The usage record commits with the charge, so the two never disagree.
+        const charged = await settleHold(database, holdId, cost, Date.now(), (transaction, charge) => recordUsage(transaction, record(charge)));
         return { cost: charged };
       },
     };
