@@ -11,11 +11,11 @@ import type Stripe from "stripe";
 import type { Plan } from "../billing/plans.ts";
 import { grantPlan } from "../billing/grant-plan.ts";
 import { registerStripeRoutes } from "../billing/stripe/route.ts";
-import { InvalidRequestError } from "../protocol/errors.ts";
 import { RouteNotFoundError, ShuttingDownError } from "../protocol/errors.ts";
 import { handleError } from "./errors.ts";
 import { requestIdFrom, requestIdHeader } from "./middleware/request-id/request-id.ts";
 import { apiKeyAuth } from "./middleware/api-key-auth/api-key-auth.ts";
+import { accountAuth, accountIdOf, type SessionResolver } from "./middleware/account-auth/account-auth.ts";
 import { registerChatCompletionsRoute } from "./routes/chat-completions/route.ts";
 import { registerModelsRoutes } from "./routes/models/route.ts";
 import { registerHealthRoutes } from "./routes/health/route.ts";
@@ -33,6 +33,8 @@ export type AppOptions = {
   logger: Logger;
   bodyLimit: number;
   keepAliveIntervalMs: number;
+  /** Console sessions for `/api` (cookies); without it `/api` takes API keys only. */
+  sessions?: SessionResolver;
 };
 
 export type App = {
@@ -57,6 +59,7 @@ export function buildApp(options: AppOptions): App {
   const shutdown = new AbortController();
 
   server.decorateRequest("apiKey", null);
+  server.decorateRequest("principal", null);
   server.addHook("onRequest", requestIdHeader());
   server.addHook("onRequest", async function refuseWhileClosing(request) {
     if (closing && request.url !== "/health" && request.url !== "/ready") throw new ShuttingDownError();
@@ -70,6 +73,7 @@ export function buildApp(options: AppOptions): App {
   });
 
   const authenticate = apiKeyAuth({ database: options.database });
+  const authenticateAccount = accountAuth({ database: options.database, sessions: options.sessions });
   registerHealthRoutes(server, { catalog: options.catalog, isClosing: () => closing });
   registerModelsRoutes(server, { catalog: options.catalog, authenticate });
   registerChatCompletionsRoute(server, {
@@ -84,15 +88,9 @@ export function buildApp(options: AppOptions): App {
     stripe: options.stripe,
     webhookSecret: options.stripeWebhookSecret,
     plans: options.plans,
-    authenticate,
+    authenticate: authenticateAccount,
     publicUrl: options.publicUrl,
-    accountIdOf: (request) => {
-      const accountId = request.apiKey?.accountId;
-      if (accountId == null) {
-        throw new InvalidRequestError("Buying a plan needs an account's API key; operator keys are not metered.", null, "account_required");
-      }
-      return accountId;
-    },
+    accountIdOf: (request) => accountIdOf(request, "Buying a plan"),
     grantPurchase: async (purchase) => {
       const plan = options.plans().find((candidate) => candidate.id === purchase.planId);
       if (plan === undefined) throw new Error(`paid purchase of unknown plan '${purchase.planId}' (event ${purchase.eventId})`);
