@@ -3,6 +3,7 @@
  * catalog and its engines (models load in the background), and listens.
  */
 import path from "node:path";
+import { fileURLToPath } from "node:url";
 import { pino, type Logger } from "pino";
 import cliProgress from "cli-progress";
 import type { ResolvedSettings } from "./config/load.ts";
@@ -17,6 +18,18 @@ import { deadNodes, forgetNodes, heartbeat, registerNode } from "./billing/nodes
 import { sweepExpiredCredit, sweepHolds } from "./billing/ledger.ts";
 import { listPlans, syncConfigPlans } from "./billing/plans-store.ts";
 import { createStripeClient } from "./billing/stripe/stripe-client.ts";
+import { sweepSessions } from "./auth/sessions.ts";
+import { consoleSessions, originOf } from "./http/middleware/console-session/console-session.ts";
+
+/** Where `npm run build:console` puts the console. */
+export const CONSOLE_DIRECTORY = fileURLToPath(new URL("../console/dist", import.meta.url));
+
+/** `TURNPIKE_TRUST_PROXY`: `true`, or comma-separated proxy addresses/subnets; unset: trust none. */
+export function trustProxyFrom(value: string | undefined): boolean | string {
+  const text = (value ?? "").trim();
+  if (text === "" || text === "false") return false;
+  return text === "true" ? true : text;
+}
 
 /** How often holds and expired credit are swept, and the node's heartbeat written. */
 const SWEEP_INTERVAL_MS = 10_000;
@@ -88,6 +101,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     const released = await sweepHolds(database, { deadNodes: dead });
     await forgetNodes(database, dead);
     const expired = await sweepExpiredCredit(database);
+    await sweepSessions(database);
     plans = await listPlans(database);
     if (released > 0 || expired > 0) logger.info({ released_holds: released, expired_credit: expired }, "ledger sweep");
   };
@@ -136,6 +150,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
   const catalog = new Catalog(models);
   const modelsSettled = Promise.all(engines.map((engine) => engine.load())).then(() => undefined);
 
+  const publicUrl = process.env.TURNPIKE_PUBLIC_URL ?? `http://${settings.host}:${settings.port}`;
   const app = buildApp({
     catalog,
     database,
@@ -143,7 +158,10 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     plans: () => plans,
     stripe: createStripeClient({ secretKey: process.env.STRIPE_SECRET_KEY }),
     stripeWebhookSecret: process.env.STRIPE_WEBHOOK_SECRET || undefined,
-    publicUrl: process.env.TURNPIKE_PUBLIC_URL ?? `http://${settings.host}:${settings.port}`,
+    publicUrl,
+    sessions: consoleSessions({ database, publicOrigin: originOf(process.env.TURNPIKE_PUBLIC_URL) }),
+    consoleDirectory: CONSOLE_DIRECTORY,
+    trustProxy: trustProxyFrom(process.env.TURNPIKE_TRUST_PROXY),
     logger,
     bodyLimit: settings.body_limit,
     keepAliveIntervalMs: settings.keep_alive_interval * 1000,

@@ -111,6 +111,12 @@ export async function listApiKeys(database: Kysely<Database>, accountId?: string
   return (await query.execute()).map(toRecord);
 }
 
+/** One key by id, or undefined. */
+export async function findApiKey(database: Kysely<Database>, id: string): Promise<ApiKeyRecord | undefined> {
+  const row = await database.selectFrom("api_keys").selectAll().where("id", "=", id).executeTakeFirst();
+  return row && toRecord(row);
+}
+
 /** Revokes a key; returns false when there is no such key. Revoking twice keeps the first time. */
 export async function revokeApiKey(database: Kysely<Database>, id: string, now = Date.now()): Promise<boolean> {
   const existing = await database.selectFrom("api_keys").select(["id", "revoked_at"]).where("id", "=", id).executeTakeFirst();
@@ -123,7 +129,7 @@ export async function revokeApiKey(database: Kysely<Database>, id: string, now =
 
 export type KeyCheck =
   | { ok: true; key: ApiKeyRecord }
-  | { ok: false; reason: "malformed" | "unknown" | "revoked" | "expired" };
+  | { ok: false; reason: "malformed" | "unknown" | "revoked" | "expired" | "account_disabled" };
 
 /**
  * Looks a presented key up by its hash. Constant-time comparison of the hashes guards against
@@ -132,13 +138,21 @@ export type KeyCheck =
 export async function verifyApiKey(database: Kysely<Database>, presented: string, now = Date.now()): Promise<KeyCheck> {
   if (!presented.startsWith(KEY_PREFIX) || presented.length > 256) return { ok: false, reason: "malformed" };
   const hash = hashKey(presented);
-  const row = await database.selectFrom("api_keys").selectAll().where("key_hash", "=", hash).executeTakeFirst();
+  const row = await database
+    .selectFrom("api_keys")
+    .leftJoin("accounts", "accounts.id", "api_keys.account_id")
+    .selectAll("api_keys")
+    .select("accounts.disabled_at as account_disabled_at")
+    .where("api_keys.key_hash", "=", hash)
+    .executeTakeFirst();
   if (row === undefined || !timingSafeEqual(Buffer.from(row.key_hash, "hex"), Buffer.from(hash, "hex"))) {
     return { ok: false, reason: "unknown" };
   }
   if (row.revoked_at !== null) return { ok: false, reason: "revoked" };
   if (row.expires_at !== null && Number(row.expires_at) <= now) return { ok: false, reason: "expired" };
-  return { ok: true, key: toRecord(row) };
+  if (row.account_disabled_at != null) return { ok: false, reason: "account_disabled" };
+  const { account_disabled_at: _disabled, ...key } = row;
+  return { ok: true, key: toRecord(key) };
 }
 
 /** Records that a key was used; callers throttle this (at most once a minute per key). */

@@ -4,7 +4,8 @@
 import type { Command } from "commander";
 import type { Kysely } from "kysely";
 import { createAccount, listAccounts, requireAccountByEmail } from "../accounts/accounts.ts";
-import { expireDueCredit, newId } from "../billing/ledger.ts";
+import { newId } from "../billing/ledger.ts";
+import { describeAccount } from "../accounts/describe-account.ts";
 import { grantPlan } from "../billing/grant-plan.ts";
 import { findPlan, listPlans } from "../billing/plans-store.ts";
 import type { Database } from "../store/schema.ts";
@@ -22,26 +23,10 @@ export function fail(message: string): void {
 }
 
 /** An account as the CLI shows it, with the plan and when its credit runs out. */
-async function describeAccount(database: Kysely<Database>, email: string) {
+async function showAccount(database: Kysely<Database>, email: string) {
   const found = await requireAccountByEmail(database, email);
-  await expireDueCredit(database, found.id);
-  const account = await requireAccountByEmail(database, email);
-  const lot = await database
-    .selectFrom("credit_lots")
-    .select(["expires_at"])
-    .where("account_id", "=", account.id)
-    .where("remaining", ">", 0)
-    .orderBy("expires_at", "desc")
-    .executeTakeFirst();
-  return {
-    id: account.id,
-    email: account.email,
-    role: account.role,
-    balance: account.balance,
-    plan: account.planId,
-    credit_expires: lot?.expires_at == null ? null : Math.floor(Number(lot.expires_at) / 1000),
-    created: Math.floor(account.created / 1000),
-  };
+  const { plan, disabled: _disabled, ...account } = await describeAccount(database, found.id);
+  return { ...account, plan: plan?.id ?? found.planId };
 }
 
 export function registerAccountCommands(program: Command): void {
@@ -82,7 +67,7 @@ export function registerAccountCommands(program: Command): void {
     accounts.command("show").description("show an account, its balance and plan").requiredOption("--email <email>", "the account's email").option("--json", "print JSON"),
   ).action(async (options: StoreFlags & { email: string; json?: boolean }) => {
     try {
-      const shown = await withStore(options, (database) => describeAccount(database, options.email));
+      const shown = await withStore(options, (database) => showAccount(database, options.email));
       process.stdout.write(options.json ? `${JSON.stringify(shown)}\n` : `${Object.entries(shown).map(([name, value]) => `${name}: ${value ?? "-"}`).join("\n")}\n`);
     } catch (error) {
       fail((error as Error).message);

@@ -19,6 +19,14 @@ import { accountAuth, accountIdOf, type SessionResolver } from "./middleware/acc
 import { registerChatCompletionsRoute } from "./routes/chat-completions/route.ts";
 import { registerModelsRoutes } from "./routes/models/route.ts";
 import { registerHealthRoutes } from "./routes/health/route.ts";
+import fastifyCookie from "@fastify/cookie";
+import { SignInThrottle } from "../auth/sign-in-throttle.ts";
+import { originOf } from "./middleware/console-session/console-session.ts";
+import { registerAuthRoutes } from "./routes/auth/route.ts";
+import { registerAccountRoute } from "./routes/account/route.ts";
+import { registerKeysRoutes } from "./routes/keys/route.ts";
+import { registerAdminAccountsRoutes } from "./routes/admin-accounts/route.ts";
+import { registerConsoleRoutes } from "./routes/console/route.ts";
 
 export type AppOptions = {
   catalog: Catalog;
@@ -35,6 +43,12 @@ export type AppOptions = {
   keepAliveIntervalMs: number;
   /** Console sessions for `/api` (cookies); without it `/api` takes API keys only. */
   sessions?: SessionResolver;
+  /** The built web console (`console/dist`), served at `/`; without it there is no console. */
+  consoleDirectory?: string;
+  /** Trust `x-forwarded-*` from a reverse proxy (Fastify's `trustProxy`): true, or the proxies' addresses. */
+  trustProxy?: boolean | string;
+  /** Failed sign-ins allowed; the default throttle when absent. */
+  signInThrottle?: SignInThrottle;
 };
 
 export type App = {
@@ -54,6 +68,7 @@ export function buildApp(options: AppOptions): App {
     bodyLimit: options.bodyLimit,
     return503OnClosing: false,
     forceCloseConnections: "idle",
+    trustProxy: options.trustProxy ?? false,
   });
   let closing = false;
   const shutdown = new AbortController();
@@ -74,6 +89,7 @@ export function buildApp(options: AppOptions): App {
 
   const authenticate = apiKeyAuth({ database: options.database });
   const authenticateAccount = accountAuth({ database: options.database, sessions: options.sessions });
+  server.register(fastifyCookie);
   registerHealthRoutes(server, { catalog: options.catalog, isClosing: () => closing });
   registerModelsRoutes(server, { catalog: options.catalog, authenticate });
   registerChatCompletionsRoute(server, {
@@ -99,6 +115,13 @@ export function buildApp(options: AppOptions): App {
       return { granted };
     },
   });
+
+  const publicOrigin = originOf(options.publicUrl);
+  registerAuthRoutes(server, { database: options.database, throttle: options.signInThrottle ?? new SignInThrottle(), publicOrigin });
+  registerAccountRoute(server, { database: options.database, authenticate: authenticateAccount });
+  registerKeysRoutes(server, { database: options.database, catalog: options.catalog, authenticate: authenticateAccount });
+  registerAdminAccountsRoutes(server, { database: options.database, plans: options.plans, authenticate: authenticateAccount });
+  if (options.consoleDirectory !== undefined) registerConsoleRoutes(server, { directory: options.consoleDirectory });
 
   return {
     server,

@@ -142,6 +142,15 @@ export type RedemptionCodeTable = {
   redeemed_by: string | null;
 };
 
+/** A console session. The token lives only in the browser's cookie; this row holds its hash. */
+export type SessionTable = {
+  /** SHA-256 of the session token, hex. */
+  token_hash: string;
+  account_id: string;
+  created_at: number;
+  expires_at: number;
+};
+
 export type Database = {
   api_keys: ApiKeyTable;
   accounts: AccountTable;
@@ -152,4 +161,5 @@ export type Database = {
   nodes: NodeTable;
   usage_records: UsageRecordTable;
   redemption_codes: RedemptionCodeTable;
+  sessions: SessionTable;
 };

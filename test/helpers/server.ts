@@ -44,7 +44,7 @@ export type TestServer = {
 
 export type TestServerOptions = {
   /** Settings as flags (`parallel: "1"`), on top of the test defaults. */
-  flags?: Record<string, string | string[]>;
+  flags?: Record<string, string | string[] | undefined>;
   /** A --config file (plans, model prices). */
   configFile?: string;
 };

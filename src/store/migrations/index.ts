@@ -5,8 +5,10 @@
 import type { Migration } from "kysely/migration";
 import { migration0001ApiKeys } from "./0001-api-keys.ts";
 import { migration0002AccountsAndBilling } from "./0002-accounts-and-billing.ts";
+import { migration0004Sessions } from "./0004-sessions.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-api-keys": migration0001ApiKeys,
   "0002-accounts-and-billing": migration0002AccountsAndBilling,
+  "0004-sessions": migration0004Sessions,
 };

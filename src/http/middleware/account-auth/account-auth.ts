@@ -57,7 +57,7 @@ export function accountAuth(options: AccountAuthOptions): preHandlerHookHandler 
     if (header !== undefined) {
       const presented = /^Bearer\s+(\S+)\s*$/i.exec(header)?.[1] ?? "";
       const check = await verifyApiKey(options.database, presented);
-      if (!check.ok) throw new InvalidApiKeyError();
+      if (!check.ok) throw check.reason === "account_disabled" ? new AccountDisabledError() : new InvalidApiKeyError();
       request.apiKey = check.key;
       if (check.key.accountId === null) {
         request.principal = { accountId: null, email: null, role: "admin", via: "key" };

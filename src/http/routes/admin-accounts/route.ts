@@ -1,0 +1,118 @@
+/**
+ * Administration of accounts and keys (admins only):
+ * - `GET /api/admin/accounts`: every account with balance, plan and state.
+ * - `POST /api/admin/accounts/:id/grant` `{plan}`: grants a plan (offline sales).
+ * - `POST /api/admin/accounts/:id/disable`, `.../enable`: a disabled account cannot sign in,
+ *   its sessions end, and its keys stop working on `/v1` (403 `account_disabled`).
+ * - `GET /api/admin/keys`: every key with its owner's email; `DELETE /api/admin/keys/:id` revokes any.
+ */
+import type { FastifyInstance, preHandlerHookHandler } from "fastify";
+import type { Kysely } from "kysely";
+import { z } from "zod";
+import type { Database } from "../../../store/schema.ts";
+import type { Plan } from "../../../billing/plans.ts";
+import { findAccountById, listAccounts } from "../../../accounts/accounts.ts";
+import { describeAccount, type AccountDescription } from "../../../accounts/describe-account.ts";
+import { findApiKey, listApiKeys, revokeApiKey } from "../../../auth/api-keys.ts";
+import { deleteAccountSessions } from "../../../auth/sessions.ts";
+import { grantPlan } from "../../../billing/grant-plan.ts";
+import { newId } from "../../../billing/ledger.ts";
+import { ApiError, InvalidRequestError } from "../../../protocol/errors.ts";
+import { parseWithSchema } from "../../../protocol/parse.ts";
+import { requireAdmin } from "../../middleware/account-auth/account-auth.ts";
+import { KeyNotFoundError, toApiKeyObject } from "../keys/route.ts";
+
+export type AdminAccountsRoutesOptions = {
+  database: Kysely<Database>;
+  /** Plans on offer now. */
+  plans: () => Plan[];
+  authenticate: preHandlerHookHandler;
+};
+
+class AccountNotFoundApiError extends ApiError {
+  constructor(id: string) {
+    super(`No account with id '${id.slice(0, 64)}'.`, { status: 404, type: "not_found_error", code: "account_not_found", param: "id" });
+  }
+}
+
+const grantSchema = z.object({ plan: z.string().min(1).max(200) });
+
+export function registerAdminAccountsRoutes(app: FastifyInstance, options: AdminAccountsRoutesOptions): void {
+  const { database } = options;
+  const adminOnly = { preHandler: [options.authenticate, async function adminOnly(request: Parameters<typeof requireAdmin>[0]) { requireAdmin(request); }] };
+
+  async function existingAccount(id: string) {
+    const account = await findAccountById(database, id);
+    if (account === undefined) throw new AccountNotFoundApiError(id);
+    return account;
+  }
+
+  app.get("/api/admin/accounts", adminOnly, async function listAllAccounts() {
+    const accounts = await listAccounts(database);
+    const plans = new Map(options.plans().map((plan) => [plan.id, plan]));
+    const keyCounts = await database
+      .selectFrom("api_keys")
+      .select(["account_id", (expression) => expression.fn.countAll<number>().as("keys")])
+      .where("revoked_at", "is", null)
+      .groupBy("account_id")
+      .execute();
+    const keys = new Map(keyCounts.map((row) => [row.account_id, Number(row.keys)]));
+    return {
+      object: "list",
+      data: accounts.map((account) => ({
+        id: account.id,
+        email: account.email,
+        role: account.role,
+        balance: account.balance,
+        plan: account.planId === null ? null : (plans.get(account.planId) ?? { id: account.planId, name: account.planId }),
+        active_keys: keys.get(account.id) ?? 0,
+        created: Math.floor(account.created / 1000),
+        disabled: account.disabled === null ? null : Math.floor(account.disabled / 1000),
+      })),
+    };
+  });
+
+  app.post("/api/admin/accounts/:id/grant", adminOnly, async function grantAccountPlan(request): Promise<AccountDescription & { granted: boolean }> {
+    const admin = requireAdmin(request);
+    const { id } = request.params as { id: string };
+    const body = parseWithSchema(grantSchema, request.body);
+    const account = await existingAccount(id);
+    const plan = options.plans().find((candidate) => candidate.id === body.plan);
+    if (plan === undefined) throw new InvalidRequestError(`Invalid 'plan': there is no plan '${body.plan.slice(0, 100)}'.`, "plan", "plan_not_found");
+    const { granted } = await grantPlan(database, { accountId: account.id, plan, source: `admin:${newId("grant")}` });
+    request.log.info({ account_id: account.id, plan_id: plan.id, by: admin.accountId }, "plan granted by admin");
+    return { ...(await describeAccount(database, account.id)), granted };
+  });
+
+  for (const action of ["disable", "enable"] as const) {
+    app.post(`/api/admin/accounts/:id/${action}`, adminOnly, async function setAccountEnabled(request): Promise<AccountDescription> {
+      const admin = requireAdmin(request);
+      const { id } = request.params as { id: string };
+      const account = await existingAccount(id);
+      if (action === "disable" && admin.accountId === account.id) throw new InvalidRequestError("You cannot disable your own account.", "id", "cannot_disable_self");
+      await database
+        .updateTable("accounts")
+        .set({ disabled_at: action === "disable" ? Date.now() : null })
+        .where("id", "=", account.id)
+        .execute();
+      if (action === "disable") await deleteAccountSessions(database, account.id);
+      request.log.info({ account_id: account.id, by: admin.accountId }, `account ${action}d`);
+      return describeAccount(database, account.id);
+    });
+  }
+
+  app.get("/api/admin/keys", adminOnly, async function listAllKeys() {
+    const emails = new Map((await listAccounts(database)).map((account) => [account.id, account.email]));
+    const keys = await listApiKeys(database);
+    return { object: "list", data: keys.map((key) => ({ ...toApiKeyObject(key), account_email: key.accountId === null ? null : (emails.get(key.accountId) ?? null) })) };
+  });
+
+  app.delete("/api/admin/keys/:id", adminOnly, async function revokeAnyKey(request) {
+    const admin = requireAdmin(request);
+    const { id } = request.params as { id: string };
+    if ((await findApiKey(database, id)) === undefined) throw new KeyNotFoundError(id);
+    await revokeApiKey(database, id);
+    request.log.info({ key_id: id, by: admin.accountId }, "api key revoked by admin");
+    return toApiKeyObject((await findApiKey(database, id))!);
+  });
+}

@@ -1,0 +1,48 @@
+/**
+ * The web console: static files built by Vite into `console/dist`, served at `/`. Paths that are
+ * not files get `index.html` (the console routes on the client), except under `/v1` and `/api`,
+ * which keep answering JSON 404s. Hashed assets are cached for good; `index.html` never.
+ */
+import fs from "node:fs";
+import path from "node:path";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import fastifyStatic from "@fastify/static";
+import { RouteNotFoundError } from "../../../protocol/errors.ts";
+
+export type ConsoleRouteOptions = {
+  /** The built console (`console/dist`). */
+  directory: string;
+};
+
+const API_PREFIXES = ["/v1/", "/api/"];
+
+const NOT_BUILT = `<!doctype html><html lang="en"><meta charset="utf-8"><title>Turnpike</title>
+<body style="font-family:system-ui;max-width:40rem;margin:4rem auto;padding:0 1rem">
+<h1>Turnpike</h1><p>The API is running at <code>/v1</code>. The web console has not been built yet:
+run <code>npm run build:console</code> (or restart with <code>npm start</code>, which builds it).</p></body></html>`;
+
+export function registerConsoleRoutes(app: FastifyInstance, options: ConsoleRouteOptions): void {
+  const root = path.resolve(options.directory);
+  app.register(fastifyStatic, { root, serve: false });
+
+  async function serveConsole(request: FastifyRequest, reply: FastifyReply) {
+    const pathname = decodeURIComponent(request.url.split("?")[0] ?? "/");
+    if (pathname === "/v1" || pathname === "/api" || API_PREFIXES.some((prefix) => pathname.startsWith(prefix))) {
+      throw new RouteNotFoundError(request.method, pathname);
+    }
+    if (!fs.existsSync(path.join(root, "index.html"))) {
+      return reply.code(200).type("text/html; charset=utf-8").header("cache-control", "no-store").send(NOT_BUILT);
+    }
+    const relative = path.normalize(pathname).replace(/^(\.\.(\/|\\|$))+/, "").replace(/^[/\\]+/, "");
+    const file = path.join(root, relative);
+    if (relative !== "" && file.startsWith(root + path.sep) && fs.statSync(file, { throwIfNoEntry: false })?.isFile()) {
+      const hashed = relative.startsWith(`assets${path.sep}`);
+      return reply.sendFile(relative, { immutable: hashed, maxAge: hashed ? "365d" : 0 });
+    }
+    // Client-side routes (`/keys`, `/usage` …) and unknown files: the app decides.
+    return reply.header("cache-control", "no-cache").sendFile("index.html", { cacheControl: false });
+  }
+
+  app.get("/", serveConsole);
+  app.get("/*", serveConsole);
+}

@@ -1,0 +1,135 @@
+/**
+ * The caller's own API keys (console session or key):
+ * - `GET /api/keys`: the account's keys, newest first; never the keys themselves.
+ * - `POST /api/keys` `{name, expires_at?, models?, spend_cap?, rpm?, tpm?}`: creates one and
+ *   answers it with `key`, shown this once.
+ * - `DELETE /api/keys/:id`: revokes one of the account's keys; another account's is a 404.
+ * The operator (an operator key) manages the operator's keys.
+ */
+import type { FastifyInstance, preHandlerHookHandler } from "fastify";
+import type { Kysely } from "kysely";
+import { z } from "zod";
+import type { Database } from "../../../store/schema.ts";
+import type { Catalog } from "../../../catalog/catalog.ts";
+import { createApiKey, findApiKey, listApiKeys, revokeApiKey, type ApiKeyRecord } from "../../../auth/api-keys.ts";
+import { ApiError, InvalidRequestError } from "../../../protocol/errors.ts";
+import { parseWithSchema } from "../../../protocol/parse.ts";
+import { principalOf } from "../../middleware/account-auth/account-auth.ts";
+
+/** A key as `/api` shows it. Times are seconds since the epoch. */
+export type ApiKeyObject = {
+  id: string;
+  object: "api_key";
+  name: string;
+  /** The first characters of the key, to tell keys apart. */
+  display_prefix: string;
+  account_id: string | null;
+  created: number;
+  last_used: number | null;
+  expires: number | null;
+  revoked: number | null;
+  status: "active" | "revoked" | "expired";
+  /** Model ids the key may use; null: every model its account may use. */
+  models: string[] | null;
+  /** Most credit units the key may spend; null: no cap of its own. */
+  spend_cap: number | null;
+  /** Credit units spent so far. */
+  spent: number;
+  rpm: number | null;
+  tpm: number | null;
+};
+
+const seconds = (time: number | null) => (time === null ? null : Math.floor(time / 1000));
+
+export function toApiKeyObject(key: ApiKeyRecord, now = Date.now()): ApiKeyObject {
+  return {
+    id: key.id,
+    object: "api_key",
+    name: key.name,
+    display_prefix: key.displayPrefix,
+    account_id: key.accountId,
+    created: seconds(key.created)!,
+    last_used: seconds(key.lastUsed),
+    expires: seconds(key.expires),
+    revoked: seconds(key.revoked),
+    status: key.revoked !== null ? "revoked" : key.expires !== null && key.expires <= now ? "expired" : "active",
+    models: key.models,
+    spend_cap: key.spendCap,
+    spent: key.spent,
+    rpm: key.rpm,
+    tpm: key.tpm,
+  };
+}
+
+const positive = z.number().int().min(1).max(Number.MAX_SAFE_INTEGER);
+
+export const createKeySchema = z.object({
+  name: z.string().trim().min(1, "give the key a name").max(100),
+  /** Seconds since the epoch; null or absent: the key does not expire. */
+  expires_at: z.number().int().positive().nullable().optional(),
+  models: z.array(z.string().min(1)).max(100).nullable().optional(),
+  spend_cap: positive.nullable().optional(),
+  rpm: positive.nullable().optional(),
+  tpm: positive.nullable().optional(),
+});
+
+export class KeyNotFoundError extends ApiError {
+  constructor(id: string) {
+    super(`No API key with id '${id.slice(0, 64)}'.`, { status: 404, type: "not_found_error", code: "key_not_found", param: "id" });
+  }
+}
+
+export type KeysRoutesOptions = {
+  database: Kysely<Database>;
+  catalog: Catalog;
+  authenticate: preHandlerHookHandler;
+};
+
+/** Refuses model ids the catalog does not serve, naming the first. */
+export function checkModels(catalog: Catalog, models: string[] | null | undefined): void {
+  if (models == null) return;
+  const known = new Set(catalog.list().map((model) => model.id));
+  const index = models.findIndex((model) => !known.has(model));
+  if (index >= 0) throw new InvalidRequestError(`Invalid 'models[${index}]': there is no model '${models[index]!.slice(0, 100)}'.`, `models[${index}]`);
+}
+
+export function registerKeysRoutes(app: FastifyInstance, options: KeysRoutesOptions): void {
+  const { database } = options;
+
+  app.get("/api/keys", { preHandler: options.authenticate }, async function listOwnKeys(request) {
+    const { accountId } = principalOf(request);
+    return { object: "list", data: (await listApiKeys(database, accountId)).map((key) => toApiKeyObject(key)) };
+  });
+
+  app.post("/api/keys", { preHandler: options.authenticate }, async function createOwnKey(request, reply): Promise<ApiKeyObject & { key: string }> {
+    const { accountId } = principalOf(request);
+    const body = parseWithSchema(createKeySchema, request.body);
+    checkModels(options.catalog, body.models);
+    const now = Date.now();
+    if (body.expires_at != null && body.expires_at * 1000 <= now) throw new InvalidRequestError("Invalid 'expires_at': the time has passed already.", "expires_at");
+    const created = await createApiKey(database, {
+      name: body.name,
+      accountId,
+      expires: body.expires_at == null ? undefined : body.expires_at * 1000,
+      models: body.models ?? undefined,
+      spendCap: body.spend_cap ?? undefined,
+      rpm: body.rpm ?? undefined,
+      tpm: body.tpm ?? undefined,
+      now,
+    });
+    request.log.info({ key_id: created.id, account_id: accountId }, "api key created");
+    reply.code(201).header("cache-control", "no-store");
+    return { ...toApiKeyObject(created, now), key: created.key };
+  });
+
+  app.delete("/api/keys/:id", { preHandler: options.authenticate }, async function revokeOwnKey(request) {
+    const { accountId } = principalOf(request);
+    const { id } = request.params as { id: string };
+    const key = await findApiKey(database, id);
+    // Another account's key answers as if it did not exist.
+    if (key === undefined || key.accountId !== accountId) throw new KeyNotFoundError(id);
+    await revokeApiKey(database, id);
+    request.log.info({ key_id: id, account_id: accountId }, "api key revoked");
+    return toApiKeyObject((await findApiKey(database, id))!);
+  });
+}
