@@ -27,6 +27,7 @@ import { registerAccountRoute } from "./routes/account/route.ts";
 import { registerKeysRoutes } from "./routes/keys/route.ts";
 import { registerAdminAccountsRoutes } from "./routes/admin-accounts/route.ts";
 import { registerConsoleRoutes } from "./routes/console/route.ts";
+import { registerApiModelsRoute } from "./routes/api-models/route.ts";
 
 export type AppOptions = {
   catalog: Catalog;
@@ -120,6 +121,7 @@ export function buildApp(options: AppOptions): App {
   registerAuthRoutes(server, { database: options.database, throttle: options.signInThrottle ?? new SignInThrottle(), publicOrigin });
   registerAccountRoute(server, { database: options.database, authenticate: authenticateAccount });
   registerKeysRoutes(server, { database: options.database, catalog: options.catalog, authenticate: authenticateAccount });
+  registerApiModelsRoute(server, { catalog: options.catalog, authenticate: authenticateAccount });
   registerAdminAccountsRoutes(server, { database: options.database, plans: options.plans, authenticate: authenticateAccount });
   if (options.consoleDirectory !== undefined) registerConsoleRoutes(server, { directory: options.consoleDirectory });
 

@@ -1,0 +1,248 @@
+/** API keys: the account's keys, "Create new secret key" (shown once), revoke with confirmation. */
+import { useState } from "react";
+import { api, post, type ApiKey, type CreatedKey, type List, type Model } from "../api.ts";
+import { formatCredits, formatDate, formatRelative } from "../format.ts";
+import { Badge, ConfirmDialog, CopyButton, Dialog, EmptyState, ErrorState, Field, Loading, Notice, PageHeader, useApi } from "../components/ui.tsx";
+
+export function KeysPage() {
+  const keys = useApi<List<ApiKey>>("/api/keys");
+  const [creating, setCreating] = useState(false);
+  const [revoking, setRevoking] = useState<ApiKey>();
+  const createButton = (
+    <button type="button" className="button primary" onClick={() => setCreating(true)}>
+      + Create new secret key
+    </button>
+  );
+
+  return (
+    <>
+      <PageHeader
+        title="API keys"
+        description="Your secret keys authenticate requests to /v1. Keep them safe: anyone with a key can spend your credit."
+        actions={createButton}
+      />
+      {keys.error && <ErrorState error={keys.error} retry={keys.reload} />}
+      {!keys.data && keys.loading && <Loading />}
+      {keys.data && keys.data.data.length === 0 && (
+        <EmptyState title="No API keys yet" action={createButton}>
+          Create a key to call the API from your code.
+        </EmptyState>
+      )}
+      {keys.data && keys.data.data.length > 0 && <KeysTable keys={keys.data.data} onRevoke={setRevoking} />}
+      {creating && <CreateKeyDialog onClose={() => setCreating(false)} onCreated={keys.reload} />}
+      {revoking && (
+        <ConfirmDialog
+          title="Revoke secret key"
+          confirmLabel="Revoke key"
+          danger
+          onClose={() => setRevoking(undefined)}
+          onConfirm={async () => {
+            await api("DELETE", `/api/keys/${encodeURIComponent(revoking.id)}`);
+            keys.reload();
+          }}
+        >
+          <p>
+            The key <strong>{revoking.name || revoking.display_prefix}</strong> (<code>{revoking.display_prefix}…</code>) will stop working at once.
+            Requests made with it will be refused. This cannot be undone.
+          </p>
+        </ConfirmDialog>
+      )}
+    </>
+  );
+}
+
+function statusBadge(key: ApiKey) {
+  if (key.status === "active") return <Badge tone="green">Active</Badge>;
+  if (key.status === "expired") return <Badge tone="amber">Expired</Badge>;
+  return <Badge tone="red">Revoked</Badge>;
+}
+
+export function KeysTable({ keys, onRevoke, showOwner }: { keys: ApiKey[]; onRevoke: (key: ApiKey) => void; showOwner?: boolean }) {
+  return (
+    <div className="table-wrap">
+      <table className="table" aria-label="API keys">
+        <thead>
+          <tr>
+            <th scope="col">Name</th>
+            {showOwner && <th scope="col">Owner</th>}
+            <th scope="col">Key</th>
+            <th scope="col">Created</th>
+            <th scope="col">Last used</th>
+            <th scope="col">Expires</th>
+            <th scope="col">Models</th>
+            <th scope="col">Spent</th>
+            <th scope="col">Status</th>
+            <th scope="col">
+              <span className="visually-hidden">Actions</span>
+            </th>
+          </tr>
+        </thead>
+        <tbody>
+          {keys.map((key) => (
+            <tr key={key.id} data-key-id={key.id}>
+              <td className="strong">{key.name || <span className="muted">Unnamed</span>}</td>
+              {showOwner && <td>{key.account_email ?? <span className="muted">operator</span>}</td>}
+              <td>
+                <code className="key-prefix">{key.display_prefix}…</code>
+              </td>
+              <td>{formatDate(key.created)}</td>
+              <td>{formatRelative(key.last_used)}</td>
+              <td>{key.expires === null ? "Never" : formatDate(key.expires)}</td>
+              <td>{key.models === null ? <span className="muted">All</span> : key.models.join(", ")}</td>
+              <td>
+                {key.spent.toLocaleString()}
+                {key.spend_cap !== null && <span className="muted"> / {formatCredits(key.spend_cap)}</span>}
+              </td>
+              <td>{statusBadge(key)}</td>
+              <td className="actions">
+                {key.status !== "revoked" && (
+                  <button type="button" className="button small danger-text" onClick={() => onRevoke(key)} aria-label={`Revoke ${key.name || key.display_prefix}`}>
+                    Revoke
+                  </button>
+                )}
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
+  );
+}
+
+const EXPIRY_CHOICES: Array<[string, string]> = [
+  ["never", "Never"],
+  ["7", "7 days"],
+  ["30", "30 days"],
+  ["90", "90 days"],
+  ["custom", "Custom date"],
+];
+
+function CreateKeyDialog({ onClose, onCreated }: { onClose: () => void; onCreated: () => void }) {
+  const models = useApi<List<Model>>("/api/models");
+  const [name, setName] = useState("");
+  const [expiry, setExpiry] = useState("never");
+  const [customDate, setCustomDate] = useState("");
+  const [restrict, setRestrict] = useState(false);
+  const [chosen, setChosen] = useState<string[]>([]);
+  const [spendCap, setSpendCap] = useState("");
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<string>();
+  const [created, setCreated] = useState<CreatedKey>();
+
+  if (created) {
+    // Closing forgets the key: it lives only in this dialog's state.
+    return (
+      <Dialog
+        title="Save your key"
+        onClose={onClose}
+        footer={
+          <button type="button" className="button primary" onClick={onClose}>
+            Done
+          </button>
+        }
+      >
+        <Notice tone="warning">
+          Please save this secret key somewhere safe and accessible. For security reasons, <strong>you won't be able to view it again</strong> through
+          Turnpike. If you lose it, you'll need to create a new one.
+        </Notice>
+        <Field label={`Secret key "${created.name}"`} htmlFor="new-key">
+          <div className="copy-row">
+            <input id="new-key" className="mono" readOnly value={created.key} onFocus={(event) => event.target.select()} />
+            <CopyButton text={created.key} />
+          </div>
+        </Field>
+      </Dialog>
+    );
+  }
+
+  async function submit(event: React.FormEvent) {
+    event.preventDefault();
+    setError(undefined);
+    let expiresAt: number | null = null;
+    if (expiry === "custom") {
+      if (customDate === "") return setError("Pick an expiry date.");
+      expiresAt = Math.floor(new Date(`${customDate}T23:59:59`).getTime() / 1000);
+    } else if (expiry !== "never") {
+      expiresAt = Math.floor(Date.now() / 1000) + Number(expiry) * 86_400;
+    }
+    if (restrict && chosen.length === 0) return setError("Choose at least one model, or allow all models.");
+    const cap = spendCap.trim() === "" ? null : Number(spendCap);
+    if (cap !== null && (!Number.isInteger(cap) || cap < 1)) return setError("The spend cap must be a whole number of credits.");
+    setBusy(true);
+    try {
+      const key = await post<CreatedKey>("/api/keys", { name: name.trim(), expires_at: expiresAt, models: restrict ? chosen : null, spend_cap: cap });
+      setCreated(key);
+      onCreated();
+    } catch (failure) {
+      setError((failure as Error).message);
+    } finally {
+      setBusy(false);
+    }
+  }
+
+  return (
+    <Dialog
+      title="Create new secret key"
+      onClose={onClose}
+      footer={
+        <>
+          <button type="button" className="button" onClick={onClose}>
+            Cancel
+          </button>
+          <button type="submit" form="create-key" className="button primary" disabled={busy}>
+            {busy ? "Creating…" : "Create secret key"}
+          </button>
+        </>
+      }
+    >
+      <form id="create-key" onSubmit={submit} className="form">
+        {error && <Notice tone="error">{error}</Notice>}
+        <Field label="Name" htmlFor="key-name">
+          <input id="key-name" required maxLength={100} placeholder="My test key" value={name} onChange={(event) => setName(event.target.value)} autoFocus />
+        </Field>
+        <Field label="Expiration" htmlFor="key-expiry">
+          <select id="key-expiry" value={expiry} onChange={(event) => setExpiry(event.target.value)}>
+            {EXPIRY_CHOICES.map(([value, label]) => (
+              <option key={value} value={value}>
+                {label}
+              </option>
+            ))}
+          </select>
+        </Field>
+        {expiry === "custom" && (
+          <Field label="Expires on" htmlFor="key-expiry-date">
+            <input id="key-expiry-date" type="date" value={customDate} min={new Date(Date.now() + 86_400_000).toISOString().slice(0, 10)} onChange={(event) => setCustomDate(event.target.value)} />
+          </Field>
+        )}
+        <fieldset className="fieldset">
+          <legend>Models</legend>
+          <label className="radio">
+            <input type="radio" name="key-models" checked={!restrict} onChange={() => setRestrict(false)} /> All models
+          </label>
+          <label className="radio">
+            <input type="radio" name="key-models" checked={restrict} onChange={() => setRestrict(true)} /> Only these models
+          </label>
+          {restrict && (
+            <div className="checklist">
+              {models.loading && <Loading label="Loading models…" />}
+              {models.error && <Notice tone="error">{models.error.message}</Notice>}
+              {models.data?.data.map((model) => (
+                <label key={model.id} className="checkbox">
+                  <input
+                    type="checkbox"
+                    checked={chosen.includes(model.id)}
+                    onChange={(event) => setChosen((previous) => (event.target.checked ? [...previous, model.id] : previous.filter((id) => id !== model.id)))}
+                  />
+                  {model.id}
+                </label>
+              ))}
+            </div>
+          )}
+        </fieldset>
+        <Field label="Spend cap (optional)" htmlFor="key-cap" hint="Most credits this key may spend in total. Leave empty for no cap of its own.">
+          <input id="key-cap" type="number" inputMode="numeric" min={1} step={1} placeholder="No cap" value={spendCap} onChange={(event) => setSpendCap(event.target.value)} />
+        </Field>
+      </form>
+    </Dialog>
+  );
+}

@@ -1,0 +1,296 @@
+/**
+ * Playground: chat with a model through `/v1/chat/completions`, streamed, with a key of your own
+ * or a temporary key for this browser session (expires in 12 hours, revoked at sign-out).
+ */
+import { useEffect, useRef, useState } from "react";
+import { api, post, type CreatedKey, type List, type Model } from "../api.ts";
+import { costOf, formatCredits, formatNumber } from "../format.ts";
+import { useSession } from "../session.tsx";
+import { CopyButton, Dialog, EmptyState, ErrorState, Field, Loading, Notice, PageHeader, Tabs, useApi } from "../components/ui.tsx";
+
+type Message = { role: "user" | "assistant"; content: string };
+type Usage = { prompt_tokens: number; completion_tokens: number; prompt_tokens_details?: { cached_tokens?: number } };
+type Parameters = { temperature: number; max_tokens: number; top_p: number; seed: string };
+
+const TEMPORARY_KEY_HOURS = 12;
+const storageKey = (accountId: string) => `turnpike.playground-key.${accountId}`;
+
+/** The session's temporary key, made on first use and kept in this tab's storage. */
+async function temporaryKey(accountId: string): Promise<string> {
+  const stored = window.sessionStorage.getItem(storageKey(accountId));
+  if (stored !== null) {
+    const parsed = JSON.parse(stored) as { key: string; expires: number };
+    if (parsed.expires * 1000 > Date.now() + 60_000) return parsed.key;
+  }
+  const expires = Math.floor(Date.now() / 1000) + TEMPORARY_KEY_HOURS * 3600;
+  const created = await post<CreatedKey>("/api/keys", { name: "Playground (temporary)", expires_at: expires });
+  window.sessionStorage.setItem(storageKey(accountId), JSON.stringify({ id: created.id, key: created.key, expires }));
+  return created.key;
+}
+
+/** Revokes and forgets the temporary key (at sign-out). */
+export async function forgetTemporaryKey(accountId: string): Promise<void> {
+  const stored = window.sessionStorage.getItem(storageKey(accountId));
+  if (stored === null) return;
+  window.sessionStorage.removeItem(storageKey(accountId));
+  const { id } = JSON.parse(stored) as { id: string };
+  await api("DELETE", `/api/keys/${encodeURIComponent(id)}`).catch(() => undefined);
+}
+
+/** Reads an SSE body, calling `onData` with each `data:` payload. */
+async function readEvents(body: ReadableStream<Uint8Array>, onData: (data: string) => void): Promise<void> {
+  const reader = body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += decoder.decode(value, { stream: true });
+    let boundary: number;
+    while ((boundary = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, boundary);
+      buffer = buffer.slice(boundary + 2);
+      for (const line of block.split("\n")) if (line.startsWith("data: ")) onData(line.slice(6));
+    }
+  }
+}
+
+export function PlaygroundPage() {
+  const { session } = useSession();
+  const models = useApi<List<Model>>("/api/models");
+  const [modelId, setModelId] = useState("");
+  const [keyMode, setKeyMode] = useState<"temporary" | "own">("temporary");
+  const [ownKey, setOwnKey] = useState("");
+  const [system, setSystem] = useState("You are a helpful assistant.");
+  const [parameters, setParameters] = useState<Parameters>({ temperature: 1, max_tokens: 256, top_p: 1, seed: "" });
+  const [messages, setMessages] = useState<Message[]>([]);
+  const [draft, setDraft] = useState("");
+  const [streaming, setStreaming] = useState(false);
+  const [error, setError] = useState<string>();
+  const [usage, setUsage] = useState<{ usage: Usage; cost: number; finish: string | null }>();
+  const [showCode, setShowCode] = useState(false);
+  const abort = useRef<AbortController | null>(null);
+  const endOfChat = useRef<HTMLDivElement>(null);
+
+  const model = models.data?.data.find((candidate) => candidate.id === modelId);
+  useEffect(() => {
+    if (modelId === "" && models.data && models.data.data.length > 0) setModelId(models.data.data[0]!.id);
+  }, [models.data, modelId]);
+  useEffect(() => endOfChat.current?.scrollIntoView?.({ block: "nearest" }), [messages]);
+
+  function requestBody(conversation: Message[]) {
+    const supported = new Set(model?.supported_parameters ?? []);
+    const body: Record<string, unknown> = {
+      model: modelId,
+      messages: [...(system.trim() === "" ? [] : [{ role: "system", content: system }]), ...conversation],
+      stream: true,
+      stream_options: { include_usage: true },
+    };
+    if (supported.has("temperature")) body.temperature = parameters.temperature;
+    if (supported.has("top_p")) body.top_p = parameters.top_p;
+    if (supported.has("max_tokens")) body.max_tokens = parameters.max_tokens;
+    if (supported.has("seed") && parameters.seed.trim() !== "") body.seed = Number(parameters.seed);
+    return body;
+  }
+
+  async function send(event: React.FormEvent) {
+    event.preventDefault();
+    if (draft.trim() === "" || streaming || !model || !session) return;
+    setError(undefined);
+    setUsage(undefined);
+    const conversation: Message[] = [...messages, { role: "user", content: draft }];
+    setMessages([...conversation, { role: "assistant", content: "" }]);
+    setDraft("");
+    setStreaming(true);
+    const controller = new AbortController();
+    abort.current = controller;
+    try {
+      const key = keyMode === "own" ? ownKey.trim() : await temporaryKey(session.id);
+      if (key === "") throw new Error("Paste one of your API keys, or use a temporary key.");
+      const response = await fetch("/v1/chat/completions", {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
+        body: JSON.stringify(requestBody(conversation)),
+        signal: controller.signal,
+      });
+      if (!response.ok || response.body === null) {
+        const failure = (await response.json().catch(() => ({}))) as { error?: { message?: string } };
+        throw new Error(failure.error?.message ?? `The server answered ${response.status}.`);
+      }
+      let answer = "";
+      let finish: string | null = null;
+      await readEvents(response.body, (data) => {
+        if (data === "[DONE]") return;
+        const chunk = JSON.parse(data) as { error?: { message: string }; choices?: Array<{ delta?: { content?: string }; finish_reason?: string | null }>; usage?: Usage };
+        if (chunk.error) throw new Error(chunk.error.message);
+        const choice = chunk.choices?.[0];
+        if (choice?.delta?.content) {
+          answer += choice.delta.content;
+          setMessages([...conversation, { role: "assistant", content: answer }]);
+        }
+        if (choice?.finish_reason) finish = choice.finish_reason;
+        if (chunk.usage) {
+          const cost = costOf(model.pricing, { ...chunk.usage, cached_tokens: chunk.usage.prompt_tokens_details?.cached_tokens });
+          setUsage({ usage: chunk.usage, cost, finish });
+        }
+      });
+    } catch (failure) {
+      if ((failure as Error).name !== "AbortError") setError((failure as Error).message);
+    } finally {
+      setStreaming(false);
+      abort.current = null;
+    }
+  }
+
+  if (models.error) return <ErrorState error={models.error} retry={models.reload} />;
+  if (!models.data) return <Loading />;
+  if (models.data.data.length === 0) return <EmptyState title="No models">The operator has not configured any models.</EmptyState>;
+
+  const supported = new Set(model?.supported_parameters ?? []);
+  return (
+    <>
+      <PageHeader
+        title="Playground"
+        description="Try the models with your prompts. Calls are billed to your account like any other."
+        actions={
+          <>
+            <button type="button" className="button" onClick={() => setShowCode(true)}>
+              {"</>"} View code
+            </button>
+            <button type="button" className="button" onClick={() => (setMessages([]), setUsage(undefined), setError(undefined))} disabled={streaming}>
+              Clear
+            </button>
+          </>
+        }
+      />
+      <div className="playground">
+        <aside className="card playground-settings" aria-label="Settings">
+          <Field label="Model" htmlFor="pg-model">
+            <select id="pg-model" value={modelId} onChange={(event) => setModelId(event.target.value)}>
+              {models.data.data.map((candidate) => (
+                <option key={candidate.id} value={candidate.id}>
+                  {candidate.id}
+                  {candidate.status.state === "ready" ? "" : ` (${candidate.status.state})`}
+                </option>
+              ))}
+            </select>
+          </Field>
+          <Field label="API key" htmlFor="pg-key-mode">
+            <select id="pg-key-mode" value={keyMode} onChange={(event) => setKeyMode(event.target.value as "temporary" | "own")}>
+              <option value="temporary">Temporary key for this session</option>
+              <option value="own">Paste one of my keys</option>
+            </select>
+          </Field>
+          {keyMode === "own" && (
+            <Field label="Your key" htmlFor="pg-key" hint="Used only in this tab, never stored.">
+              <input id="pg-key" type="password" className="mono" autoComplete="off" value={ownKey} onChange={(event) => setOwnKey(event.target.value)} placeholder="tp-…" />
+            </Field>
+          )}
+          <Field label="System prompt" htmlFor="pg-system">
+            <textarea id="pg-system" rows={4} value={system} onChange={(event) => setSystem(event.target.value)} />
+          </Field>
+          {supported.has("temperature") && (
+            <Field label={`Temperature: ${parameters.temperature.toFixed(2)}`} htmlFor="pg-temperature">
+              <input id="pg-temperature" type="range" min={0} max={2} step={0.05} value={parameters.temperature} onChange={(event) => setParameters({ ...parameters, temperature: Number(event.target.value) })} />
+            </Field>
+          )}
+          {supported.has("top_p") && (
+            <Field label={`Top P: ${parameters.top_p.toFixed(2)}`} htmlFor="pg-top-p">
+              <input id="pg-top-p" type="range" min={0} max={1} step={0.05} value={parameters.top_p} onChange={(event) => setParameters({ ...parameters, top_p: Number(event.target.value) })} />
+            </Field>
+          )}
+          {supported.has("max_tokens") && (
+            <Field label="Maximum tokens" htmlFor="pg-max-tokens">
+              <input id="pg-max-tokens" type="number" min={1} max={model?.context_length} value={parameters.max_tokens} onChange={(event) => setParameters({ ...parameters, max_tokens: Math.max(1, Number(event.target.value) || 1) })} />
+            </Field>
+          )}
+          {supported.has("seed") && (
+            <Field label="Seed (optional)" htmlFor="pg-seed">
+              <input id="pg-seed" type="number" value={parameters.seed} onChange={(event) => setParameters({ ...parameters, seed: event.target.value })} />
+            </Field>
+          )}
+        </aside>
+        <section className="card playground-chat" aria-label="Conversation">
+          <div className="messages" aria-live="polite">
+            {messages.length === 0 && <p className="muted center">Send a message to start.</p>}
+            {messages.map((message, index) => (
+              <div key={index} className={`message ${message.role}`} data-testid={message.role === "assistant" ? "assistant-message" : undefined}>
+                <div className="message-role">{message.role === "user" ? "You" : "Assistant"}</div>
+                <div className="message-content">{message.content || (streaming && index === messages.length - 1 ? <span className="typing">…</span> : "")}</div>
+              </div>
+            ))}
+            <div ref={endOfChat} />
+          </div>
+          {error && <Notice tone="error">{error}</Notice>}
+          {usage && (
+            <div className="usage-line" data-testid="playground-usage">
+              {formatNumber(usage.usage.prompt_tokens)} prompt + {formatNumber(usage.usage.completion_tokens)} completion tokens · {formatCredits(usage.cost)}
+              {usage.finish && <> · finished: {usage.finish}</>}
+            </div>
+          )}
+          <form className="composer" onSubmit={send}>
+            <label htmlFor="pg-message" className="visually-hidden">
+              Message
+            </label>
+            <textarea
+              id="pg-message"
+              rows={2}
+              placeholder="Enter a message…"
+              value={draft}
+              onChange={(event) => setDraft(event.target.value)}
+              onKeyDown={(event) => {
+                if (event.key === "Enter" && !event.shiftKey) {
+                  event.preventDefault();
+                  event.currentTarget.form?.requestSubmit();
+                }
+              }}
+            />
+            {streaming ? (
+              <button type="button" className="button" onClick={() => abort.current?.abort()}>
+                Stop
+              </button>
+            ) : (
+              <button type="submit" className="button primary" disabled={draft.trim() === ""}>
+                Send
+              </button>
+            )}
+          </form>
+        </section>
+      </div>
+      {showCode && <CodeDialog body={{ ...requestBody([...messages.filter((message) => message.content !== ""), ...(draft.trim() ? [{ role: "user" as const, content: draft }] : [])]) }} onClose={() => setShowCode(false)} />}
+    </>
+  );
+}
+
+function CodeDialog({ body, onClose }: { body: Record<string, unknown>; onClose: () => void }) {
+  const [language, setLanguage] = useState<"curl" | "node" | "python">("curl");
+  const baseUrl = `${window.location.origin}/v1`;
+  const plain = { ...body };
+  delete plain.stream;
+  delete plain.stream_options;
+  const json = JSON.stringify(plain, null, 2);
+  const indented = (text: string, by: string) => text.split("\n").join(`\n${by}`);
+  const code = {
+    curl: `curl ${baseUrl}/chat/completions \\\n  -H "Authorization: Bearer $TURNPIKE_KEY" \\\n  -H "Content-Type: application/json" \\\n  -d '${json.replace(/'/g, "'\\''")}'`,
+    node: `import OpenAI from "openai";\n\nconst client = new OpenAI({ baseURL: "${baseUrl}", apiKey: process.env.TURNPIKE_KEY });\n\nconst completion = await client.chat.completions.create(${indented(json, "")});\nconsole.log(completion.choices[0].message.content, completion.usage);`,
+    python: `import os\nfrom openai import OpenAI\n\nclient = OpenAI(base_url="${baseUrl}", api_key=os.environ["TURNPIKE_KEY"])\n\ncompletion = client.chat.completions.create(**${indented(json.replace(/\btrue\b/g, "True").replace(/\bfalse\b/g, "False").replace(/\bnull\b/g, "None"), "")})\nprint(completion.choices[0].message.content, completion.usage)`,
+  }[language];
+  return (
+    <Dialog title="View code" onClose={onClose} wide footer={<CopyButton text={code} label="Copy code" />}>
+      <p className="muted">The same request with your own key in <code>TURNPIKE_KEY</code>.</p>
+      <Tabs
+        label="Language"
+        value={language}
+        onChange={setLanguage}
+        tabs={[
+          ["curl", "curl"],
+          ["node", "Node.js (openai)"],
+          ["python", "Python (openai)"],
+        ]}
+      />
+      <pre className="code" tabIndex={0} aria-label={`${language} code`}>
+        <code>{code}</code>
+      </pre>
+    </Dialog>
+  );
+}

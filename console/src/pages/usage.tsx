@@ -1,0 +1,250 @@
+/** Usage: tokens and cost per day and per model over a chosen range, and the latest requests. */
+import { useMemo, useState } from "react";
+import { Bar, BarChart, CartesianGrid, Legend, ResponsiveContainer, Tooltip, XAxis, YAxis } from "recharts";
+import type { List, UsageGroup, UsageRequest } from "../api.ts";
+import { formatCredits, formatDateTime, formatNumber } from "../format.ts";
+import { Badge, EmptyState, ErrorState, Field, Loading, PageHeader, Tabs, useApi } from "../components/ui.tsx";
+
+type Range = "7" | "30" | "90" | "custom";
+const DAY = 86_400_000;
+
+function isoDay(time: number): string {
+  return new Date(time).toISOString().slice(0, 10);
+}
+
+export function UsagePage() {
+  const [range, setRange] = useState<Range>("30");
+  const [customFrom, setCustomFrom] = useState(isoDay(Date.now() - 6 * DAY));
+  const [customTo, setCustomTo] = useState(isoDay(Date.now()));
+  const [metric, setMetric] = useState<"tokens" | "cost">("tokens");
+
+  const { from, to } = useMemo(() => {
+    if (range === "custom") {
+      const start = Date.parse(`${customFrom}T00:00:00Z`);
+      const end = Date.parse(`${customTo}T00:00:00Z`) + DAY;
+      return { from: Number.isNaN(start) ? Date.now() - 7 * DAY : start, to: Number.isNaN(end) ? Date.now() : end };
+    }
+    const end = Date.parse(`${isoDay(Date.now())}T00:00:00Z`) + DAY;
+    return { from: end - Number(range) * DAY, to: end };
+  }, [range, customFrom, customTo]);
+
+  const query = `from=${new Date(from).toISOString()}&to=${new Date(to).toISOString()}`;
+  const byDay = useApi<List<UsageGroup>>(`/api/usage?${query}&group_by=day`);
+  const byModel = useApi<List<UsageGroup>>(`/api/usage?${query}&group_by=model`);
+  const requests = useApi<List<UsageRequest>>("/api/usage/requests?limit=50");
+
+  const days = useMemo(() => {
+    const found = new Map((byDay.data?.data ?? []).map((row) => [String(row.group).slice(0, 10), row]));
+    const rows = [];
+    for (let time = from; time < to; time += DAY) {
+      const day = isoDay(time);
+      const row = found.get(day);
+      rows.push({
+        day: day.slice(5),
+        prompt: row ? row.prompt_tokens - row.cached_prompt_tokens : 0,
+        cached: row?.cached_prompt_tokens ?? 0,
+        completion: row?.completion_tokens ?? 0,
+        cost: row?.cost ?? 0,
+        requests: row?.requests ?? 0,
+      });
+    }
+    return rows;
+  }, [byDay.data, from, to]);
+
+  const totals = (byModel.data?.data ?? []).reduce(
+    (sum, row) => ({
+      requests: sum.requests + row.requests,
+      tokens: sum.tokens + row.prompt_tokens + row.completion_tokens,
+      cost: sum.cost + row.cost,
+    }),
+    { requests: 0, tokens: 0, cost: 0 },
+  );
+
+  return (
+    <>
+      <PageHeader
+        title="Usage"
+        description="Tokens and credit spent by your keys. Figures come from the ledger and match your balance."
+        actions={
+          <div className="range-picker">
+            <label htmlFor="usage-range" className="visually-hidden">
+              Range
+            </label>
+            <select id="usage-range" value={range} onChange={(event) => setRange(event.target.value as Range)}>
+              <option value="7">Last 7 days</option>
+              <option value="30">Last 30 days</option>
+              <option value="90">Last 90 days</option>
+              <option value="custom">Custom range</option>
+            </select>
+          </div>
+        }
+      />
+      {range === "custom" && (
+        <div className="inline-fields">
+          <Field label="From" htmlFor="usage-from">
+            <input id="usage-from" type="date" value={customFrom} max={customTo} onChange={(event) => setCustomFrom(event.target.value)} />
+          </Field>
+          <Field label="To" htmlFor="usage-to">
+            <input id="usage-to" type="date" value={customTo} min={customFrom} onChange={(event) => setCustomTo(event.target.value)} />
+          </Field>
+        </div>
+      )}
+      {byDay.error || byModel.error ? (
+        <ErrorState error={(byDay.error ?? byModel.error)!} retry={() => (byDay.reload(), byModel.reload())} />
+      ) : !byDay.data || !byModel.data ? (
+        <Loading />
+      ) : (
+        <>
+          <div className="stat-grid">
+            <Stat label="Requests" value={formatNumber(totals.requests)} testId="usage-requests" />
+            <Stat label="Tokens" value={formatNumber(totals.tokens)} testId="usage-tokens" />
+            <Stat label="Spent" value={formatCredits(totals.cost)} testId="usage-cost" />
+          </div>
+          <section className="card" aria-labelledby="per-day">
+            <div className="card-header">
+              <h2 id="per-day">Per day</h2>
+              <Tabs
+                label="Chart"
+                value={metric}
+                onChange={setMetric}
+                tabs={[
+                  ["tokens", "Tokens"],
+                  ["cost", "Cost"],
+                ]}
+              />
+            </div>
+            <div className="chart" role="img" aria-label={`${metric === "tokens" ? "Tokens" : "Cost"} per day`}>
+              <ResponsiveContainer width="100%" height={260}>
+                <BarChart data={days} margin={{ top: 8, right: 8, bottom: 0, left: 0 }}>
+                  <CartesianGrid strokeDasharray="3 3" vertical={false} stroke="var(--border)" />
+                  <XAxis dataKey="day" tick={{ fontSize: 12, fill: "var(--muted)" }} tickLine={false} axisLine={false} minTickGap={16} />
+                  <YAxis tick={{ fontSize: 12, fill: "var(--muted)" }} tickLine={false} axisLine={false} width={56} allowDecimals={false} />
+                  <Tooltip contentStyle={{ background: "var(--surface)", border: "1px solid var(--border)", borderRadius: 8 }} cursor={{ fill: "var(--hover)" }} />
+                  {metric === "tokens" ? (
+                    <>
+                      <Legend wrapperStyle={{ fontSize: 12 }} />
+                      <Bar dataKey="prompt" name="Prompt" stackId="tokens" fill="#6366f1" isAnimationActive={false} />
+                      <Bar dataKey="cached" name="Cached prompt" stackId="tokens" fill="#a5b4fc" isAnimationActive={false} />
+                      <Bar dataKey="completion" name="Completion" stackId="tokens" fill="#10b981" isAnimationActive={false} radius={[4, 4, 0, 0]} />
+                    </>
+                  ) : (
+                    <Bar dataKey="cost" name="Credits" fill="#f59e0b" isAnimationActive={false} radius={[4, 4, 0, 0]} />
+                  )}
+                </BarChart>
+              </ResponsiveContainer>
+            </div>
+          </section>
+          <section className="card" aria-labelledby="per-model">
+            <div className="card-header">
+              <h2 id="per-model">Per model</h2>
+            </div>
+            {byModel.data.data.length === 0 ? (
+              <EmptyState title="No usage in this range">Calls made with your keys show up here.</EmptyState>
+            ) : (
+              <div className="table-wrap">
+                <table className="table" aria-label="Usage per model">
+                  <thead>
+                    <tr>
+                      <th scope="col">Model</th>
+                      <th scope="col" className="number">Requests</th>
+                      <th scope="col" className="number">Prompt tokens</th>
+                      <th scope="col" className="number">Cached</th>
+                      <th scope="col" className="number">Completion tokens</th>
+                      <th scope="col" className="number">Credits</th>
+                    </tr>
+                  </thead>
+                  <tbody>
+                    {byModel.data.data.map((row) => (
+                      <tr key={row.group}>
+                        <td className="strong">{row.group}</td>
+                        <td className="number">{formatNumber(row.requests)}</td>
+                        <td className="number">{formatNumber(row.prompt_tokens)}</td>
+                        <td className="number">{formatNumber(row.cached_prompt_tokens)}</td>
+                        <td className="number">{formatNumber(row.completion_tokens)}</td>
+                        <td className="number">{formatNumber(row.cost)}</td>
+                      </tr>
+                    ))}
+                  </tbody>
+                </table>
+              </div>
+            )}
+          </section>
+        </>
+      )}
+      <section className="card" aria-labelledby="recent">
+        <div className="card-header">
+          <h2 id="recent">Recent requests</h2>
+          <button type="button" className="button small" onClick={requests.reload}>
+            Refresh
+          </button>
+        </div>
+        {requests.error ? (
+          <ErrorState error={requests.error} retry={requests.reload} />
+        ) : !requests.data ? (
+          <Loading />
+        ) : requests.data.data.length === 0 ? (
+          <EmptyState title="No requests yet">Call /v1/chat/completions with one of your keys, or try the playground.</EmptyState>
+        ) : (
+          <RequestsTable rows={requests.data.data} />
+        )}
+      </section>
+    </>
+  );
+}
+
+function Stat({ label, value, testId }: { label: string; value: string; testId: string }) {
+  return (
+    <div className="stat">
+      <div className="muted small">{label}</div>
+      <div className="stat-value" data-testid={testId}>
+        {value}
+      </div>
+    </div>
+  );
+}
+
+function RequestsTable({ rows }: { rows: UsageRequest[] }) {
+  return (
+    <div className="table-wrap">
+      <table className="table" aria-label="Recent requests">
+        <thead>
+          <tr>
+            <th scope="col">Time</th>
+            <th scope="col">Key</th>
+            <th scope="col">Model</th>
+            <th scope="col" className="number">Prompt</th>
+            <th scope="col" className="number">Completion</th>
+            <th scope="col" className="number">Credits</th>
+            <th scope="col" className="number">Latency</th>
+            <th scope="col">Status</th>
+          </tr>
+        </thead>
+        <tbody>
+          {rows.map((row) => (
+            <tr key={row.id} data-request-id={row.request_id}>
+              <td>{formatDateTime(row.created)}</td>
+              <td>{row.key_name || <code>{row.key_id ?? "—"}</code>}</td>
+              <td>{row.model}</td>
+              <td className="number" data-column="prompt_tokens">
+                {formatNumber(row.prompt_tokens)}
+                {row.cached_prompt_tokens > 0 && <span className="muted small"> ({formatNumber(row.cached_prompt_tokens)} cached)</span>}
+              </td>
+              <td className="number" data-column="completion_tokens">
+                {formatNumber(row.completion_tokens)}
+              </td>
+              <td className="number" data-column="cost">
+                {formatNumber(row.cost)}
+              </td>
+              <td className="number">{formatNumber(row.latency_ms)} ms</td>
+              <td>
+                <Badge tone={row.status < 400 ? "green" : "red"}>{row.status}</Badge>
+                {row.finish_reason && <span className="muted small"> {row.finish_reason}</span>}
+                {Boolean(row.stream) && <span className="muted small"> · stream</span>}
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
+  );
+}
