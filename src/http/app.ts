@@ -7,12 +7,15 @@ import type { Logger } from "pino";
 import type { Catalog } from "../catalog/catalog.ts";
 import type { Database } from "../store/schema.ts";
 import type { Metering } from "../billing/metering.ts";
+import type { RequestLimits } from "../limits/request-limits.ts";
+import type { Metrics } from "../metrics/metrics.ts";
+import { registerMetricsRoute } from "./routes/metrics/route.ts";
 import type Stripe from "stripe";
 import type { Plan } from "../billing/plans.ts";
 import { grantPlan } from "../billing/grant-plan.ts";
 import { registerStripeRoutes } from "../billing/stripe/route.ts";
 import { RouteNotFoundError, ShuttingDownError } from "../protocol/errors.ts";
-import { handleError } from "./errors.ts";
+import { handleError, toApiError } from "./errors.ts";
 import { requestIdFrom, requestIdHeader } from "./middleware/request-id/request-id.ts";
 import { apiKeyAuth } from "./middleware/api-key-auth/api-key-auth.ts";
 import { accountAuth, accountIdOf, type SessionResolver } from "./middleware/account-auth/account-auth.ts";
@@ -24,6 +27,8 @@ export type AppOptions = {
   catalog: Catalog;
   database: Kysely<Database>;
   metering: Metering;
+  limits: RequestLimits;
+  metrics: Metrics;
   /** Plans on sale now. */
   plans: () => Plan[];
   stripe: Stripe | null;
@@ -66,8 +71,15 @@ export function buildApp(options: AppOptions): App {
   });
   server.addHook("onResponse", async function logResponse(request, reply) {
     request.log.info({ method: request.method, url: request.url, status: reply.statusCode, latency_ms: Math.round(reply.elapsedTime) }, "request");
+    const route = request.routeOptions.url ?? "unmatched";
+    options.metrics.httpRequests.inc({ method: request.method, route, status: reply.statusCode });
+    options.metrics.httpDuration.observe({ route }, reply.elapsedTime / 1000);
   });
-  server.setErrorHandler(handleError);
+  server.setErrorHandler(function countAndHandleError(error, request, reply) {
+    const { code } = toApiError(error);
+    if (code === "rate_limit_exceeded" || code === "insufficient_quota" || code === "engine_overloaded") options.metrics.rateLimited.inc({ reason: code });
+    handleError(error, request, reply);
+  });
   server.setNotFoundHandler(function notFound(request) {
     throw new RouteNotFoundError(request.method, request.url.split("?")[0] ?? request.url);
   });
@@ -75,11 +87,14 @@ export function buildApp(options: AppOptions): App {
   const authenticate = apiKeyAuth({ database: options.database });
   const authenticateAccount = accountAuth({ database: options.database, sessions: options.sessions });
   registerHealthRoutes(server, { catalog: options.catalog, isClosing: () => closing });
+  registerMetricsRoute(server, options.metrics);
   registerModelsRoutes(server, { catalog: options.catalog, authenticate });
   registerChatCompletionsRoute(server, {
     catalog: options.catalog,
     authenticate,
     metering: options.metering,
+    limits: options.limits,
+    metrics: options.metrics,
     shutdownSignal: shutdown.signal,
     keepAliveIntervalMs: options.keepAliveIntervalMs,
   });
