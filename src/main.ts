@@ -148,6 +148,9 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     limits,
     metrics,
     plans: () => plans,
+    refreshPlans: async () => {
+      plans = await listPlans(database);
+    },
     stripe: createStripeClient({ secretKey: process.env.STRIPE_SECRET_KEY }),
     stripeWebhookSecret: process.env.STRIPE_WEBHOOK_SECRET || undefined,
     publicUrl: process.env.TURNPIKE_PUBLIC_URL ?? `http://${settings.host}:${settings.port}`,

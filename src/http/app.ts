@@ -10,6 +10,8 @@ import type { Metering } from "../billing/metering.ts";
 import type { RequestLimits } from "../limits/request-limits.ts";
 import type { Metrics } from "../metrics/metrics.ts";
 import { registerMetricsRoute } from "./routes/metrics/route.ts";
+import { registerUsageRoutes } from "./routes/usage/route.ts";
+import { registerBillingRoutes } from "./routes/billing/route.ts";
 import type Stripe from "stripe";
 import type { Plan } from "../billing/plans.ts";
 import { grantPlan } from "../billing/grant-plan.ts";
@@ -31,6 +33,8 @@ export type AppOptions = {
   metrics: Metrics;
   /** Plans on sale now. */
   plans: () => Plan[];
+  /** Reloads `plans()` from the database (after an admin edits plans). */
+  refreshPlans: () => Promise<void>;
   stripe: Stripe | null;
   stripeWebhookSecret: string | undefined;
   /** The server's public base URL, for payment return links. */
@@ -99,6 +103,8 @@ export function buildApp(options: AppOptions): App {
     keepAliveIntervalMs: options.keepAliveIntervalMs,
   });
 
+  registerUsageRoutes(server, { database: options.database, authenticate: authenticateAccount });
+  registerBillingRoutes(server, { database: options.database, authenticate: authenticateAccount, onPlansChanged: options.refreshPlans });
   registerStripeRoutes(server, {
     stripe: options.stripe,
     webhookSecret: options.stripeWebhookSecret,
