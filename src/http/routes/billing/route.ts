@@ -82,7 +82,9 @@ export function registerBillingRoutes(app: FastifyInstance, options: BillingRout
     const existing = await findPlan(database, request.params.id);
     if (existing === undefined) throw new PlanNotFoundError(request.params.id);
     const changes = parseWithSchema(planPatchSchema, request.body);
-    const plan: Plan = { ...existing, ...Object.fromEntries(Object.entries(changes).filter(([, value]) => value !== undefined)) };
+    // Only the fields sent change (the schema's defaults would fill the others in).
+    const sent = new Set(Object.keys(request.body as object));
+    const plan: Plan = { ...existing, ...Object.fromEntries(Object.entries(changes).filter(([field, value]) => sent.has(field) && value !== undefined)) };
     await savePlan(database, plan, "admin");
     await options.onPlansChanged();
     request.log.info({ plan: plan.id }, "plan edited");
