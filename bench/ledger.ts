@@ -44,7 +44,7 @@ const { values: flags } = parseArgs({
     pairs: { type: "string", default: "1000" },
     requests: { type: "string", default: "200" },
     backends: { type: "string", default: "sqlite,postgres" },
-    postgres: { type: "string", default: process.env.TURNPIKE_TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test" },
+    postgres: { type: "string", default: process.env.TURNPIKE_TEST_POSTGRES_URL ?? "postgres://postgres@127.0.0.1:5432/test" },
     redis: { type: "string", default: process.env.TURNPIKE_TEST_REDIS_URL ?? "redis://127.0.0.1:6379" },
     model: { type: "string", default: path.resolve(benchDir, "../../shared/models/stories260K.gguf") },
     out: { type: "string", default: path.join(benchDir, "results", "ledger.json") },
