@@ -7,12 +7,17 @@ import type { Logger } from "pino";
 import type { Catalog } from "../catalog/catalog.ts";
 import type { Database } from "../store/schema.ts";
 import type { Metering } from "../billing/metering.ts";
+import type { RequestLimits } from "../limits/request-limits.ts";
+import type { Metrics } from "../metrics/metrics.ts";
+import { registerMetricsRoute } from "./routes/metrics/route.ts";
+import { registerUsageRoutes } from "./routes/usage/route.ts";
+import { registerBillingRoutes } from "./routes/billing/route.ts";
 import type Stripe from "stripe";
 import type { Plan } from "../billing/plans.ts";
 import { grantPlan } from "../billing/grant-plan.ts";
 import { registerStripeRoutes } from "../billing/stripe/route.ts";
 import { RouteNotFoundError, ShuttingDownError } from "../protocol/errors.ts";
-import { handleError } from "./errors.ts";
+import { handleError, toApiError } from "./errors.ts";
 import { requestIdFrom, requestIdHeader } from "./middleware/request-id/request-id.ts";
 import { apiKeyAuth } from "./middleware/api-key-auth/api-key-auth.ts";
 import { accountAuth, accountIdOf, type SessionResolver } from "./middleware/account-auth/account-auth.ts";
@@ -33,8 +38,12 @@ export type AppOptions = {
   catalog: Catalog;
   database: Kysely<Database>;
   metering: Metering;
+  limits: RequestLimits;
+  metrics: Metrics;
   /** Plans on sale now. */
   plans: () => Plan[];
+  /** Reloads `plans()` from the database (after an admin edits plans). */
+  refreshPlans: () => Promise<void>;
   stripe: Stripe | null;
   stripeWebhookSecret: string | undefined;
   /** The server's public base URL, for payment return links. */
@@ -82,8 +91,15 @@ export function buildApp(options: AppOptions): App {
   });
   server.addHook("onResponse", async function logResponse(request, reply) {
     request.log.info({ method: request.method, url: request.url, status: reply.statusCode, latency_ms: Math.round(reply.elapsedTime) }, "request");
+    const route = request.routeOptions.url ?? "unmatched";
+    options.metrics.httpRequests.inc({ method: request.method, route, status: reply.statusCode });
+    options.metrics.httpDuration.observe({ route }, reply.elapsedTime / 1000);
   });
-  server.setErrorHandler(handleError);
+  server.setErrorHandler(function countAndHandleError(error, request, reply) {
+    const { code } = toApiError(error);
+    if (code === "rate_limit_exceeded" || code === "insufficient_quota" || code === "engine_overloaded") options.metrics.rateLimited.inc({ reason: code });
+    handleError(error, request, reply);
+  });
   server.setNotFoundHandler(function notFound(request) {
     throw new RouteNotFoundError(request.method, request.url.split("?")[0] ?? request.url);
   });
@@ -92,15 +108,20 @@ export function buildApp(options: AppOptions): App {
   const authenticateAccount = accountAuth({ database: options.database, sessions: options.sessions });
   server.register(fastifyCookie);
   registerHealthRoutes(server, { catalog: options.catalog, isClosing: () => closing });
+  registerMetricsRoute(server, options.metrics);
   registerModelsRoutes(server, { catalog: options.catalog, authenticate });
   registerChatCompletionsRoute(server, {
     catalog: options.catalog,
     authenticate,
     metering: options.metering,
+    limits: options.limits,
+    metrics: options.metrics,
     shutdownSignal: shutdown.signal,
     keepAliveIntervalMs: options.keepAliveIntervalMs,
   });
 
+  registerUsageRoutes(server, { database: options.database, authenticate: authenticateAccount });
+  registerBillingRoutes(server, { database: options.database, authenticate: authenticateAccount, onPlansChanged: options.refreshPlans });
   registerStripeRoutes(server, {
     stripe: options.stripe,
     webhookSecret: options.stripeWebhookSecret,

@@ -323,7 +323,7 @@ function PlanDialog({ plan, onClose, onSaved }: { plan?: Plan; onClose: () => vo
   );
 }
 
-type Code = { code?: string; plan: string; created?: number; redeemed?: number | null; redeemed_at?: number | null; redeemed_by?: string | null };
+type Code = { code?: string; display_prefix?: string; plan: string; created?: number; redeemed?: number | null; redeemed_by?: string | null };
 
 function CodesSection() {
   const plans = useApi<List<Plan>>("/api/plans");
@@ -392,6 +392,7 @@ function CodesSection() {
             <table className="table" aria-label="Redemption codes">
               <thead>
                 <tr>
+                  <th scope="col">Code</th>
                   <th scope="col">Plan</th>
                   <th scope="col">Created</th>
                   <th scope="col">Redeemed</th>
@@ -401,9 +402,12 @@ function CodesSection() {
               <tbody>
                 {codes.data.data.map((code, index) => (
                   <tr key={index}>
+                    <td>
+                      <code>{code.display_prefix ?? "—"}…</code>
+                    </td>
                     <td>{code.plan}</td>
                     <td>{formatDate(code.created)}</td>
-                    <td>{(code.redeemed ?? code.redeemed_at) ? formatDate(code.redeemed ?? code.redeemed_at) : <Badge tone="green">Unused</Badge>}</td>
+                    <td>{code.redeemed ? formatDate(code.redeemed) : <Badge tone="green">Unused</Badge>}</td>
                     <td>{code.redeemed_by ?? "—"}</td>
                   </tr>
                 ))}
