@@ -21,12 +21,16 @@ const password = "a long enough password";
 let test: TestServer;
 let browser: Browser;
 const contexts: BrowserContext[] = [];
+/** Uncaught errors in the console's pages: there must be none. */
+const pageErrors: string[] = [];
 
 async function newPage(viewport = { width: 1280, height: 860 }): Promise<Page> {
   const context = await browser.newContext({ viewport, baseURL: test.url });
   await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: test.url });
   contexts.push(context);
-  return context.newPage();
+  const page = await context.newPage();
+  page.on("pageerror", (error) => pageErrors.push(`${error.message}\n${error.stack ?? ""}`));
+  return page;
 }
 
 async function shot(page: Page, name: string): Promise<void> {
@@ -240,5 +244,9 @@ describe("the web console in a browser", { skip: fs.existsSync(CHROMIUM) ? false
     await phone.getByRole("heading", { name: "Welcome back" }).waitFor();
     const session = await phone.evaluate(async () => (await fetch("/api/auth/session")).status);
     assert.equal(session, 401);
+  });
+
+  it("had no uncaught errors in any page", () => {
+    assert.deepEqual(pageErrors, []);
   });
 });

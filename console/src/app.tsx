@@ -51,7 +51,9 @@ export function App() {
   }, [setSession]);
 
   useEffect(load, [load]);
-  useEffect(() => setSignedOutHandler(() => setSession(null)), [setSession]);
+  useEffect(() => {
+    setSignedOutHandler(() => setSession(null));
+  }, [setSession]);
 
   const signOut = useCallback(async () => {
     try {
@@ -104,7 +106,9 @@ function Shell({ current, children }: { current: string | undefined; children: R
   const { session, signOut } = useSession();
   const [menuOpen, setMenuOpen] = useState(false);
   const visible = pages.filter((page) => !page.admin || session?.role === "admin");
-  useEffect(() => setMenuOpen(false), [current]);
+  useEffect(() => {
+    setMenuOpen(false);
+  }, [current]);
   return (
     <div className="shell">
       <a className="skip-link" href="#main">

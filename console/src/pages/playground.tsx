@@ -76,7 +76,10 @@ export function PlaygroundPage() {
   useEffect(() => {
     if (modelId === "" && models.data && models.data.data.length > 0) setModelId(models.data.data[0]!.id);
   }, [models.data, modelId]);
-  useEffect(() => endOfChat.current?.scrollIntoView?.({ block: "nearest" }), [messages]);
+  useEffect(() => {
+    // Braces: newer browsers return a promise from scrollIntoView, which React would take for a cleanup.
+    endOfChat.current?.scrollIntoView?.({ block: "nearest" });
+  }, [messages]);
 
   function requestBody(conversation: Message[]) {
     const supported = new Set(model?.supported_parameters ?? []);
