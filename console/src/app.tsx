@@ -12,15 +12,24 @@ import { ModelsPage } from "./pages/models.tsx";
 import { forgetTemporaryKey, PlaygroundPage } from "./pages/playground.tsx";
 import { AdminPage } from "./pages/admin.tsx";
 
-type Page = { path: string; title: string; render: () => ReactNode; admin?: boolean; icon: string };
+type Page = { path: string; title: string; render: () => ReactNode; admin?: boolean; icon: ReactNode };
+
+/** Line icons (24×24 paths), drawn in the text colour. */
+function Icon({ children }: { children: ReactNode }) {
+  return (
+    <svg className="nav-icon" viewBox="0 0 24 24" fill="none" stroke="currentColor" strokeWidth="2" strokeLinecap="round" strokeLinejoin="round" aria-hidden="true">
+      {children}
+    </svg>
+  );
+}
 
 const pages: Page[] = [
-  { path: "/playground", title: "Playground", render: () => <PlaygroundPage />, icon: "▶" },
-  { path: "/keys", title: "API keys", render: () => <KeysPage />, icon: "⚿" },
-  { path: "/usage", title: "Usage", render: () => <UsagePage />, icon: "▤" },
-  { path: "/billing", title: "Billing", render: () => <BillingPage />, icon: "¤" },
-  { path: "/models", title: "Models", render: () => <ModelsPage />, icon: "◈" },
-  { path: "/admin", title: "Admin", render: () => <AdminPage />, admin: true, icon: "⚙" },
+  { path: "/playground", title: "Playground", render: () => <PlaygroundPage />, icon: <Icon><path d="M21 15a2 2 0 0 1-2 2H7l-4 4V5a2 2 0 0 1 2-2h14a2 2 0 0 1 2 2z" /></Icon> },
+  { path: "/keys", title: "API keys", render: () => <KeysPage />, icon: <Icon><circle cx="7.5" cy="15.5" r="4.5" /><path d="m10.7 12.3 9.8-9.8M16 7l3 3M19 4l2 2" /></Icon> },
+  { path: "/usage", title: "Usage", render: () => <UsagePage />, icon: <Icon><path d="M3 3v18h18" /><path d="M8 17V11M13 17V7M18 17v-4" /></Icon> },
+  { path: "/billing", title: "Billing", render: () => <BillingPage />, icon: <Icon><rect x="2" y="5" width="20" height="14" rx="2" /><path d="M2 10h20" /></Icon> },
+  { path: "/models", title: "Models", render: () => <ModelsPage />, icon: <Icon><path d="M12 2 3 7v10l9 5 9-5V7z" /><path d="m3 7 9 5 9-5M12 12v10" /></Icon> },
+  { path: "/admin", title: "Admin", render: () => <AdminPage />, admin: true, icon: <Icon><path d="M12 2 4 5v6c0 5 3.4 9.5 8 11 4.6-1.5 8-6 8-11V5z" /></Icon> },
 ];
 
 export function App() {
@@ -128,7 +137,7 @@ function Shell({ current, children }: { current: string | undefined; children: R
             {visible.map((page) => (
               <li key={page.path}>
                 <Link to={page.path} className={page.path === current ? "nav-link active" : "nav-link"} aria-current={page.path === current ? "page" : undefined}>
-                  <span className="nav-icon" aria-hidden="true">{page.icon}</span>
+                  {page.icon}
                   {page.title}
                 </Link>
               </li>
