@@ -215,6 +215,27 @@ describe("accounts are isolated", () => {
     assert.equal(bobAccount.body.plan, null);
   });
 
+  it("never shows another account's usage", async () => {
+    const client = new OpenAI({ baseURL: test.baseURL, apiKey: aliceKey.key, maxRetries: 0 });
+    const completion = await client.chat.completions.create(chat);
+    const own = await alice.get("/api/usage/requests?limit=10");
+    assert.equal(own.status, 200, own.text);
+    const record = own.body.data.find((row: { key_id: string }) => row.key_id === aliceKey.id);
+    assert.equal(record.prompt_tokens, completion.usage!.prompt_tokens);
+    assert.equal(record.completion_tokens, 2);
+    const ownSums = await alice.get("/api/usage?group_by=model");
+    assert.equal(ownSums.body.data[0].requests, 1);
+
+    const others = await bob.get("/api/usage/requests?limit=10");
+    assert.equal(others.status, 200);
+    assert.deepEqual(others.body.data, []);
+    const otherSums = await bob.get("/api/usage?group_by=key");
+    assert.deepEqual(otherSums.body.data, []);
+    const aliceId = (await alice.get("/api/account")).body.id;
+    const named = await bob.get(`/api/usage?account=${aliceId}`);
+    assert.equal(named.status, 403, "only admins may name an account");
+  });
+
   it("revokes its own key with a session", async () => {
     const created = await bob.post("/api/keys", { name: "short-lived" });
     const revoked = await bob.delete(`/api/keys/${created.body.id}`);

@@ -141,6 +141,29 @@ export function UsagePage() {
             {byModel.data.data.length === 0 ? (
               <EmptyState title="No usage in this range">Calls made with your keys show up here.</EmptyState>
             ) : (
+              <>
+              <div className="chart" role="img" aria-label={`${metric === "tokens" ? "Tokens" : "Cost"} per model`} style={{ minHeight: 0 }}>
+                <ResponsiveContainer width="100%" height={Math.max(90, 44 * byModel.data.data.length + 40)}>
+                  <BarChart
+                    layout="vertical"
+                    data={byModel.data.data.map((row) => ({ model: row.group, prompt: row.prompt_tokens, completion: row.completion_tokens, cost: row.cost }))}
+                    margin={{ top: 0, right: 16, bottom: 0, left: 0 }}
+                  >
+                    <CartesianGrid strokeDasharray="3 3" horizontal={false} stroke="var(--border)" />
+                    <XAxis type="number" tick={{ fontSize: 12, fill: "var(--muted)" }} tickLine={false} axisLine={false} allowDecimals={false} />
+                    <YAxis type="category" dataKey="model" tick={{ fontSize: 12, fill: "var(--muted)" }} tickLine={false} axisLine={false} width={140} />
+                    <Tooltip contentStyle={{ background: "var(--surface)", border: "1px solid var(--border)", borderRadius: 8 }} cursor={{ fill: "var(--hover)" }} />
+                    {metric === "tokens" ? (
+                      <>
+                        <Bar dataKey="prompt" name="Prompt" stackId="tokens" fill="#6366f1" isAnimationActive={false} />
+                        <Bar dataKey="completion" name="Completion" stackId="tokens" fill="#10b981" isAnimationActive={false} radius={[0, 4, 4, 0]} />
+                      </>
+                    ) : (
+                      <Bar dataKey="cost" name="Credits" fill="#f59e0b" isAnimationActive={false} radius={[0, 4, 4, 0]} />
+                    )}
+                  </BarChart>
+                </ResponsiveContainer>
+              </div>
               <div className="table-wrap">
                 <table className="table" aria-label="Usage per model">
                   <thead>
@@ -167,6 +190,7 @@ export function UsagePage() {
                   </tbody>
                 </table>
               </div>
+              </>
             )}
           </section>
         </>
