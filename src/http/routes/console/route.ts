@@ -35,7 +35,8 @@ export function registerConsoleRoutes(app: FastifyInstance, options: ConsoleRout
     }
     const relative = path.normalize(pathname).replace(/^(\.\.(\/|\\|$))+/, "").replace(/^[/\\]+/, "");
     const file = path.join(root, relative);
-    if (relative !== "" && file.startsWith(root + path.sep) && fs.statSync(file, { throwIfNoEntry: false })?.isFile()) {
+    const hidden = relative.split(/[/\\]/).some((segment) => segment.startsWith("."));
+    if (relative !== "" && !hidden && file.startsWith(root + path.sep) && fs.statSync(file, { throwIfNoEntry: false })?.isFile()) {
       const hashed = relative.startsWith(`assets${path.sep}`);
       return reply.sendFile(relative, { immutable: hashed, maxAge: hashed ? "365d" : 0 });
     }
