@@ -228,6 +228,44 @@ describe("the web console in a browser", { skip: fs.existsSync(CHROMIUM) ? false
     await admin.getByRole("row").filter({ hasText: "user@example.com" }).first().waitFor();
   });
 
+  it("lets the admin create a plan and a code that the user redeems", async () => {
+    await admin.getByRole("tab", { name: "Plans" }).click();
+    await admin.getByRole("button", { name: "+ Create plan" }).click();
+    const dialog = admin.getByRole("dialog", { name: "Create plan" });
+    await dialog.getByLabel("Id").fill("team");
+    await dialog.getByLabel("Name").fill("Team");
+    await dialog.getByLabel("Price (minor units, e.g. cents)").fill("9900");
+    await dialog.getByLabel("Credit granted").fill("100000");
+    await dialog.getByLabel("Days the credit lasts").fill("90");
+    await dialog.getByRole("button", { name: "Save plan" }).click();
+    await dialog.waitFor({ state: "detached" });
+    await admin.getByRole("heading", { name: "Team" }).waitFor();
+    await admin.getByText("$99.00").waitFor();
+
+    await admin.getByRole("tab", { name: "Codes" }).click();
+    await admin.getByLabel("Plan").selectOption("team");
+    await admin.getByRole("button", { name: "Create codes" }).click();
+    const codes = admin.getByRole("dialog", { name: "Save these codes" });
+    const code = (await codes.locator("pre").innerText()).trim();
+    assert.match(code, /^TP-[0-9A-Z-]+$/);
+    await shot(admin, "16-admin-codes-created");
+    await codes.getByRole("button", { name: "Close" }).click();
+    await codes.waitFor({ state: "detached" });
+    await admin.getByRole("row").filter({ hasText: "team" }).getByText("Unused").waitFor();
+
+    await user.getByRole("link", { name: "Billing" }).click();
+    const before = Number((await user.getByTestId("balance").innerText()).replace(/\D/g, ""));
+    await user.getByLabel("Redemption code").fill(code.toLowerCase());
+    await user.getByRole("button", { name: "Redeem" }).click();
+    await user.getByText("Code redeemed: Team").waitFor();
+    await user.getByTestId("balance").getByText(`${(before + 100_000).toLocaleString("en-US")} credits`).waitFor();
+    await user.getByTestId("plan").getByText("Team").waitFor();
+    await user.getByLabel("Redemption code").fill(code);
+    await user.getByRole("button", { name: "Redeem" }).click();
+    await user.getByRole("alert").filter({ hasText: /redeemed/i }).waitFor();
+    await shot(user, "17-billing-redeemed");
+  });
+
   it("works at phone width and signs out", async () => {
     const phone = await newPage({ width: 390, height: 844 });
     await phone.goto("/signin");

@@ -7,7 +7,7 @@ import { Field, Notice } from "../components/ui.tsx";
 
 export function AuthPage({ mode }: { mode: "signin" | "signup" }) {
   const { setSession } = useSession();
-  const { navigate } = useRouter();
+  const { navigate, path } = useRouter();
   const [email, setEmail] = useState("");
   const [password, setPassword] = useState("");
   const [busy, setBusy] = useState(false);
@@ -21,7 +21,9 @@ export function AuthPage({ mode }: { mode: "signin" | "signup" }) {
     try {
       const session = await post<Session>(signingUp ? "/api/auth/signup" : "/api/auth/signin", { email, password });
       setSession(session);
-      navigate(signingUp ? "/keys" : "/playground", { replace: true });
+      // Back to the page that asked for sign-in, if any.
+      const asked = path !== "/" && path !== "/signin" && path !== "/signup" ? `${path}${window.location.search}` : undefined;
+      navigate(asked ?? (signingUp ? "/keys" : "/playground"), { replace: true });
     } catch (failure) {
       setError(failure as ApiError);
       setBusy(false);
