@@ -1,16 +1,18 @@
 /** The console's shell: sign-in gate, sidebar navigation (a menu at phone width), and the pages. */
-import { useCallback, useEffect, useState, type ReactNode } from "react";
+import { lazy, Suspense, useCallback, useEffect, useState, type ReactNode } from "react";
 import { ApiError, get, post, setCsrfToken, setSignedOutHandler, type Session } from "./api.ts";
 import { Link, useRouter } from "./router.tsx";
 import { SessionContext, useSession } from "./session.tsx";
 import { Loading, ErrorState } from "./components/ui.tsx";
 import { AuthPage } from "./pages/auth.tsx";
 import { KeysPage } from "./pages/keys.tsx";
-import { UsagePage } from "./pages/usage.tsx";
 import { BillingPage } from "./pages/billing.tsx";
 import { ModelsPage } from "./pages/models.tsx";
 import { forgetTemporaryKey, PlaygroundPage } from "./pages/playground.tsx";
 import { AdminPage } from "./pages/admin.tsx";
+
+// The charts library is the bulk of the bundle: loaded with the Usage page only.
+const UsagePage = lazy(() => import("./pages/usage.tsx").then((module) => ({ default: module.UsagePage })));
 
 type Page = { path: string; title: string; render: () => ReactNode; admin?: boolean; icon: ReactNode };
 
@@ -93,7 +95,7 @@ export function App() {
   return (
     <SessionContext.Provider value={context}>
       <Shell current={page?.path}>
-        {page === undefined || (page.admin && session.role !== "admin") ? <NotFound /> : page.render()}
+        <Suspense fallback={<Loading />}>{page === undefined || (page.admin && session.role !== "admin") ? <NotFound /> : page.render()}</Suspense>
       </Shell>
     </SessionContext.Provider>
   );
