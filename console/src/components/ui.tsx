@@ -1,5 +1,5 @@
 /** The console's building blocks: dialogs, states (loading, empty, error), badges, copy buttons. */
-import { useCallback, useEffect, useId, useRef, useState, type ReactNode } from "react";
+import { cloneElement, isValidElement, useCallback, useEffect, useId, useRef, useState, type ReactNode } from "react";
 import { ApiError, get } from "../api.ts";
 
 /** Fetches a GET `/api` path; `reload` fetches again. */
@@ -202,12 +202,19 @@ export function CopyButton({ text, label = "Copy" }: { text: string; label?: str
   );
 }
 
+/** A labelled control; the hint is announced with it (aria-describedby). */
 export function Field({ label, hint, children, htmlFor }: { label: string; hint?: ReactNode; children: ReactNode; htmlFor: string }) {
+  const hintId = `${htmlFor}-hint`;
+  const control = hint && isValidElement<{ "aria-describedby"?: string }>(children) ? cloneElement(children, { "aria-describedby": hintId }) : children;
   return (
     <div className="field">
       <label htmlFor={htmlFor}>{label}</label>
-      {children}
-      {hint && <p className="hint">{hint}</p>}
+      {control}
+      {hint && (
+        <p className="hint" id={hintId}>
+          {hint}
+        </p>
+      )}
     </div>
   );
 }
