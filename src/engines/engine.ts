@@ -13,7 +13,35 @@ export type EngineMessage = {
   name?: string;
   /** For `tool` messages: the call this result answers. */
   toolCallId?: string;
+  /** For `assistant` messages: the tool calls the model made in this turn. */
+  toolCalls?: ToolCall[];
 };
+
+/** A call the model made: `arguments` is the JSON text of the call's arguments. */
+export type ToolCall = { id: string; name: string; arguments: string };
+
+/** A JSON Schema as the client sent it (validated and translated by the engine that uses it). */
+export type JsonSchema = Record<string, unknown>;
+
+/** A function the model may call. */
+export type ToolDefinition = {
+  name: string;
+  description?: string;
+  /** A JSON Schema of type `object`; undefined means the function takes no arguments. */
+  parameters?: JsonSchema;
+};
+
+/**
+ * Which tools the model may or must call: `auto` lets it choose between text and calls,
+ * `required` makes it call at least one, `{name}` makes it call exactly that one.
+ */
+export type ToolChoice = "auto" | "none" | "required" | { name: string };
+
+/** The shape of the reply's text: free text, any JSON object, or JSON valid against a schema. */
+export type ResponseFormat =
+  | { type: "text" }
+  | { type: "json_object" }
+  | { type: "json_schema"; name: string; schema: JsonSchema };
 
 export type SamplingOptions = {
   /** 0 is greedy. */
@@ -34,14 +62,26 @@ export type GenerationRequest = {
    * The most completion tokens the caller allows; undefined means "as many as fit the context".
    */
   maxTokens?: number;
+  /** Undefined: free text. */
+  responseFormat?: ResponseFormat;
+  /** Undefined or empty: no tools. */
+  tools?: ToolDefinition[];
+  /** Defaults to `auto` when tools are given. */
+  toolChoice?: ToolChoice;
+  /** Whether one turn may hold several calls (OpenAI's default: true). */
+  parallelToolCalls?: boolean;
 };
 
 /** `cancelled`: the caller aborted; usage still counts what was generated before. */
-export type EngineFinishReason = "stop" | "length" | "cancelled";
+export type EngineFinishReason = "stop" | "length" | "tool_calls" | "cancelled";
 
 /** What a running generation yields. */
 export type StreamPart =
   | { type: "text-delta"; text: string }
+  /** A tool call begins: `index` counts the calls of this reply from 0. */
+  | { type: "tool-call-start"; index: number; id: string; name: string }
+  /** More of the call's arguments (JSON text); the deltas of one call concatenate to its arguments. */
+  | { type: "tool-call-delta"; index: number; argumentsDelta: string }
   | { type: "finish"; reason: EngineFinishReason; usage: TokenUsage };
 
 export type TokenUsage = {

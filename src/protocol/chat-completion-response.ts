@@ -12,6 +12,17 @@ export type Usage = {
   completion_tokens_details: { reasoning_tokens: number };
 };
 
+/** A tool call in a whole completion: `arguments` is JSON text. */
+export type ToolCallObject = { id: string; type: "function"; function: { name: string; arguments: string } };
+
+/** A streamed piece of a tool call: the first carries id, type and name; later ones argument text. */
+export type ToolCallDelta = {
+  index: number;
+  id?: string;
+  type?: "function";
+  function: { name?: string; arguments: string };
+};
+
 export type ChatCompletion = {
   id: string;
   object: "chat.completion";
@@ -20,7 +31,7 @@ export type ChatCompletion = {
   system_fingerprint: string | null;
   choices: Array<{
     index: number;
-    message: { role: "assistant"; content: string | null; refusal: null };
+    message: { role: "assistant"; content: string | null; refusal: null; tool_calls?: ToolCallObject[] };
     logprobs: null;
     finish_reason: FinishReason;
   }>;
@@ -35,7 +46,7 @@ export type ChatCompletionChunk = {
   system_fingerprint: string | null;
   choices: Array<{
     index: number;
-    delta: { role?: "assistant"; content?: string; refusal?: null };
+    delta: { role?: "assistant"; content?: string | null; refusal?: null; tool_calls?: ToolCallDelta[] };
     logprobs: null;
     finish_reason: FinishReason | null;
   }>;

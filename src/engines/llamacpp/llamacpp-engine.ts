@@ -4,7 +4,7 @@
  * further requests wait in a bounded FIFO queue. Cancellation is checked after every token.
  */
 import { randomInt } from "node:crypto";
-import { resolveChatWrapper, type ChatWrapper, type Llama, type LlamaContext, type LlamaContextSequence, type LlamaModel, type Token } from "node-llama-cpp";
+import { LlamaGrammarEvaluationState, resolveChatWrapper, type ChatWrapper, type Llama, type LlamaContext, type LlamaContextSequence, type LlamaModel, type Token } from "node-llama-cpp";
 import type {
   Engine,
   EngineFinishReason,
@@ -20,6 +20,8 @@ import { SlotQueue, type SlotLease } from "../slot-queue.ts";
 import { ContextLengthExceededError, ModelNotReadyError } from "../../protocol/errors.ts";
 import { renderChatPrompt, type RenderedPrompt } from "./chat-prompt.ts";
 import { TextStream } from "./text-stream.ts";
+import { GrammarFactory } from "./grammar.ts";
+import { planReply, type ReplyPlan } from "./reply-plan.ts";
 import { resolveModelFile, type DownloadProgress, type ModelFileSource } from "./model-file.ts";
 
 export type LlamaCppEngineOptions = {
@@ -42,6 +44,7 @@ type Loaded = {
   model: LlamaModel;
   context: LlamaContext;
   wrapper: ChatWrapper;
+  grammars: GrammarFactory;
   queue: SlotQueue<LlamaContextSequence>;
 };
 
@@ -101,7 +104,7 @@ export class LlamaCppEngine implements Engine {
       });
       const sequences = Array.from({ length: options.parallel }, () => context.getSequence());
       const wrapper = resolveChatWrapper(model);
-      this.#loaded = { model, context, wrapper, queue: new SlotQueue(sequences, options.queueSize) };
+      this.#loaded = { model, context, wrapper, grammars: new GrammarFactory(llama), queue: new SlotQueue(sequences, options.queueSize) };
       this.#setStatus({ state: "ready" });
     } catch (error) {
       const reason = error instanceof Error ? error.message : String(error);
@@ -123,7 +126,9 @@ export class LlamaCppEngine implements Engine {
   async prepare(request: GenerationRequest): Promise<PreparedGeneration> {
     const loaded = this.#loaded;
     if (loaded === undefined || this.#status.state !== "ready") throw this.#notReadyError();
-    const prompt = renderChatPrompt(loaded.model, loaded.wrapper, request.messages);
+    // Throws a 400 for a response format or tool schema the grammar cannot enforce.
+    const plan = await planReply(loaded.grammars, loaded.wrapper, request);
+    const prompt = renderChatPrompt(loaded.model, loaded.wrapper, request.messages, plan.functions);
     const contextLength = loaded.context.contextSize;
     const promptTokens = prompt.tokens.length;
     const room = contextLength - promptTokens;
@@ -139,7 +144,7 @@ export class LlamaCppEngine implements Engine {
     return {
       promptTokens,
       maxTokens,
-      start: (signal) => this.#start(loaded, prompt, request, maxTokens, signal),
+      start: (signal) => this.#start(loaded, prompt, plan, request, maxTokens, signal),
     };
   }
 
@@ -159,7 +164,7 @@ export class LlamaCppEngine implements Engine {
     }
   }
 
-  #start(loaded: Loaded, prompt: RenderedPrompt, request: GenerationRequest, maxTokens: number, signal: AbortSignal): RunningGeneration {
+  #start(loaded: Loaded, prompt: RenderedPrompt, plan: ReplyPlan, request: GenerationRequest, maxTokens: number, signal: AbortSignal): RunningGeneration {
     // Throws EngineOverloadedError synchronously when the queue is full.
     const stop = AbortSignal.any([signal, this.#closing.signal]);
     // Prefer the free sequence that already holds the longest prefix of this prompt.
@@ -181,7 +186,7 @@ export class LlamaCppEngine implements Engine {
       async *[Symbol.asyncIterator]() {
         const lease = await guarded;
         started = true;
-        yield* engine.#generate(loaded, lease, prompt, request, maxTokens, stop, usage);
+        yield* engine.#generate(loaded, lease, prompt, plan, request, maxTokens, stop, usage);
       },
     };
     return { admitted: guarded.then(() => undefined), parts, usage: () => ({ ...usage }) };
@@ -191,6 +196,7 @@ export class LlamaCppEngine implements Engine {
     loaded: Loaded,
     lease: SlotLease<LlamaContextSequence>,
     prompt: RenderedPrompt,
+    plan: ReplyPlan,
     request: GenerationRequest,
     maxTokens: number,
     signal: AbortSignal,
@@ -208,11 +214,13 @@ export class LlamaCppEngine implements Engine {
         (tokens, lastTokens) => model.detokenize(tokens as Token[], false, lastTokens as Token[]),
         [...sampling.stop, ...prompt.stopTexts],
       );
+      const reply = plan.reader();
       let reason: EngineFinishReason = "length";
       const tokens = sequence.evaluate(prompt.tokens.slice(reused), {
         temperature: sampling.temperature,
         topP: sampling.topP < 1 ? sampling.topP : undefined,
         seed: sampling.seed ?? randomInt(0, 2 ** 31),
+        grammarEvaluationState: plan.grammar && new LlamaGrammarEvaluationState({ model, grammar: plan.grammar }),
         yieldEogToken: true,
         repeatPenalty: penalize
           ? {
@@ -234,7 +242,7 @@ export class LlamaCppEngine implements Engine {
             break;
           }
           const step = text.push(token);
-          if (step.text.length > 0) yield { type: "text-delta", text: step.text };
+          if (step.text.length > 0) yield* reply.push(step.text);
           if (step.stopped) {
             reason = "stop";
             break;
@@ -251,8 +259,10 @@ export class LlamaCppEngine implements Engine {
       }
       if (reason !== "cancelled") {
         const tail = text.flush();
-        if (tail.length > 0) yield { type: "text-delta", text: tail };
+        if (tail.length > 0) yield* reply.push(tail);
+        yield* reply.flush();
         if (text.stopped) reason = "stop";
+        if (reason === "stop" && reply.calls > 0) reason = "tool_calls";
       }
       yield { type: "finish", reason, usage: { ...usage } };
     } finally {

@@ -4,13 +4,29 @@
  */
 import { randomBytes } from "node:crypto";
 import type { Catalog, CatalogModel } from "../../../catalog/catalog.ts";
-import type { EngineMessage, GenerationRequest, PreparedGeneration, RunningGeneration, TokenUsage } from "../../../engines/engine.ts";
-import { chatCompletionRequestSchema, type ChatCompletionRequest, type ChatMessage } from "../../../protocol/chat-completion-request.ts";
+import type {
+  EngineMessage,
+  GenerationRequest,
+  PreparedGeneration,
+  ResponseFormat,
+  RunningGeneration,
+  TokenUsage,
+  ToolCall,
+  ToolChoice,
+  ToolDefinition,
+} from "../../../engines/engine.ts";
+import {
+  chatCompletionRequestSchema,
+  type ChatCompletionRequest,
+  type ChatMessage,
+  type ResponseFormatParam,
+} from "../../../protocol/chat-completion-request.ts";
 import {
   makeUsage,
   type ChatCompletion,
   type ChatCompletionChunk,
   type FinishReason,
+  type ToolCallObject,
 } from "../../../protocol/chat-completion-response.ts";
 import { InvalidRequestError, UnsupportedParameterError } from "../../../protocol/errors.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
@@ -30,14 +46,8 @@ function rejectUnsupported(request: ChatCompletionRequest): void {
   const unsupported = (param: string, what: string) => {
     throw new UnsupportedParameterError(`'${param}' is not supported yet: ${what}.`, param);
   };
-  if (request.tools != null && request.tools.length > 0) unsupported("tools", "tool calling is not available on this server yet");
-  if (request.tool_choice != null && request.tool_choice !== "none") unsupported("tool_choice", "tool calling is not available on this server yet");
-  if (request.parallel_tool_calls != null) unsupported("parallel_tool_calls", "tool calling is not available on this server yet");
-  if (request.functions != null) unsupported("functions", "function calling is not available on this server yet");
-  if (request.function_call != null) unsupported("function_call", "function calling is not available on this server yet");
-  if (request.response_format != null && request.response_format.type !== "text") {
-    unsupported("response_format", `response_format type '${request.response_format.type}' is not available on this server yet; only 'text' is`);
-  }
+  if (request.functions != null) unsupported("functions", "the deprecated 'functions' field is not supported; use 'tools'");
+  if (request.function_call != null) unsupported("function_call", "the deprecated 'function_call' field is not supported; use 'tool_choice'");
   if (request.n != null && request.n > 1) unsupported("n", "only one choice (n=1) is available on this server yet");
   if (request.logprobs === true) unsupported("logprobs", "log probabilities are not available on this server yet");
   if (request.top_logprobs != null && request.top_logprobs > 0) unsupported("top_logprobs", "log probabilities are not available on this server yet");
@@ -75,11 +85,13 @@ function messageText(message: ChatMessage, index: number): string {
     .join("");
 }
 
+/**
+ * Maps messages to the engine's. Assistant tool calls keep their ids, and every `tool` message
+ * must answer a call of an earlier assistant message (as OpenAI requires).
+ */
 function toEngineMessages(messages: readonly ChatMessage[]): EngineMessage[] {
+  const callIds = new Set<string>();
   return messages.map((message, index): EngineMessage => {
-    if (message.role === "assistant" && message.tool_calls != null && message.tool_calls.length > 0) {
-      throw new UnsupportedParameterError("Assistant messages with 'tool_calls' are not supported yet: tool calling is not available on this server yet.", `messages[${index}].tool_calls`);
-    }
     const content = messageText(message, index);
     switch (message.role) {
       case "system":
@@ -87,18 +99,76 @@ function toEngineMessages(messages: readonly ChatMessage[]): EngineMessage[] {
         return { role: "system", content, name: message.name ?? undefined };
       case "user":
         return { role: "user", content, name: message.name ?? undefined };
-      case "assistant":
-        return { role: "assistant", content, name: message.name ?? undefined };
+      case "assistant": {
+        const toolCalls = (message.tool_calls ?? []).map((call, callIndex): ToolCall => {
+          try {
+            JSON.parse(call.function.arguments);
+          } catch {
+            throw new InvalidRequestError(
+              "The arguments of a tool call must be a JSON text.",
+              `messages[${index}].tool_calls[${callIndex}].function.arguments`,
+            );
+          }
+          callIds.add(call.id);
+          return { id: call.id, name: call.function.name, arguments: call.function.arguments };
+        });
+        return { role: "assistant", content, name: message.name ?? undefined, ...(toolCalls.length > 0 ? { toolCalls } : {}) };
+      }
       case "tool":
+        if (!callIds.has(message.tool_call_id)) {
+          throw new InvalidRequestError(
+            `The 'tool' message answers the tool call '${message.tool_call_id}', but no earlier assistant message made a call with that id. ` +
+              "A 'tool' message must follow an assistant message whose 'tool_calls' include its 'tool_call_id'.",
+            `messages[${index}].tool_call_id`,
+          );
+        }
         return { role: "tool", content, toolCallId: message.tool_call_id };
     }
   });
+}
+
+/** The response format for the engine (`json_schema` without a schema is any JSON object). */
+function toResponseFormat(format: ResponseFormatParam | null | undefined): ResponseFormat | undefined {
+  if (format == null || format.type === "text") return undefined;
+  if (format.type === "json_object" || format.json_schema.schema == null) return { type: "json_object" };
+  return { type: "json_schema", name: format.json_schema.name, schema: format.json_schema.schema };
+}
+
+/** The tools and the tool choice; a choice that names no given tool is a 400 naming `tool_choice`. */
+function toToolOptions(request: ChatCompletionRequest): Pick<GenerationRequest, "tools" | "toolChoice" | "parallelToolCalls"> {
+  const tools: ToolDefinition[] = (request.tools ?? []).map((tool) => ({
+    name: tool.function.name,
+    ...(tool.function.description != null ? { description: tool.function.description } : {}),
+    ...(tool.function.parameters != null ? { parameters: tool.function.parameters } : {}),
+  }));
+  const seen = new Set<string>();
+  for (const [index, tool] of tools.entries()) {
+    if (seen.has(tool.name)) throw new InvalidRequestError(`The function name '${tool.name}' is given twice; tool names must be unique.`, `tools[${index}].function.name`);
+    seen.add(tool.name);
+  }
+  const choice = request.tool_choice;
+  let toolChoice: ToolChoice | undefined;
+  if (choice == null) toolChoice = undefined;
+  else if (typeof choice === "string") toolChoice = choice;
+  else toolChoice = { name: choice.function.name };
+  if (toolChoice !== undefined && toolChoice !== "none" && toolChoice !== "auto" && tools.length === 0) {
+    throw new InvalidRequestError("'tool_choice' requires 'tools': there is no tool to call.", "tool_choice");
+  }
+  if (typeof toolChoice === "object" && !seen.has(toolChoice.name)) {
+    throw new InvalidRequestError(`'tool_choice' names the function '${toolChoice.name}', which is not among 'tools'.`, "tool_choice");
+  }
+  return {
+    ...(tools.length > 0 ? { tools } : {}),
+    ...(toolChoice !== undefined ? { toolChoice } : {}),
+    ...(request.parallel_tool_calls != null ? { parallelToolCalls: request.parallel_tool_calls } : {}),
+  };
 }
 
 /** The engine request for a validated API request. */
 export function toGenerationRequest(request: ChatCompletionRequest): GenerationRequest {
   const limits = [request.max_tokens, request.max_completion_tokens].filter((value): value is number => value != null);
   const stop = request.stop == null ? [] : typeof request.stop === "string" ? [request.stop] : request.stop;
+  const responseFormat = toResponseFormat(request.response_format);
   return {
     messages: toEngineMessages(request.messages),
     sampling: {
@@ -110,6 +180,8 @@ export function toGenerationRequest(request: ChatCompletionRequest): GenerationR
       stop: stop.filter((sequence) => sequence.length > 0),
     },
     maxTokens: limits.length > 0 ? Math.min(...limits) : undefined,
+    ...(responseFormat !== undefined ? { responseFormat } : {}),
+    ...toToolOptions(request),
   };
 }
 
@@ -140,10 +212,23 @@ export async function completeChatCompletion(
   generation: RunningGeneration,
 ): Promise<{ completion: ChatCompletion; outcome: CompletionOutcome }> {
   let content = "";
+  const toolCalls: ToolCallObject[] = [];
   let outcome: CompletionOutcome | undefined;
   for await (const part of generation.parts) {
-    if (part.type === "text-delta") content += part.text;
-    else outcome = { finishReason: part.reason, usage: part.usage };
+    switch (part.type) {
+      case "text-delta":
+        content += part.text;
+        break;
+      case "tool-call-start":
+        toolCalls[part.index] = { id: part.id, type: "function", function: { name: part.name, arguments: "" } };
+        break;
+      case "tool-call-delta":
+        toolCalls[part.index]!.function.arguments += part.argumentsDelta;
+        break;
+      case "finish":
+        outcome = { finishReason: part.reason, usage: part.usage };
+        break;
+    }
   }
   outcome ??= { finishReason: "cancelled", usage: generation.usage() };
   const usage = outcome.usage;
@@ -158,7 +243,13 @@ export async function completeChatCompletion(
       choices: [
         {
           index: 0,
-          message: { role: "assistant", content, refusal: null },
+          message: {
+            role: "assistant",
+            // Only tool calls: no content, as OpenAI answers.
+            content: toolCalls.length > 0 && content === "" ? null : content,
+            refusal: null,
+            ...(toolCalls.length > 0 ? { tool_calls: toolCalls } : {}),
+          },
           logprobs: null,
           finish_reason: outcome.finishReason === "cancelled" ? "stop" : outcome.finishReason,
         },
@@ -191,6 +282,14 @@ export async function* streamChatCompletion(
   for await (const part of generation.parts) {
     if (part.type === "text-delta") {
       yield chunk({ content: part.text }, null);
+      continue;
+    }
+    if (part.type === "tool-call-start") {
+      yield chunk({ tool_calls: [{ index: part.index, id: part.id, type: "function", function: { name: part.name, arguments: "" } }] }, null);
+      continue;
+    }
+    if (part.type === "tool-call-delta") {
+      yield chunk({ tool_calls: [{ index: part.index, function: { arguments: part.argumentsDelta } }] }, null);
       continue;
     }
     outcome.value = { finishReason: part.reason, usage: part.usage };
