@@ -91,10 +91,7 @@ describe("request validation", () => {
 
 describe("features of later releases", () => {
   const cases: Array<[string, Record<string, unknown>, string]> = [
-    ["tools", { tools: [{ type: "function", function: { name: "f", parameters: {} } }] }, "tools"],
-    ["tool_choice", { tool_choice: "required" }, "tool_choice"],
-    ["response_format json_object", { response_format: { type: "json_object" } }, "response_format"],
-    ["response_format json_schema", { response_format: { type: "json_schema", json_schema: { name: "x", schema: {} } } }, "response_format"],
+    ["the deprecated functions field", { functions: [{ name: "f", parameters: {} }] }, "functions"],
     ["n above 1", { n: 2 }, "n"],
     ["logprobs", { logprobs: true }, "logprobs"],
     ["top_logprobs", { top_logprobs: 3 }, "top_logprobs"],

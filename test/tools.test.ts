@@ -216,9 +216,10 @@ describe("tool calls", () => {
           type: "function",
           function: {
             name: "get_weather",
+            description: "The weather forecast for a city.",
             parameters: weather.function.parameters!,
-            parse: JSON.parse,
-            function: () => {
+            parse: (text: string) => weatherArguments.parse(JSON.parse(text)),
+            function: (_args: z.infer<typeof weatherArguments>) => {
               calls++;
               return "sunny";
             },

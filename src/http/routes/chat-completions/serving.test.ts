@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { chatCompletionRequestSchema } from "../../../protocol/chat-completion-request.ts";
-import { UnsupportedParameterError } from "../../../protocol/errors.ts";
+import { InvalidRequestError, UnsupportedParameterError } from "../../../protocol/errors.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
 import { toGenerationRequest } from "./serving.ts";
 
@@ -116,14 +116,14 @@ describe("toGenerationRequest", () => {
       messages: [
         { role: "system", content: "Be brief.", name: "rules" },
         { role: "user", content: "Hi", name: "ana" },
-        { role: "assistant", content: "Hello.", name: null },
+        { role: "assistant", content: "Hello.", name: null, tool_calls: [{ id: "call_1", type: "function", function: { name: "f", arguments: "{}" } }] },
         { role: "tool", content: "42", tool_call_id: "call_1" },
       ],
     });
     assert.deepEqual(request.messages, [
       { role: "system", content: "Be brief.", name: "rules" },
       { role: "user", content: "Hi", name: "ana" },
-      { role: "assistant", content: "Hello.", name: undefined },
+      { role: "assistant", content: "Hello.", name: undefined, toolCalls: [{ id: "call_1", name: "f", arguments: "{}" }] },
       { role: "tool", content: "42", toolCallId: "call_1" },
     ]);
   });
@@ -182,15 +182,32 @@ describe("toGenerationRequest", () => {
     assertUnsupported({ messages: [{ role: "user", content: [{ type: "file", file: { file_id: "file_1" } }] }] }, "messages[0].content[0]");
   });
 
-  it("refuses an assistant message with tool calls", () => {
-    assertUnsupported(
-      {
-        messages: [
-          { role: "user", content: "Weather?" },
-          { role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "function", function: { name: "weather", arguments: "{}" } }] },
-        ],
-      },
-      "messages[1].tool_calls",
+  it("refuses a tool message that answers no earlier call, naming it", () => {
+    assert.throws(
+      () => generationFor({ messages: [{ role: "user", content: "Hi" }, { role: "tool", content: "42", tool_call_id: "call_9" }] }),
+      (error: unknown) => error instanceof InvalidRequestError && error.param === "messages[1].tool_call_id",
+    );
+  });
+
+  it("maps response_format and tools to the engine's neutral form", () => {
+    const request = generationFor({
+      response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "object" }, strict: true } },
+      tools: [{ type: "function", function: { name: "f", description: "F.", parameters: { type: "object" } } }, { type: "function", function: { name: "g" } }],
+      tool_choice: { type: "function", function: { name: "g" } },
+      parallel_tool_calls: false,
+    });
+    assert.deepEqual(request.responseFormat, { type: "json_schema", name: "x", schema: { type: "object" } });
+    assert.deepEqual(request.tools, [{ name: "f", description: "F.", parameters: { type: "object" } }, { name: "g" }]);
+    assert.deepEqual(request.toolChoice, { name: "g" });
+    assert.equal(request.parallelToolCalls, false);
+    assert.equal(generationFor({ response_format: { type: "text" } }).responseFormat, undefined);
+    assert.deepEqual(generationFor({ response_format: { type: "json_object" } }).responseFormat, { type: "json_object" });
+  });
+
+  it("refuses a tool_choice that names no given tool, naming tool_choice", () => {
+    assert.throws(
+      () => generationFor({ tools: [{ type: "function", function: { name: "f" } }], tool_choice: { type: "function", function: { name: "h" } } }),
+      (error: unknown) => error instanceof InvalidRequestError && error.param === "tool_choice",
     );
   });
 });
