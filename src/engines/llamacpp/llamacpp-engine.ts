@@ -211,7 +211,7 @@ export class LlamaCppEngine implements Engine {
       const generated: Token[] = [];
       const penalize = sampling.frequencyPenalty !== 0 || sampling.presencePenalty !== 0;
       const text = new TextStream(
-        (tokens, lastTokens) => model.detokenize(tokens as Token[], false, lastTokens as Token[]),
+        (tokens, lastTokens) => model.detokenize(tokens as Token[], plan.specialTokensAsText, lastTokens as Token[]),
         [...sampling.stop, ...prompt.stopTexts],
       );
       const reply = plan.reader();

@@ -21,6 +21,11 @@ export type ReplyPlan = {
   /** Functions for the chat template to document; undefined when the model may call none. */
   functions?: ChatModelFunctions;
   grammar?: LlamaGrammar;
+  /**
+   * Whether special tokens are written out as their text: a template's call syntax may hold
+   * some (e.g. `<tool_call>`), and the reader must see them to find the calls.
+   */
+  specialTokensAsText: boolean;
   reader(): ReplyReader;
 };
 
@@ -41,7 +46,7 @@ export async function planReply(factory: GrammarFactory, wrapper: ChatWrapper, r
   const choice = request.toolChoice ?? "auto";
   if (tools.length === 0 || choice === "none") {
     const text = await factory.contentRules(request.responseFormat, "");
-    return { grammar: text === undefined ? undefined : await factory.grammar(text), reader: plainReader };
+    return { grammar: text === undefined ? undefined : await factory.grammar(text), specialTokensAsText: false, reader: plainReader };
   }
   const functions: Record<string, { description?: string; params: ReturnType<typeof toGrammarSchema> }> = {};
   for (const [index, tool] of tools.entries()) {
@@ -62,6 +67,7 @@ export async function planReply(factory: GrammarFactory, wrapper: ChatWrapper, r
   return {
     functions,
     grammar: await factory.grammar(grammarText),
+    specialTokensAsText: true,
     reader: () => new ToolCallParser(syntax, names, choice !== "auto"),
   };
 }
