@@ -53,7 +53,8 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
   const dataDir = temporaryDirectory();
   const settings = loadSettings({
     flags: {
-      models: [storiesModel],
+      // A config file names its own models.
+      ...(options.configFile === undefined ? { models: [storiesModel] } : {}),
       port: "0",
       threads: "1",
       gpu: "cpu",
