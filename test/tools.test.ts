@@ -156,6 +156,49 @@ describe("tool calls", () => {
     assert.deepEqual(streamed.usage, whole.usage);
   });
 
+  it("streams a first delta with null content when the reply can only be tool calls", async () => {
+    const chunks = [];
+    const stream = await test.client.chat.completions.create({
+      model: "stories260K",
+      messages: ask,
+      temperature: 0,
+      max_tokens: 200,
+      tools: [weather],
+      tool_choice: "required",
+      parallel_tool_calls: false,
+      stream: true,
+    });
+    for await (const chunk of stream) chunks.push(chunk);
+    assert.deepEqual(chunks[0]!.choices[0]!.delta, { role: "assistant", content: null, refusal: null });
+  });
+
+  for (const stream of [false, true]) {
+    it(`answers auto with calls or with content in the response format (${stream ? "streaming" : "non-streaming"})`, async () => {
+      const reply = z.object({ answer: z.string().max(20) }).strict();
+      const result = await run(
+        {
+          model: "stories260K",
+          messages: ask,
+          temperature: 0,
+          max_tokens: 200,
+          tools: [weather],
+          tool_choice: "auto",
+          parallel_tool_calls: false,
+          response_format: { type: "json_schema", json_schema: { name: "reply", schema: z.toJSONSchema(reply) as Record<string, unknown> } },
+        },
+        stream,
+      );
+      if (result.toolCalls.length > 0) {
+        assert.equal(result.finishReason, "tool_calls");
+        assert.equal(result.toolCalls.length, 1);
+        weatherArguments.parse(JSON.parse(result.toolCalls[0]!.function.arguments));
+      } else {
+        assert.equal(result.finishReason, "stop");
+        reply.parse(JSON.parse(result.content!));
+      }
+    });
+  }
+
   it("documents the tools in the prompt, which the prompt tokens show", async () => {
     const without = await run({ model: "stories260K", messages: ask, max_tokens: 1 }, false);
     const withTools = await run({ model: "stories260K", messages: ask, max_tokens: 1, tools: [weather] }, false);

@@ -38,6 +38,8 @@ export type ChatCompletionJob = {
   model: CatalogModel;
   stream: boolean;
   includeUsage: boolean;
+  /** The reply can only be tool calls (`tool_choice` required or named): its content is null. */
+  toolCallsOnly: boolean;
   prepared: PreparedGeneration;
 };
 
@@ -193,13 +195,16 @@ export async function prepareChatCompletion(catalog: Catalog, body: unknown): Pr
   const request = parseWithSchema(chatCompletionRequestSchema, body);
   const model = catalog.get(request.model);
   rejectUnsupported(request);
-  const prepared = await model.engine.prepare(toGenerationRequest(request));
+  const generationRequest = toGenerationRequest(request);
+  const prepared = await model.engine.prepare(generationRequest);
+  const choice = generationRequest.toolChoice;
   return {
     id: `chatcmpl-${randomBytes(18).toString("base64url")}`,
     created: Math.floor(Date.now() / 1000),
     model,
     stream: request.stream === true,
     includeUsage: request.stream_options?.include_usage === true,
+    toolCallsOnly: generationRequest.tools !== undefined && (choice === "required" || typeof choice === "object"),
     prepared,
   };
 }
@@ -278,7 +283,7 @@ export async function* streamChatCompletion(
     choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }],
     ...(job.includeUsage ? { usage: null } : {}),
   });
-  yield chunk({ role: "assistant", content: "", refusal: null }, null);
+  yield chunk({ role: "assistant", content: job.toolCallsOnly ? null : "", refusal: null }, null);
   for await (const part of generation.parts) {
     if (part.type === "text-delta") {
       yield chunk({ content: part.text }, null);
