@@ -26,7 +26,10 @@ export type AdmitInput = {
   key: ApiKeyRecord;
   model: CatalogModel;
   promptTokens: number;
+  /** The most completion tokens one choice may use. */
   maxTokens: number;
+  /** Choices generated (OpenAI's `n`): the worst case is `choices × maxTokens` completion tokens. */
+  choices: number;
   requestId: string;
   stream: boolean;
 };
@@ -64,7 +67,7 @@ export class Metering {
       if (plan?.models != null && !plan.models.includes(model.id)) throw new ModelNotAllowedError(model.id, `the plan '${plan.id}' does not include it`);
     }
     const metered = key.accountId !== null;
-    const reserved = metered ? worstCaseCost(model.pricing, input.promptTokens, input.maxTokens) : 0;
+    const reserved = metered ? worstCaseCost(model.pricing, input.promptTokens, input.maxTokens * input.choices) : 0;
     const holdId =
       metered && reserved > 0
         ? await placeHold(database, { accountId: key.accountId!, keyId: key.id, amount: reserved, nodeId: this.#options.nodeId(), ttlMs: this.#options.holdTtlMs })

@@ -12,6 +12,12 @@ export type Usage = {
   completion_tokens_details: { reasoning_tokens: number };
 };
 
+/** One token's log probability; `bytes` are its UTF-8 bytes (null when it has none). */
+export type TopLogprob = { token: string; logprob: number; bytes: number[] | null };
+export type TokenLogprobEntry = TopLogprob & { top_logprobs: TopLogprob[] };
+/** `choices[].logprobs`: set when the request asked for `logprobs`, else null. */
+export type ChoiceLogprobs = { content: TokenLogprobEntry[] | null; refusal: null };
+
 export type ChatCompletion = {
   id: string;
   object: "chat.completion";
@@ -21,7 +27,7 @@ export type ChatCompletion = {
   choices: Array<{
     index: number;
     message: { role: "assistant"; content: string | null; refusal: null };
-    logprobs: null;
+    logprobs: ChoiceLogprobs | null;
     finish_reason: FinishReason;
   }>;
   usage: Usage;
@@ -36,7 +42,7 @@ export type ChatCompletionChunk = {
   choices: Array<{
     index: number;
     delta: { role?: "assistant"; content?: string; refusal?: null };
-    logprobs: null;
+    logprobs: ChoiceLogprobs | null;
     finish_reason: FinishReason | null;
   }>;
   /** Present (as `null`) on every chunk when usage was asked for; the last chunk carries it. */

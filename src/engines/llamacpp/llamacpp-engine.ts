@@ -3,11 +3,9 @@
  * sequences: concurrent requests are decoded in the same batches (continuous batching);
  * further requests wait in a bounded FIFO queue. Cancellation is checked after every token.
  */
-import { randomInt } from "node:crypto";
 import { resolveChatWrapper, type ChatWrapper, type Llama, type LlamaContext, type LlamaContextSequence, type LlamaModel, type Token } from "node-llama-cpp";
 import type {
   Engine,
-  EngineFinishReason,
   EngineModelInfo,
   EngineStatus,
   GenerationRequest,
@@ -16,10 +14,12 @@ import type {
   StreamPart,
   TokenUsage,
 } from "../engine.ts";
-import { SlotQueue, type SlotLease } from "../slot-queue.ts";
-import { ContextLengthExceededError, ModelNotReadyError } from "../../protocol/errors.ts";
+import { SlotQueue } from "../slot-queue.ts";
+import { runChoices } from "../run-choices.ts";
+import { ContextLengthExceededError, InvalidRequestError, ModelNotReadyError } from "../../protocol/errors.ts";
 import { renderChatPrompt, type RenderedPrompt } from "./chat-prompt.ts";
-import { TextStream } from "./text-stream.ts";
+import { generateChoice } from "./generate-choice.ts";
+import { tokenDescriber, type DescribeToken } from "./token-logprobs.ts";
 import { resolveModelFile, type DownloadProgress, type ModelFileSource } from "./model-file.ts";
 
 export type LlamaCppEngineOptions = {
@@ -43,7 +43,24 @@ type Loaded = {
   context: LlamaContext;
   wrapper: ChatWrapper;
   queue: SlotQueue<LlamaContextSequence>;
+  /** Tokens in the model's vocabulary (ids 0..vocabularySize-1). */
+  vocabularySize: number;
+  /** Made on first use of log probabilities. */
+  describeToken?: DescribeToken;
 };
+
+/** The vocabulary's token pieces as the GGUF stores them (`<0xE2>` for byte tokens), when it has them. */
+function vocabularyPieces(model: LlamaModel): readonly string[] | undefined {
+  const tokens: unknown = (model.fileInfo.metadata as { tokenizer?: { ggml?: { tokens?: unknown } } }).tokenizer?.ggml?.tokens;
+  return Array.isArray(tokens) && tokens.every((piece) => typeof piece === "string") ? tokens : undefined;
+}
+
+/** Counts the vocabulary (ids are 0..size-1). */
+function countVocabulary(model: LlamaModel): number {
+  let count = 0;
+  for (const _token of model.iterateAllTokens()) count++;
+  return count;
+}
 
 /** What an operator reads when a model cannot be loaded: the reason and what to do instead. */
 function unavailableDetail(modelId: string, reason: string): string {
@@ -101,7 +118,7 @@ export class LlamaCppEngine implements Engine {
       });
       const sequences = Array.from({ length: options.parallel }, () => context.getSequence());
       const wrapper = resolveChatWrapper(model);
-      this.#loaded = { model, context, wrapper, queue: new SlotQueue(sequences, options.queueSize) };
+      this.#loaded = { model, context, wrapper, queue: new SlotQueue(sequences, options.queueSize), vocabularySize: countVocabulary(model) };
       this.#setStatus({ state: "ready" });
     } catch (error) {
       const reason = error instanceof Error ? error.message : String(error);
@@ -123,6 +140,7 @@ export class LlamaCppEngine implements Engine {
   async prepare(request: GenerationRequest): Promise<PreparedGeneration> {
     const loaded = this.#loaded;
     if (loaded === undefined || this.#status.state !== "ready") throw this.#notReadyError();
+    checkRequest(request, loaded.vocabularySize);
     const prompt = renderChatPrompt(loaded.model, loaded.wrapper, request.messages);
     const contextLength = loaded.context.contextSize;
     const promptTokens = prompt.tokens.length;
@@ -139,6 +157,7 @@ export class LlamaCppEngine implements Engine {
     return {
       promptTokens,
       maxTokens,
+      choices: request.choices,
       start: (signal) => this.#start(loaded, prompt, request, maxTokens, signal),
     };
   }
@@ -162,8 +181,9 @@ export class LlamaCppEngine implements Engine {
   #start(loaded: Loaded, prompt: RenderedPrompt, request: GenerationRequest, maxTokens: number, signal: AbortSignal): RunningGeneration {
     // Throws EngineOverloadedError synchronously when the queue is full.
     const stop = AbortSignal.any([signal, this.#closing.signal]);
+    const rank = (sequence: LlamaContextSequence) => sequence.compareContextTokens(prompt.tokens).firstDifferentIndex;
     // Prefer the free sequence that already holds the longest prefix of this prompt.
-    const leased = loaded.queue.acquire(stop, (sequence) => sequence.compareContextTokens(prompt.tokens).firstDifferentIndex);
+    const leased = loaded.queue.acquire(stop, rank);
     let started = false;
     const guarded = leased.then((lease) => {
       // A lease nobody will consume (aborted before generation began) goes straight back.
@@ -175,89 +195,55 @@ export class LlamaCppEngine implements Engine {
       return lease;
     });
     guarded.catch(() => {});
-    const usage: TokenUsage = { promptTokens: prompt.tokens.length, cachedPromptTokens: 0, completionTokens: 0 };
-    const engine = this;
+    const choiceUsages: TokenUsage[] = Array.from({ length: request.choices }, () => ({
+      promptTokens: prompt.tokens.length,
+      cachedPromptTokens: 0,
+      completionTokens: 0,
+    }));
+    const describeToken = this.#describeToken(loaded);
     const parts: AsyncIterable<StreamPart> = {
       async *[Symbol.asyncIterator]() {
-        const lease = await guarded;
+        const first = await guarded;
         started = true;
-        yield* engine.#generate(loaded, lease, prompt, request, maxTokens, stop, usage);
+        // Extra choices run in parallel only in slots that are free now (never waiting while
+        // holding one, so requests cannot deadlock); the rest follow one another in these slots.
+        const leases = [first];
+        while (leases.length < request.choices) {
+          const extra = loaded.queue.tryAcquire(rank);
+          if (extra === undefined) break;
+          leases.push(extra);
+        }
+        yield* runChoices(leases, request.choices, stop, (sequence, choice, choiceSignal) =>
+          generateChoice({
+            model: loaded.model,
+            sequence,
+            prompt,
+            request,
+            choice,
+            maxTokens,
+            signal: choiceSignal,
+            describeToken,
+            usage: choiceUsages[choice]!,
+          }),
+        );
       },
     };
-    return { admitted: guarded.then(() => undefined), parts, usage: () => ({ ...usage }) };
+    // The prompt counts once (as OpenAI bills `n`), its cached part as the first choice found it.
+    const usage = (): TokenUsage => ({
+      promptTokens: prompt.tokens.length,
+      cachedPromptTokens: choiceUsages[0]!.cachedPromptTokens,
+      completionTokens: choiceUsages.reduce((sum, choice) => sum + choice.completionTokens, 0),
+    });
+    return { admitted: guarded.then(() => undefined), parts, usage };
   }
 
-  async *#generate(
-    loaded: Loaded,
-    lease: SlotLease<LlamaContextSequence>,
-    prompt: RenderedPrompt,
-    request: GenerationRequest,
-    maxTokens: number,
-    signal: AbortSignal,
-    usage: TokenUsage,
-  ): AsyncGenerator<StreamPart> {
-    const { model } = loaded;
-    const sequence = lease.slot;
-    try {
-      const reused = await reusePrefix(sequence, prompt.tokens);
-      usage.cachedPromptTokens = reused;
-      const sampling = request.sampling;
-      const generated: Token[] = [];
-      const penalize = sampling.frequencyPenalty !== 0 || sampling.presencePenalty !== 0;
-      const text = new TextStream(
-        (tokens, lastTokens) => model.detokenize(tokens as Token[], false, lastTokens as Token[]),
-        [...sampling.stop, ...prompt.stopTexts],
-      );
-      let reason: EngineFinishReason = "length";
-      const tokens = sequence.evaluate(prompt.tokens.slice(reused), {
-        temperature: sampling.temperature,
-        topP: sampling.topP < 1 ? sampling.topP : undefined,
-        seed: sampling.seed ?? randomInt(0, 2 ** 31),
-        yieldEogToken: true,
-        repeatPenalty: penalize
-          ? {
-              punishTokens: () => generated.slice(-256),
-              maxPunishTokens: 256,
-              penalty: 1,
-              frequencyPenalty: sampling.frequencyPenalty,
-              presencePenalty: sampling.presencePenalty,
-            }
-          : undefined,
-      });
-      if (signal.aborted) reason = "cancelled";
-      else {
-        for await (const token of tokens) {
-          generated.push(token);
-          usage.completionTokens = generated.length;
-          if (model.isEogToken(token) || prompt.stopTokens.has(token)) {
-            reason = "stop";
-            break;
-          }
-          const step = text.push(token);
-          if (step.text.length > 0) yield { type: "text-delta", text: step.text };
-          if (step.stopped) {
-            reason = "stop";
-            break;
-          }
-          if (signal.aborted) {
-            reason = "cancelled";
-            break;
-          }
-          if (generated.length >= maxTokens) {
-            reason = "length";
-            break;
-          }
-        }
-      }
-      if (reason !== "cancelled") {
-        const tail = text.flush();
-        if (tail.length > 0) yield { type: "text-delta", text: tail };
-        if (text.stopped) reason = "stop";
-      }
-      yield { type: "finish", reason, usage: { ...usage } };
-    } finally {
-      lease.release();
-    }
+  /** Token text and bytes for log probabilities (byte-fallback tokens read from the vocabulary). */
+  #describeToken(loaded: Loaded): DescribeToken {
+    loaded.describeToken ??= tokenDescriber(
+      (tokens, lastTokens) => loaded.model.detokenize(tokens as Token[], false, lastTokens as Token[]),
+      vocabularyPieces(loaded.model),
+    );
+    return loaded.describeToken;
   }
 
   async close(): Promise<void> {
@@ -270,16 +256,24 @@ export class LlamaCppEngine implements Engine {
   }
 }
 
-/**
- * Keeps the part of the sequence's state that matches the new prompt (prefix caching) and
- * erases the rest. At least one prompt token is always evaluated anew, to get its logits.
- * Returns how many prompt tokens were reused.
- */
-async function reusePrefix(sequence: LlamaContextSequence, promptTokens: readonly Token[]): Promise<number> {
-  const { firstDifferentIndex } = sequence.compareContextTokens([...promptTokens]);
-  const keep = Math.min(firstDifferentIndex, promptTokens.length - 1);
-  if (sequence.nextTokenIndex > keep) {
-    await sequence.eraseContextTokenRanges([{ start: keep, end: sequence.nextTokenIndex }]);
+/** What this engine cannot honour, refused before anything is queued (400 naming the field). */
+function checkRequest(request: GenerationRequest, vocabularySize: number): void {
+  request.messages.forEach((message, index) => {
+    if (message.images !== undefined && message.images.length > 0) {
+      throw new InvalidRequestError(
+        "This model does not accept images: node-llama-cpp 3.22 cannot load vision projectors (mmproj), so models served by the embedded llama.cpp engine read text only.",
+        `messages[${index}].content`,
+        "model_does_not_support_images",
+      );
+    }
+  });
+  for (const token of request.sampling.logitBias?.keys() ?? []) {
+    if (!Number.isInteger(token) || token < 0 || token >= vocabularySize) {
+      throw new InvalidRequestError(
+        `Invalid 'logit_bias': token id ${token} is not in this model's vocabulary (ids 0 to ${vocabularySize - 1}).`,
+        "logit_bias",
+        "invalid_logit_bias",
+      );
+    }
   }
-  return keep;
 }

@@ -67,6 +67,7 @@ export function registerChatCompletionsRoute(app: FastifyInstance, options: Chat
       model: job.model,
       promptTokens: job.prepared.promptTokens,
       maxTokens: job.prepared.maxTokens,
+      choices: job.prepared.choices,
       requestId: request.id,
       stream: job.stream,
     });
