@@ -60,7 +60,8 @@ function evaluateOptions(input: ChoiceInput, generated: readonly Token[]): Seque
   const penalize = sampling.frequencyPenalty !== 0 || sampling.presencePenalty !== 0;
   return {
     temperature: sampling.temperature,
-    topP: sampling.topP < 1 ? sampling.topP : undefined,
+    // Always given: node-llama-cpp's own default is 0.95, OpenAI's (and ours) 1, no truncation.
+    topP: sampling.topP,
     seed: choiceSeed(sampling.seed, input.choice),
     yieldEogToken: true,
     tokenBias: toTokenBias(input.model, sampling.logitBias),
