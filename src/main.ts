@@ -13,6 +13,9 @@ import type { DownloadProgress } from "./engines/llamacpp/model-file.ts";
 import { openStore } from "./store/open.ts";
 import { buildApp, type App } from "./http/app.ts";
 import { Metering } from "./billing/metering.ts";
+import { createRateLimiter } from "./limits/index.ts";
+import { RequestLimits } from "./limits/request-limits.ts";
+import { Metrics } from "./metrics/metrics.ts";
 import { deadNodes, forgetNodes, heartbeat, registerNode } from "./billing/nodes.ts";
 import { sweepExpiredCredit, sweepHolds } from "./billing/ledger.ts";
 import { listPlans, syncConfigPlans } from "./billing/plans-store.ts";
@@ -95,6 +98,8 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
   const sweeper = setInterval(() => sweep().catch((error: unknown) => logger.error({ err: error }, "ledger sweep failed")), SWEEP_INTERVAL_MS);
   sweeper.unref();
   const metering = new Metering({ database, nodeId: () => nodeId, holdTtlMs: HOLD_TTL_MS });
+  const limits = new RequestLimits(createRateLimiter({ redisUrl: settings.redis_url, logger }));
+  const metrics = new Metrics({ rateLimiterDegraded: () => limits.degraded });
   const runtime = createRuntimeLoader({
     threads: settings.threads,
     gpu: settings.gpu,
@@ -140,7 +145,12 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     catalog,
     database,
     metering,
+    limits,
+    metrics,
     plans: () => plans,
+    refreshPlans: async () => {
+      plans = await listPlans(database);
+    },
     stripe: createStripeClient({ secretKey: process.env.STRIPE_SECRET_KEY }),
     stripeWebhookSecret: process.env.STRIPE_WEBHOOK_SECRET || undefined,
     publicUrl: process.env.TURNPIKE_PUBLIC_URL ?? `http://${settings.host}:${settings.port}`,
@@ -167,6 +177,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
       }
       clearInterval(sweeper);
       await catalog.close();
+      await limits.close();
       await forgetNodes(database, [nodeId]);
       await database.destroy();
     })();

@@ -12,6 +12,7 @@ import { ModelNotAllowedError } from "../protocol/errors.ts";
 import { placeHold, settleHold } from "./ledger.ts";
 import { costOf, worstCaseCost } from "./pricing.ts";
 import { findPlan } from "./plans-store.ts";
+import type { Plan } from "./plans.ts";
 import { recordUsage } from "./usage.ts";
 
 export type MeteringOptions = {
@@ -32,6 +33,8 @@ export type AdmitInput = {
   choices: number;
   requestId: string;
   stream: boolean;
+  /** The account's plan when the caller looked it up already (`planOf`); looked up otherwise. */
+  plan?: Plan | null;
 };
 
 export type RequestOutcome = {
@@ -56,16 +59,26 @@ export class Metering {
     this.#options = options;
   }
 
+  /** The plan of the key's account (its limits and models apply); null for operator keys and accounts without one. */
+  async planOf(key: ApiKeyRecord): Promise<Plan | null> {
+    if (key.accountId === null) return null;
+    const { database } = this.#options;
+    const account = await database.selectFrom("accounts").select(["plan_id"]).where("id", "=", key.accountId).executeTakeFirst();
+    return (account?.plan_id ? await findPlan(database, account.plan_id) : undefined) ?? null;
+  }
+
+  /** Throws 403 `model_not_allowed` unless the key and its plan may use the model. */
+  checkModel(key: ApiKeyRecord, plan: Plan | null, model: CatalogModel): void {
+    if (key.models !== null && !key.models.includes(model.id)) throw new ModelNotAllowedError(model.id, "it is not among the key's allowed models");
+    if (plan?.models != null && !plan.models.includes(model.id)) throw new ModelNotAllowedError(model.id, `the plan '${plan.id}' does not include it`);
+  }
+
   /** Checks the key may use the model and reserves the request's worst case. Throws 403/429. */
   async admit(input: AdmitInput): Promise<Admission> {
     const { database } = this.#options;
     const { key, model } = input;
-    if (key.models !== null && !key.models.includes(model.id)) throw new ModelNotAllowedError(model.id, "it is not among the key's allowed models");
-    if (key.accountId !== null) {
-      const account = await database.selectFrom("accounts").select(["plan_id"]).where("id", "=", key.accountId).executeTakeFirst();
-      const plan = account?.plan_id ? await findPlan(database, account.plan_id) : undefined;
-      if (plan?.models != null && !plan.models.includes(model.id)) throw new ModelNotAllowedError(model.id, `the plan '${plan.id}' does not include it`);
-    }
+    const plan = input.plan !== undefined ? input.plan : await this.planOf(key);
+    this.checkModel(key, plan, model);
     const metered = key.accountId !== null;
     const reserved = metered ? worstCaseCost(model.pricing, input.promptTokens, input.maxTokens * input.choices) : 0;
     const holdId =

@@ -1,7 +1,7 @@
 /**
  * Usage records: one per request, what the console's charts and tables read.
  */
-import type { Kysely } from "kysely";
+import { sql, type Kysely, type RawBuilder } from "kysely";
 import type { Database, UsageRecordTable } from "../store/schema.ts";
 import { newId } from "./ledger.ts";
 
@@ -23,31 +23,104 @@ export type UsageRow = {
   cost: number;
 };
 
-/** Sums usage over `[from, to)` for one account (null: the operator's own keys; undefined: everyone), grouped. */
+const DAY_MS = 86_400_000;
+
+/** Sums usage over `[from, to)` for one account (null: the operator's own keys; undefined: everyone), grouped in SQL. */
 export async function queryUsage(
   database: Kysely<Database>,
   options: { accountId: string | null | undefined; from: number; to: number; groupBy: UsageGroup },
 ): Promise<UsageRow[]> {
+  // Integer division: whole UTC days since the epoch, on SQLite and PostgreSQL alike.
+  const groupExpression: RawBuilder<string | number> =
+    options.groupBy === "day" ? sql`created_at / ${sql.lit(DAY_MS)}` : options.groupBy === "model" ? sql`model` : sql`coalesce(key_id, 'operator')`;
   let query = database
     .selectFrom("usage_records")
-    .select(["created_at", "model", "key_id", "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "cost"])
+    .select([
+      groupExpression.as("bucket"),
+      sql<number>`count(*)`.as("requests"),
+      sql<number>`sum(prompt_tokens)`.as("prompt_tokens"),
+      sql<number>`sum(cached_prompt_tokens)`.as("cached_prompt_tokens"),
+      sql<number>`sum(completion_tokens)`.as("completion_tokens"),
+      sql<number>`sum(cost)`.as("cost"),
+    ])
     .where("created_at", ">=", options.from)
     .where("created_at", "<", options.to);
   if (options.accountId !== undefined) {
     query = options.accountId === null ? query.where("account_id", "is", null) : query.where("account_id", "=", options.accountId);
   }
-  const rows = await query.execute();
-  const groups = new Map<string, UsageRow>();
-  for (const row of rows) {
-    const group =
-      options.groupBy === "day" ? new Date(Number(row.created_at)).toISOString().slice(0, 10) : options.groupBy === "model" ? row.model : (row.key_id ?? "operator");
-    const sum = groups.get(group) ?? { group, requests: 0, prompt_tokens: 0, cached_prompt_tokens: 0, completion_tokens: 0, cost: 0 };
-    sum.requests++;
-    sum.prompt_tokens += Number(row.prompt_tokens);
-    sum.cached_prompt_tokens += Number(row.cached_prompt_tokens);
-    sum.completion_tokens += Number(row.completion_tokens);
-    sum.cost += Number(row.cost);
-    groups.set(group, sum);
+  const rows = await query.groupBy(sql`1`).execute();
+  return rows
+    .map((row) => ({
+      group: options.groupBy === "day" ? new Date(Number(row.bucket) * DAY_MS).toISOString().slice(0, 10) : String(row.bucket),
+      requests: Number(row.requests),
+      prompt_tokens: Number(row.prompt_tokens),
+      cached_prompt_tokens: Number(row.cached_prompt_tokens),
+      completion_tokens: Number(row.completion_tokens),
+      cost: Number(row.cost),
+    }))
+    .sort((a, b) => a.group.localeCompare(b.group));
+}
+
+export type RecentRequest = {
+  id: string;
+  request_id: string;
+  created: number;
+  key_id: string | null;
+  key_name: string | null;
+  model: string;
+  prompt_tokens: number;
+  cached_prompt_tokens: number;
+  completion_tokens: number;
+  cost: number;
+  latency_ms: number;
+  status: number;
+  finish_reason: string | null;
+  stream: boolean;
+};
+
+/** The newest requests first, `limit` of them, older than `before` when given (for paging). */
+export async function recentRequests(
+  database: Kysely<Database>,
+  options: { accountId: string | null | undefined; limit: number; before?: number },
+): Promise<RecentRequest[]> {
+  let query = database
+    .selectFrom("usage_records as usage")
+    .leftJoin("api_keys as key", "key.id", "usage.key_id")
+    .select([
+      "usage.id",
+      "usage.request_id",
+      "usage.created_at",
+      "usage.key_id",
+      "key.name as key_name",
+      "usage.model",
+      "usage.prompt_tokens",
+      "usage.cached_prompt_tokens",
+      "usage.completion_tokens",
+      "usage.cost",
+      "usage.latency_ms",
+      "usage.status",
+      "usage.finish_reason",
+      "usage.stream",
+    ]);
+  if (options.accountId !== undefined) {
+    query = options.accountId === null ? query.where("usage.account_id", "is", null) : query.where("usage.account_id", "=", options.accountId);
   }
-  return [...groups.values()].sort((a, b) => a.group.localeCompare(b.group));
+  if (options.before !== undefined) query = query.where("usage.created_at", "<", options.before);
+  const rows = await query.orderBy("usage.created_at", "desc").orderBy("usage.id", "desc").limit(options.limit).execute();
+  return rows.map((row) => ({
+    id: row.id,
+    request_id: row.request_id,
+    created: Number(row.created_at),
+    key_id: row.key_id,
+    key_name: row.key_name ?? null,
+    model: row.model,
+    prompt_tokens: Number(row.prompt_tokens),
+    cached_prompt_tokens: Number(row.cached_prompt_tokens),
+    completion_tokens: Number(row.completion_tokens),
+    cost: Number(row.cost),
+    latency_ms: Number(row.latency_ms),
+    status: Number(row.status),
+    finish_reason: row.finish_reason,
+    stream: Number(row.stream) === 1,
+  }));
 }

@@ -6,6 +6,7 @@ import { registerServeCommand } from "./serve.ts";
 import { registerKeysCommands } from "./keys.ts";
 import { registerMigrateCommand } from "./migrate.ts";
 import { registerAccountCommands } from "./accounts.ts";
+import { registerCodesCommands } from "./codes.ts";
 
 const program = new Command()
   .name("turnpike")
@@ -17,6 +18,7 @@ registerServeCommand(program);
 registerKeysCommands(program);
 registerMigrateCommand(program);
 registerAccountCommands(program);
+registerCodesCommands(program);
 
 try {
   await program.parseAsync(process.argv);

@@ -47,6 +47,8 @@ export const settingsSchema = z.object({
   data_dir: z.string().min(1),
   /** `postgres://…` to share state between nodes; empty: SQLite in the data dir. */
   database_url: z.string().regex(/^(postgres(ql)?:\/\/.+)?$/, "must be a postgres:// URL (or empty for SQLite)"),
+  /** `redis://…` to share rate limits between nodes; empty: limits kept in this process. */
+  redis_url: z.string().regex(/^(rediss?:\/\/.+)?$/, "must be a redis:// URL (or empty for in-memory limits)"),
   models: z.array(modelEntrySchema),
   /** Plans on offer; only from the config file. */
   plans: z.array(planSchema).default([]),

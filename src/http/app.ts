@@ -7,15 +7,20 @@ import type { Logger } from "pino";
 import type { Catalog } from "../catalog/catalog.ts";
 import type { Database } from "../store/schema.ts";
 import type { Metering } from "../billing/metering.ts";
+import type { RequestLimits } from "../limits/request-limits.ts";
+import type { Metrics } from "../metrics/metrics.ts";
+import { registerMetricsRoute } from "./routes/metrics/route.ts";
+import { registerUsageRoutes } from "./routes/usage/route.ts";
+import { registerBillingRoutes } from "./routes/billing/route.ts";
 import type Stripe from "stripe";
 import type { Plan } from "../billing/plans.ts";
 import { grantPlan } from "../billing/grant-plan.ts";
 import { registerStripeRoutes } from "../billing/stripe/route.ts";
-import { InvalidRequestError } from "../protocol/errors.ts";
 import { RouteNotFoundError, ShuttingDownError } from "../protocol/errors.ts";
-import { handleError } from "./errors.ts";
+import { handleError, toApiError } from "./errors.ts";
 import { requestIdFrom, requestIdHeader } from "./middleware/request-id/request-id.ts";
 import { apiKeyAuth } from "./middleware/api-key-auth/api-key-auth.ts";
+import { accountAuth, accountIdOf, type SessionResolver } from "./middleware/account-auth/account-auth.ts";
 import { registerChatCompletionsRoute } from "./routes/chat-completions/route.ts";
 import { registerModelsRoutes } from "./routes/models/route.ts";
 import { registerHealthRoutes } from "./routes/health/route.ts";
@@ -24,8 +29,12 @@ export type AppOptions = {
   catalog: Catalog;
   database: Kysely<Database>;
   metering: Metering;
+  limits: RequestLimits;
+  metrics: Metrics;
   /** Plans on sale now. */
   plans: () => Plan[];
+  /** Reloads `plans()` from the database (after an admin edits plans). */
+  refreshPlans: () => Promise<void>;
   stripe: Stripe | null;
   stripeWebhookSecret: string | undefined;
   /** The server's public base URL, for payment return links. */
@@ -33,6 +42,8 @@ export type AppOptions = {
   logger: Logger;
   bodyLimit: number;
   keepAliveIntervalMs: number;
+  /** Console sessions for `/api` (cookies); without it `/api` takes API keys only. */
+  sessions?: SessionResolver;
 };
 
 export type App = {
@@ -57,42 +68,50 @@ export function buildApp(options: AppOptions): App {
   const shutdown = new AbortController();
 
   server.decorateRequest("apiKey", null);
+  server.decorateRequest("principal", null);
   server.addHook("onRequest", requestIdHeader());
   server.addHook("onRequest", async function refuseWhileClosing(request) {
     if (closing && request.url !== "/health" && request.url !== "/ready") throw new ShuttingDownError();
   });
   server.addHook("onResponse", async function logResponse(request, reply) {
     request.log.info({ method: request.method, url: request.url, status: reply.statusCode, latency_ms: Math.round(reply.elapsedTime) }, "request");
+    const route = request.routeOptions.url ?? "unmatched";
+    options.metrics.httpRequests.inc({ method: request.method, route, status: reply.statusCode });
+    options.metrics.httpDuration.observe({ route }, reply.elapsedTime / 1000);
   });
-  server.setErrorHandler(handleError);
+  server.setErrorHandler(function countAndHandleError(error, request, reply) {
+    const { code } = toApiError(error);
+    if (code === "rate_limit_exceeded" || code === "insufficient_quota" || code === "engine_overloaded") options.metrics.rateLimited.inc({ reason: code });
+    handleError(error, request, reply);
+  });
   server.setNotFoundHandler(function notFound(request) {
     throw new RouteNotFoundError(request.method, request.url.split("?")[0] ?? request.url);
   });
 
   const authenticate = apiKeyAuth({ database: options.database });
+  const authenticateAccount = accountAuth({ database: options.database, sessions: options.sessions });
   registerHealthRoutes(server, { catalog: options.catalog, isClosing: () => closing });
+  registerMetricsRoute(server, options.metrics);
   registerModelsRoutes(server, { catalog: options.catalog, authenticate });
   registerChatCompletionsRoute(server, {
     catalog: options.catalog,
     authenticate,
     metering: options.metering,
+    limits: options.limits,
+    metrics: options.metrics,
     shutdownSignal: shutdown.signal,
     keepAliveIntervalMs: options.keepAliveIntervalMs,
   });
 
+  registerUsageRoutes(server, { database: options.database, authenticate: authenticateAccount });
+  registerBillingRoutes(server, { database: options.database, authenticate: authenticateAccount, onPlansChanged: options.refreshPlans });
   registerStripeRoutes(server, {
     stripe: options.stripe,
     webhookSecret: options.stripeWebhookSecret,
     plans: options.plans,
-    authenticate,
+    authenticate: authenticateAccount,
     publicUrl: options.publicUrl,
-    accountIdOf: (request) => {
-      const accountId = request.apiKey?.accountId;
-      if (accountId == null) {
-        throw new InvalidRequestError("Buying a plan needs an account's API key; operator keys are not metered.", null, "account_required");
-      }
-      return accountId;
-    },
+    accountIdOf: (request) => accountIdOf(request, "Buying a plan"),
     grantPurchase: async (purchase) => {
       const plan = options.plans().find((candidate) => candidate.id === purchase.planId);
       if (plan === undefined) throw new Error(`paid purchase of unknown plan '${purchase.planId}' (event ${purchase.eventId})`);

@@ -140,6 +140,8 @@ export type RedemptionCodeTable = {
   created_at: number;
   redeemed_at: number | null;
   redeemed_by: string | null;
+  /** The code's first characters, for telling codes apart; never enough to redeem one. */
+  display_prefix: string | null;
 };
 
 export type Database = {

@@ -45,17 +45,16 @@ export type TestServer = {
 export type TestServerOptions = {
   /** Settings as flags (`parallel: "1"`), on top of the test defaults. */
   flags?: Record<string, string | string[]>;
-  /** A --config file (plans, model prices); its models are served unless `flags.models` is given. */
+  /** A --config file (plans, model prices). */
   configFile?: string;
 };
 
 export async function startTestServer(options: TestServerOptions = {}): Promise<TestServer> {
   const dataDir = temporaryDirectory();
-  // A config file without a models flag serves the file's models.
-  const defaultModels = options.configFile !== undefined && options.flags?.models === undefined ? {} : { models: [storiesModel] };
   const settings = loadSettings({
     flags: {
-      ...defaultModels,
+      // A config file names its own models.
+      ...(options.configFile === undefined ? { models: [storiesModel] } : {}),
       port: "0",
       threads: "1",
       gpu: "cpu",

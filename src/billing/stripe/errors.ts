@@ -15,12 +15,7 @@ export class PaymentsNotConfiguredError extends ApiError {
   }
 }
 
-/** 404: no plan with this id. */
-export class PlanNotFoundError extends ApiError {
-  constructor(planId: string) {
-    super(`The plan '${planId}' does not exist.`, { status: 404, type: "invalid_request_error", code: "plan_not_found", param: "plan" });
-  }
-}
+export { PlanNotFoundError } from "../errors.ts";
 
 /** 400: the plan is free (price 0); Stripe takes no payment for it. */
 export class PlanNotPurchasableError extends ApiError {

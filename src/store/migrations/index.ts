@@ -5,8 +5,10 @@
 import type { Migration } from "kysely/migration";
 import { migration0001ApiKeys } from "./0001-api-keys.ts";
 import { migration0002AccountsAndBilling } from "./0002-accounts-and-billing.ts";
+import { migration0003RedemptionCodeDisplay } from "./0003-redemption-code-display.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-api-keys": migration0001ApiKeys,
   "0002-accounts-and-billing": migration0002AccountsAndBilling,
+  "0003-redemption-code-display": migration0003RedemptionCodeDisplay,
 };

@@ -8,6 +8,8 @@ import type { Catalog } from "../../../catalog/catalog.ts";
 import { SseWriter } from "../../sse.ts";
 import { errorBody, toApiError } from "../../errors.ts";
 import type { Metering } from "../../../billing/metering.ts";
+import type { RequestLimits } from "../../../limits/request-limits.ts";
+import type { Metrics } from "../../../metrics/metrics.ts";
 import { ShuttingDownError } from "../../../protocol/errors.ts";
 import {
   completeChatCompletion,
@@ -21,6 +23,8 @@ export type ChatCompletionsRouteOptions = {
   catalog: Catalog;
   authenticate: preHandlerHookHandler;
   metering: Metering;
+  limits: RequestLimits;
+  metrics: Metrics;
   /** Aborted when shutdown's grace period is over: running generations stop. */
   shutdownSignal: AbortSignal;
   keepAliveIntervalMs: number;
@@ -61,22 +65,44 @@ export function registerChatCompletionsRoute(app: FastifyInstance, options: Chat
   app.post("/v1/chat/completions", { preHandler: options.authenticate }, async function chatCompletions(request, reply) {
     const startedAt = performance.now();
     const job = await prepareChatCompletion(options.catalog, request.body);
-    // Model permissions and the worst-case hold come before any generation (403/429).
-    const admission = await options.metering.admit({
-      key: request.apiKey!,
-      model: job.model,
-      promptTokens: job.prepared.promptTokens,
-      maxTokens: job.prepared.maxTokens,
-      choices: job.prepared.choices,
-      requestId: request.id,
-      stream: job.stream,
-    });
+    const key = request.apiKey!;
+    // Model permissions, rate limits and the worst-case hold come before any generation (403/429).
+    const plan = await options.metering.planOf(key);
+    options.metering.checkModel(key, plan, job.model);
+    // Every choice may use max_tokens.
+    const limited = await options.limits.admit({ key, plan, tokens: job.prepared.promptTokens + job.prepared.maxTokens * job.prepared.choices });
+    void reply.headers(limited.headers);
+    let admission;
+    try {
+      admission = await options.metering.admit({
+        key,
+        plan,
+        model: job.model,
+        promptTokens: job.prepared.promptTokens,
+        maxTokens: job.prepared.maxTokens,
+        choices: job.prepared.choices,
+        requestId: request.id,
+        stream: job.stream,
+      });
+    } catch (error) {
+      await limited.finish(0).catch((refundError: unknown) => request.log.warn({ err: refundError }, "could not refund rate-limit tokens"));
+      throw error;
+    }
     /** Bills the request (nothing without usage) and logs it; called once, however it ended. */
     const finish = async (outcome: CompletionOutcome | undefined, status: number) => {
+      const used = outcome === undefined ? 0 : outcome.usage.promptTokens + outcome.usage.completionTokens;
+      await limited.finish(used).catch((error: unknown) => request.log.warn({ err: error }, "could not refund rate-limit tokens"));
       await admission
         .settle({ usage: outcome?.usage ?? null, status, finishReason: outcome?.finishReason ?? null, latencyMs: performance.now() - startedAt })
         .catch((error: unknown) => request.log.error({ err: error }, "could not settle the request's hold; the sweeper will release it uncharged"));
       logCompletion(request, job, outcome, startedAt);
+      const model = job.model.id;
+      options.metrics.completions.inc({ model, finish_reason: outcome?.finishReason ?? "error" });
+      if (outcome !== undefined) {
+        options.metrics.tokens.inc({ model, kind: "prompt" }, outcome.usage.promptTokens);
+        options.metrics.tokens.inc({ model, kind: "cached_prompt" }, outcome.usage.cachedPromptTokens);
+        options.metrics.tokens.inc({ model, kind: "completion" }, outcome.usage.completionTokens);
+      }
     };
     const controller = abortOnDisconnect(reply, options.shutdownSignal);
     let generation: RunningGeneration;

@@ -1,0 +1,31 @@
+/**
+ * Billing errors shown to API and console clients, with stable codes.
+ */
+import { ApiError } from "../protocol/errors.ts";
+
+/** 404: no plan with this id. */
+export class PlanNotFoundError extends ApiError {
+  constructor(planId: string) {
+    super(`The plan '${planId}' does not exist.`, { status: 404, type: "invalid_request_error", code: "plan_not_found", param: "plan" });
+  }
+}
+
+/** 409: a plan with this id exists already. */
+export class PlanExistsError extends ApiError {
+  constructor(planId: string) {
+    super(`A plan '${planId}' exists already; edit it with PATCH /api/admin/plans/${planId}.`, { status: 409, type: "invalid_request_error", code: "plan_exists", param: "id" });
+  }
+}
+
+export class CodeNotFoundError extends ApiError {
+  constructor() {
+    super("This redemption code is not valid. Check it for typos.", { status: 404, type: "invalid_request_error", code: "code_not_found", param: "code" });
+  }
+}
+
+export class CodeAlreadyRedeemedError extends ApiError {
+  constructor() {
+    super("This redemption code has been redeemed already.", { status: 409, type: "invalid_request_error", code: "code_already_redeemed", param: "code" });
+  }
+}
+

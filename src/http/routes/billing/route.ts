@@ -1,0 +1,114 @@
+/**
+ * Plans and redemption: `GET /api/plans` (on offer), `POST /api/billing/redeem`, and the admin
+ * API the console uses: `GET|POST /api/admin/plans`, `PATCH /api/admin/plans/:id`,
+ * `GET|POST /api/admin/codes`.
+ */
+import type { FastifyInstance, preHandlerHookHandler } from "fastify";
+import type { Kysely } from "kysely";
+import { z } from "zod";
+import type { Database } from "../../../store/schema.ts";
+import { planSchema, type Plan } from "../../../billing/plans.ts";
+import { findPlan, listPlans, savePlan } from "../../../billing/plans-store.ts";
+import { createCodes, listCodes, redeemCode } from "../../../billing/codes.ts";
+import { expireDueCredit } from "../../../billing/ledger.ts";
+import { PlanExistsError, PlanNotFoundError } from "../../../billing/errors.ts";
+import { parseWithSchema } from "../../../protocol/parse.ts";
+import { accountIdOf, requireAdmin } from "../../middleware/account-auth/account-auth.ts";
+
+export type BillingRouteOptions = {
+  database: Kysely<Database>;
+  authenticate: preHandlerHookHandler;
+  /** Called after plans change, so this node's cached list follows at once. */
+  onPlansChanged: () => Promise<void>;
+};
+
+const redeemSchema = z.object({ code: z.string().min(1).max(100) });
+const codesSchema = z.object({ plan: z.string().min(1), count: z.number().int().min(1).max(1000).default(1) });
+const planPatchSchema = planSchema.omit({ id: true }).partial();
+
+function planBody(plan: Plan) {
+  return { object: "plan", ...plan };
+}
+
+async function accountSummary(database: Kysely<Database>, accountId: string) {
+  await expireDueCredit(database, accountId);
+  const account = await database.selectFrom("accounts").select(["balance", "plan_id"]).where("id", "=", accountId).executeTakeFirstOrThrow();
+  return { balance: Number(account.balance), plan_id: account.plan_id };
+}
+
+export function registerBillingRoutes(app: FastifyInstance, options: BillingRouteOptions): void {
+  const { database } = options;
+
+  app.get("/api/plans", { preHandler: options.authenticate }, async function plansOnOffer() {
+    return { object: "list", data: (await listPlans(database)).map(planBody) };
+  });
+
+  app.post("/api/billing/redeem", { preHandler: options.authenticate }, async function redeem(request) {
+    const accountId = accountIdOf(request, "Redeeming a code");
+    const { code } = parseWithSchema(redeemSchema, request.body);
+    const { plan } = await redeemCode(database, { code, accountId });
+    request.log.info({ account_id: accountId, plan: plan.id }, "code redeemed");
+    return { granted: true, plan: planBody(plan), ...(await accountSummary(database, accountId)) };
+  });
+
+  app.get("/api/admin/plans", { preHandler: options.authenticate }, async function adminPlans(request) {
+    requireAdmin(request);
+    const rows = await database.selectFrom("plans").select(["id", "origin", "created_at", "updated_at"]).execute();
+    const meta = new Map(rows.map((row) => [row.id, row]));
+    return {
+      object: "list",
+      data: (await listPlans(database)).map((plan) => ({
+        ...planBody(plan),
+        origin: meta.get(plan.id)?.origin ?? "admin",
+        created: Number(meta.get(plan.id)?.created_at ?? 0),
+        updated: Number(meta.get(plan.id)?.updated_at ?? 0),
+      })),
+    };
+  });
+
+  app.post("/api/admin/plans", { preHandler: options.authenticate }, async function createPlan(request, reply) {
+    requireAdmin(request);
+    const plan = parseWithSchema(planSchema, request.body);
+    if ((await findPlan(database, plan.id)) !== undefined) throw new PlanExistsError(plan.id);
+    await savePlan(database, plan, "admin");
+    await options.onPlansChanged();
+    request.log.info({ plan: plan.id }, "plan created");
+    void reply.code(201);
+    return planBody(plan);
+  });
+
+  app.patch<{ Params: { id: string } }>("/api/admin/plans/:id", { preHandler: options.authenticate }, async function editPlan(request) {
+    requireAdmin(request);
+    const existing = await findPlan(database, request.params.id);
+    if (existing === undefined) throw new PlanNotFoundError(request.params.id);
+    const changes = parseWithSchema(planPatchSchema, request.body);
+    // Only the fields sent change (the schema's defaults would fill the others in).
+    const sent = new Set(Object.keys(request.body as object));
+    const plan: Plan = { ...existing, ...Object.fromEntries(Object.entries(changes).filter(([field, value]) => sent.has(field) && value !== undefined)) };
+    await savePlan(database, plan, "admin");
+    await options.onPlansChanged();
+    request.log.info({ plan: plan.id }, "plan edited");
+    return planBody(plan);
+  });
+
+  app.get("/api/admin/codes", { preHandler: options.authenticate }, async function adminCodes(request) {
+    requireAdmin(request);
+    const data = (await listCodes(database)).map((row) => ({
+      display_prefix: row.displayPrefix,
+      plan: row.planId,
+      created: row.created,
+      redeemed: row.redeemed,
+      redeemed_by: row.redeemedBy,
+    }));
+    return { object: "list", data };
+  });
+
+  app.post("/api/admin/codes", { preHandler: options.authenticate }, async function makeCodes(request, reply) {
+    requireAdmin(request);
+    const { plan, count } = parseWithSchema(codesSchema, request.body);
+    const codes = await createCodes(database, { planId: plan, count });
+    request.log.info({ plan, count }, "redemption codes created");
+    void reply.code(201);
+    return { object: "list", data: codes.map((code) => ({ code, plan })) };
+  });
+}

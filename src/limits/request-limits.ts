@@ -1,0 +1,95 @@
+/**
+ * Rate limits of one chat request: requests and tokens per minute, for the API key (its own
+ * limits) and for its account (the plan's). Tokens are charged up front as prompt + the most
+ * the request may generate, and what it did not generate is given back when it ends.
+ */
+import type { ApiKeyRecord } from "../auth/api-keys.ts";
+import type { Plan } from "../billing/plans.ts";
+import { RateLimitExceededError } from "../protocol/errors.ts";
+import { mostRestrictive, rateLimitHeaders, retryAfterSeconds } from "./headers.ts";
+import type { LimitCheck, LimitState, RateLimiter } from "./rate-limiter.ts";
+
+export type LimitInput = {
+  key: ApiKeyRecord;
+  /** The account's plan (its limits apply to every key of the account); null when it has none. */
+  plan: Plan | null;
+  /** Prompt tokens plus the most the request may generate. */
+  tokens: number;
+};
+
+export type LimitAdmission = {
+  /** `x-ratelimit-*` headers for the response (empty when no limit applies). */
+  readonly headers: Record<string, string>;
+  /** Gives back the tokens charged but not used; call once, when the request has ended. */
+  finish(usedTokens: number): Promise<void>;
+};
+
+type Scope = { kind: "requests" | "tokens"; key: string; limit: number; cost: number; who: string };
+
+export class RequestLimits {
+  readonly #limiter: RateLimiter;
+
+  constructor(limiter: RateLimiter) {
+    this.#limiter = limiter;
+  }
+
+  get degraded(): boolean {
+    return this.#limiter.degraded;
+  }
+
+  /** Charges the request against every limit that applies, or throws 429 `rate_limit_exceeded`. */
+  async admit(input: LimitInput): Promise<LimitAdmission> {
+    const scopes = scopesOf(input);
+    if (scopes.length === 0) return { headers: {}, finish: async () => {} };
+    const decision = await this.#limiter.consume(scopes.map(({ key, limit, cost }): LimitCheck => ({ key, limit, cost })));
+    const states = (kind: Scope["kind"]): LimitState[] => decision.states.filter((_state, index) => scopes[index]!.kind === kind);
+    const headers = rateLimitHeaders({ requests: mostRestrictive(states("requests")), tokens: mostRestrictive(states("tokens")) });
+    if (!decision.allowed) {
+      const index = decision.tooLarge.length > 0 ? scopes.findIndex((scope) => scope.key === decision.tooLarge[0]) : refusingIndex(scopes, decision.states);
+      const scope = scopes[Math.max(0, index)]!;
+      const unit = scope.kind === "requests" ? "requests per minute" : "tokens per minute";
+      if (decision.retryAfterMs < 0) {
+        throw new RateLimitExceededError(
+          `Request too large: it needs ${scope.cost} tokens (prompt + max_tokens) but the ${scope.who} allows ${scope.limit} ${unit}. Lower max_tokens or shorten the prompt.`,
+          60,
+          headers,
+        );
+      }
+      const wait = retryAfterSeconds(decision.retryAfterMs);
+      throw new RateLimitExceededError(`Rate limit reached: the ${scope.who} allows ${scope.limit} ${unit}. Try again in ${wait} s.`, wait, headers);
+    }
+    let finished = false;
+    return {
+      headers,
+      finish: async (usedTokens) => {
+        if (finished) return;
+        finished = true;
+        const unused = Math.max(0, input.tokens - Math.max(0, Math.floor(usedTokens)));
+        if (unused === 0) return;
+        await Promise.all(scopes.filter((scope) => scope.kind === "tokens").map((scope) => this.#limiter.refund(scope.key, unused)));
+      },
+    };
+  }
+
+  close(): Promise<void> {
+    return this.#limiter.close();
+  }
+}
+
+/** The limits that apply: the key's own and its account's plan, each where set. */
+function scopesOf({ key, plan, tokens }: LimitInput): Scope[] {
+  const scopes: Scope[] = [];
+  const cost = Math.max(0, Math.ceil(tokens));
+  if (key.rpm !== null) scopes.push({ kind: "requests", key: `key:${key.id}:rpm`, limit: key.rpm, cost: 1, who: "API key" });
+  if (key.tpm !== null) scopes.push({ kind: "tokens", key: `key:${key.id}:tpm`, limit: key.tpm, cost, who: "API key" });
+  if (key.accountId !== null && plan !== null) {
+    if (plan.rpm !== null) scopes.push({ kind: "requests", key: `account:${key.accountId}:rpm`, limit: plan.rpm, cost: 1, who: `plan '${plan.id}'` });
+    if (plan.tpm !== null) scopes.push({ kind: "tokens", key: `account:${key.accountId}:tpm`, limit: plan.tpm, cost, who: `plan '${plan.id}'` });
+  }
+  return scopes;
+}
+
+/** The first limit that could not take its cost. */
+function refusingIndex(scopes: readonly Scope[], states: readonly LimitState[]): number {
+  return scopes.findIndex((scope, index) => states[index]!.remaining < scope.cost);
+}

@@ -1,0 +1,119 @@
+/**
+ * Two `turnpike serve` processes on one PostgreSQL and one Redis (this machine's real servers):
+ * one shared rate limit and one shared balance, whichever node a request reaches.
+ */
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import path from "node:path";
+import { after, before, describe, it } from "node:test";
+import { setTimeout as delay } from "node:timers/promises";
+import OpenAI from "openai";
+import { openStore } from "../src/store/open.ts";
+import { checkLedger } from "../src/billing/ledger.ts";
+import { costOf } from "../src/billing/pricing.ts";
+import { freshPostgresSchema } from "./helpers/databases.ts";
+import { runCli, startServeProcess, type ServeProcess } from "./helpers/process.ts";
+import { storiesModel, temporaryDirectory } from "./helpers/server.ts";
+
+const redisUrl = process.env.TURNPIKE_TEST_REDIS_URL ?? "redis://127.0.0.1:6379";
+const pricing = { prompt: 1_000_000, cached_prompt: 1_000_000, completion: 2_000_000 };
+
+describe("two nodes on one PostgreSQL and Redis", () => {
+  let databaseUrl: string;
+  let dropSchema: () => Promise<void>;
+  let configFile: string;
+  const nodes: ServeProcess[] = [];
+
+  before(async () => {
+    ({ url: databaseUrl, drop: dropSchema } = await freshPostgresSchema());
+    const directory = temporaryDirectory();
+    configFile = path.join(directory, "turnpike.json");
+    fs.writeFileSync(
+      configFile,
+      JSON.stringify({
+        models: [{ id: "story", path: storiesModel, pricing }],
+        plans: [
+          { id: "four-rpm", name: "Four a minute", price: { amount: 100, currency: "usd" }, credit: 1_000_000, rpm: 4 },
+          // Worst case of one request below: ~10 prompt + 2 × 30 completion ≈ 70; 500 covers about 7.
+          { id: "tight", name: "Tight", price: { amount: 100, currency: "usd" }, credit: 500 },
+        ],
+      }),
+    );
+    for (const name of ["a", "b"]) {
+      const dataDir = path.join(directory, name);
+      nodes.push(await startServeProcess(["--config", configFile, "--data-dir", dataDir, "--database-url", databaseUrl, "--redis-url", redisUrl, "--parallel", "2", "--queue-size", "200"]));
+    }
+    for (const node of nodes) {
+      for (let attempt = 0; attempt < 200 && (await fetch(`${node.url}/ready`)).status !== 200; attempt++) await delay(50);
+    }
+  });
+  after(async () => {
+    for (const node of nodes) await node.stop();
+    await dropSchema?.();
+  });
+
+  async function cli(args: string[]) {
+    const result = await runCli([...args, "--database-url", databaseUrl]);
+    assert.equal(result.code, 0, result.stderr);
+    return result.stdout;
+  }
+
+  /** A metered account on `plan`, and one client per node for the same key. */
+  async function account(plan: string) {
+    const email = `node-${Math.random().toString(36).slice(2)}@example.com`;
+    const created = JSON.parse(await cli(["accounts", "create", "--email", email, "--json"]));
+    await cli(["plans", "grant", "--account", email, "--plan", plan]);
+    const key = JSON.parse(await cli(["keys", "create", "--account", email, "--json"]));
+    return { id: created.id as string, email, clients: nodes.map((node) => new OpenAI({ baseURL: `${node.url}/v1`, apiKey: key.key, maxRetries: 0 })) };
+  }
+
+  it("share one requests-per-minute limit", async () => {
+    const { clients } = await account("four-rpm");
+    const body = { model: "story", messages: [{ role: "user" as const, content: "Hi" }], max_tokens: 2 };
+    const remaining: string[] = [];
+    for (let index = 0; index < 4; index++) {
+      const { response } = await clients[index % 2]!.chat.completions.create(body).withResponse();
+      remaining.push(response.headers.get("x-ratelimit-remaining-requests")!);
+    }
+    assert.deepEqual(remaining, ["3", "2", "1", "0"], "each node sees the other's requests");
+    for (const client of clients) {
+      await assert.rejects(client.chat.completions.create(body), (error: unknown) => error instanceof OpenAI.RateLimitError && error.code === "rate_limit_exceeded");
+    }
+  });
+
+  it("share one balance: concurrent requests on both nodes never overspend it", async () => {
+    const { id, email, clients } = await account("tight");
+    const attempts = await Promise.allSettled(
+      Array.from({ length: 60 }, (_unused, index) =>
+        clients[index % 2]!.chat.completions.create({ model: "story", messages: [{ role: "user", content: `Tale ${index % 5}` }], max_tokens: 30, temperature: 0 }).then((completion) => ({ completion, node: index % 2 })),
+      ),
+    );
+    const admitted = attempts.flatMap((attempt) => (attempt.status === "fulfilled" ? [attempt.value] : []));
+    for (const attempt of attempts) {
+      if (attempt.status === "rejected") assert.ok(attempt.reason instanceof OpenAI.RateLimitError && attempt.reason.code === "insufficient_quota", String(attempt.reason));
+    }
+    assert.ok(admitted.length >= 3 && admitted.length <= 12, `admitted ${admitted.length}`);
+    assert.ok(new Set(admitted.map((entry) => entry.node)).size === 2, "both nodes served some");
+    const charged = admitted.reduce(
+      (sum, { completion }) =>
+        sum +
+        costOf(
+          { prompt: pricing.prompt, cachedPrompt: pricing.cached_prompt, completion: pricing.completion },
+          { promptTokens: completion.usage!.prompt_tokens, cachedPromptTokens: completion.usage!.prompt_tokens_details?.cached_tokens ?? 0, completionTokens: completion.usage!.completion_tokens },
+        ),
+      0,
+    );
+    const database = await openStore({ dataDir: temporaryDirectory(), databaseUrl });
+    try {
+      const check = await checkLedger(database, id);
+      assert.equal(check.activeHolds, 0);
+      assert.equal(check.balance, 500 - charged, "every admitted request billed exactly once");
+      assert.equal(check.balance, check.sumOfEntries);
+      assert.ok(check.balance >= 0);
+    } finally {
+      await database.destroy();
+    }
+    const shown = JSON.parse(await cli(["accounts", "show", "--email", email, "--json"]));
+    assert.equal(shown.balance, 500 - charged);
+  });
+});
