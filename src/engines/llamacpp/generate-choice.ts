@@ -114,7 +114,7 @@ export async function* generateChoice(input: ChoiceInput): AsyncGenerator<Stream
       }
       if (logprobs !== undefined) {
         const metadata = output as { confidence?: number; probabilities?: Map<Token, number> };
-        logprobs.record(token, metadata.confidence ?? metadata.probabilities?.get(token) ?? 0, metadata.probabilities, lastTokens);
+        logprobs.record(token, metadata.confidence ?? metadata.probabilities?.get(token) ?? 0, metadata.probabilities, lastTokens, text.produced);
       }
       const step = text.push(token);
       const part = delta(step.text, false);

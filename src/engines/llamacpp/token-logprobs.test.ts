@@ -57,20 +57,20 @@ describe("ChoiceLogprobs", () => {
 
   it("hands each token out with the delta that carries the start of its text", () => {
     const logprobs = new ChoiceLogprobs((token) => fixed(texts[token]!), 0);
-    logprobs.record(0, 0.5, undefined, []);
-    logprobs.record(1, 0.25, undefined, []);
+    logprobs.record(0, 0.5, undefined, [], 0);
+    logprobs.record(1, 0.25, undefined, [], 4);
     // Only "Once u" was sent (the rest held back, e.g. as a possible stop sequence).
     assert.deepEqual(logprobs.take(6).map((entry) => entry.token), ["Once", " upon"]);
-    logprobs.record(2, 1, undefined, []);
+    logprobs.record(2, 1, undefined, [], 9);
     assert.deepEqual(logprobs.take(9), []);
     assert.deepEqual(logprobs.take(11).map((entry) => [entry.token, entry.logprob]), [[" a", 0]]);
-    logprobs.record(3, 1, undefined, []);
+    logprobs.record(3, 1, undefined, [], 11);
     assert.deepEqual(logprobs.rest().map((entry) => entry.token), [" time"]);
   });
 
   it("lists the likeliest alternatives, at most top_logprobs of them", () => {
     const logprobs = new ChoiceLogprobs((token) => fixed(texts[token]!), 2);
-    logprobs.record(1, 0.5, new Map([[1, 0.5], [2, 0.3], [3, 0.2]]), []);
+    logprobs.record(1, 0.5, new Map([[1, 0.5], [2, 0.3], [3, 0.2]]), [], 0);
     const [entry] = logprobs.rest();
     assert.deepEqual(
       entry!.topLogprobs.map((alternative) => [alternative.token, alternative.logprob]),

@@ -40,6 +40,7 @@ export function tokenDescriber(
   };
 }
 
+/** `start`: where the token's text begins in the choice's decoded text (characters). */
 type Entry = { logprob: TokenLogprob; start: number };
 
 /**
@@ -50,8 +51,6 @@ export class ChoiceLogprobs {
   readonly #describe: DescribeToken;
   readonly #top: number;
   readonly #entries: Entry[] = [];
-  /** Characters of token text recorded so far. */
-  #length = 0;
 
   constructor(describe: DescribeToken, top: number) {
     this.#describe = describe;
@@ -60,9 +59,11 @@ export class ChoiceLogprobs {
 
   /**
    * Records a generated token. `probability` is its probability; `alternatives` the distribution
-   * sorted from likeliest (node-llama-cpp's order), needed only when top alternatives are asked for.
+   * sorted from likeliest (node-llama-cpp's order), needed only when top alternatives are asked
+   * for; `start` where the token's text begins in the decoded text (the tokens of a character
+   * split over several share its position).
    */
-  record(token: number, probability: number, alternatives: ReadonlyMap<number, number> | undefined, lastTokens: readonly number[]): void {
+  record(token: number, probability: number, alternatives: ReadonlyMap<number, number> | undefined, lastTokens: readonly number[], start: number): void {
     const own = this.#describe(token, lastTokens);
     const topLogprobs: TokenLogprobAlternative[] = [];
     if (this.#top > 0 && alternatives !== undefined) {
@@ -72,8 +73,7 @@ export class ChoiceLogprobs {
         topLogprobs.push({ token: described.text, logprob: toLogprob(candidateProbability), bytes: described.bytes });
       }
     }
-    this.#entries.push({ logprob: { token: own.text, logprob: toLogprob(probability), bytes: own.bytes, topLogprobs }, start: this.#length });
-    this.#length += own.text.length;
+    this.#entries.push({ logprob: { token: own.text, logprob: toLogprob(probability), bytes: own.bytes, topLogprobs }, start });
   }
 
   /** The recorded tokens whose text starts within the first `emittedLength` characters sent, not yet handed out. */
