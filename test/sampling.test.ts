@@ -268,6 +268,15 @@ describe("n with one slot", () => {
   });
 });
 
+describe("the catalog", () => {
+  it("lists n, logprobs, top_logprobs and logit_bias among the supported parameters", async () => {
+    const model = (await test.client.models.retrieve("random")) as unknown as { supported_parameters: string[] };
+    for (const parameter of ["n", "logprobs", "top_logprobs", "logit_bias", "frequency_penalty", "presence_penalty"]) {
+      assert.ok(model.supported_parameters.includes(parameter), parameter);
+    }
+  });
+});
+
 describe("invalid sampling fields", () => {
   async function badRequest(params: Record<string, unknown>): Promise<InstanceType<typeof OpenAI.BadRequestError>> {
     const error = await test.client.chat.completions.create({ ...story, ...params } as Params).then(

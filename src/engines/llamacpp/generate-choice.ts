@@ -54,6 +54,7 @@ export function toTokenBias(model: LlamaModel, logitBias: ReadonlyMap<number, nu
  * with the multiplicative repeat penalty off (1): each token that appeared in the last
  * `PENALTY_WINDOW_TOKENS` generated tokens has `presence_penalty` subtracted from its logit once
  * and `frequency_penalty` × its count; negative values encourage repetition.
+ * Made once per choice: per-choice sampling state (e.g. a grammar's evaluation state) goes here.
  */
 function evaluateOptions(input: ChoiceInput, generated: readonly Token[]): SequenceEvaluateOptions {
   const sampling = input.request.sampling;
