@@ -50,6 +50,7 @@ function logCompletion(request: FastifyRequest, job: ChatCompletionJob, outcome:
     {
       model: job.model.id,
       stream: job.stream,
+      choices: job.prepared.choices,
       key_id: request.apiKey?.id,
       prompt_tokens: outcome?.usage.promptTokens ?? job.prepared.promptTokens,
       cached_prompt_tokens: outcome?.usage.cachedPromptTokens ?? 0,
