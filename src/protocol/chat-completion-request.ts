@@ -106,13 +106,15 @@ export const chatCompletionRequestSchema = z.object({
   messages: z.array(chatMessageSchema).min(1),
   model: z.string().min(1),
   frequency_penalty: probability(-2, 2),
+  /** Token id (a decimal string) → bias added to its logit, -100..100 (-100 bans the token); keys and range are checked by the serving layer, the vocabulary by the engine. */
   logit_bias: z.record(z.string(), z.number()).nullish(),
   logprobs: z.boolean().nullish(),
   top_logprobs: z.number().int().min(0).max(20).nullish(),
   max_completion_tokens: z.number().int().min(1).nullish(),
   /** Deprecated by OpenAI in favour of `max_completion_tokens`; both are honoured, the smaller wins. */
   max_tokens: z.number().int().min(1).nullish(),
-  n: z.number().int().min(1).max(128).nullish(),
+  /** Choices to generate, each billed. */
+  n: z.number().int().min(1).max(8).nullish(),
   presence_penalty: probability(-2, 2),
   response_format: responseFormat.nullish(),
   seed: z.number().int().nullish(),

@@ -23,6 +23,12 @@ export type ToolCallDelta = {
   function: { name?: string; arguments: string };
 };
 
+/** One token's log probability; `bytes` are its UTF-8 bytes (null when it has none). */
+export type TopLogprob = { token: string; logprob: number; bytes: number[] | null };
+export type TokenLogprobEntry = TopLogprob & { top_logprobs: TopLogprob[] };
+/** `choices[].logprobs`: set when the request asked for `logprobs`, else null. */
+export type ChoiceLogprobs = { content: TokenLogprobEntry[] | null; refusal: null };
+
 export type ChatCompletion = {
   id: string;
   object: "chat.completion";
@@ -32,7 +38,7 @@ export type ChatCompletion = {
   choices: Array<{
     index: number;
     message: { role: "assistant"; content: string | null; refusal: null; tool_calls?: ToolCallObject[] };
-    logprobs: null;
+    logprobs: ChoiceLogprobs | null;
     finish_reason: FinishReason;
   }>;
   usage: Usage;
@@ -47,7 +53,7 @@ export type ChatCompletionChunk = {
   choices: Array<{
     index: number;
     delta: { role?: "assistant"; content?: string | null; refusal?: null; tool_calls?: ToolCallDelta[] };
-    logprobs: null;
+    logprobs: ChoiceLogprobs | null;
     finish_reason: FinishReason | null;
   }>;
   /** Present (as `null`) on every chunk when usage was asked for; the last chunk carries it. */

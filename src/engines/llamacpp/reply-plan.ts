@@ -9,10 +9,13 @@ import { callSyntaxOf, replyGrammarText, type GrammarFactory } from "./grammar.t
 import { toGrammarSchema } from "./json-schema.ts";
 import { ToolCallParser } from "./tool-call-parser.ts";
 
+/** A stream part before it is given its choice's index. */
+export type ReplyPart = StreamPart extends infer Part ? (Part extends { type: "finish" } ? never : Part extends unknown ? Omit<Part, "choice"> : never) : never;
+
 /** Turns the reply's text into stream parts. */
 export type ReplyReader = {
-  push(text: string): StreamPart[];
-  flush(): StreamPart[];
+  push(text: string): ReplyPart[];
+  flush(): ReplyPart[];
   /** Tool calls started so far. */
   readonly calls: number;
 };

@@ -4,7 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import type { StreamPart } from "../engine.ts";
+import type { ReplyPart } from "./reply-plan.ts";
 import type { CallSyntax } from "./grammar.ts";
 import { ToolCallParser } from "./tool-call-parser.ts";
 
@@ -21,7 +21,7 @@ const sectioned: CallSyntax = {
 /** Feeds `text` in pieces of `size` characters and sums up the parts. */
 function parse(syntax: CallSyntax, names: string[], mustCall: boolean, text: string, size: number) {
   const parser = new ToolCallParser(syntax, names, mustCall);
-  const parts: StreamPart[] = [];
+  const parts: ReplyPart[] = [];
   for (let index = 0; index < text.length; index += size) parts.push(...parser.push(text.slice(index, index + size)));
   parts.push(...parser.flush());
   let content = "";

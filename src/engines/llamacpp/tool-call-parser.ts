@@ -5,7 +5,7 @@
  * parser only has to find the boundaries; it never needs to backtrack.
  */
 import { randomBytes } from "node:crypto";
-import type { StreamPart } from "../engine.ts";
+import type { ReplyPart } from "./reply-plan.ts";
 import { callsStart, type CallSyntax } from "./grammar.ts";
 
 type State =
@@ -50,16 +50,16 @@ export class ToolCallParser {
   }
 
   /** Takes the next text of the reply and returns the parts it completes. */
-  push(text: string): StreamPart[] {
+  push(text: string): ReplyPart[] {
     this.#buffer += text;
-    const parts: StreamPart[] = [];
+    const parts: ReplyPart[] = [];
     while (this.#step(parts));
     return parts;
   }
 
   /** Ends the reply: text still held back is content (a cut-off call just ends). */
-  flush(): StreamPart[] {
-    const parts: StreamPart[] = [];
+  flush(): ReplyPart[] {
+    const parts: ReplyPart[] = [];
     if ((this.#state.kind === "undecided" || this.#state.kind === "text") && this.#buffer.length > 0) {
       parts.push({ type: "text-delta", text: this.#buffer });
     }
@@ -69,7 +69,7 @@ export class ToolCallParser {
   }
 
   /** Advances by what the buffer allows; false when it needs more text. */
-  #step(parts: StreamPart[]): boolean {
+  #step(parts: ReplyPart[]): boolean {
     const state = this.#state;
     const buffer = this.#buffer;
     if (buffer.length === 0) return false;
