@@ -147,7 +147,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
       pricing: entry.pricing
         ? { prompt: entry.pricing.prompt, cachedPrompt: entry.pricing.cached_prompt ?? entry.pricing.prompt, completion: entry.pricing.completion }
         : FREE,
-      inputModalities: ["text"],
+      inputModalities: entry.input_modalities ?? ["text"],
       outputModalities: ["text"],
       supportedParameters: LLAMACPP_SUPPORTED_PARAMETERS,
     };

@@ -173,6 +173,76 @@ describe("metered quota", () => {
     assert.equal(check.balance, 2000 - Number(record.cost));
   });
 
+  it("bills n=3 for all three choices exactly: the prompt once, every choice's completion tokens", async () => {
+    const { email, account, client } = await meteredAccount("small");
+    const request = { model: "story", messages: [{ role: "user" as const, content: "Hi" }], max_tokens: 9, temperature: 0 };
+    const one = await client.chat.completions.create(request);
+    const before = (await cliJson(["accounts", "show", "--email", email, "--data-dir", dataDir])).balance;
+    const three = await client.chat.completions.create({ ...request, n: 3 });
+    assert.equal(three.choices.length, 3);
+    const usage = three.usage!;
+    assert.equal(usage.prompt_tokens, one.usage!.prompt_tokens, "the prompt is counted once");
+    assert.equal(usage.completion_tokens, 3 * one.usage!.completion_tokens, "every choice's tokens are counted");
+    const expected = costOf(
+      { prompt: pricing.prompt, cachedPrompt: pricing.cached_prompt, completion: pricing.completion },
+      { promptTokens: usage.prompt_tokens, cachedPromptTokens: usage.prompt_tokens_details?.cached_tokens ?? 0, completionTokens: usage.completion_tokens },
+    );
+    const after = (await cliJson(["accounts", "show", "--email", email, "--data-dir", dataDir])).balance;
+    assert.equal(before - after, expected);
+    const check = await ledgerOf(dataDir, account.id);
+    assert.equal(check.balance, check.sumOfEntries);
+    assert.equal(check.activeHolds, 0);
+  });
+
+  it("holds n × max_tokens completion tokens: a request whose choices could exceed the credit is refused", async () => {
+    // 2,000 credits: one choice of 300 tokens (≤ 600 + prompt) fits, eight (4,800 + prompt) do not.
+    const { client } = await meteredAccount("small");
+    const request = { model: "story", messages: [{ role: "user" as const, content: "Hi" }], max_tokens: 300, temperature: 0 };
+    await assert.rejects(
+      client.chat.completions.create({ ...request, n: 8 }),
+      (error: unknown) => error instanceof OpenAI.RateLimitError && error.code === "insufficient_quota",
+    );
+    assert.equal((await client.chat.completions.create({ ...request, max_tokens: 5 })).choices.length, 1);
+  });
+
+  it("bills a stream with n=3 cut by the client for the tokens of all choices generated before the cut", async () => {
+    const { account, key } = await meteredAccount("small");
+    const abort = new AbortController();
+    const response = await fetch(`${server.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${key.key as string}` },
+      body: JSON.stringify({ model: "random", messages: [{ role: "user", content: "Go" }], max_tokens: 200, n: 3, stream: true }),
+      signal: abort.signal,
+    });
+    const reader = response.body!.getReader();
+    let received = 0;
+    let text = "";
+    while (received < 30) {
+      const { value } = await reader.read();
+      text += new TextDecoder().decode(value);
+      received = (text.match(/"content":"[^"]/g) ?? []).length;
+    }
+    abort.abort();
+    let check = await ledgerOf(dataDir, account.id);
+    for (let attempt = 0; attempt < 100 && check.activeHolds > 0; attempt++) {
+      await delay(20);
+      check = await ledgerOf(dataDir, account.id);
+    }
+    assert.equal(check.activeHolds, 0, "the hold was settled");
+    const database = await openStore({ dataDir, databaseUrl: "" });
+    const record = await database.selectFrom("usage_records").selectAll().where("account_id", "=", account.id).executeTakeFirstOrThrow();
+    await database.destroy();
+    assert.equal(record.finish_reason, "cancelled");
+    const generated = Number(record.completion_tokens);
+    assert.ok(generated >= received && generated < 600, `billed ${generated} tokens for ${received} received`);
+    const expected = costOf(
+      { prompt: pricing.prompt, cachedPrompt: pricing.cached_prompt, completion: pricing.completion },
+      { promptTokens: Number(record.prompt_tokens), cachedPromptTokens: Number(record.cached_prompt_tokens), completionTokens: generated },
+    );
+    assert.equal(Number(record.cost), expected, "billed exactly for what was generated");
+    assert.equal(check.balance, 2000 - Number(record.cost));
+  });
+
   it("refuses an expired key with 401", async () => {
     const { client } = await meteredAccount("small", ["--expires", "2020-01-01T00:00:00Z"]);
     await assert.rejects(client.chat.completions.create({ model: "story", messages: [{ role: "user", content: "Hi" }] }), OpenAI.AuthenticationError);

@@ -164,7 +164,7 @@ for (const stream of [false, true]) {
             { role: "system", content: "You tell stories." },
             { role: "developer", content: [{ type: "text", text: "Keep it short." }] },
             { role: "user", content: [{ type: "text", text: "Once" }, { type: "text", text: " upon a time" }], name: "ann" },
-            { role: "assistant", content: "there was a dog." },
+            { role: "assistant", content: "there was a dog.", tool_calls: [{ id: "call_1", type: "function", function: { name: "weather", arguments: "{}" } }] },
             { role: "tool", content: "sunny", tool_call_id: "call_1" },
             { role: "user", content: "Go on." },
           ],

@@ -91,15 +91,8 @@ describe("request validation", () => {
 
 describe("features of later releases", () => {
   const cases: Array<[string, Record<string, unknown>, string]> = [
-    ["tools", { tools: [{ type: "function", function: { name: "f", parameters: {} } }] }, "tools"],
-    ["tool_choice", { tool_choice: "required" }, "tool_choice"],
-    ["response_format json_object", { response_format: { type: "json_object" } }, "response_format"],
-    ["response_format json_schema", { response_format: { type: "json_schema", json_schema: { name: "x", schema: {} } } }, "response_format"],
-    ["n above 1", { n: 2 }, "n"],
-    ["logprobs", { logprobs: true }, "logprobs"],
-    ["top_logprobs", { top_logprobs: 3 }, "top_logprobs"],
-    ["logit_bias", { logit_bias: { "50": -100 } }, "logit_bias"],
-    ["image content", { messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "data:image/png;base64,AAAA" } }] }] }, "messages[0].content[0]"],
+    ["the deprecated functions field", { functions: [{ name: "f", parameters: {} }] }, "functions"],
+    ["the deprecated function_call field", { function_call: "auto" }, "function_call"],
   ];
   for (const [what, extra, param] of cases) {
     it(`answers 400 naming '${param}' for ${what}, never ignoring it`, async () => {
@@ -107,6 +100,12 @@ describe("features of later releases", () => {
       assertError(response, 400, "unsupported_parameter", param);
     });
   }
+
+  it("answers 400 model_does_not_support_images naming the part for an image sent to a text-only model", async () => {
+    const image = { type: "image_url", image_url: { url: "data:image/png;base64,AAAA" } };
+    const response = await postJson(chatUrl, { ...valid, messages: [{ role: "user", content: [image] }] }, auth);
+    assertError(response, 400, "model_does_not_support_images", "messages[0].content[0]");
+  });
 
   it("accepts n=1, logprobs=false and response_format text", async () => {
     const response = await postJson(chatUrl, { ...valid, n: 1, logprobs: false, response_format: { type: "text" } }, auth);

@@ -28,7 +28,9 @@ describe("the model catalog", () => {
       assert.deepEqual(model.pricing, { prompt: 0, cached_prompt: 0, completion: 0 });
       assert.ok(model.supported_parameters.includes("temperature"));
       assert.ok(model.supported_parameters.includes("stop"));
-      assert.ok(!model.supported_parameters.includes("tools"), "tools are not claimed before they work");
+      for (const parameter of ["response_format", "tools", "tool_choice", "parallel_tool_calls"]) {
+        assert.ok(model.supported_parameters.includes(parameter), `${parameter} is advertised`);
+      }
       assert.deepEqual(model.status, { state: "ready" });
     }
   });

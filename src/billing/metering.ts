@@ -27,7 +27,10 @@ export type AdmitInput = {
   key: ApiKeyRecord;
   model: CatalogModel;
   promptTokens: number;
+  /** The most completion tokens one choice may use. */
   maxTokens: number;
+  /** Choices generated (OpenAI's `n`): the worst case is `choices × maxTokens` completion tokens. */
+  choices: number;
   requestId: string;
   stream: boolean;
   /** The account's plan when the caller looked it up already (`planOf`); looked up otherwise. */
@@ -77,7 +80,7 @@ export class Metering {
     const plan = input.plan !== undefined ? input.plan : await this.planOf(key);
     this.checkModel(key, plan, model);
     const metered = key.accountId !== null;
-    const reserved = metered ? worstCaseCost(model.pricing, input.promptTokens, input.maxTokens) : 0;
+    const reserved = metered ? worstCaseCost(model.pricing, input.promptTokens, input.maxTokens * input.choices) : 0;
     const holdId =
       metered && reserved > 0
         ? await placeHold(database, { accountId: key.accountId!, keyId: key.id, amount: reserved, nodeId: this.#options.nodeId(), ttlMs: this.#options.holdTtlMs })

@@ -21,7 +21,10 @@ export function costOf(pricing: Pricing, usage: TokenCounts): number {
   return ceilDivide(total, MILLION);
 }
 
-/** The most a request may cost: every prompt token at the dearer prompt price, every allowed completion token. */
+/**
+ * The most a request may cost: every prompt token at the dearer prompt price, every allowed
+ * completion token (`maxCompletionTokens` counts all choices: `n × max_tokens`).
+ */
 export function worstCaseCost(pricing: Pricing, promptTokens: number, maxCompletionTokens: number): number {
   const promptPrice = BigInt(Math.max(pricing.prompt, pricing.cachedPrompt));
   return ceilDivide(BigInt(promptTokens) * promptPrice + BigInt(maxCompletionTokens) * BigInt(pricing.completion), MILLION);

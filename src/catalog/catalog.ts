@@ -18,6 +18,7 @@ export type CatalogModel = {
   /** Context length to report until the engine is loaded and knows its own. */
   configuredContextLength: number;
   pricing: Pricing;
+  /** What the model reads: `["text"]`, or `["text", "image"]` for a vision model (image_url parts are refused otherwise). */
   inputModalities: string[];
   outputModalities: string[];
   supportedParameters: string[];
@@ -31,8 +32,16 @@ export const LLAMACPP_SUPPORTED_PARAMETERS = [
   "top_p",
   "frequency_penalty",
   "presence_penalty",
+  "logit_bias",
+  "logprobs",
+  "top_logprobs",
+  "n",
   "stop",
   "seed",
+  "response_format",
+  "tools",
+  "tool_choice",
+  "parallel_tool_calls",
   "stream",
   "stream_options",
   "user",

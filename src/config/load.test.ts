@@ -224,6 +224,11 @@ describe("loadSettings", () => {
       const file = configFile({ models: [{ id: "m" }] });
       assertConfigError(() => loadSettings({ flags: {}, env: {}, configFile: file }), "models[0]");
     });
+
+    it("a GGUF model declaring image input, which the embedded engine cannot read", () => {
+      const file = configFile({ models: [{ id: "m", path: "/m.gguf", input_modalities: ["text", "image"] }] });
+      assertConfigError(() => loadSettings({ flags: {}, env: {}, configFile: file }), "models[0].input_modalities", "mmproj");
+    });
   });
 });
 

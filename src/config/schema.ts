@@ -27,9 +27,16 @@ export const modelEntrySchema = z
     parallel: z.number().int().min(1).max(64).optional(),
     owned_by: z.string().optional(),
     pricing: pricingSchema.optional(),
+    /** What the model reads (`/v1/models` `modalities.input`); default `["text"]`. */
+    input_modalities: z.array(z.enum(["text", "image"])).min(1).optional(),
   })
   .refine((entry) => (entry.path === undefined) !== (entry.hf === undefined), {
     message: "needs exactly one of 'path' (a local GGUF file) or 'hf' (hf:owner/repo/file.gguf)",
+  })
+  .refine((entry) => !entry.input_modalities?.includes("image"), {
+    message:
+      "cannot declare 'image' input: the embedded llama.cpp engine (node-llama-cpp 3.22) cannot load vision projectors (mmproj); image input needs an upstream engine",
+    path: ["input_modalities"],
   });
 
 export type ModelEntry = z.infer<typeof modelEntrySchema>;

@@ -218,4 +218,26 @@ describe("SlotQueue", () => {
     await queue.acquire(never());
     await assert.rejects(queue.acquire(AbortSignal.abort()), (error) => !(error instanceof EngineOverloadedError));
   });
+
+  it("tryAcquire takes a free slot at once, the best-ranked one", () => {
+    const queue = new SlotQueue([{ id: 1, cached: 3 }, { id: 2, cached: 9 }], 4);
+    const lease = queue.tryAcquire((slot) => slot.cached);
+    assert.equal(lease?.slot.id, 2);
+    assert.equal(queue.busy, 1);
+  });
+
+  it("tryAcquire never waits: none when all slots are busy, and none while others wait", async () => {
+    const queue = new SlotQueue(["a", "b"], 4);
+    const first = await queue.acquire(never());
+    const second = await queue.acquire(never());
+    assert.equal(queue.tryAcquire(), undefined);
+    const waiting = queue.acquire(never());
+    assert.equal(queue.waiting, 1);
+    first.release();
+    // The freed slot went to the waiter, not to a later tryAcquire.
+    assert.equal((await waiting).slot, "a");
+    assert.equal(queue.tryAcquire(), undefined);
+    second.release();
+    assert.equal(queue.tryAcquire()?.slot, "b");
+  });
 });

@@ -75,6 +75,17 @@ export class SlotQueue<Slot> {
     });
   }
 
+  /**
+   * Takes a free slot at once, or none: never waits, never queues. Only hands out a slot nobody is
+   * waiting for (a free slot means the queue is empty). For work that can also run in slots it
+   * already holds (e.g. the extra choices of a request with `n` > 1).
+   */
+  tryAcquire(rank?: (slot: Slot) => number): SlotLease<Slot> | undefined {
+    if (this.#waiters.length > 0) return undefined;
+    const slot = this.#takeFree(rank);
+    return slot === undefined ? undefined : this.#lease(slot);
+  }
+
   /** The free slot that ranks highest (e.g. shares the longest cached prefix), else the first. */
   #takeFree(rank?: (slot: Slot) => number): Slot | undefined {
     if (this.#free.length === 0) return undefined;

@@ -12,6 +12,23 @@ export type Usage = {
   completion_tokens_details: { reasoning_tokens: number };
 };
 
+/** A tool call in a whole completion: `arguments` is JSON text. */
+export type ToolCallObject = { id: string; type: "function"; function: { name: string; arguments: string } };
+
+/** A streamed piece of a tool call: the first carries id, type and name; later ones argument text. */
+export type ToolCallDelta = {
+  index: number;
+  id?: string;
+  type?: "function";
+  function: { name?: string; arguments: string };
+};
+
+/** One token's log probability; `bytes` are its UTF-8 bytes (null when it has none). */
+export type TopLogprob = { token: string; logprob: number; bytes: number[] | null };
+export type TokenLogprobEntry = TopLogprob & { top_logprobs: TopLogprob[] };
+/** `choices[].logprobs`: set when the request asked for `logprobs`, else null. */
+export type ChoiceLogprobs = { content: TokenLogprobEntry[] | null; refusal: null };
+
 export type ChatCompletion = {
   id: string;
   object: "chat.completion";
@@ -20,8 +37,8 @@ export type ChatCompletion = {
   system_fingerprint: string | null;
   choices: Array<{
     index: number;
-    message: { role: "assistant"; content: string | null; refusal: null };
-    logprobs: null;
+    message: { role: "assistant"; content: string | null; refusal: null; tool_calls?: ToolCallObject[] };
+    logprobs: ChoiceLogprobs | null;
     finish_reason: FinishReason;
   }>;
   usage: Usage;
@@ -35,8 +52,8 @@ export type ChatCompletionChunk = {
   system_fingerprint: string | null;
   choices: Array<{
     index: number;
-    delta: { role?: "assistant"; content?: string; refusal?: null };
-    logprobs: null;
+    delta: { role?: "assistant"; content?: string | null; refusal?: null; tool_calls?: ToolCallDelta[] };
+    logprobs: ChoiceLogprobs | null;
     finish_reason: FinishReason | null;
   }>;
   /** Present (as `null`) on every chunk when usage was asked for; the last chunk carries it. */

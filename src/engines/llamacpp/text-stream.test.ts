@@ -206,4 +206,16 @@ describe("TextStream", () => {
     assert.deepEqual(contexts[1], [1]);
     assert.deepEqual(contexts.at(-1), [2, 3, 4, 8]);
   });
+
+  it("counts the characters produced, held-back text included, a split character once it completes", () => {
+    const stream = new TextStream(detokenize, [" E"]);
+    const starts: number[] = [];
+    for (const token of [13, 20, 21, 3, 5]) {
+      starts.push(stream.produced);
+      stream.push(token);
+    }
+    // " caf" 0..4, "é" (two tokens) at 4, " world" at 5, " E" at 11 (held back, then cut).
+    assert.deepEqual(starts, [0, 4, 4, 5, 11]);
+    assert.equal(stream.produced, 13);
+  });
 });

@@ -28,6 +28,8 @@ export class TextStream {
   /** Text decoded but held back because it may be the start of a stop sequence. */
   #held = "";
   #stopped = false;
+  /** Characters decoded so far (sent, held back, or cut at a stop sequence). */
+  #produced = 0;
 
   constructor(detokenize: Detokenize, stops: readonly string[]) {
     this.#detokenize = detokenize;
@@ -39,6 +41,14 @@ export class TextStream {
     return this.#stopped;
   }
 
+  /**
+   * Characters of text the tokens pushed so far decoded to, held-back text included; tokens of
+   * an unfinished character do not count yet. The next token's text starts here.
+   */
+  get produced(): number {
+    return this.#produced;
+  }
+
   /** Feeds one generated token. */
   push(token: number): TextStreamStep {
     if (this.#stopped) return { text: "", stopped: true };
@@ -46,6 +56,7 @@ export class TextStream {
     const text = this.#detokenize(this.#pending, this.#decoded);
     if (text.endsWith("\uFFFD") && this.#pending.length < MAX_PENDING_TOKENS) return { text: "", stopped: false };
     this.#commitPending();
+    this.#produced += text.length;
     return this.#accept(text);
   }
 
@@ -54,7 +65,9 @@ export class TextStream {
     if (this.#stopped) return "";
     let text = this.#held;
     if (this.#pending.length > 0) {
-      text += this.#detokenize(this.#pending, this.#decoded);
+      const pending = this.#detokenize(this.#pending, this.#decoded);
+      text += pending;
+      this.#produced += pending.length;
       this.#commitPending();
     }
     this.#held = "";

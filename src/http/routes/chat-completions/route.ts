@@ -50,6 +50,7 @@ function logCompletion(request: FastifyRequest, job: ChatCompletionJob, outcome:
     {
       model: job.model.id,
       stream: job.stream,
+      choices: job.prepared.choices,
       key_id: request.apiKey?.id,
       prompt_tokens: outcome?.usage.promptTokens ?? job.prepared.promptTokens,
       cached_prompt_tokens: outcome?.usage.cachedPromptTokens ?? 0,
@@ -69,7 +70,8 @@ export function registerChatCompletionsRoute(app: FastifyInstance, options: Chat
     // Model permissions, rate limits and the worst-case hold come before any generation (403/429).
     const plan = await options.metering.planOf(key);
     options.metering.checkModel(key, plan, job.model);
-    const limited = await options.limits.admit({ key, plan, tokens: job.prepared.promptTokens + job.prepared.maxTokens });
+    // Every choice may use max_tokens.
+    const limited = await options.limits.admit({ key, plan, tokens: job.prepared.promptTokens + job.prepared.maxTokens * job.prepared.choices });
     void reply.headers(limited.headers);
     let admission;
     try {
@@ -79,6 +81,7 @@ export function registerChatCompletionsRoute(app: FastifyInstance, options: Chat
         model: job.model,
         promptTokens: job.prepared.promptTokens,
         maxTokens: job.prepared.maxTokens,
+        choices: job.prepared.choices,
         requestId: request.id,
         stream: job.stream,
       });

@@ -5,16 +5,33 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { chatCompletionRequestSchema } from "../../../protocol/chat-completion-request.ts";
-import { UnsupportedParameterError } from "../../../protocol/errors.ts";
+import { InvalidRequestError, UnsupportedParameterError } from "../../../protocol/errors.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
-import { toGenerationRequest } from "./serving.ts";
+import { toGenerationRequest, type ModelInputs } from "./serving.ts";
 
 const hello = [{ role: "user", content: "Hi" }];
 
 /** Validates `fields` (with a model and messages unless given) and maps them. */
-function generationFor(fields: Record<string, unknown>) {
-  return toGenerationRequest(parseWithSchema(chatCompletionRequestSchema, { model: "tiny", messages: hello, ...fields }));
+function generationFor(fields: Record<string, unknown>, inputs?: ModelInputs) {
+  return toGenerationRequest(parseWithSchema(chatCompletionRequestSchema, { model: "tiny", messages: hello, ...fields }), inputs);
 }
+
+function assertInvalid(fields: Record<string, unknown>, code: string, param: string, inputs?: ModelInputs): void {
+  assert.throws(
+    () => generationFor(fields, inputs),
+    (error: unknown) => {
+      assert.ok(error instanceof InvalidRequestError, `expected InvalidRequestError, got ${String(error)}`);
+      assert.equal(error.status, 400);
+      assert.equal(error.code, code);
+      assert.equal(error.param, param);
+      return true;
+    },
+  );
+}
+
+/** A 1×1 PNG. */
+const pngBase64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+const imageMessage = (url: string) => [{ role: "user", content: [{ type: "text", text: "What is it?" }, { type: "image_url", image_url: { url, detail: "low" } }] }];
 
 function assertUnsupported(fields: Record<string, unknown>, param: string): void {
   assert.throws(
@@ -39,6 +56,7 @@ describe("toGenerationRequest", () => {
       frequencyPenalty: 0,
       presencePenalty: 0,
       stop: [],
+      logitBias: undefined,
     });
     assert.equal(request.maxTokens, undefined);
   });
@@ -72,6 +90,7 @@ describe("toGenerationRequest", () => {
       frequencyPenalty: -1,
       presencePenalty: 1.5,
       stop: [],
+      logitBias: undefined,
     });
   });
 
@@ -116,14 +135,14 @@ describe("toGenerationRequest", () => {
       messages: [
         { role: "system", content: "Be brief.", name: "rules" },
         { role: "user", content: "Hi", name: "ana" },
-        { role: "assistant", content: "Hello.", name: null },
+        { role: "assistant", content: "Hello.", name: null, tool_calls: [{ id: "call_1", type: "function", function: { name: "f", arguments: "{}" } }] },
         { role: "tool", content: "42", tool_call_id: "call_1" },
       ],
     });
     assert.deepEqual(request.messages, [
       { role: "system", content: "Be brief.", name: "rules" },
       { role: "user", content: "Hi", name: "ana" },
-      { role: "assistant", content: "Hello.", name: undefined },
+      { role: "assistant", content: "Hello.", name: undefined, toolCalls: [{ id: "call_1", name: "f", arguments: "{}" }] },
       { role: "tool", content: "42", toolCallId: "call_1" },
     ]);
   });
@@ -152,15 +171,16 @@ describe("toGenerationRequest", () => {
     assert.equal(request.messages[2]!.content, "");
   });
 
-  it("refuses an image part, naming the part", () => {
-    assertUnsupported(
+  it("refuses an image part for a text-only model, naming the part", () => {
+    assertInvalid(
       { messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "https://example.com/cat.png" } }] }] },
+      "model_does_not_support_images",
       "messages[0].content[0]",
     );
   });
 
   it("names the exact message and part of a refused image", () => {
-    assertUnsupported(
+    assertInvalid(
       {
         messages: [
           { role: "system", content: "Describe images." },
@@ -173,8 +193,31 @@ describe("toGenerationRequest", () => {
           },
         ],
       },
+      "model_does_not_support_images",
       "messages[1].content[1]",
     );
+  });
+
+  it("passes images through to a model that reads them: data URLs and http(s) URLs", () => {
+    const fromData = generationFor({ messages: imageMessage(`data:image/png;base64,${pngBase64}`) }, { images: true });
+    assert.equal(fromData.messages[0]!.content, "What is it?");
+    assert.deepEqual(fromData.messages[0]!.images, [{ url: `data:image/png;base64,${pngBase64}`, detail: "low" }]);
+    const fromWeb = generationFor({ messages: imageMessage("https://example.com/cat.jpg") }, { images: true });
+    assert.deepEqual(fromWeb.messages[0]!.images, [{ url: "https://example.com/cat.jpg", detail: "low" }]);
+  });
+
+  it("refuses malformed images for a model that reads them, naming the part", () => {
+    const vision = { images: true };
+    for (const url of [
+      "data:image/png;base64,AAAA", // valid base64, not a PNG
+      "data:image/png;base64,not base64!",
+      "data:image/tiff;base64,AAAA",
+      "data:image/png,rawbytes",
+      "ftp://example.com/cat.png",
+      "cat.png",
+    ]) {
+      assertInvalid({ messages: imageMessage(url) }, "invalid_image_url", "messages[0].content[1]", vision);
+    }
   });
 
   it("refuses audio and file parts, naming the part", () => {
@@ -182,15 +225,61 @@ describe("toGenerationRequest", () => {
     assertUnsupported({ messages: [{ role: "user", content: [{ type: "file", file: { file_id: "file_1" } }] }] }, "messages[0].content[0]");
   });
 
-  it("refuses an assistant message with tool calls", () => {
-    assertUnsupported(
-      {
-        messages: [
-          { role: "user", content: "Weather?" },
-          { role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "function", function: { name: "weather", arguments: "{}" } }] },
-        ],
-      },
-      "messages[1].tool_calls",
+  it("refuses a tool message that answers no earlier call, naming it", () => {
+    assert.throws(
+      () => generationFor({ messages: [{ role: "user", content: "Hi" }, { role: "tool", content: "42", tool_call_id: "call_9" }] }),
+      (error: unknown) => error instanceof InvalidRequestError && error.param === "messages[1].tool_call_id",
     );
+  });
+
+  it("maps response_format and tools to the engine's neutral form", () => {
+    const request = generationFor({
+      response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "object" }, strict: true } },
+      tools: [{ type: "function", function: { name: "f", description: "F.", parameters: { type: "object" } } }, { type: "function", function: { name: "g" } }],
+      tool_choice: { type: "function", function: { name: "g" } },
+      parallel_tool_calls: false,
+    });
+    assert.deepEqual(request.responseFormat, { type: "json_schema", name: "x", schema: { type: "object" } });
+    assert.deepEqual(request.tools, [{ name: "f", description: "F.", parameters: { type: "object" } }, { name: "g" }]);
+    assert.deepEqual(request.toolChoice, { name: "g" });
+    assert.equal(request.parallelToolCalls, false);
+    assert.equal(generationFor({ response_format: { type: "text" } }).responseFormat, undefined);
+    assert.deepEqual(generationFor({ response_format: { type: "json_object" } }).responseFormat, { type: "json_object" });
+  });
+
+  it("refuses a tool_choice that names no given tool, naming tool_choice", () => {
+    assert.throws(
+      () => generationFor({ tools: [{ type: "function", function: { name: "f" } }], tool_choice: { type: "function", function: { name: "h" } } }),
+      (error: unknown) => error instanceof InvalidRequestError && error.param === "tool_choice",
+    );
+  });
+
+  it("asks for one choice unless n is given", () => {
+    assert.equal(generationFor({}).choices, 1);
+    assert.equal(generationFor({ n: 3 }).choices, 3);
+  });
+
+  it("asks for log probabilities only with logprobs true, with top_logprobs alternatives", () => {
+    assert.equal(generationFor({}).logprobs, undefined);
+    assert.equal(generationFor({ logprobs: false }).logprobs, undefined);
+    assert.deepEqual(generationFor({ logprobs: true }).logprobs, { top: 0 });
+    assert.deepEqual(generationFor({ logprobs: true, top_logprobs: 5 }).logprobs, { top: 5 });
+  });
+
+  it("refuses top_logprobs without logprobs", () => {
+    assertInvalid({ top_logprobs: 2 }, "invalid_request_error", "top_logprobs");
+  });
+
+  it("maps logit_bias to token ids, dropping zero biases", () => {
+    const bias = generationFor({ logit_bias: { "50": -100, "7": 2.5, "9": 0 } }).sampling.logitBias;
+    assert.deepEqual(new Map([...bias!.entries()].sort((a, b) => a[0] - b[0])), new Map([[7, 2.5], [50, -100]]));
+    assert.equal(generationFor({ logit_bias: {} }).sampling.logitBias, undefined);
+  });
+
+  it("refuses logit_bias keys that are not token ids and biases outside -100..100", () => {
+    assertInvalid({ logit_bias: { hello: 1 } }, "invalid_logit_bias", "logit_bias");
+    assertInvalid({ logit_bias: { "-3": 1 } }, "invalid_logit_bias", "logit_bias");
+    assertInvalid({ logit_bias: { "5": 101 } }, "invalid_logit_bias", "logit_bias");
+    assertInvalid({ logit_bias: { "5": -100.5 } }, "invalid_logit_bias", "logit_bias");
   });
 });

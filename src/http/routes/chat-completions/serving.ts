@@ -4,15 +4,35 @@
  */
 import { randomBytes } from "node:crypto";
 import type { Catalog, CatalogModel } from "../../../catalog/catalog.ts";
-import type { EngineMessage, GenerationRequest, PreparedGeneration, RunningGeneration, TokenUsage } from "../../../engines/engine.ts";
-import { chatCompletionRequestSchema, type ChatCompletionRequest, type ChatMessage } from "../../../protocol/chat-completion-request.ts";
+import type {
+  EngineImage,
+  EngineMessage,
+  GenerationRequest,
+  PreparedGeneration,
+  ResponseFormat,
+  RunningGeneration,
+  TokenLogprob,
+  TokenUsage,
+  ToolCall,
+  ToolChoice,
+  ToolDefinition,
+} from "../../../engines/engine.ts";
+import {
+  chatCompletionRequestSchema,
+  type ChatCompletionRequest,
+  type ChatMessage,
+  type ResponseFormatParam,
+} from "../../../protocol/chat-completion-request.ts";
 import {
   makeUsage,
   type ChatCompletion,
   type ChatCompletionChunk,
+  type ChoiceLogprobs,
   type FinishReason,
+  type ToolCallObject,
 } from "../../../protocol/chat-completion-response.ts";
 import { InvalidRequestError, UnsupportedParameterError } from "../../../protocol/errors.ts";
+import { imageUrlProblem } from "../../../protocol/image-url.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
 
 export type ChatCompletionJob = {
@@ -22,6 +42,10 @@ export type ChatCompletionJob = {
   model: CatalogModel;
   stream: boolean;
   includeUsage: boolean;
+  /** The reply can only be tool calls (`tool_choice` required or named): its content is null. */
+  toolCallsOnly: boolean;
+  /** Whether choices carry `logprobs`. */
+  logprobs: boolean;
   prepared: PreparedGeneration;
 };
 
@@ -30,18 +54,8 @@ function rejectUnsupported(request: ChatCompletionRequest): void {
   const unsupported = (param: string, what: string) => {
     throw new UnsupportedParameterError(`'${param}' is not supported yet: ${what}.`, param);
   };
-  if (request.tools != null && request.tools.length > 0) unsupported("tools", "tool calling is not available on this server yet");
-  if (request.tool_choice != null && request.tool_choice !== "none") unsupported("tool_choice", "tool calling is not available on this server yet");
-  if (request.parallel_tool_calls != null) unsupported("parallel_tool_calls", "tool calling is not available on this server yet");
-  if (request.functions != null) unsupported("functions", "function calling is not available on this server yet");
-  if (request.function_call != null) unsupported("function_call", "function calling is not available on this server yet");
-  if (request.response_format != null && request.response_format.type !== "text") {
-    unsupported("response_format", `response_format type '${request.response_format.type}' is not available on this server yet; only 'text' is`);
-  }
-  if (request.n != null && request.n > 1) unsupported("n", "only one choice (n=1) is available on this server yet");
-  if (request.logprobs === true) unsupported("logprobs", "log probabilities are not available on this server yet");
-  if (request.top_logprobs != null && request.top_logprobs > 0) unsupported("top_logprobs", "log probabilities are not available on this server yet");
-  if (request.logit_bias != null && Object.keys(request.logit_bias).length > 0) unsupported("logit_bias", "logit bias is not available on this server yet");
+  if (request.functions != null) unsupported("functions", "the deprecated 'functions' field is not supported; use 'tools'");
+  if (request.function_call != null) unsupported("function_call", "the deprecated 'function_call' field is not supported; use 'tool_choice'");
   if (request.audio != null) unsupported("audio", "audio output is not available");
   if (request.modalities != null && request.modalities.some((modality) => modality !== "text")) {
     unsupported("modalities", "only text output is available");
@@ -51,12 +65,21 @@ function rejectUnsupported(request: ChatCompletionRequest): void {
   }
 }
 
-/** Flattens content to text; refuses parts this model cannot read, naming the part. */
-function messageText(message: ChatMessage, index: number): string {
+/** What the model can read besides text. */
+export type ModelInputs = { images: boolean };
+
+const TEXT_ONLY: ModelInputs = { images: false };
+
+/**
+ * Flattens content to text and collects its images; refuses parts this model cannot read and
+ * malformed images, naming the part.
+ */
+function messageContent(message: ChatMessage, index: number, inputs: ModelInputs): { text: string; images: EngineImage[] } {
   const content = message.content;
-  if (content === null || content === undefined) return "";
-  if (typeof content === "string") return content;
-  return content
+  const images: EngineImage[] = [];
+  if (content === null || content === undefined) return { text: "", images };
+  if (typeof content === "string") return { text: content, images };
+  const text = content
     .map((part, partIndex) => {
       const param = `messages[${index}].content[${partIndex}]`;
       switch (part.type) {
@@ -64,8 +87,19 @@ function messageText(message: ChatMessage, index: number): string {
           return part.text;
         case "refusal":
           return part.refusal;
-        case "image_url":
-          throw new UnsupportedParameterError("This model does not accept images (image_url content parts); it reads text only.", param);
+        case "image_url": {
+          if (!inputs.images) {
+            throw new InvalidRequestError(
+              "This model does not accept images (image_url content parts); it reads text only. GET /v1/models lists each model's input modalities.",
+              param,
+              "model_does_not_support_images",
+            );
+          }
+          const problem = imageUrlProblem(part.image_url.url);
+          if (problem !== undefined) throw new InvalidRequestError(`Invalid image in '${param}': ${problem}.`, param, "invalid_image_url");
+          images.push(part.image_url.detail == null ? { url: part.image_url.url } : { url: part.image_url.url, detail: part.image_url.detail });
+          return "";
+        }
         case "input_audio":
           throw new UnsupportedParameterError("This model does not accept audio (input_audio content parts); it reads text only.", param);
         case "file":
@@ -73,34 +107,114 @@ function messageText(message: ChatMessage, index: number): string {
       }
     })
     .join("");
+  return { text, images };
 }
 
-function toEngineMessages(messages: readonly ChatMessage[]): EngineMessage[] {
+/**
+ * Maps messages to the engine's. Assistant tool calls keep their ids, and every `tool` message
+ * must answer a call of an earlier assistant message (as OpenAI requires).
+ */
+function toEngineMessages(messages: readonly ChatMessage[], inputs: ModelInputs): EngineMessage[] {
+  const callIds = new Set<string>();
   return messages.map((message, index): EngineMessage => {
-    if (message.role === "assistant" && message.tool_calls != null && message.tool_calls.length > 0) {
-      throw new UnsupportedParameterError("Assistant messages with 'tool_calls' are not supported yet: tool calling is not available on this server yet.", `messages[${index}].tool_calls`);
-    }
-    const content = messageText(message, index);
+    const { text: content, images } = messageContent(message, index, inputs);
     switch (message.role) {
       case "system":
       case "developer":
         return { role: "system", content, name: message.name ?? undefined };
       case "user":
-        return { role: "user", content, name: message.name ?? undefined };
-      case "assistant":
-        return { role: "assistant", content, name: message.name ?? undefined };
+        return images.length > 0 ? { role: "user", content, name: message.name ?? undefined, images } : { role: "user", content, name: message.name ?? undefined };
+      case "assistant": {
+        const toolCalls = (message.tool_calls ?? []).map((call, callIndex): ToolCall => {
+          try {
+            JSON.parse(call.function.arguments);
+          } catch {
+            throw new InvalidRequestError(
+              "The arguments of a tool call must be a JSON text.",
+              `messages[${index}].tool_calls[${callIndex}].function.arguments`,
+            );
+          }
+          callIds.add(call.id);
+          return { id: call.id, name: call.function.name, arguments: call.function.arguments };
+        });
+        return { role: "assistant", content, name: message.name ?? undefined, ...(toolCalls.length > 0 ? { toolCalls } : {}) };
+      }
       case "tool":
+        if (!callIds.has(message.tool_call_id)) {
+          throw new InvalidRequestError(
+            `The 'tool' message answers the tool call '${message.tool_call_id}', but no earlier assistant message made a call with that id. ` +
+              "A 'tool' message must follow an assistant message whose 'tool_calls' include its 'tool_call_id'.",
+            `messages[${index}].tool_call_id`,
+          );
+        }
         return { role: "tool", content, toolCallId: message.tool_call_id };
     }
   });
 }
 
+/** The response format for the engine (`json_schema` without a schema is any JSON object). */
+function toResponseFormat(format: ResponseFormatParam | null | undefined): ResponseFormat | undefined {
+  if (format == null || format.type === "text") return undefined;
+  if (format.type === "json_object" || format.json_schema.schema == null) return { type: "json_object" };
+  return { type: "json_schema", name: format.json_schema.name, schema: format.json_schema.schema };
+}
+
+/** The tools and the tool choice; a choice that names no given tool is a 400 naming `tool_choice`. */
+function toToolOptions(request: ChatCompletionRequest): Pick<GenerationRequest, "tools" | "toolChoice" | "parallelToolCalls"> {
+  const tools: ToolDefinition[] = (request.tools ?? []).map((tool) => ({
+    name: tool.function.name,
+    ...(tool.function.description != null ? { description: tool.function.description } : {}),
+    ...(tool.function.parameters != null ? { parameters: tool.function.parameters } : {}),
+  }));
+  const seen = new Set<string>();
+  for (const [index, tool] of tools.entries()) {
+    if (seen.has(tool.name)) throw new InvalidRequestError(`The function name '${tool.name}' is given twice; tool names must be unique.`, `tools[${index}].function.name`);
+    seen.add(tool.name);
+  }
+  const choice = request.tool_choice;
+  let toolChoice: ToolChoice | undefined;
+  if (choice == null) toolChoice = undefined;
+  else if (typeof choice === "string") toolChoice = choice;
+  else toolChoice = { name: choice.function.name };
+  if (toolChoice !== undefined && toolChoice !== "none" && toolChoice !== "auto" && tools.length === 0) {
+    throw new InvalidRequestError("'tool_choice' requires 'tools': there is no tool to call.", "tool_choice");
+  }
+  if (typeof toolChoice === "object" && !seen.has(toolChoice.name)) {
+    throw new InvalidRequestError(`'tool_choice' names the function '${toolChoice.name}', which is not among 'tools'.`, "tool_choice");
+  }
+  return {
+    ...(tools.length > 0 ? { tools } : {}),
+    ...(toolChoice !== undefined ? { toolChoice } : {}),
+    ...(request.parallel_tool_calls != null ? { parallelToolCalls: request.parallel_tool_calls } : {}),
+  };
+}
+
+/** `logit_bias` as token id → bias; keys must be token ids, values -100..100 (400 `logit_bias` otherwise). */
+function toLogitBias(logitBias: Record<string, number> | null | undefined): Map<number, number> | undefined {
+  if (logitBias == null) return undefined;
+  const biases = new Map<number, number>();
+  for (const [key, value] of Object.entries(logitBias)) {
+    if (!/^\d{1,9}$/.test(key)) {
+      throw new InvalidRequestError(`Invalid 'logit_bias': keys must be token ids (non-negative integers), got ${JSON.stringify(key.slice(0, 40))}.`, "logit_bias", "invalid_logit_bias");
+    }
+    if (!(value >= -100 && value <= 100)) {
+      throw new InvalidRequestError(`Invalid 'logit_bias': the bias for token ${key} must be between -100 and 100, got ${value}.`, "logit_bias", "invalid_logit_bias");
+    }
+    if (value !== 0) biases.set(Number(key), value);
+  }
+  return biases.size > 0 ? biases : undefined;
+}
+
 /** The engine request for a validated API request. */
-export function toGenerationRequest(request: ChatCompletionRequest): GenerationRequest {
+export function toGenerationRequest(request: ChatCompletionRequest, inputs: ModelInputs = TEXT_ONLY): GenerationRequest {
   const limits = [request.max_tokens, request.max_completion_tokens].filter((value): value is number => value != null);
   const stop = request.stop == null ? [] : typeof request.stop === "string" ? [request.stop] : request.stop;
+  const responseFormat = toResponseFormat(request.response_format);
+  if (request.top_logprobs != null && request.logprobs !== true) {
+    throw new InvalidRequestError("'logprobs' must be set to true when 'top_logprobs' is used.", "top_logprobs");
+  }
   return {
-    messages: toEngineMessages(request.messages),
+    messages: toEngineMessages(request.messages, inputs),
     sampling: {
       temperature: request.temperature ?? 1,
       topP: request.top_p ?? 1,
@@ -108,8 +222,13 @@ export function toGenerationRequest(request: ChatCompletionRequest): GenerationR
       frequencyPenalty: request.frequency_penalty ?? 0,
       presencePenalty: request.presence_penalty ?? 0,
       stop: stop.filter((sequence) => sequence.length > 0),
+      logitBias: toLogitBias(request.logit_bias),
     },
     maxTokens: limits.length > 0 ? Math.min(...limits) : undefined,
+    ...(responseFormat !== undefined ? { responseFormat } : {}),
+    ...toToolOptions(request),
+    choices: request.n ?? 1,
+    logprobs: request.logprobs === true ? { top: request.top_logprobs ?? 0 } : undefined,
   };
 }
 
@@ -121,32 +240,71 @@ export async function prepareChatCompletion(catalog: Catalog, body: unknown): Pr
   const request = parseWithSchema(chatCompletionRequestSchema, body);
   const model = catalog.get(request.model);
   rejectUnsupported(request);
-  const prepared = await model.engine.prepare(toGenerationRequest(request));
+  const generationRequest = toGenerationRequest(request, { images: model.inputModalities.includes("image") });
+  const prepared = await model.engine.prepare(generationRequest);
+  const choice = generationRequest.toolChoice;
   return {
     id: `chatcmpl-${randomBytes(18).toString("base64url")}`,
     created: Math.floor(Date.now() / 1000),
     model,
     stream: request.stream === true,
     includeUsage: request.stream_options?.include_usage === true,
+    toolCallsOnly: generationRequest.tools !== undefined && (choice === "required" || typeof choice === "object"),
+    logprobs: request.logprobs === true,
     prepared,
   };
 }
 
 export type CompletionOutcome = { finishReason: FinishReason | "cancelled"; usage: TokenUsage };
 
-/** Runs a non-streamed request to its end and builds the response. */
+/** The wire form of engine log probabilities. */
+function toWireLogprobs(tokens: readonly TokenLogprob[]): ChoiceLogprobs {
+  return {
+    content: tokens.map((token) => ({
+      token: token.token,
+      logprob: token.logprob,
+      bytes: token.bytes,
+      top_logprobs: token.topLogprobs.map((alternative) => ({ token: alternative.token, logprob: alternative.logprob, bytes: alternative.bytes })),
+    })),
+    refusal: null,
+  };
+}
+
+/** The request's finish reason for logs and billing: `cancelled` if any choice was cut short, else the first choice's. */
+function overallFinishReason(reasons: ReadonlyArray<FinishReason | "cancelled" | undefined>): FinishReason | "cancelled" {
+  if (reasons.some((reason) => reason === undefined || reason === "cancelled")) return "cancelled";
+  return reasons[0]!;
+}
+
+/** Runs a non-streamed request to its end and builds the response (one choice per `n`). */
 export async function completeChatCompletion(
   job: ChatCompletionJob,
   generation: RunningGeneration,
 ): Promise<{ completion: ChatCompletion; outcome: CompletionOutcome }> {
-  let content = "";
-  let outcome: CompletionOutcome | undefined;
+  const choices = job.prepared.choices;
+  const contents = Array.from({ length: choices }, () => "");
+  const logprobs = Array.from({ length: choices }, (): TokenLogprob[] => []);
+  const toolCalls = Array.from({ length: choices }, (): ToolCallObject[] => []);
+  const reasons = new Array<FinishReason | "cancelled" | undefined>(choices).fill(undefined);
   for await (const part of generation.parts) {
-    if (part.type === "text-delta") content += part.text;
-    else outcome = { finishReason: part.reason, usage: part.usage };
+    switch (part.type) {
+      case "text-delta":
+        contents[part.choice] += part.text;
+        if (part.logprobs !== undefined) logprobs[part.choice]!.push(...part.logprobs);
+        break;
+      case "tool-call-start":
+        toolCalls[part.choice]![part.index] = { id: part.id, type: "function", function: { name: part.name, arguments: "" } };
+        break;
+      case "tool-call-delta":
+        toolCalls[part.choice]![part.index]!.function.arguments += part.argumentsDelta;
+        break;
+      case "finish":
+        reasons[part.choice] = part.reason;
+        break;
+    }
   }
-  outcome ??= { finishReason: "cancelled", usage: generation.usage() };
-  const usage = outcome.usage;
+  const usage = generation.usage();
+  const outcome: CompletionOutcome = { finishReason: overallFinishReason(reasons), usage };
   return {
     outcome,
     completion: {
@@ -155,57 +313,84 @@ export async function completeChatCompletion(
       created: job.created,
       model: job.model.id,
       system_fingerprint: null,
-      choices: [
-        {
-          index: 0,
-          message: { role: "assistant", content, refusal: null },
-          logprobs: null,
-          finish_reason: outcome.finishReason === "cancelled" ? "stop" : outcome.finishReason,
-        },
-      ],
+      choices: contents.map((content, index) => {
+        const reason = reasons[index];
+        const calls = toolCalls[index]!;
+        return {
+          index,
+          message: {
+            role: "assistant" as const,
+            // Only tool calls: no content, as OpenAI answers.
+            content: calls.length > 0 && content === "" ? null : content,
+            refusal: null,
+            ...(calls.length > 0 ? { tool_calls: calls } : {}),
+          },
+          logprobs: job.logprobs ? toWireLogprobs(logprobs[index]!) : null,
+          finish_reason: reason === undefined || reason === "cancelled" ? "stop" : reason,
+        };
+      }),
       usage: makeUsage(usage.promptTokens, usage.completionTokens, usage.cachedPromptTokens),
     },
   };
 }
 
 /**
- * Turns engine parts into chunks: a first chunk with the role, content deltas, a chunk with
- * the finish reason, and (when asked) a last chunk with `choices: []` and the usage.
- * `outcome` is filled in when the engine finishes.
+ * Turns engine parts into chunks: a first chunk with the role for each choice, content deltas
+ * (choices interleaved, each chunk naming its `index`), a chunk with each choice's finish reason,
+ * and (when asked) a last chunk with `choices: []` and the usage of all choices.
+ * `outcome` is filled in when every choice has finished. A cancelled choice gets no finish chunk.
  */
 export async function* streamChatCompletion(
   job: ChatCompletionJob,
   generation: RunningGeneration,
   outcome: { value?: CompletionOutcome },
 ): AsyncGenerator<ChatCompletionChunk> {
-  const chunk = (delta: ChatCompletionChunk["choices"][0]["delta"], finishReason: FinishReason | null): ChatCompletionChunk => ({
+  const chunk = (
+    index: number,
+    delta: ChatCompletionChunk["choices"][0]["delta"],
+    finishReason: FinishReason | null,
+    logprobs: ChoiceLogprobs | null = null,
+  ): ChatCompletionChunk => ({
     id: job.id,
     object: "chat.completion.chunk",
     created: job.created,
     model: job.model.id,
     system_fingerprint: null,
-    choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }],
+    choices: [{ index, delta, logprobs, finish_reason: finishReason }],
     ...(job.includeUsage ? { usage: null } : {}),
   });
-  yield chunk({ role: "assistant", content: "", refusal: null }, null);
+  const choices = job.prepared.choices;
+  for (let index = 0; index < choices; index++) yield chunk(index, { role: "assistant", content: job.toolCallsOnly ? null : "", refusal: null }, null);
+  const reasons = new Array<FinishReason | "cancelled" | undefined>(choices).fill(undefined);
   for await (const part of generation.parts) {
     if (part.type === "text-delta") {
-      yield chunk({ content: part.text }, null);
+      yield chunk(part.choice, { content: part.text }, null, part.logprobs === undefined ? null : toWireLogprobs(part.logprobs));
       continue;
     }
-    outcome.value = { finishReason: part.reason, usage: part.usage };
-    if (part.reason === "cancelled") return;
-    yield chunk({}, part.reason);
-    if (job.includeUsage) {
-      yield {
-        id: job.id,
-        object: "chat.completion.chunk",
-        created: job.created,
-        model: job.model.id,
-        system_fingerprint: null,
-        choices: [],
-        usage: makeUsage(part.usage.promptTokens, part.usage.completionTokens, part.usage.cachedPromptTokens),
-      };
+    if (part.type === "tool-call-start") {
+      yield chunk(part.choice, { tool_calls: [{ index: part.index, id: part.id, type: "function", function: { name: part.name, arguments: "" } }] }, null);
+      continue;
     }
+    if (part.type === "tool-call-delta") {
+      yield chunk(part.choice, { tool_calls: [{ index: part.index, function: { arguments: part.argumentsDelta } }] }, null);
+      continue;
+    }
+    reasons[part.choice] = part.reason;
+    if (part.reason !== "cancelled") yield chunk(part.choice, {}, part.reason);
+  }
+  const usage = generation.usage();
+  const finishReason = overallFinishReason(reasons);
+  outcome.value = { finishReason, usage };
+  if (finishReason === "cancelled") return;
+  if (job.includeUsage) {
+    yield {
+      id: job.id,
+      object: "chat.completion.chunk",
+      created: job.created,
+      model: job.model.id,
+      system_fingerprint: null,
+      choices: [],
+      usage: makeUsage(usage.promptTokens, usage.completionTokens, usage.cachedPromptTokens),
+    };
   }
 }

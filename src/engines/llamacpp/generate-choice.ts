@@ -1,0 +1,181 @@
+/**
+ * One choice of a chat completion on one context sequence: reuse the cached prompt prefix,
+ * evaluate the rest, sample token by token (temperature, top-p, seed, penalties, logit bias),
+ * turn tokens into text deltas (stop sequences held back), attach log probabilities when asked,
+ * and end with a `finish` part that carries the exact usage. Cancellation is checked after every token.
+ */
+import { randomInt } from "node:crypto";
+import { LlamaGrammarEvaluationState, TokenBias, type LlamaContextSequence, type LlamaModel, type SequenceEvaluateOptions, type Token } from "node-llama-cpp";
+import type { EngineFinishReason, GenerationRequest, StreamPart, TokenUsage } from "../engine.ts";
+import type { RenderedPrompt } from "./chat-prompt.ts";
+import { TextStream } from "./text-stream.ts";
+import { ChoiceLogprobs, type DescribeToken } from "./token-logprobs.ts";
+import type { ReplyPart, ReplyPlan } from "./reply-plan.ts";
+
+/** Generated tokens the presence/frequency penalties look back over. */
+export const PENALTY_WINDOW_TOKENS = 256;
+/** Earlier tokens given to the detokenizer when describing a token for log probabilities. */
+const LOGPROB_CONTEXT_TOKENS = 4;
+
+export type ChoiceInput = {
+  model: LlamaModel;
+  sequence: LlamaContextSequence;
+  prompt: RenderedPrompt;
+  request: GenerationRequest;
+  /** The reply's grammar and how its text is read (content, or content and tool calls). */
+  plan: ReplyPlan;
+  /** The choice's index: seeds and parts carry it. */
+  choice: number;
+  maxTokens: number;
+  signal: AbortSignal;
+  describeToken: DescribeToken;
+  /** Updated as tokens are generated, so usage is exact even if the consumer stops early. */
+  usage: TokenUsage;
+};
+
+/**
+ * The seed of one choice: choice 0 uses the request's seed as it is; the others get distinct
+ * seeds derived from it, so a seeded request with `n` > 1 is reproducible choice by choice.
+ */
+export function choiceSeed(seed: number | undefined, choice: number): number {
+  if (seed === undefined) return randomInt(0, 2 ** 31);
+  if (choice === 0) return seed;
+  const base = ((seed % 2 ** 32) + 2 ** 32) % 2 ** 32;
+  return (base + choice * 2_654_435_761) % 2 ** 32;
+}
+
+/** node-llama-cpp's token bias for OpenAI's `logit_bias`: added to the logit; -100 bans the token. */
+export function toTokenBias(model: LlamaModel, logitBias: ReadonlyMap<number, number> | undefined): TokenBias | undefined {
+  if (logitBias === undefined || logitBias.size === 0) return undefined;
+  const bias = new TokenBias(model.tokenizer);
+  for (const [token, value] of logitBias) bias.set(token as Token, value <= -100 ? "never" : { logit: value });
+  return bias;
+}
+
+/**
+ * The sampling options for one choice. OpenAI's penalties map onto llama.cpp's penalties sampler
+ * with the multiplicative repeat penalty off (1): each token that appeared in the last
+ * `PENALTY_WINDOW_TOKENS` generated tokens has `presence_penalty` subtracted from its logit once
+ * and `frequency_penalty` × its count; negative values encourage repetition.
+ * Made once per choice: per-choice sampling state (e.g. a grammar's evaluation state) goes here.
+ */
+function evaluateOptions(input: ChoiceInput, generated: readonly Token[]): SequenceEvaluateOptions {
+  const sampling = input.request.sampling;
+  const penalize = sampling.frequencyPenalty !== 0 || sampling.presencePenalty !== 0;
+  return {
+    temperature: sampling.temperature,
+    // Always given: node-llama-cpp's own default is 0.95, OpenAI's (and ours) 1, no truncation.
+    topP: sampling.topP,
+    seed: choiceSeed(sampling.seed, input.choice),
+    // Each choice walks the grammar on its own.
+    grammarEvaluationState: input.plan.grammar && new LlamaGrammarEvaluationState({ model: input.model, grammar: input.plan.grammar }),
+    yieldEogToken: true,
+    tokenBias: toTokenBias(input.model, sampling.logitBias),
+    repeatPenalty: penalize
+      ? {
+          punishTokens: () => generated.slice(-PENALTY_WINDOW_TOKENS),
+          maxPunishTokens: PENALTY_WINDOW_TOKENS,
+          penalty: 1,
+          frequencyPenalty: sampling.frequencyPenalty,
+          presencePenalty: sampling.presencePenalty,
+        }
+      : undefined,
+  };
+}
+
+/** Generates one choice in `input.sequence`; yields its deltas and one `finish`. */
+export async function* generateChoice(input: ChoiceInput): AsyncGenerator<StreamPart> {
+  const { model, sequence, prompt, request, plan, choice, maxTokens, signal, usage } = input;
+  const reused = await reusePrefix(sequence, prompt.tokens);
+  usage.cachedPromptTokens = reused;
+  const generated: Token[] = [];
+  const detokenize = (tokens: readonly number[], lastTokens: readonly number[]) =>
+    model.detokenize(tokens as Token[], plan.specialTokensAsText, lastTokens as Token[]);
+  const text = new TextStream(detokenize, [...request.sampling.stop, ...prompt.stopTexts]);
+  const reply = plan.reader();
+  const logprobs = request.logprobs === undefined ? undefined : new ChoiceLogprobs(input.describeToken, request.logprobs.top);
+  /** Characters of reply text read so far (logprobs go out with the content delta that carries their token's text). */
+  let read = 0;
+  /**
+   * The reply's parts for `content` with this choice's index; the log probabilities of the tokens
+   * read so far ride on the first content delta (tool-call tokens have none, as with OpenAI).
+   */
+  const partsOf = (content: string, end?: { allTokens: boolean }): StreamPart[] => {
+    read += content.length;
+    const parts: ReplyPart[] = content.length > 0 ? reply.push(content) : [];
+    if (end !== undefined) parts.push(...reply.flush());
+    const tokens = logprobs === undefined ? undefined : end?.allTokens ? logprobs.rest() : logprobs.take(read);
+    const out: StreamPart[] = [];
+    let attached = tokens === undefined || tokens.length === 0;
+    for (const part of parts) {
+      if (part.type === "text-delta" && !attached) {
+        out.push({ ...part, choice, logprobs: tokens });
+        attached = true;
+      } else {
+        out.push({ ...part, choice });
+      }
+    }
+    if (!attached && reply.calls === 0) out.push({ type: "text-delta", choice, text: "", logprobs: tokens });
+    return out;
+  };
+
+  let reason: EngineFinishReason = "length";
+  const outputs = sequence.evaluateWithMetadata(
+    prompt.tokens.slice(reused),
+    { confidence: logprobs !== undefined, probabilities: logprobs !== undefined && request.logprobs!.top > 0 },
+    evaluateOptions(input, generated),
+  );
+  if (signal.aborted) reason = "cancelled";
+  else {
+    for await (const output of outputs) {
+      const token = output.token;
+      const lastTokens = generated.slice(-LOGPROB_CONTEXT_TOKENS);
+      generated.push(token);
+      usage.completionTokens = generated.length;
+      if (model.isEogToken(token) || prompt.stopTokens.has(token)) {
+        reason = "stop";
+        break;
+      }
+      if (logprobs !== undefined) {
+        const metadata = output as { confidence?: number; probabilities?: Map<Token, number> };
+        logprobs.record(token, metadata.confidence ?? metadata.probabilities?.get(token) ?? 0, metadata.probabilities, lastTokens, text.produced);
+      }
+      const step = text.push(token);
+      if (step.text.length > 0) yield* partsOf(step.text);
+      if (step.stopped) {
+        reason = "stop";
+        break;
+      }
+      if (signal.aborted) {
+        reason = "cancelled";
+        break;
+      }
+      if (generated.length >= maxTokens) {
+        reason = "length";
+        break;
+      }
+    }
+  }
+  if (reason !== "cancelled") {
+    const tail = text.flush();
+    // Without a stop sequence every recorded token's text is in the content: hand out the rest.
+    yield* partsOf(tail, { allTokens: !text.stopped });
+    if (text.stopped) reason = "stop";
+    if (reason === "stop" && reply.calls > 0) reason = "tool_calls";
+  }
+  yield { type: "finish", choice, reason, usage: { ...usage } };
+}
+
+/**
+ * Keeps the part of the sequence's state that matches the new prompt (prefix caching) and
+ * erases the rest. At least one prompt token is always evaluated anew, to get its logits.
+ * Returns how many prompt tokens were reused.
+ */
+export async function reusePrefix(sequence: LlamaContextSequence, promptTokens: readonly Token[]): Promise<number> {
+  const { firstDifferentIndex } = sequence.compareContextTokens([...promptTokens]);
+  const keep = Math.min(firstDifferentIndex, promptTokens.length - 1);
+  if (sequence.nextTokenIndex > keep) {
+    await sequence.eraseContextTokenRanges([{ start: keep, end: sequence.nextTokenIndex }]);
+  }
+  return keep;
+}

@@ -1,0 +1,149 @@
+/**
+ * toGrammarSchema: what the grammar enforces, and every keyword it refuses with a 400 naming it.
+ */
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { z } from "zod";
+import { zodResponseFormat } from "openai/helpers/zod";
+import { toGrammarSchema, UnsupportedSchemaError } from "./json-schema.ts";
+
+const base = "response_format.json_schema.schema";
+
+function assertRefused(schema: Record<string, unknown>, param: string, mentions?: string): void {
+  assert.throws(
+    () => toGrammarSchema(schema, base),
+    (error: unknown) => {
+      assert.ok(error instanceof UnsupportedSchemaError, `expected UnsupportedSchemaError, got ${String(error)}`);
+      assert.equal(error.status, 400);
+      assert.equal(error.type, "invalid_request_error");
+      assert.equal(error.code, "unsupported_parameter");
+      assert.equal(error.param, param);
+      if (mentions !== undefined) assert.match(error.message, new RegExp(mentions));
+      return true;
+    },
+  );
+}
+
+describe("toGrammarSchema", () => {
+  it("translates a plain object schema, keeping descriptions and string lengths", () => {
+    const translated = toGrammarSchema(
+      {
+        $schema: "https://json-schema.org/draft/2020-12/schema",
+        type: "object",
+        description: "A person",
+        properties: { name: { type: "string", maxLength: 20 }, age: { type: "integer" }, ok: { type: "boolean" } },
+        required: ["name", "age"],
+        additionalProperties: false,
+      },
+      base,
+    );
+    assert.deepEqual(translated, {
+      type: "object",
+      description: "A person",
+      properties: { name: { type: "string", maxLength: 20 }, age: { type: "integer" }, ok: { type: "boolean" } },
+      additionalProperties: false,
+    });
+  });
+
+  it("turns type lists, anyOf, enum and const into grammar alternatives", () => {
+    const translated = toGrammarSchema(
+      {
+        type: "object",
+        properties: {
+          maybe: { type: ["string", "null"] },
+          either: { anyOf: [{ type: "number" }, { type: "null" }] },
+          kind: { type: "string", enum: ["a", "b"] },
+          fixed: { type: "string", const: "x" },
+        },
+      },
+      base,
+    );
+    assert.deepEqual(translated, {
+      type: "object",
+      properties: {
+        maybe: { oneOf: [{ type: "string" }, { type: "null" }] },
+        either: { oneOf: [{ type: "number" }, { type: "null" }] },
+        kind: { enum: ["a", "b"] },
+        fixed: { const: "x" },
+      },
+      additionalProperties: false,
+    });
+  });
+
+  it("accepts what zod and the OpenAI SDK's zodResponseFormat emit", () => {
+    const item = z.object({ label: z.string().max(10), qty: z.number().int() });
+    const schema = z.object({
+      name: z.string(),
+      age: z.number().int().nullable(),
+      kind: z.enum(["a", "b"]),
+      items: z.array(item),
+      tag: z.literal("x"),
+      either: z.union([z.string(), z.number()]),
+      shape: z.discriminatedUnion("t", [z.object({ t: z.literal("p"), v: z.string() }), z.object({ t: z.literal("q"), w: z.number() })]),
+    });
+    toGrammarSchema(z.toJSONSchema(schema) as Record<string, unknown>, base);
+    const format = zodResponseFormat(schema, "thing");
+    toGrammarSchema(format.json_schema.schema as Record<string, unknown>, base);
+  });
+
+  it("resolves $defs references, recursive ones included", () => {
+    const translated = toGrammarSchema(
+      {
+        type: "object",
+        properties: { root: { $ref: "#/$defs/node" } },
+        $defs: { node: { type: "object", properties: { children: { type: "array", items: { $ref: "#/$defs/node" } } } } },
+      },
+      base,
+    ) as Record<string, any>;
+    assert.ok(translated.$defs["d-node"], "the definition is carried along");
+    assert.deepEqual(translated.oneOf[0].properties.root, { $ref: "#/$defs/d-node" });
+  });
+
+  it("treats an object without properties as any object and true as any value", () => {
+    assert.deepEqual(toGrammarSchema({ type: "object" }, base), { type: "object", properties: {}, additionalProperties: true });
+    const anything = toGrammarSchema({ type: "object", properties: { x: true } }, base) as Record<string, any>;
+    assert.ok(Array.isArray(anything.properties.x.oneOf));
+  });
+
+  it("accepts the safe-integer bounds zod emits, which the grammar implies", () => {
+    toGrammarSchema({ type: "integer", minimum: -9007199254740991, maximum: 9007199254740991 }, base);
+  });
+
+  it("accepts oneOf whose alternatives cannot overlap", () => {
+    toGrammarSchema({ oneOf: [{ type: "string" }, { type: "number" }] }, base);
+    toGrammarSchema({ oneOf: [{ const: "a" }, { const: "b" }] }, base);
+  });
+
+  const refused: Array<[string, Record<string, unknown>, string, string]> = [
+    ["pattern", { type: "string", pattern: "^a+$" }, `${base}.pattern`, "pattern"],
+    ["an unsupported format", { type: "string", format: "email" }, `${base}.format`, "email"],
+    ["minimum", { type: "number", minimum: 0 }, `${base}.minimum`, "minimum"],
+    ["maximum on an integer", { type: "integer", maximum: 10 }, `${base}.maximum`, "maximum"],
+    ["multipleOf", { type: "number", multipleOf: 2 }, `${base}.multipleOf`, "multipleOf"],
+    ["not", { not: { type: "string" } }, `${base}.not`, "not"],
+    ["if/then", { if: { type: "string" }, then: { maxLength: 2 } }, `${base}.if`, "if"],
+    ["allOf of two", { allOf: [{ type: "object" }, { type: "object" }] }, `${base}.allOf`, "allOf"],
+    ["uniqueItems", { type: "array", uniqueItems: true }, `${base}.uniqueItems`, "uniqueItems"],
+    ["patternProperties", { type: "object", patternProperties: { "^x": { type: "string" } } }, `${base}.patternProperties`, "patternProperties"],
+    ["an object enum value", { enum: [{ a: 1 }] }, `${base}.enum`, "enum"],
+    ["an external $ref", { $ref: "https://example.com/schema.json" }, `${base}.$ref`, "reference"],
+    ["a $ref to nothing", { $ref: "#/$defs/missing" }, `${base}.$ref`, "no definition"],
+    ["a required property that is not declared", { type: "object", properties: {}, required: ["x"] }, `${base}.required`, "required"],
+    ["overlapping oneOf", { oneOf: [{ type: "string" }, { type: "string", maxLength: 3 }] }, `${base}.oneOf`, "anyOf"],
+    ["minProperties", { type: "object", minProperties: 1 }, `${base}.minProperties`, "minProperties"],
+    ["an unknown type", { type: "date" }, `${base}.type`, "date"],
+    ["draft-4 tuple items", { type: "array", items: [{ type: "string" }] }, `${base}.items`, "prefixItems"],
+    ["nullable", { type: "string", nullable: true }, `${base}.nullable`, "nullable"],
+  ];
+  for (const [what, schema, param, mentions] of refused) {
+    it(`refuses ${what}, naming '${param}'`, () => assertRefused(schema, param, mentions));
+  }
+
+  it("names the nested path of a refused keyword", () => {
+    assertRefused(
+      { type: "object", properties: { items: { type: "array", items: { type: "object", properties: { email: { type: "string", format: "email" } } } } } },
+      `${base}.properties.items.items.properties.email.format`,
+    );
+    assertRefused({ anyOf: [{ type: "string" }, { type: "string", pattern: "x" }] }, `${base}.anyOf[1].pattern`);
+  });
+});

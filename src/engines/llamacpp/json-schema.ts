@@ -1,0 +1,417 @@
+/**
+ * Translates a client's JSON Schema into the subset node-llama-cpp's grammar generator
+ * (`GbnfJsonSchema`) enforces, or refuses it naming the first keyword it cannot enforce.
+ * Nothing is silently dropped: a keyword is either enforced by the grammar, provably implied by
+ * it, an annotation with no effect on validity, or a 400.
+ *
+ * What the grammar does, and why the output still validates against the original schema:
+ * - every declared property is always written (optional ones too: a present optional property
+ *   is valid), in the declared order; no undeclared property is written unless
+ *   `additionalProperties` allows it;
+ * - `anyOf` (and `oneOf` whose alternatives cannot overlap) becomes a choice of alternatives;
+ * - integers are written without exponent and with at most 15 digits, so the safe-integer
+ *   bounds zod emits for `.int()` are implied.
+ */
+import type { GbnfJsonSchema } from "node-llama-cpp";
+import { UnsupportedParameterError } from "../../protocol/errors.ts";
+import type { JsonSchema } from "../engine.ts";
+
+/** The largest integer the grammar can write (15 digits); see `grammar.ts`. */
+export const GRAMMAR_INTEGER_LIMIT = 999_999_999_999_999;
+
+/** Keywords that never change which values are valid. */
+const ANNOTATIONS = new Set([
+  "$schema",
+  "$id",
+  "$comment",
+  "title",
+  "description",
+  "default",
+  "examples",
+  "deprecated",
+  "readOnly",
+  "writeOnly",
+  "contentEncoding",
+  "contentMediaType",
+  "nullable", // OpenAPI's spelling; only honoured through `type`, so refused below when true
+  "strict",
+]);
+
+const STRING_FORMATS = new Set(["date-time", "date", "time"]);
+const BASIC_TYPES = ["string", "number", "integer", "boolean", "null", "object", "array"] as const;
+type BasicType = (typeof BASIC_TYPES)[number];
+
+/** The schema is not one the grammar can enforce; `param` names the offending keyword. */
+export class UnsupportedSchemaError extends UnsupportedParameterError {}
+
+type Context = {
+  /** Definitions from the root's `$defs` / `definitions`, by name. */
+  definitions: Record<string, unknown>;
+  /** Definitions already translated (or being translated), by name. */
+  translated: Record<string, GbnfJsonSchema>;
+  /** Whether some `$ref` points at the root itself. */
+  refersToRoot: boolean;
+};
+
+const ROOT_DEFINITION = "__root";
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return value !== null && typeof value === "object" && !Array.isArray(value);
+}
+
+function refuse(param: string, why: string): never {
+  throw new UnsupportedSchemaError(`The JSON schema cannot be enforced on this model: ${why} (at '${param}').`, param);
+}
+
+function isPrimitive(value: unknown): value is string | number | boolean | null {
+  return value === null || typeof value === "string" || typeof value === "number" || typeof value === "boolean";
+}
+
+function typeOfValue(value: string | number | boolean | null): BasicType {
+  if (value === null) return "null";
+  if (typeof value === "number") return Number.isInteger(value) ? "integer" : "number";
+  return typeof value as "string" | "boolean";
+}
+
+/**
+ * Translates `schema` (found at `param`, e.g. `response_format.json_schema.schema`).
+ * Throws `UnsupportedSchemaError` naming the first keyword the grammar cannot enforce.
+ */
+export function toGrammarSchema(schema: JsonSchema, param: string): GbnfJsonSchema {
+  if (!isObject(schema)) refuse(param, "a schema must be a JSON object");
+  const definitions: Record<string, unknown> = {};
+  for (const keyword of ["$defs", "definitions"] as const) {
+    const defs = schema[keyword];
+    if (defs === undefined) continue;
+    if (!isObject(defs)) refuse(`${param}.${keyword}`, `'${keyword}' must be an object`);
+    Object.assign(definitions, defs);
+  }
+  const context: Context = { definitions, translated: {}, refersToRoot: false };
+  const rootSchema = Object.fromEntries(Object.entries(schema).filter(([key]) => key !== "$defs" && key !== "definitions"));
+  const root = translate(rootSchema, param, context);
+  const defs: Record<string, GbnfJsonSchema> = { ...context.translated };
+  if (context.refersToRoot) defs[ROOT_DEFINITION] = root;
+  if (Object.keys(defs).length === 0) return root;
+  if (context.refersToRoot) return { $ref: `#/$defs/${ROOT_DEFINITION}`, $defs: defs } as GbnfJsonSchema;
+  return { oneOf: [root], $defs: defs } as GbnfJsonSchema;
+}
+
+function translate(schema: unknown, param: string, context: Context): GbnfJsonSchema {
+  if (schema === true) return anyValue();
+  if (schema === false) refuse(param, "the schema 'false' allows no value");
+  if (!isObject(schema)) refuse(param, "a schema must be a JSON object or a boolean");
+
+  const description = typeof schema.description === "string" ? schema.description : undefined;
+  const withDescription = (translated: GbnfJsonSchema): GbnfJsonSchema =>
+    description === undefined ? translated : ({ ...translated, description } as GbnfJsonSchema);
+
+  for (const key of Object.keys(schema)) {
+    if (!ANNOTATIONS.has(key) && !KNOWN_ASSERTIONS.has(key)) refuse(`${param}.${key}`, `the keyword '${key}' is not supported`);
+  }
+  if (schema.nullable === true) refuse(`${param}.nullable`, "'nullable' is not JSON Schema; use type: [..., \"null\"] or anyOf");
+
+  if (schema.$ref !== undefined) {
+    onlyWith(schema, param, "$ref", []);
+    return withDescription(reference(schema.$ref, `${param}.$ref`, context));
+  }
+  if (schema.allOf !== undefined) {
+    const parts = schema.allOf;
+    if (!Array.isArray(parts) || parts.length !== 1) refuse(`${param}.allOf`, "'allOf' with more than one schema is not supported");
+    onlyWith(schema, param, "allOf", []);
+    return withDescription(translate(parts[0], `${param}.allOf[0]`, context));
+  }
+  for (const keyword of ["anyOf", "oneOf"] as const) {
+    if (schema[keyword] === undefined) continue;
+    const alternatives = schema[keyword];
+    if (!Array.isArray(alternatives) || alternatives.length === 0) refuse(`${param}.${keyword}`, `'${keyword}' must be a non-empty array`);
+    onlyWith(schema, param, keyword, []);
+    const translated = alternatives.map((alternative, index) => translate(alternative, `${param}.${keyword}[${index}]`, context));
+    if (keyword === "oneOf") assertDisjoint(alternatives, param, context);
+    return withDescription(translated.length === 1 ? translated[0]! : ({ oneOf: translated } as GbnfJsonSchema));
+  }
+
+  const types = declaredTypes(schema, param);
+  if (schema.const !== undefined || schema.enum !== undefined) {
+    return withDescription(literals(schema, param, types));
+  }
+  if (types === undefined) {
+    // No type: only keywords that apply regardless of type could constrain; none are allowed here.
+    onlyWith(schema, param, undefined, []);
+    return withDescription(anyValue());
+  }
+  const alternatives = types.filter((type) => !(type === "integer" && types.includes("number"))).map((type) => typed(schema, type, param, context));
+  return withDescription(alternatives.length === 1 ? alternatives[0]! : ({ oneOf: alternatives } as GbnfJsonSchema));
+}
+
+/** Assertion keywords, by the type they apply to. */
+const TYPE_KEYWORDS: Record<BasicType, string[]> = {
+  string: ["minLength", "maxLength", "format"],
+  number: ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"],
+  integer: ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"],
+  boolean: [],
+  null: [],
+  object: ["properties", "required", "additionalProperties"],
+  array: ["items", "prefixItems", "minItems", "maxItems", "uniqueItems"],
+};
+
+/** Keywords this translator knows (some only to refuse them). */
+const KNOWN_ASSERTIONS = new Set([
+  "type",
+  "enum",
+  "const",
+  "$ref",
+  "$defs",
+  "definitions",
+  "anyOf",
+  "oneOf",
+  "allOf",
+  ...Object.values(TYPE_KEYWORDS).flat(),
+]);
+
+/** Refuses assertion keywords beside `keyword` other than those allowed. */
+function onlyWith(schema: Record<string, unknown>, param: string, keyword: string | undefined, allowed: string[]): void {
+  for (const key of Object.keys(schema)) {
+    if (key === keyword || ANNOTATIONS.has(key) || allowed.includes(key)) continue;
+    if (key === "$defs" || key === "definitions") refuse(`${param}.${key}`, `'${key}' is only supported at the root of the schema`);
+    const beside = keyword === undefined ? "without a 'type'" : `beside '${keyword}'`;
+    refuse(`${param}.${key}`, `the keyword '${key}' ${beside} is not supported`);
+  }
+}
+
+function declaredTypes(schema: Record<string, unknown>, param: string): BasicType[] | undefined {
+  const type = schema.type;
+  if (type === undefined) return undefined;
+  const list = Array.isArray(type) ? type : [type];
+  if (list.length === 0) refuse(`${param}.type`, "'type' must name at least one type");
+  for (const entry of list) {
+    if (!BASIC_TYPES.includes(entry as BasicType)) refuse(`${param}.type`, `unknown type ${JSON.stringify(entry)}`);
+  }
+  return [...new Set(list as BasicType[])];
+}
+
+/** `const` / `enum`, optionally narrowed by `type`. */
+function literals(schema: Record<string, unknown>, param: string, types: BasicType[] | undefined): GbnfJsonSchema {
+  const keyword = schema.const !== undefined ? "const" : "enum";
+  onlyWith(schema, param, keyword, ["type", ...(keyword === "const" && schema.enum !== undefined ? ["enum"] : [])]);
+  const values: unknown[] = keyword === "const" ? [schema.const] : Array.isArray(schema.enum) ? schema.enum : refuse(`${param}.enum`, "'enum' must be an array");
+  for (const value of values) {
+    if (!isPrimitive(value)) refuse(`${param}.${keyword}`, `'${keyword}' values that are objects or arrays are not supported`);
+  }
+  const allowed = (values as Array<string | number | boolean | null>).filter((value) => {
+    const inEnum = keyword === "enum" || !Array.isArray(schema.enum) || schema.enum.some((entry) => entry === value);
+    const valueType = typeOfValue(value);
+    const typeOk = types === undefined || types.includes(valueType) || (valueType === "integer" && types.includes("number"));
+    return inEnum && typeOk;
+  });
+  if (allowed.length === 0) refuse(`${param}.${keyword}`, "no value satisfies both 'type' and '" + keyword + "'");
+  if (allowed.length === 1) return { const: allowed[0]! };
+  return { enum: allowed };
+}
+
+function typed(schema: Record<string, unknown>, type: BasicType, param: string, context: Context): GbnfJsonSchema {
+  // Keywords of the other declared types do not apply to this type's values (JSON Schema semantics).
+  const declared = declaredTypes(schema, param) ?? [];
+  const applicable = new Set(declared.flatMap((entry) => TYPE_KEYWORDS[entry]));
+  onlyWith(schema, param, "type", [...applicable]);
+  switch (type) {
+    case "string":
+      return stringSchema(schema, param);
+    case "number":
+    case "integer":
+      return numberSchema(schema, type, param);
+    case "boolean":
+    case "null":
+      return { type };
+    case "object":
+      return objectSchema(schema, param, context);
+    case "array":
+      return arraySchema(schema, param, context);
+  }
+}
+
+function nonNegativeInteger(schema: Record<string, unknown>, keyword: string, param: string): number | undefined {
+  const value = schema[keyword];
+  if (value === undefined) return undefined;
+  if (typeof value !== "number" || !Number.isInteger(value) || value < 0) refuse(`${param}.${keyword}`, `'${keyword}' must be a non-negative integer`);
+  return value;
+}
+
+function stringSchema(schema: Record<string, unknown>, param: string): GbnfJsonSchema {
+  const minLength = nonNegativeInteger(schema, "minLength", param);
+  const maxLength = nonNegativeInteger(schema, "maxLength", param);
+  if (minLength !== undefined && maxLength !== undefined && maxLength < minLength) refuse(`${param}.maxLength`, "'maxLength' is below 'minLength'");
+  if (schema.format !== undefined) {
+    if (typeof schema.format !== "string" || !STRING_FORMATS.has(schema.format)) {
+      refuse(`${param}.format`, `the string format ${JSON.stringify(schema.format)} is not supported (only date-time, date and time are)`);
+    }
+    if (minLength !== undefined || maxLength !== undefined) refuse(`${param}.format`, "'format' together with 'minLength'/'maxLength' is not supported");
+    return { type: "string", format: schema.format as "date-time" | "date" | "time" };
+  }
+  return { type: "string", ...(minLength !== undefined ? { minLength } : {}), ...(maxLength !== undefined ? { maxLength } : {}) };
+}
+
+/** Bounds are refused unless the grammar's own limits imply them (zod's safe-integer bounds do). */
+function numberSchema(schema: Record<string, unknown>, type: "number" | "integer", param: string): GbnfJsonSchema {
+  for (const keyword of ["minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"] as const) {
+    const bound = schema[keyword];
+    if (bound === undefined) continue;
+    if (typeof bound !== "number") refuse(`${param}.${keyword}`, `'${keyword}' must be a number`);
+    const lower = keyword === "minimum" || keyword === "exclusiveMinimum";
+    const implied = type === "integer" && (lower ? bound < -GRAMMAR_INTEGER_LIMIT : bound > GRAMMAR_INTEGER_LIMIT);
+    const impliedInclusive = type === "integer" && (lower ? bound <= -GRAMMAR_INTEGER_LIMIT : bound >= GRAMMAR_INTEGER_LIMIT);
+    const ok = keyword.startsWith("exclusive") ? implied : impliedInclusive;
+    if (!ok) refuse(`${param}.${keyword}`, `numeric bounds ('${keyword}') are not supported`);
+  }
+  return { type };
+}
+
+function objectSchema(schema: Record<string, unknown>, param: string, context: Context): GbnfJsonSchema {
+  const properties = schema.properties ?? {};
+  if (!isObject(properties)) refuse(`${param}.properties`, "'properties' must be an object");
+  const translated: Record<string, GbnfJsonSchema> = {};
+  for (const [name, property] of Object.entries(properties)) {
+    translated[name] = translate(property, `${param}.properties.${name}`, context);
+  }
+  const required = schema.required ?? [];
+  if (!Array.isArray(required)) refuse(`${param}.required`, "'required' must be an array");
+  for (const name of required) {
+    if (typeof name !== "string" || !(name in properties)) {
+      refuse(`${param}.required`, `the required property ${JSON.stringify(name)} is not declared in 'properties'`);
+    }
+  }
+  const additional = schema.additionalProperties;
+  // JSON Schema allows extra properties by default; writing none is still valid. An object
+  // without declared properties and no say on extras is "any object".
+  let additionalProperties: boolean | GbnfJsonSchema = false;
+  if (additional === true || (additional === undefined && schema.properties === undefined)) additionalProperties = true;
+  else if (additional !== undefined && additional !== false) additionalProperties = translate(additional, `${param}.additionalProperties`, context);
+  return { type: "object", properties: translated, additionalProperties } as GbnfJsonSchema;
+}
+
+function arraySchema(schema: Record<string, unknown>, param: string, context: Context): GbnfJsonSchema {
+  if (schema.uniqueItems === true) refuse(`${param}.uniqueItems`, "'uniqueItems' is not supported");
+  let minItems = nonNegativeInteger(schema, "minItems", param);
+  let maxItems = nonNegativeInteger(schema, "maxItems", param);
+  if (minItems !== undefined && maxItems !== undefined && maxItems < minItems) refuse(`${param}.maxItems`, "'maxItems' is below 'minItems'");
+  let prefixItems: GbnfJsonSchema[] | undefined;
+  if (schema.prefixItems !== undefined) {
+    if (!Array.isArray(schema.prefixItems)) refuse(`${param}.prefixItems`, "'prefixItems' must be an array");
+    prefixItems = schema.prefixItems.map((item, index) => translate(item, `${param}.prefixItems[${index}]`, context));
+    // The grammar always writes every prefix item.
+    if (maxItems !== undefined && maxItems < prefixItems.length) refuse(`${param}.maxItems`, "'maxItems' below the number of 'prefixItems' is not supported");
+    if (minItems === undefined || minItems < prefixItems.length) minItems = prefixItems.length;
+  }
+  let items: GbnfJsonSchema | undefined;
+  if (schema.items === false) {
+    maxItems = prefixItems?.length ?? 0;
+  } else if (Array.isArray(schema.items)) {
+    refuse(`${param}.items`, "'items' as an array (draft 4 tuples) is not supported; use 'prefixItems'");
+  } else if (schema.items !== undefined) {
+    items = translate(schema.items, `${param}.items`, context);
+  }
+  return {
+    type: "array",
+    ...(items !== undefined ? { items } : {}),
+    ...(prefixItems !== undefined ? { prefixItems } : {}),
+    ...(minItems !== undefined ? { minItems } : {}),
+    ...(maxItems !== undefined ? { maxItems } : {}),
+  } as GbnfJsonSchema;
+}
+
+/** `#`, `#/$defs/name` and `#/definitions/name`; definitions are translated once. */
+function reference(ref: unknown, param: string, context: Context): GbnfJsonSchema {
+  if (ref === "#") {
+    context.refersToRoot = true;
+    return { $ref: `#/$defs/${ROOT_DEFINITION}` } as GbnfJsonSchema;
+  }
+  const match = typeof ref === "string" ? /^#\/(\$defs|definitions)\/([^/]+)$/.exec(ref) : null;
+  if (match === null) refuse(param, `the reference ${JSON.stringify(ref)} is not supported (only '#', '#/$defs/…' and '#/definitions/…' are)`);
+  const name = decodeURIComponent(match[2]!).replaceAll("~1", "/").replaceAll("~0", "~");
+  if (!(name in context.definitions)) refuse(param, `the reference ${JSON.stringify(ref)} points to no definition`);
+  const key = safeDefinitionName(name);
+  if (!(key in context.translated)) {
+    // Placeholder first, so a recursive definition refers to itself instead of looping.
+    context.translated[key] = { type: "null" };
+    context.translated[key] = translate(context.definitions[name], `${param.replace(/\.\$ref$/, "")}.$defs.${name}`, context);
+  }
+  return { $ref: `#/$defs/${key}` } as GbnfJsonSchema;
+}
+
+function safeDefinitionName(name: string): string {
+  return `d-${name.replace(/[^a-zA-Z0-9]/g, (character) => `_${character.charCodeAt(0).toString(16)}_`)}`;
+}
+
+/** Any JSON value. */
+function anyValue(): GbnfJsonSchema {
+  return {
+    oneOf: [{ type: ["string", "number", "boolean", "null"] }, { type: "object", additionalProperties: true }, { type: "array" }],
+  } as GbnfJsonSchema;
+}
+
+/** Possible JSON types of a (client) schema, or undefined when unknown. */
+function possibleTypes(schema: unknown, context: Context, depth = 0): Set<string> | undefined {
+  if (!isObject(schema) || depth > 16) return undefined;
+  if (typeof schema.$ref === "string") {
+    const match = /^#\/(\$defs|definitions)\/([^/]+)$/.exec(schema.$ref);
+    return match === null ? undefined : possibleTypes(context.definitions[match[2]!], context, depth + 1);
+  }
+  const alternatives = (schema.anyOf ?? schema.oneOf) as unknown[] | undefined;
+  if (Array.isArray(alternatives)) {
+    const union = new Set<string>();
+    for (const alternative of alternatives) {
+      const types = possibleTypes(alternative, context, depth + 1);
+      if (types === undefined) return undefined;
+      for (const type of types) union.add(type);
+    }
+    return union;
+  }
+  const values = schema.const !== undefined ? [schema.const] : Array.isArray(schema.enum) ? schema.enum : undefined;
+  if (values !== undefined) return new Set(values.filter(isPrimitive).map((value) => (typeOfValue(value) === "integer" ? "number" : typeOfValue(value))));
+  if (schema.type === undefined) return undefined;
+  const types = Array.isArray(schema.type) ? schema.type : [schema.type];
+  return new Set(types.map((type) => (type === "integer" ? "number" : String(type))));
+}
+
+/** The values a property may take when they are a finite list (const/enum). */
+function literalValues(schema: unknown): unknown[] | undefined {
+  if (!isObject(schema)) return undefined;
+  if (schema.const !== undefined) return [schema.const];
+  return Array.isArray(schema.enum) ? schema.enum : undefined;
+}
+
+/** Whether no value generated for `a` can also validate against `b` (and vice versa). */
+function provablyDisjoint(a: unknown, b: unknown, context: Context): boolean {
+  const typesA = possibleTypes(a, context);
+  const typesB = possibleTypes(b, context);
+  if (typesA !== undefined && typesB !== undefined && [...typesA].every((type) => !typesB.has(type))) return true;
+  const valuesA = literalValues(a);
+  const valuesB = literalValues(b);
+  if (valuesA !== undefined && valuesB !== undefined) return valuesA.every((value) => !valuesB.includes(value));
+  if (!isObject(a) || !isObject(b) || !isObject(a.properties) || !isObject(b.properties)) return false;
+  return generatedFails(a, b) && generatedFails(b, a);
+}
+
+/**
+ * Whether every object the grammar writes for `a` fails `b`: the grammar writes every declared
+ * property, so a property whose literal values differ, or one `b` does not allow, tells them apart.
+ */
+function generatedFails(a: Record<string, unknown>, b: Record<string, unknown>): boolean {
+  const propertiesA = a.properties as Record<string, unknown>;
+  const propertiesB = b.properties as Record<string, unknown>;
+  return Object.keys(propertiesA).some((name) => {
+    if (!(name in propertiesB)) return b.additionalProperties === false;
+    const left = literalValues(propertiesA[name]);
+    const right = literalValues(propertiesB[name]);
+    return left !== undefined && right !== undefined && left.every((value) => !right.includes(value));
+  });
+}
+
+function assertDisjoint(alternatives: unknown[], param: string, context: Context): void {
+  for (let left = 0; left < alternatives.length; left++) {
+    for (let right = left + 1; right < alternatives.length; right++) {
+      if (!provablyDisjoint(alternatives[left], alternatives[right], context)) {
+        refuse(`${param}.oneOf`, `'oneOf' alternatives ${left} and ${right} may both match one value, so "exactly one" cannot be enforced; use 'anyOf'`);
+      }
+    }
+  }
+}

@@ -1,0 +1,76 @@
+/**
+ * Decides how a request's reply is shaped on the llama.cpp engine: which functions the chat
+ * template documents, which grammar constrains the tokens, and how the text is read back
+ * (plain content, or content and tool calls).
+ */
+import type { ChatModelFunctions, ChatWrapper, LlamaGrammar } from "node-llama-cpp";
+import type { GenerationRequest, StreamPart } from "../engine.ts";
+import { callSyntaxOf, replyGrammarText, type GrammarFactory } from "./grammar.ts";
+import { toGrammarSchema } from "./json-schema.ts";
+import { ToolCallParser } from "./tool-call-parser.ts";
+
+/** A stream part before it is given its choice's index. */
+export type ReplyPart = StreamPart extends infer Part ? (Part extends { type: "finish" } ? never : Part extends unknown ? Omit<Part, "choice"> : never) : never;
+
+/** Turns the reply's text into stream parts. */
+export type ReplyReader = {
+  push(text: string): ReplyPart[];
+  flush(): ReplyPart[];
+  /** Tool calls started so far. */
+  readonly calls: number;
+};
+
+export type ReplyPlan = {
+  /** Functions for the chat template to document; undefined when the model may call none. */
+  functions?: ChatModelFunctions;
+  grammar?: LlamaGrammar;
+  /**
+   * Whether special tokens are written out as their text: a template's call syntax may hold
+   * some (e.g. `<tool_call>`), and the reader must see them to find the calls.
+   */
+  specialTokensAsText: boolean;
+  reader(): ReplyReader;
+};
+
+function plainReader(): ReplyReader {
+  return {
+    push: (text) => [{ type: "text-delta", text }],
+    flush: () => [],
+    calls: 0,
+  };
+}
+
+/**
+ * Plans the reply. Throws `UnsupportedSchemaError` (400) for a response or parameters schema
+ * the grammar cannot enforce.
+ */
+export async function planReply(factory: GrammarFactory, wrapper: ChatWrapper, request: GenerationRequest): Promise<ReplyPlan> {
+  const tools = request.tools ?? [];
+  const choice = request.toolChoice ?? "auto";
+  if (tools.length === 0 || choice === "none") {
+    const text = await factory.contentRules(request.responseFormat, "");
+    return { grammar: text === undefined ? undefined : await factory.grammar(text), specialTokensAsText: false, reader: plainReader };
+  }
+  const functions: Record<string, { description?: string; params: ReturnType<typeof toGrammarSchema> }> = {};
+  for (const [index, tool] of tools.entries()) {
+    const params = toGrammarSchema(tool.parameters ?? { type: "object", properties: {} }, `tools[${index}].function.parameters`);
+    functions[tool.name] = { ...(tool.description !== undefined ? { description: tool.description } : {}), params };
+  }
+  const syntax = callSyntaxOf(wrapper);
+  const grammarText = await replyGrammarText(factory, {
+    format: request.responseFormat,
+    tools,
+    choice,
+    parallel: request.parallelToolCalls ?? true,
+    syntax,
+  });
+  const names = typeof choice === "object" ? [choice.name] : tools.map((tool) => tool.name);
+  // Longer names first, so a name that is a prefix of another is not taken too early.
+  names.sort((left, right) => right.length - left.length);
+  return {
+    functions,
+    grammar: await factory.grammar(grammarText),
+    specialTokensAsText: true,
+    reader: () => new ToolCallParser(syntax, names, choice !== "auto"),
+  };
+}

@@ -1,0 +1,68 @@
+/**
+ * Runs the choices of one request (OpenAI's `n`) over the slots it holds: each slot takes the
+ * next choice not yet started until none is left, so choices run in parallel where the request
+ * got several slots and one after another otherwise. Parts come out in the order they are made
+ * (interleaved across choices). Stopping early (the consumer returns, a choice fails) aborts the
+ * others and waits for them, so usage is final and every slot is back when this ends.
+ */
+import type { StreamPart } from "./engine.ts";
+import type { SlotLease } from "./slot-queue.ts";
+
+export type GenerateChoice<Slot> = (slot: Slot, choice: number, signal: AbortSignal) => AsyncIterable<StreamPart>;
+
+export async function* runChoices<Slot>(
+  leases: readonly SlotLease<Slot>[],
+  choices: number,
+  signal: AbortSignal,
+  generate: GenerateChoice<Slot>,
+): AsyncGenerator<StreamPart> {
+  const local = new AbortController();
+  const stop = AbortSignal.any([signal, local.signal]);
+  const ready: StreamPart[] = [];
+  let failure: { error: unknown } | undefined;
+  let nextChoice = 0;
+  let running = leases.length;
+  let wake: (() => void) | undefined;
+  const notify = () => {
+    wake?.();
+    wake = undefined;
+  };
+
+  const work = async (lease: SlotLease<Slot>) => {
+    try {
+      while (nextChoice < choices) {
+        const choice = nextChoice++;
+        for await (const part of generate(lease.slot, choice, stop)) {
+          ready.push(part);
+          notify();
+        }
+      }
+    } catch (error) {
+      failure ??= { error };
+      local.abort(error);
+    } finally {
+      lease.release();
+      running--;
+      notify();
+    }
+  };
+  const workers = leases.map((lease) => work(lease));
+
+  try {
+    for (;;) {
+      if (failure !== undefined) throw failure.error;
+      const part = ready.shift();
+      if (part !== undefined) {
+        yield part;
+        continue;
+      }
+      if (running === 0) return;
+      await new Promise<void>((resolve) => {
+        wake = resolve;
+      });
+    }
+  } finally {
+    local.abort(new Error("generation stopped"));
+    await Promise.all(workers);
+  }
+}
