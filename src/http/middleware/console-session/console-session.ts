@@ -56,6 +56,15 @@ export function checkSameOrigin(request: FastifyRequest, publicOrigin: string | 
   if (origin !== own && origin !== publicOrigin) throw new CsrfError(`the origin ${JSON.stringify(origin).slice(0, 100)} is not this server`);
 }
 
+/** Refuses a state-changing call made with this session unless it is same-origin and carries the session's CSRF token. */
+export function checkCsrf(request: FastifyRequest, sessionToken: string, publicOrigin: string | null): void {
+  checkSameOrigin(request, publicOrigin);
+  const presented = request.headers[CSRF_HEADER];
+  if (!isValidCsrfToken(sessionToken, typeof presented === "string" ? presented : undefined)) {
+    throw new CsrfError(`the ${CSRF_HEADER} header is missing or wrong`);
+  }
+}
+
 export type ConsoleSessionOptions = {
   database: Kysely<Database>;
   /** `TURNPIKE_PUBLIC_URL`'s origin, also accepted as a request's Origin. */
@@ -70,13 +79,7 @@ export function consoleSessions(options: ConsoleSessionOptions): SessionResolver
     const session = await findSession(options.database, token);
     if (session === undefined) return null;
     if (session.disabled) throw new AccountDisabledError();
-    if (!SAFE_METHODS.has(request.method)) {
-      checkSameOrigin(request, options.publicOrigin);
-      const presented = request.headers[CSRF_HEADER];
-      if (!isValidCsrfToken(token, typeof presented === "string" ? presented : undefined)) {
-        throw new CsrfError(`the ${CSRF_HEADER} header is missing or wrong`);
-      }
-    }
+    if (!SAFE_METHODS.has(request.method)) checkCsrf(request, token, options.publicOrigin);
     return { accountId: session.accountId, email: session.email, role: session.role, via: "session" };
   };
 }

@@ -6,7 +6,7 @@
  *   its sessions end, and its keys stop working on `/v1` (403 `account_disabled`).
  * - `GET /api/admin/keys`: every key with its owner's email; `DELETE /api/admin/keys/:id` revokes any.
  */
-import type { FastifyInstance, preHandlerHookHandler } from "fastify";
+import type { FastifyInstance, FastifyRequest, preHandlerHookHandler } from "fastify";
 import type { Kysely } from "kysely";
 import { z } from "zod";
 import type { Database } from "../../../store/schema.ts";
@@ -39,7 +39,14 @@ const grantSchema = z.object({ plan: z.string().min(1).max(200) });
 
 export function registerAdminAccountsRoutes(app: FastifyInstance, options: AdminAccountsRoutesOptions): void {
   const { database } = options;
-  const adminOnly = { preHandler: [options.authenticate, async function adminOnly(request: Parameters<typeof requireAdmin>[0]) { requireAdmin(request); }] };
+  const adminOnly = {
+    preHandler: [
+      options.authenticate,
+      async function adminOnly(request: FastifyRequest) {
+        requireAdmin(request);
+      },
+    ],
+  };
 
   async function existingAccount(id: string) {
     const account = await findAccountById(database, id);

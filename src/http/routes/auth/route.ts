@@ -17,15 +17,7 @@ import type { SignInThrottle } from "../../../auth/sign-in-throttle.ts";
 import { ApiError, InvalidRequestError } from "../../../protocol/errors.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
 import { AccountDisabledError, AuthenticationRequiredError } from "../../middleware/account-auth/account-auth.ts";
-import {
-  checkSameOrigin,
-  clearSessionCookie,
-  CSRF_HEADER,
-  CsrfError,
-  sessionTokenOf,
-  setSessionCookie,
-} from "../../middleware/console-session/console-session.ts";
-import { isValidCsrfToken } from "../../../auth/sessions.ts";
+import { checkCsrf, checkSameOrigin, clearSessionCookie, sessionTokenOf, setSessionCookie } from "../../middleware/console-session/console-session.ts";
 
 export type AuthRoutesOptions = {
   database: Kysely<Database>;
@@ -122,9 +114,7 @@ export function registerAuthRoutes(app: FastifyInstance, options: AuthRoutesOpti
   app.post("/api/auth/signout", async function signOut(request, reply): Promise<{ signed_out: true }> {
     const token = sessionTokenOf(request);
     if (token !== undefined && (await findSession(database, token)) !== undefined) {
-      checkSameOrigin(request, options.publicOrigin);
-      const presented = request.headers[CSRF_HEADER];
-      if (!isValidCsrfToken(token, typeof presented === "string" ? presented : undefined)) throw new CsrfError(`the ${CSRF_HEADER} header is missing or wrong`);
+      checkCsrf(request, token, options.publicOrigin);
       await deleteSession(database, token);
     }
     clearSessionCookie(request, reply);
