@@ -24,8 +24,8 @@ const contexts: BrowserContext[] = [];
 /** Uncaught errors in the console's pages: there must be none. */
 const pageErrors: string[] = [];
 
-async function newPage(viewport = { width: 1280, height: 860 }): Promise<Page> {
-  const context = await browser.newContext({ viewport, baseURL: test.url });
+async function newPage(viewport = { width: 1280, height: 860 }, colorScheme: "light" | "dark" = "light"): Promise<Page> {
+  const context = await browser.newContext({ viewport, baseURL: test.url, colorScheme });
   await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: test.url });
   contexts.push(context);
   const page = await context.newPage();
@@ -266,8 +266,8 @@ describe("the web console in a browser", { skip: fs.existsSync(CHROMIUM) ? false
     await shot(user, "17-billing-redeemed");
   });
 
-  it("works at phone width and signs out", async () => {
-    const phone = await newPage({ width: 390, height: 844 });
+  it("works at phone width (in dark mode) and signs out", async () => {
+    const phone = await newPage({ width: 390, height: 844 }, "dark");
     await phone.goto("/signin");
     await phone.getByLabel("Email address").fill("user@example.com");
     await phone.getByLabel("Password").fill(password);
@@ -277,6 +277,11 @@ describe("the web console in a browser", { skip: fs.existsSync(CHROMIUM) ? false
     await phone.getByRole("link", { name: "API keys" }).click();
     await phone.getByRole("heading", { name: "API keys" }).waitFor();
     await shot(phone, "15-phone-keys");
+    await phone.getByRole("button", { name: "Menu" }).click();
+    await phone.getByRole("link", { name: "Usage" }).click();
+    await phone.getByRole("heading", { name: "Recent requests" }).waitFor();
+    await phone.getByRole("row").filter({ hasText: "laptop" }).first().waitFor();
+    await shot(phone, "18-phone-usage-dark");
     await phone.getByRole("button", { name: "Menu" }).click();
     await phone.getByRole("button", { name: "Sign out" }).click();
     await phone.getByRole("heading", { name: "Welcome back" }).waitFor();
