@@ -91,6 +91,16 @@ describe("sign-up and sessions", () => {
     assert.equal(anonymous.body.error.code, "authentication_required");
   });
 
+  it("replaces the browser's previous session on sign-in", async () => {
+    const client = new ConsoleClient(test.url, { "x-forwarded-for": "10.4.0.1" });
+    await client.signUp("twice@example.com");
+    const first = client.cookie;
+    assert.equal((await client.signIn("twice@example.com")).status, 200);
+    assert.notEqual(client.cookie, first);
+    assert.equal((await fetch(`${test.url}/api/keys`, { headers: { cookie: first } })).status, 401, "the old session ended");
+    assert.equal((await client.get("/api/keys")).status, 200);
+  });
+
   it("signs out: the session stops working", async () => {
     const client = new ConsoleClient(test.url);
     await client.signUp("leaving@example.com");

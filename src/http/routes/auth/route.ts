@@ -62,6 +62,9 @@ class EmailTakenError extends ApiError {
 let decoyHash: Promise<string> | undefined;
 
 async function startSession(database: Kysely<Database>, request: FastifyRequest, reply: FastifyReply, account: { id: string; email: string; role: "admin" | "user" }): Promise<SessionReply> {
+  // A new sign-in replaces the browser's previous session, never reuses it.
+  const previous = sessionTokenOf(request);
+  if (previous !== undefined) await deleteSession(database, previous);
   const { token, expires } = await createSession(database, account.id);
   setSessionCookie(request, reply, token, expires);
   return { id: account.id, email: account.email, role: account.role, csrf_token: csrfTokenFor(token) };
