@@ -135,38 +135,46 @@ describe("metered quota", () => {
     assert.equal(check.activeHolds, 0);
   });
 
-  it("bills a stream cut by the client for the tokens generated before the cut", async () => {
-    const { account, key } = await meteredAccount("small");
-    const listed = (await cliJson(["keys", "list", "--data-dir", dataDir])).find((row: any) => row.account_id === account.id);
-    assert.ok(listed, "keys list shows the account's key");
-    const secret = key.key as string;
+  /**
+   * Streams from the never-ending random model, cuts the connection after `contentDeltas`
+   * content deltas, and waits for the hold to be settled. Returns the usage record.
+   */
+  async function cutStream(secret: string, accountId: string, extra: Record<string, unknown>, contentDeltas: number) {
     const abort = new AbortController();
     const response = await fetch(`${server.url}/v1/chat/completions`, {
       method: "POST",
       headers: { "content-type": "application/json", authorization: `Bearer ${secret}` },
-      body: JSON.stringify({ model: "random", messages: [{ role: "user", content: "Go" }], max_tokens: 600, stream: true }),
+      body: JSON.stringify({ model: "random", messages: [{ role: "user", content: "Go" }], stream: true, ...extra }),
       signal: abort.signal,
     });
     const reader = response.body!.getReader();
     let received = 0;
     let text = "";
-    while (received < 20) {
+    while (received < contentDeltas) {
       const { value } = await reader.read();
       text += new TextDecoder().decode(value);
       received = (text.match(/"content":"[^"]/g) ?? []).length;
     }
     abort.abort();
-    let check = await ledgerOf(dataDir, account.id);
+    let check = await ledgerOf(dataDir, accountId);
     for (let attempt = 0; attempt < 100 && check.activeHolds > 0; attempt++) {
       await delay(20);
-      check = await ledgerOf(dataDir, account.id);
+      check = await ledgerOf(dataDir, accountId);
     }
     assert.equal(check.activeHolds, 0, "the hold was settled");
-    assert.equal(check.balance, check.sumOfEntries);
     const database = await openStore({ dataDir, databaseUrl: "" });
-    const record = await database.selectFrom("usage_records").selectAll().where("account_id", "=", account.id).executeTakeFirstOrThrow();
+    const record = await database.selectFrom("usage_records").selectAll().where("account_id", "=", accountId).executeTakeFirstOrThrow();
     await database.destroy();
     assert.equal(record.finish_reason, "cancelled");
+    return { received, check, record };
+  }
+
+  it("bills a stream cut by the client for the tokens generated before the cut", async () => {
+    const { account, key } = await meteredAccount("small");
+    const listed = (await cliJson(["keys", "list", "--data-dir", dataDir])).find((row: any) => row.account_id === account.id);
+    assert.ok(listed, "keys list shows the account's key");
+    const { received, check, record } = await cutStream(key.key as string, account.id, { max_tokens: 600 }, 20);
+    assert.equal(check.balance, check.sumOfEntries);
     const generated = Number(record.completion_tokens);
     assert.ok(generated >= received && generated < 600, `billed ${generated} tokens for ${received} received`);
     assert.equal(Number(record.cost), Number(record.prompt_tokens) * 1 + generated * 2, "billed exactly for what was generated");
@@ -207,32 +215,7 @@ describe("metered quota", () => {
 
   it("bills a stream with n=3 cut by the client for the tokens of all choices generated before the cut", async () => {
     const { account, key } = await meteredAccount("small");
-    const abort = new AbortController();
-    const response = await fetch(`${server.url}/v1/chat/completions`, {
-      method: "POST",
-      headers: { "content-type": "application/json", authorization: `Bearer ${key.key as string}` },
-      body: JSON.stringify({ model: "random", messages: [{ role: "user", content: "Go" }], max_tokens: 200, n: 3, stream: true }),
-      signal: abort.signal,
-    });
-    const reader = response.body!.getReader();
-    let received = 0;
-    let text = "";
-    while (received < 30) {
-      const { value } = await reader.read();
-      text += new TextDecoder().decode(value);
-      received = (text.match(/"content":"[^"]/g) ?? []).length;
-    }
-    abort.abort();
-    let check = await ledgerOf(dataDir, account.id);
-    for (let attempt = 0; attempt < 100 && check.activeHolds > 0; attempt++) {
-      await delay(20);
-      check = await ledgerOf(dataDir, account.id);
-    }
-    assert.equal(check.activeHolds, 0, "the hold was settled");
-    const database = await openStore({ dataDir, databaseUrl: "" });
-    const record = await database.selectFrom("usage_records").selectAll().where("account_id", "=", account.id).executeTakeFirstOrThrow();
-    await database.destroy();
-    assert.equal(record.finish_reason, "cancelled");
+    const { received, check, record } = await cutStream(key.key as string, account.id, { max_tokens: 200, n: 3 }, 30);
     const generated = Number(record.completion_tokens);
     assert.ok(generated >= received && generated < 600, `billed ${generated} tokens for ${received} received`);
     const expected = costOf(
