@@ -9,7 +9,7 @@ import { KeysPage } from "./pages/keys.tsx";
 import { BillingPage } from "./pages/billing.tsx";
 import { ModelsPage } from "./pages/models.tsx";
 import { forgetTemporaryKey, PlaygroundPage } from "./pages/playground.tsx";
-import { AdminPage } from "./pages/admin.tsx";
+import { AdminPage } from "./pages/admin/index.tsx";
 
 // The charts library is the bulk of the bundle: loaded with the Usage page only.
 const UsagePage = lazy(() => import("./pages/usage.tsx").then((module) => ({ default: module.UsagePage })));
