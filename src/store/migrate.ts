@@ -19,8 +19,6 @@ export async function migrateToLatest(database: Kysely<any>, onApplied?: (name: 
     provider: { getMigrations: async () => migrations },
     migrationTableName: "turnpike_migrations",
     migrationLockTableName: "turnpike_migrations_lock",
-    // Migrations are numbered per branch of work; one that lands after a later number still applies.
-    allowUnorderedMigrations: true,
   });
   const { error, results } = await migrator.migrateToLatest();
   const applied: string[] = [];

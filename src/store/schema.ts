@@ -153,7 +153,15 @@ export type SessionTable = {
   expires_at: number;
 };
 
+export type InstallationClaimTable = {
+  /** What was claimed, once per installation (e.g. `first_admin`). */
+  name: string;
+  account_id: string;
+  created_at: number;
+};
+
 export type Database = {
+  installation_claims: InstallationClaimTable;
   api_keys: ApiKeyTable;
   accounts: AccountTable;
   plans: PlanTable;

@@ -7,10 +7,12 @@ import { migration0001ApiKeys } from "./0001-api-keys.ts";
 import { migration0002AccountsAndBilling } from "./0002-accounts-and-billing.ts";
 import { migration0003RedemptionCodeDisplay } from "./0003-redemption-code-display.ts";
 import { migration0004Sessions } from "./0004-sessions.ts";
+import { migration0005InstallationClaims } from "./0005-installation-claims.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-api-keys": migration0001ApiKeys,
   "0002-accounts-and-billing": migration0002AccountsAndBilling,
   "0003-redemption-code-display": migration0003RedemptionCodeDisplay,
   "0004-sessions": migration0004Sessions,
+  "0005-installation-claims": migration0005InstallationClaims,
 };

@@ -78,15 +78,16 @@ export function registerAuthRoutes(app: FastifyInstance, options: AuthRoutesOpti
     const body = parseWithSchema(signUpSchema, request.body);
     const email = normalizeEmail(body.email);
     if (!isValidEmail(email)) throw new InvalidRequestError("Invalid 'email': enter an email address like name@example.com.", "email");
-    // The first account of an installation without an admin runs it.
-    const admin = await database.selectFrom("accounts").select("id").where("role", "=", "admin").executeTakeFirst();
     let account;
     try {
-      account = await createAccount(database, { email, password: body.password, role: admin === undefined ? "admin" : "user" });
+      account = await createAccount(database, { email, password: body.password, role: "user" });
     } catch (error) {
       if (error instanceof AccountExistsError) throw new EmailTakenError();
       throw error;
     }
+    // The first account of an installation without an admin runs it; the claim's primary key
+    // makes sure only one of several simultaneous first sign-ups does.
+    if (await claimFirstAdmin(database, account.id)) account = { ...account, role: "admin" as const };
     request.log.info({ account_id: account.id, role: account.role }, "account signed up");
     reply.code(201);
     return startSession(database, request, reply, account);
@@ -132,4 +133,18 @@ export function registerAuthRoutes(app: FastifyInstance, options: AuthRoutesOpti
     if (session.disabled) throw new AccountDisabledError();
     return { id: session.accountId, email: session.email, role: session.role, csrf_token: csrfTokenFor(token) };
   });
+}
+
+/** Makes the account admin if the installation has none and nobody claimed that before. */
+async function claimFirstAdmin(database: Kysely<Database>, accountId: string): Promise<boolean> {
+  const admin = await database.selectFrom("accounts").select("id").where("role", "=", "admin").executeTakeFirst();
+  if (admin !== undefined) return false;
+  const claimed = await database
+    .insertInto("installation_claims")
+    .values({ name: "first_admin", account_id: accountId, created_at: Date.now() })
+    .onConflict((conflict) => conflict.column("name").doNothing())
+    .executeTakeFirst();
+  if (Number(claimed.numInsertedOrUpdatedRows ?? 0n) === 0) return false;
+  await database.updateTable("accounts").set({ role: "admin" }).where("id", "=", accountId).execute();
+  return true;
 }
