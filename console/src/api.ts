@@ -65,84 +65,16 @@ export const post = <T>(path: string, body: unknown = {}) => api<T>("POST", path
 
 /* The shapes `/api` answers with. */
 
-export type Session = { id: string; email: string; role: "admin" | "user"; csrf_token: string };
+export type {
+  SessionObject as Session,
+  PlanObject as Plan,
+  AccountObject as Account,
+  ApiKeyObject as ApiKey,
+  CreatedApiKeyObject as CreatedKey,
+  UsageRow as UsageGroup,
+  RecentRequest as UsageRequest,
+} from "../../src/protocol/account-api.ts";
 
-export type Plan = {
-  id: string;
-  name: string;
-  price: { amount: number; currency: string };
-  credit: number;
-  days: number | null;
-  rpm: number | null;
-  tpm: number | null;
-  models: string[] | null;
-};
-
-export type Account = {
-  id: string;
-  email: string;
-  role: "admin" | "user";
-  balance: number;
-  plan: Plan | null;
-  credit_expires: number | null;
-  created: number;
-  disabled: number | null;
-};
-
-export type ApiKey = {
-  id: string;
-  name: string;
-  display_prefix: string;
-  account_id: string | null;
-  account_email?: string | null;
-  created: number;
-  last_used: number | null;
-  expires: number | null;
-  revoked: number | null;
-  status: "active" | "revoked" | "expired";
-  models: string[] | null;
-  spend_cap: number | null;
-  spent: number;
-  rpm: number | null;
-  tpm: number | null;
-};
-
-export type CreatedKey = ApiKey & { key: string };
-
-export type Model = {
-  id: string;
-  owned_by: string;
-  context_length: number;
-  modalities: { input: string[]; output: string[] };
-  pricing: { prompt: number; cached_prompt: number; completion: number };
-  supported_parameters: string[];
-  status: { state: "ready" | "loading" | "downloading" | "unavailable"; progress?: number; detail?: string };
-};
-
-export type UsageGroup = {
-  group: string;
-  requests: number;
-  prompt_tokens: number;
-  cached_prompt_tokens: number;
-  completion_tokens: number;
-  cost: number;
-};
-
-export type UsageRequest = {
-  id: string;
-  request_id: string;
-  created: number;
-  key_id: string | null;
-  key_name: string | null;
-  model: string;
-  prompt_tokens: number;
-  cached_prompt_tokens: number;
-  completion_tokens: number;
-  cost: number;
-  latency_ms: number;
-  status: number;
-  finish_reason: string | null;
-  stream: boolean | number;
-};
+export type { ModelObject as Model } from "../../src/protocol/models.ts";
 
 export type List<T> = { object?: "list"; data: T[] };

@@ -4,26 +4,13 @@
  */
 import type { Kysely } from "kysely";
 import type { Database } from "../store/schema.ts";
-import type { Plan } from "../billing/plans.ts";
+import type { AccountObject } from "../protocol/account-api.ts";
 import { expireDueCredit } from "../billing/ledger.ts";
 import { findPlan } from "../billing/plans-store.ts";
 import { AccountNotFoundError, findAccountById } from "./accounts.ts";
 
-export type AccountDescription = {
-  id: string;
-  email: string;
-  role: "admin" | "user";
-  /** Spendable credit units (running holds excluded). */
-  balance: number;
-  /** The plan granted last, or null. */
-  plan: Plan | null;
-  /** Seconds since the epoch when the last of the credit expires; null: none expires (or none left). */
-  credit_expires: number | null;
-  /** Seconds since the epoch. */
-  created: number;
-  /** Seconds since the epoch, or null when the account is active. */
-  disabled: number | null;
-};
+/** What `describeAccount` gives: the `/api` account object. */
+export type AccountDescription = AccountObject;
 
 export async function describeAccount(database: Kysely<Database>, accountId: string): Promise<AccountDescription> {
   await expireDueCredit(database, accountId);

@@ -4,6 +4,9 @@
 import { sql, type Kysely, type RawBuilder } from "kysely";
 import type { Database, UsageRecordTable } from "../store/schema.ts";
 import { newId } from "./ledger.ts";
+import type { RecentRequest, UsageRow } from "../protocol/account-api.ts";
+
+export type { RecentRequest, UsageRow };
 
 export type UsageRecord = Omit<UsageRecordTable, "id">;
 
@@ -13,15 +16,6 @@ export async function recordUsage(database: Kysely<Database>, record: UsageRecor
 
 export type UsageGroup = "day" | "model" | "key";
 
-export type UsageRow = {
-  /** The day (YYYY-MM-DD, UTC), the model id or the key id. */
-  group: string;
-  requests: number;
-  prompt_tokens: number;
-  cached_prompt_tokens: number;
-  completion_tokens: number;
-  cost: number;
-};
 
 const DAY_MS = 86_400_000;
 
@@ -61,22 +55,6 @@ export async function queryUsage(
     .sort((a, b) => a.group.localeCompare(b.group));
 }
 
-export type RecentRequest = {
-  id: string;
-  request_id: string;
-  created: number;
-  key_id: string | null;
-  key_name: string | null;
-  model: string;
-  prompt_tokens: number;
-  cached_prompt_tokens: number;
-  completion_tokens: number;
-  cost: number;
-  latency_ms: number;
-  status: number;
-  finish_reason: string | null;
-  stream: boolean;
-};
 
 /** The newest requests first, `limit` of them, older than `before` when given (for paging). */
 export async function recentRequests(

@@ -56,7 +56,7 @@ export function ModelsSection() {
               <td className="strong mono">{model.id}</td>
               <td>
                 {statusBadge(model.status)}
-                {model.status.detail && <div className="muted small">{model.status.detail}</div>}
+                {model.status.state === "unavailable" && <div className="muted small">{model.status.detail}</div>}
               </td>
               <td className="number">{formatNumber(model.context_length)}</td>
               <td>

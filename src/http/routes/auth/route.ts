@@ -12,6 +12,7 @@ import { z } from "zod";
 import type { Database } from "../../../store/schema.ts";
 import { AccountExistsError, createAccount, isValidEmail, normalizeEmail } from "../../../accounts/accounts.ts";
 import { hashPassword, verifyPassword } from "../../../auth/passwords.ts";
+import type { SessionObject } from "../../../protocol/account-api.ts";
 import { createSession, csrfTokenFor, deleteSession, findSession } from "../../../auth/sessions.ts";
 import type { SignInThrottle } from "../../../auth/sign-in-throttle.ts";
 import { ApiError, InvalidRequestError } from "../../../protocol/errors.ts";
@@ -26,7 +27,7 @@ export type AuthRoutesOptions = {
 };
 
 /** What the console knows about who is signed in. */
-export type SessionReply = { id: string; email: string; role: "admin" | "user"; csrf_token: string };
+export type SessionReply = SessionObject;
 
 const credentialsSchema = z.object({
   email: z.string().max(254),

@@ -15,29 +15,10 @@ import { createApiKey, findApiKey, listApiKeys, revokeApiKey, type ApiKeyRecord 
 import { ApiError, InvalidRequestError } from "../../../protocol/errors.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
 import { principalOf } from "../../middleware/account-auth/account-auth.ts";
+import type { ApiKeyObject, CreatedApiKeyObject } from "../../../protocol/account-api.ts";
 
-/** A key as `/api` shows it. Times are seconds since the epoch. */
-export type ApiKeyObject = {
-  id: string;
-  object: "api_key";
-  name: string;
-  /** The first characters of the key, to tell keys apart. */
-  display_prefix: string;
-  account_id: string | null;
-  created: number;
-  last_used: number | null;
-  expires: number | null;
-  revoked: number | null;
-  status: "active" | "revoked" | "expired";
-  /** Model ids the key may use; null: every model its account may use. */
-  models: string[] | null;
-  /** Most credit units the key may spend; null: no cap of its own. */
-  spend_cap: number | null;
-  /** Credit units spent so far. */
-  spent: number;
-  rpm: number | null;
-  tpm: number | null;
-};
+export type { ApiKeyObject };
+
 
 const seconds = (time: number | null) => (time === null ? null : Math.floor(time / 1000));
 
@@ -101,7 +82,7 @@ export function registerKeysRoutes(app: FastifyInstance, options: KeysRoutesOpti
     return { object: "list", data: (await listApiKeys(database, accountId)).map((key) => toApiKeyObject(key)) };
   });
 
-  app.post("/api/keys", { preHandler: options.authenticate }, async function createOwnKey(request, reply): Promise<ApiKeyObject & { key: string }> {
+  app.post("/api/keys", { preHandler: options.authenticate }, async function createOwnKey(request, reply): Promise<CreatedApiKeyObject> {
     const { accountId } = principalOf(request);
     const body = parseWithSchema(createKeySchema, request.body);
     checkModels(options.catalog, body.models);
