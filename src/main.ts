@@ -17,6 +17,8 @@ import { Metering } from "./billing/metering.ts";
 import { createRateLimiter } from "./limits/index.ts";
 import { RequestLimits } from "./limits/request-limits.ts";
 import { Metrics } from "./metrics/metrics.ts";
+import { MemorySignInThrottle, type SignInThrottle } from "./auth/sign-in-throttle.ts";
+import { RedisSignInThrottle } from "./auth/redis-sign-in-throttle.ts";
 import { deadNodes, forgetNodes, heartbeat, registerNode } from "./billing/nodes.ts";
 import { sweepExpiredCredit, sweepHolds } from "./billing/ledger.ts";
 import { listPlans, syncConfigPlans } from "./billing/plans-store.ts";
@@ -114,6 +116,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
   const metering = new Metering({ database, nodeId: () => nodeId, holdTtlMs: HOLD_TTL_MS });
   const limits = new RequestLimits(createRateLimiter({ redisUrl: settings.redis_url, logger }));
   const metrics = new Metrics({ rateLimiterDegraded: () => limits.degraded });
+  const signInThrottle: SignInThrottle = settings.redis_url === "" ? new MemorySignInThrottle() : new RedisSignInThrottle({ url: settings.redis_url, logger });
   const runtime = createRuntimeLoader({
     threads: settings.threads,
     gpu: settings.gpu,
@@ -162,6 +165,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     metering,
     limits,
     metrics,
+    signInThrottle,
     plans: () => plans,
     refreshPlans: async () => {
       plans = await listPlans(database);
@@ -196,6 +200,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
       clearInterval(sweeper);
       await catalog.close();
       await limits.close();
+      await signInThrottle.close?.();
       await forgetNodes(database, [nodeId]);
       await database.destroy();
     })();

@@ -1,8 +1,19 @@
 /**
  * Slows password guessing: failed sign-ins are counted per account (email) and per client
  * address in fixed windows; over the limit, sign-in answers 429 with `retry-after` until the
- * window ends, whatever the password. One node's memory: several nodes each count their own.
+ * window ends, whatever the password. `MemorySignInThrottle` counts in this node's memory;
+ * `RedisSignInThrottle` (redis-sign-in-throttle.ts) shares the counts between nodes.
  */
+
+/** What the sign-in route needs; memory answers at once, Redis asynchronously. */
+export interface SignInThrottle {
+  /** Seconds to wait before trying again, or 0 when an attempt may go ahead. */
+  retryAfterSeconds(email: string, address: string): number | Promise<number>;
+  recordFailure(email: string, address: string): void | Promise<void>;
+  /** A successful sign-in clears the account's count (the address keeps its own). */
+  recordSuccess(email: string): void | Promise<void>;
+  close?(): Promise<void>;
+}
 
 export type ThrottleLimits = {
   /** Failed attempts allowed per email in one window. */
@@ -19,7 +30,7 @@ type Window = { failures: number; resetAt: number };
 /** Most windows remembered; the oldest are forgotten first. */
 const MAX_ENTRIES = 100_000;
 
-export class SignInThrottle {
+export class MemorySignInThrottle implements SignInThrottle {
   readonly #limits: ThrottleLimits;
   readonly #clock: () => number;
   readonly #windows = new Map<string, Window>();

@@ -23,7 +23,7 @@ export const serveOptions: readonly OptionSpec[] = [
   { key: "port", flag: "--port <port>", env: "TURNPIKE_PORT", kind: "integer", defaultText: "8080", description: "port to listen on (0 picks a free one)" },
   { key: "data_dir", flag: "--data-dir <dir>", env: "TURNPIKE_DATA_DIR", kind: "string", defaultText: "./data", description: "the SQLite database and downloaded models" },
   { key: "database_url", flag: "--database-url <url>", env: "TURNPIKE_DATABASE_URL", kind: "string", defaultText: "SQLite in the data dir", description: "postgres://… to share state between several nodes" },
-  { key: "redis_url", flag: "--redis-url <url>", env: "TURNPIKE_REDIS_URL", kind: "string", defaultText: "limits kept in memory", description: "redis://… to share rate limits between several nodes" },
+  { key: "redis_url", flag: "--redis-url <url>", env: "TURNPIKE_REDIS_URL", kind: "string", defaultText: "limits kept in memory", description: "redis://… to share rate limits and sign-in throttling between several nodes" },
   {
     key: "models",
     flag: "--model <[id=]source>",

@@ -25,7 +25,7 @@ import { registerChatCompletionsRoute } from "./routes/chat-completions/route.ts
 import { registerModelsRoutes } from "./routes/models/route.ts";
 import { registerHealthRoutes } from "./routes/health/route.ts";
 import fastifyCookie from "@fastify/cookie";
-import { SignInThrottle } from "../auth/sign-in-throttle.ts";
+import { MemorySignInThrottle, type SignInThrottle } from "../auth/sign-in-throttle.ts";
 import { originOf } from "./middleware/console-session/console-session.ts";
 import { registerAuthRoutes } from "./routes/auth/route.ts";
 import { registerAccountRoute } from "./routes/account/route.ts";
@@ -139,7 +139,7 @@ export function buildApp(options: AppOptions): App {
   });
 
   const publicOrigin = originOf(options.publicUrl);
-  registerAuthRoutes(server, { database: options.database, throttle: options.signInThrottle ?? new SignInThrottle(), publicOrigin });
+  registerAuthRoutes(server, { database: options.database, throttle: options.signInThrottle ?? new MemorySignInThrottle(), publicOrigin });
   registerAccountRoute(server, { database: options.database, authenticate: authenticateAccount });
   registerKeysRoutes(server, { database: options.database, catalog: options.catalog, authenticate: authenticateAccount });
   registerApiModelsRoute(server, { catalog: options.catalog, authenticate: authenticateAccount });

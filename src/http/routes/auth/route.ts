@@ -98,7 +98,7 @@ export function registerAuthRoutes(app: FastifyInstance, options: AuthRoutesOpti
     checkSameOrigin(request, options.publicOrigin);
     const body = parseWithSchema(credentialsSchema, request.body);
     const email = normalizeEmail(body.email);
-    const wait = throttle.retryAfterSeconds(email, request.ip);
+    const wait = await throttle.retryAfterSeconds(email, request.ip);
     if (wait > 0) throw new TooManySignInAttemptsError(wait);
     const row = await database.selectFrom("accounts").select(["id", "email", "role", "password_hash", "disabled_at"]).where("email", "=", email).executeTakeFirst();
     const valid =
@@ -106,11 +106,11 @@ export function registerAuthRoutes(app: FastifyInstance, options: AuthRoutesOpti
         ? await verifyPassword(body.password, row.password_hash)
         : await verifyPassword(body.password, await (decoyHash ??= hashPassword("decoy password"))).then(() => false);
     if (!valid || row === undefined) {
-      throttle.recordFailure(email, request.ip);
+      await throttle.recordFailure(email, request.ip);
       request.log.info({ reason: row === undefined ? "unknown email" : "wrong password" }, "sign-in refused");
       throw new InvalidCredentialsError();
     }
-    throttle.recordSuccess(email);
+    await throttle.recordSuccess(email);
     if (row.disabled_at !== null) throw new AccountDisabledError();
     request.log.info({ account_id: row.id }, "signed in");
     return startSession(database, request, reply, row);
