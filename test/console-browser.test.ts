@@ -158,6 +158,17 @@ describe("the web console in a browser", { skip: fs.existsSync(CHROMIUM) ? false
     await user.getByTestId("usage-requests").getByText("1", { exact: true }).waitFor();
     await user.getByTestId("usage-tokens").getByText(String(usage.prompt_tokens + 7), { exact: true }).waitFor();
     await shot(user, "09-usage");
+
+    // The admin sees nothing of it as their own usage, and all of it when choosing the account.
+    await admin.getByRole("link", { name: "Usage" }).click();
+    await admin.getByTestId("usage-requests").getByText("0", { exact: true }).waitFor();
+    await admin.getByLabel("Account").selectOption({ label: "user@example.com" });
+    const adminRow = admin.getByRole("row").filter({ hasText: "laptop" }).filter({ hasText: "stories260K" });
+    await adminRow.first().waitFor();
+    assert.equal((await adminRow.locator('[data-column="cost"]').innerText()).trim(), String(cost));
+    await admin.getByTestId("usage-requests").getByText("1", { exact: true }).waitFor();
+    await shot(admin, "09-usage-admin");
+    await admin.getByRole("link", { name: "Admin" }).click();
   });
 
   it("never shows one account's keys to another (UI and API)", async () => {

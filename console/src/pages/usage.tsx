@@ -2,6 +2,7 @@
 import { useMemo, useState } from "react";
 import { Bar, BarChart, CartesianGrid, Legend, ResponsiveContainer, Tooltip, XAxis, YAxis } from "recharts";
 import type { List, UsageGroup, UsageRequest } from "../api.ts";
+import { useSignedIn } from "../session.tsx";
 import { formatCredits, formatDateTime, formatNumber } from "../format.ts";
 import { Badge, EmptyState, ErrorState, Field, Loading, PageHeader, Tabs, useApi } from "../components/ui.tsx";
 
@@ -17,6 +18,11 @@ export function UsagePage() {
   const [customFrom, setCustomFrom] = useState(isoDay(Date.now() - 6 * DAY));
   const [customTo, setCustomTo] = useState(isoDay(Date.now()));
   const [metric, setMetric] = useState<"tokens" | "cost">("tokens");
+  const session = useSignedIn();
+  const isAdmin = session.role === "admin";
+  // Admins may look at any account's usage, or everyone's; "" is their own.
+  const [account, setAccount] = useState("");
+  const accounts = useApi<List<{ id: string; email: string }>>(isAdmin ? "/api/admin/accounts" : null);
 
   const { from, to } = useMemo(() => {
     if (range === "custom") {
@@ -28,10 +34,11 @@ export function UsagePage() {
     return { from: end - Number(range) * DAY, to: end };
   }, [range, customFrom, customTo]);
 
-  const query = `from=${new Date(from).toISOString()}&to=${new Date(to).toISOString()}`;
+  const scope = account === "" ? "" : `&account=${encodeURIComponent(account)}`;
+  const query = `from=${new Date(from).toISOString()}&to=${new Date(to).toISOString()}${scope}`;
   const byDay = useApi<List<UsageGroup>>(`/api/usage?${query}&group_by=day`);
   const byModel = useApi<List<UsageGroup>>(`/api/usage?${query}&group_by=model`);
-  const requests = useApi<List<UsageRequest>>("/api/usage/requests?limit=50");
+  const requests = useApi<List<UsageRequest>>(`/api/usage/requests?limit=50${scope}`);
 
   const days = useMemo(() => {
     const found = new Map((byDay.data?.data ?? []).map((row) => [String(row.group).slice(0, 10), row]));
@@ -64,9 +71,33 @@ export function UsagePage() {
     <>
       <PageHeader
         title="Usage"
-        description="Tokens and credit spent by your keys. Figures come from the ledger and match your balance."
+        description={
+          account === ""
+            ? "Tokens and credit spent by your keys. Figures come from the ledger and match your balance."
+            : account === "all"
+              ? "Tokens and credit spent by every account on this installation."
+              : "Tokens and credit spent by the chosen account's keys."
+        }
         actions={
           <div className="range-picker">
+            {isAdmin && (
+              <>
+                <label htmlFor="usage-account" className="visually-hidden">
+                  Account
+                </label>
+                <select id="usage-account" value={account} onChange={(event) => setAccount(event.target.value)}>
+                  <option value="">My account</option>
+                  <option value="all">All accounts</option>
+                  {(accounts.data?.data ?? [])
+                    .filter((row) => row.id !== session.id)
+                    .map((row) => (
+                      <option key={row.id} value={row.id}>
+                        {row.email}
+                      </option>
+                    ))}
+                </select>
+              </>
+            )}
             <label htmlFor="usage-range" className="visually-hidden">
               Range
             </label>
