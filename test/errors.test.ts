@@ -133,6 +133,16 @@ describe("models and context", () => {
     );
   });
 
+  it("answers 400 invalid_url, in the usual error shape, for a URL that cannot be decoded", async () => {
+    for (const url of [`${test.url}/v1/%zz`, `${test.url}/api/%`, `${test.url}/%E0%A4%A`]) {
+      const response = await fetch(url);
+      assert.equal(response.status, 400);
+      const body = await response.json();
+      assert.equal(body.error.code, "invalid_url");
+      assert.equal(body.error.type, "invalid_request_error");
+    }
+  });
+
   it("answers 404 unknown_url for a route that does not exist", async () => {
     const response = await fetch(`${test.baseURL}/engines`, { headers: auth });
     assert.equal(response.status, 404);

@@ -16,7 +16,7 @@ import type Stripe from "stripe";
 import type { Plan } from "../billing/plans.ts";
 import { grantPlan } from "../billing/grant-plan.ts";
 import { registerStripeRoutes } from "../billing/stripe/route.ts";
-import { RouteNotFoundError, ShuttingDownError } from "../protocol/errors.ts";
+import { InvalidRequestError, RouteNotFoundError, ShuttingDownError } from "../protocol/errors.ts";
 import { handleError, toApiError } from "./errors.ts";
 import { requestIdFrom, requestIdHeader } from "./middleware/request-id/request-id.ts";
 import { apiKeyAuth } from "./middleware/api-key-auth/api-key-auth.ts";
@@ -77,6 +77,11 @@ export function buildApp(options: AppOptions): App {
     genReqId: requestIdFrom,
     bodyLimit: options.bodyLimit,
     return503OnClosing: false,
+    // A URL that cannot be decoded gets the same error shape as everything else.
+    frameworkErrors: (error, request, reply) => {
+      const bad = error.code === "FST_ERR_BAD_URL";
+      handleError(bad ? new InvalidRequestError("The request URL is not valid: it holds a malformed percent-encoding.", null, "invalid_url") : error, request, reply);
+    },
     forceCloseConnections: "idle",
     trustProxy: options.trustProxy ?? false,
   });
