@@ -131,6 +131,23 @@ describe("rate limits (in memory)", () => {
     assert.match(refused.message, /Request too large/);
   });
 
+  it("reports the limits on every /v1 response of the key, charging only completions", async () => {
+    const { client } = await accountClient(h, "roomy", { rpm: 5, tpm: 5000 });
+    assert.equal((await ask(client)).response.headers.get("x-ratelimit-remaining-requests"), "4");
+    const models = await client.models.list().withResponse();
+    assert.equal(models.response.headers.get("x-ratelimit-limit-requests"), "5");
+    assert.equal(models.response.headers.get("x-ratelimit-remaining-requests"), "4", "listing models uses no request");
+    assert.equal(models.response.headers.get("x-ratelimit-limit-tokens"), "5000");
+    const invalid = await fetch(`${h.test.baseURL}/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${client.apiKey}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: "story", messages: [], max_tokens: 4 }),
+    });
+    assert.equal(invalid.status, 400);
+    assert.equal(invalid.headers.get("x-ratelimit-remaining-requests"), "4", "a refused request reports the limits too");
+    assert.equal((await ask(client)).response.headers.get("x-ratelimit-remaining-requests"), "3");
+  });
+
   it("puts no limit on operator keys and sends no limit headers for them", async () => {
     const response = await ask(h.test.client);
     assert.equal(response.response.headers.get("x-ratelimit-limit-requests"), null);

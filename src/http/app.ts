@@ -100,6 +100,20 @@ export function buildApp(options: AppOptions): App {
     options.metrics.httpRequests.inc({ method: request.method, route, status: reply.statusCode });
     options.metrics.httpDuration.observe({ route }, reply.elapsedTime / 1000);
   });
+  // Every /v1 response of a key with limits carries its x-ratelimit-* headers: chat completions
+  // set them when they charge the limits; other responses (the model list, errors) report them
+  // without charging anything.
+  server.addHook("onSend", async function rateLimitHeadersOnV1(request, reply, payload) {
+    const key = request.apiKey;
+    if (key === null || !request.url.startsWith("/v1/") || reply.hasHeader("x-ratelimit-limit-requests") || reply.hasHeader("x-ratelimit-limit-tokens")) return payload;
+    if (key.rpm === null && key.tpm === null && key.accountId === null) return payload;
+    try {
+      void reply.headers(await options.limits.peek({ key, plan: await options.metering.planOf(key) }));
+    } catch (error) {
+      request.log.warn({ err: error }, "could not read rate limits for the response headers");
+    }
+    return payload;
+  });
   server.setErrorHandler(function countAndHandleError(error, request, reply) {
     const { code } = toApiError(error);
     if (code === "rate_limit_exceeded" || code === "insufficient_quota" || code === "engine_overloaded") options.metrics.rateLimited.inc({ reason: code });

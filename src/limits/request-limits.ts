@@ -71,6 +71,15 @@ export class RequestLimits {
     };
   }
 
+  /** The `x-ratelimit-*` headers of the limits that apply, charging nothing (for responses that use no quota). */
+  async peek(input: Omit<LimitInput, "tokens">): Promise<Record<string, string>> {
+    const scopes = scopesOf({ ...input, tokens: 0 }).map((scope) => ({ ...scope, cost: 0 }));
+    if (scopes.length === 0) return {};
+    const decision = await this.#limiter.consume(scopes.map(({ key, limit, cost }): LimitCheck => ({ key, limit, cost })));
+    const states = (kind: Scope["kind"]): LimitState[] => decision.states.filter((_state, index) => scopes[index]!.kind === kind);
+    return rateLimitHeaders({ requests: mostRestrictive(states("requests")), tokens: mostRestrictive(states("tokens")) });
+  }
+
   close(): Promise<void> {
     return this.#limiter.close();
   }
