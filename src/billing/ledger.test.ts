@@ -129,6 +129,48 @@ for (const backend of backends) {
       assert.equal((await assertConsistent(owner.id)).balance, 0);
     });
 
+    it("applies due expiries before a hold, then holds against what is left", async () => {
+      const owner = await account("expiry-due");
+      const start = Date.now();
+      await grantCredit(store.database, { accountId: owner.id, amount: 100, source: `short:${owner.id}`, days: 1, now: start });
+      await grantCredit(store.database, { accountId: owner.id, amount: 80, source: `long:${owner.id}`, days: 30, now: start });
+      // Two days later nobody applied the expiry yet: the hold applies it first.
+      const later = start + 2 * DAY;
+      const hold = await placeHold(store.database, { accountId: owner.id, keyId: null, amount: 50, nodeId: "n1", ttlMs: 60_000, now: later });
+      assert.equal((await assertConsistent(owner.id)).balance, 30);
+      const expiries = await store.database.selectFrom("ledger_entries").select("amount").where("account_id", "=", owner.id).where("kind", "=", "expiry").execute();
+      assert.deepEqual(expiries.map((entry) => Number(entry.amount)), [-100]);
+      await settleHold(store.database, hold, 20, later);
+      assert.equal((await assertConsistent(owner.id)).balance, 60);
+      // More than the unexpired credit is refused, and the refusal leaves the books as they were.
+      await assert.rejects(placeHold(store.database, { accountId: owner.id, keyId: null, amount: 61, nodeId: "n1", ttlMs: 60_000, now: later }), InsufficientQuotaError);
+      assert.equal((await assertConsistent(owner.id)).balance, 60);
+    });
+
+    it("charges a cost across several lots, soonest-expiring first, lots without expiry last", async () => {
+      const owner = await account("lots");
+      const start = Date.now();
+      await grantCredit(store.database, { accountId: owner.id, amount: 100, source: `never:${owner.id}`, now: start });
+      await grantCredit(store.database, { accountId: owner.id, amount: 100, source: `month:${owner.id}`, days: 30, now: start });
+      await grantCredit(store.database, { accountId: owner.id, amount: 100, source: `day:${owner.id}`, days: 1, now: start });
+      const hold = await placeHold(store.database, { accountId: owner.id, keyId: null, amount: 280, nodeId: "n1", ttlMs: 60_000, now: start });
+      assert.equal(await settleHold(store.database, hold, 250, start), 250);
+      const lots = await store.database.selectFrom("credit_lots").select(["source", "remaining"]).where("account_id", "=", owner.id).execute();
+      const remaining = Object.fromEntries(lots.map((lot) => [lot.source.split(":")[0], Number(lot.remaining)]));
+      assert.deepEqual(remaining, { day: 0, month: 0, never: 50 });
+      assert.equal((await assertConsistent(owner.id)).balance, 50);
+    });
+
+    it("gives a key's refused hold back to the account", async () => {
+      const owner = await account("cap-refused");
+      await grantCredit(store.database, { accountId: owner.id, amount: 500, source: `admin:${owner.id}` });
+      const key = await createApiKey(store.database, { accountId: owner.id, spendCap: 50 });
+      await assert.rejects(placeHold(store.database, { accountId: owner.id, keyId: key.id, amount: 60, nodeId: "n1", ttlMs: 60_000 }), /spend cap/);
+      const check = await assertConsistent(owner.id);
+      assert.equal(check.balance, 500);
+      assert.equal(check.activeHolds, 0);
+    });
+
     it("sweeps holds past their expiry and holds of dead nodes", async () => {
       const owner = await account("sweep");
       await grantCredit(store.database, { accountId: owner.id, amount: 100, source: `admin:${owner.id}` });
@@ -141,6 +183,10 @@ for (const backend of backends) {
       assert.equal(check.activeHolds, 1);
       assert.equal(check.balance, 70);
       await settleHold(store.database, kept, 30);
+      assert.equal((await assertConsistent(owner.id)).balance, 70);
+      // A swept hold settled afterwards is not charged through the hold again.
+      const swept = await store.database.selectFrom("holds").select("id").where("account_id", "=", owner.id).where("node_id", "=", "dead").executeTakeFirstOrThrow();
+      assert.equal(await settleHold(store.database, swept.id, 20), 0);
       assert.equal((await assertConsistent(owner.id)).balance, 70);
     });
   });

@@ -12,9 +12,14 @@
  * - expiry:  credit of a lot past its expiry stops being spendable (checked at every hold
  *            and by the sweeper).
  * - holds of dead nodes or past their expiry are released by the sweeper.
+ *
+ * On PostgreSQL every statement is a network round trip, and round trips are what a hold and
+ * a settlement cost, so there they run as data-modifying CTEs (hold: 2 statements, settle: 2
+ * plus the usage record, besides BEGIN and COMMIT). SQLite is in-process: it runs the plain
+ * steps, which are also what the CTEs do.
  */
 import { randomBytes } from "node:crypto";
-import { PostgresAdapter, type Kysely, type Transaction } from "kysely";
+import { PostgresAdapter, sql, type Kysely, type Transaction } from "kysely";
 import type { Database, LedgerEntryKind } from "../store/schema.ts";
 import { InsufficientQuotaError } from "../protocol/errors.ts";
 
@@ -162,6 +167,37 @@ export type HoldInput = {
 };
 
 /**
+ * Takes `amount` off the account's balance with one conditional write (`balance >= amount`),
+ * the row lock it takes holding for the rest of the transaction. Unless `expiryApplied`, it
+ * also refuses while any of the account's lots is due to expire, so that the caller applies
+ * the expiry first: the common case (nothing due) then costs this one statement.
+ */
+async function debitAccount(transaction: Transaction<Database>, accountId: string, amount: number, now: number, expiryApplied: boolean): Promise<boolean> {
+  const debited = await transaction
+    .updateTable("accounts")
+    .set((expression) => ({ balance: expression("balance", "-", amount) }))
+    .where("id", "=", accountId)
+    .where("balance", ">=", amount)
+    .where("disabled_at", "is", null)
+    .$if(!expiryApplied, (query) =>
+      query.where((expression) =>
+        expression.not(
+          expression.exists(
+            expression
+              .selectFrom("credit_lots")
+              .select("credit_lots.id")
+              .whereRef("credit_lots.account_id", "=", "accounts.id")
+              .where("credit_lots.expires_at", "<=", now)
+              .where("credit_lots.remaining", ">", 0),
+          ),
+        ),
+      ),
+    )
+    .executeTakeFirst();
+  return Number(debited.numUpdatedRows) > 0;
+}
+
+/**
  * Reserves `amount` against the account (and the key's spend cap), atomically.
  * Throws `InsufficientQuotaError` when either does not cover it.
  */
@@ -169,61 +205,96 @@ export async function placeHold(database: Kysely<Database>, input: HoldInput): P
   const now = input.now ?? Date.now();
   // A refusal commits too (the expiries it applied stay applied), then throws outside.
   const outcome = await database.transaction().execute(async (transaction): Promise<{ holdId: string } | { refused: string }> => {
-    const account = await lockAccount(transaction, input.accountId);
-    if (account === undefined) return { refused: "This API key's account no longer exists." };
-    const expired = await expireLots(transaction, input.accountId, account.balance, now);
-    if (input.keyId !== null) {
-      const keyReserved = await transaction
-        .updateTable("api_keys")
-        .set((expression) => ({ reserved: expression("reserved", "+", input.amount) }))
-        .where("id", "=", input.keyId)
-        .where((expression) =>
-          expression.or([
-            expression("spend_cap", "is", null),
-            expression(expression("spent", "+", expression("reserved", "+", input.amount)), "<=", expression.ref("spend_cap")),
-          ]),
-        )
-        .executeTakeFirst();
-      if (Number(keyReserved.numUpdatedRows) === 0) return { refused: "This API key reached its spend cap. Raise the cap or use another key." };
-    }
-    const reserved = await transaction
-      .updateTable("accounts")
-      .set((expression) => ({ balance: expression("balance", "-", input.amount) }))
-      .where("id", "=", input.accountId)
-      .where("balance", ">=", input.amount)
-      .where("disabled_at", "is", null)
-      .executeTakeFirst();
-    if (Number(reserved.numUpdatedRows) === 0) {
-      if (input.keyId !== null) {
-        await transaction.updateTable("api_keys").set((expression) => ({ reserved: expression("reserved", "-", input.amount) })).where("id", "=", input.keyId).execute();
+    // The account row is locked first, then the key's, the order settling takes too (no deadlock).
+    if (!(await debitAccount(transaction, input.accountId, input.amount, now, false))) {
+      // Refused, gone, disabled, or credit due to expire: lock the row, apply the expiries, try once more.
+      const account = await lockAccount(transaction, input.accountId);
+      if (account === undefined) return { refused: "This API key's account no longer exists." };
+      const expired = await expireLots(transaction, input.accountId, account.balance, now);
+      if (!(await debitAccount(transaction, input.accountId, input.amount, now, true))) {
+        return {
+          refused:
+            `You exceeded your current quota: this request may cost up to ${input.amount} credits and the account has ${Math.max(0, account.balance - expired)}. ` +
+            "Buy a plan, redeem a code, or lower max_tokens.",
+        };
       }
-      return {
-        refused:
-          `You exceeded your current quota: this request may cost up to ${input.amount} credits and the account has ${Math.max(0, account.balance - expired)}. ` +
-          "Buy a plan, redeem a code, or lower max_tokens.",
-      };
     }
     const holdId = newId("hold", now);
-    await transaction
-      .insertInto("holds")
-      .values({
-        id: holdId,
-        account_id: input.accountId,
-        key_id: input.keyId,
-        amount: input.amount,
-        status: "active",
-        cost: null,
-        node_id: input.nodeId,
-        expires_at: now + input.ttlMs,
-        created_at: now,
-        closed_at: null,
-      })
-      .execute();
-    await addEntry(transaction, { accountId: input.accountId, kind: "hold", amount: -input.amount, holdId, now });
+    const recorded = isPostgres(transaction) ? await recordHoldOnPostgres(transaction, input, holdId, now) : await recordHold(transaction, input, holdId, now);
+    if (!recorded) {
+      // Give the debit back in the same transaction: no entry was written for it, nobody saw it.
+      await transaction.updateTable("accounts").set((expression) => ({ balance: expression("balance", "+", input.amount) })).where("id", "=", input.accountId).execute();
+      return { refused: "This API key reached its spend cap. Raise the cap or use another key." };
+    }
     return { holdId };
   });
   if ("refused" in outcome) throw new InsufficientQuotaError(outcome.refused);
   return outcome.holdId;
+}
+
+/**
+ * After the debit: reserves the amount against the key's spend cap (a conditional write), then
+ * writes the hold and its entry. Returns false, having written nothing, when the cap refuses.
+ */
+async function recordHold(transaction: Transaction<Database>, input: HoldInput, holdId: string, now: number): Promise<boolean> {
+  if (input.keyId !== null) {
+    const keyReserved = await transaction
+      .updateTable("api_keys")
+      .set((expression) => ({ reserved: expression("reserved", "+", input.amount) }))
+      .where("id", "=", input.keyId)
+      .where((expression) =>
+        expression.or([
+          expression("spend_cap", "is", null),
+          expression(expression("spent", "+", expression("reserved", "+", input.amount)), "<=", expression.ref("spend_cap")),
+        ]),
+      )
+      .executeTakeFirst();
+    if (Number(keyReserved.numUpdatedRows) === 0) return false;
+  }
+  await transaction
+    .insertInto("holds")
+    .values({
+      id: holdId,
+      account_id: input.accountId,
+      key_id: input.keyId,
+      amount: input.amount,
+      status: "active",
+      cost: null,
+      node_id: input.nodeId,
+      expires_at: now + input.ttlMs,
+      created_at: now,
+      closed_at: null,
+    })
+    .execute();
+  await addEntry(transaction, { accountId: input.accountId, kind: "hold", amount: -input.amount, holdId, now });
+  return true;
+}
+
+/**
+ * `recordHold` in one round trip: PostgreSQL runs the key's conditional write and both inserts
+ * as one statement (data-modifying CTEs); the inserts take place only when the key admitted
+ * the amount (or there is no key). The casts type the parameters of `insert … select`.
+ */
+async function recordHoldOnPostgres(transaction: Transaction<Database>, input: HoldInput, holdId: string, now: number): Promise<boolean> {
+  const { rows } = await sql`
+    with key_reserved as (
+      update api_keys set reserved = reserved + ${input.amount}
+      where id = ${input.keyId} and (spend_cap is null or spent + reserved + ${input.amount} <= spend_cap)
+      returning id
+    ), admitted as (
+      select 1 where ${input.keyId}::text is null or exists (select 1 from key_reserved)
+    ), hold as (
+      insert into holds (id, account_id, key_id, amount, status, node_id, expires_at, created_at)
+      select ${holdId}::text, ${input.accountId}::text, ${input.keyId}::text, ${input.amount}::bigint, 'active', ${input.nodeId}::text,
+             ${now + input.ttlMs}::bigint, ${now}::bigint
+      from admitted
+    )
+    insert into ledger_entries (id, account_id, kind, amount, hold_id, created_at)
+    select ${newId("le", now)}::text, ${input.accountId}::text, 'hold', ${-input.amount}::bigint, ${holdId}::text, ${now}::bigint
+    from admitted
+    returning id
+  `.execute(transaction);
+  return rows.length > 0;
 }
 
 /** Charges `cost` against lots, soonest-expiring first (lots without expiry last). */
@@ -259,61 +330,126 @@ export async function settleHold(
   alongside?: (transaction: Transaction<Database>, charged: number) => Promise<void>,
 ): Promise<number> {
   const charged = await database.transaction().execute(async (transaction) => {
-    const charge = await settleInTransaction(transaction, holdId, cost, now);
+    const charge = isPostgres(transaction) ? await settleOnPostgres(transaction, holdId, cost, now) : await settleInTransaction(transaction, holdId, cost, now);
     if (alongside) await alongside(transaction, charge);
     return charge;
   });
   return charged;
 }
 
+/** The release entry and, when something was charged, the settle entry after it (ids are time-ordered). */
+function closingEntries(accountId: string, holdId: string, amount: number, charge: number, now: number) {
+  const entry = (kind: LedgerEntryKind, entryAmount: number) => ({ id: newId("le", now), account_id: accountId, kind, amount: entryAmount, lot_id: null, hold_id: holdId, created_at: now });
+  return charge > 0 ? [entry("release", amount), entry("settle", -charge)] : [entry("release", amount)];
+}
+
+/** Closes an active hold step by step (SQLite; `settleOnPostgres` does the same in two statements). */
 async function settleInTransaction(transaction: Transaction<Database>, holdId: string, cost: number, now: number): Promise<number> {
-  {
-    let query = transaction.selectFrom("holds").selectAll().where("id", "=", holdId);
-    if (isPostgres(transaction)) query = query.forUpdate();
-    const hold = await query.executeTakeFirst();
-    if (hold === undefined) throw new Error(`no hold '${holdId}'`);
-    const account = await lockAccount(transaction, hold.account_id);
-    if (account === undefined) return 0;
-    const amount = Number(hold.amount);
-    if (hold.status !== "active") {
-      // Released early (its node looked dead): the tokens were still generated, so charge
-      // them once now, as far as the balance covers.
-      if (hold.status !== "released" || hold.cost !== null || cost <= 0) return 0;
-      const charge = Math.min(cost, account.balance);
-      await transaction.updateTable("holds").set({ cost: charge }).where("id", "=", holdId).execute();
-      if (charge > 0) {
-        await transaction.updateTable("accounts").set((expression) => ({ balance: expression("balance", "-", charge) })).where("id", "=", hold.account_id).execute();
-        await addEntry(transaction, { accountId: hold.account_id, kind: "settle", amount: -charge, holdId, now });
-        await consumeLots(transaction, hold.account_id, charge);
-        if (hold.key_id !== null) {
-          await transaction.updateTable("api_keys").set((expression) => ({ spent: expression("spent", "+", charge) })).where("id", "=", hold.key_id).execute();
-        }
-      }
-      return charge;
-    }
-    const charge = Math.max(0, Math.min(cost, amount));
+  // Closing the hold is the conditional write (`status = 'active'`): of two settlements, or a
+  // settlement and the sweeper, only one closes it. The charge is capped at the amount held in
+  // SQL, and RETURNING hands back what the rest needs, so the hold is never read first.
+  const asked = Math.max(0, cost);
+  const closed = await transaction
+    .updateTable("holds")
+    .set({ status: asked > 0 ? "settled" : "released", cost: sql<number>`case when amount < ${asked} then amount else ${asked} end`, closed_at: now })
+    .where("id", "=", holdId)
+    .where("status", "=", "active")
+    .returning(["account_id", "key_id", "amount", "cost"])
+    .executeTakeFirst();
+  if (closed === undefined) return chargeClosedHold(transaction, holdId, cost, now);
+  const accountId = closed.account_id;
+  const amount = Number(closed.amount);
+  const charge = Number(closed.cost);
+  // Holds reference their account, so the row is there; this UPDATE locks it (hold, then account).
+  await transaction
+    .updateTable("accounts")
+    .set((expression) => ({ balance: expression("balance", "+", amount - charge) }))
+    .where("id", "=", accountId)
+    .execute();
+  await transaction.insertInto("ledger_entries").values(closingEntries(accountId, holdId, amount, charge, now)).execute();
+  await consumeLots(transaction, accountId, charge);
+  if (closed.key_id !== null) {
     await transaction
-      .updateTable("holds")
-      .set({ status: charge > 0 || cost > 0 ? "settled" : "released", cost: charge, closed_at: now })
-      .where("id", "=", holdId)
+      .updateTable("api_keys")
+      .set((expression) => ({ reserved: expression("reserved", "-", amount), spent: expression("spent", "+", charge) }))
+      .where("id", "=", closed.key_id)
       .execute();
-    await transaction
-      .updateTable("accounts")
-      .set((expression) => ({ balance: expression("balance", "+", amount - charge) }))
-      .where("id", "=", hold.account_id)
-      .execute();
-    await addEntry(transaction, { accountId: hold.account_id, kind: "release", amount, holdId, now });
-    if (charge > 0) await addEntry(transaction, { accountId: hold.account_id, kind: "settle", amount: -charge, holdId, now });
+  }
+  return charge;
+}
+
+/**
+ * `settleInTransaction` in two round trips on PostgreSQL (data-modifying CTEs), the same writes
+ * in the same lock order. The first statement closes the hold (the conditional write) and gives
+ * the account back what was not charged, locking the hold, then the account row. The second
+ * writes the entries, charges the lots and updates the key: it starts after the account lock is
+ * held, so its snapshot of the lots is current (a single statement's would predate the lock),
+ * and charges the lots in one UPDATE where `consumeLots` reads them and updates each.
+ */
+async function settleOnPostgres(transaction: Transaction<Database>, holdId: string, cost: number, now: number): Promise<number> {
+  const asked = Math.max(0, cost);
+  const { rows } = await sql<{ account_id: string; key_id: string | null; amount: number; cost: number }>`
+    with closed as (
+      update holds set status = ${asked > 0 ? "settled" : "released"}, cost = least(amount, ${asked}::bigint), closed_at = ${now}::bigint
+      where id = ${holdId} and status = 'active'
+      returning account_id, key_id, amount, cost
+    ), refunded as (
+      update accounts set balance = balance + closed.amount - closed.cost from closed where accounts.id = closed.account_id
+    )
+    select account_id, key_id, amount, cost from closed
+  `.execute(transaction);
+  const closed = rows[0];
+  if (closed === undefined) return chargeClosedHold(transaction, holdId, cost, now);
+  const amount = Number(closed.amount);
+  const charge = Number(closed.cost);
+  const entries = closingEntries(closed.account_id, holdId, amount, charge, now).map(
+    (entry) => sql`(${entry.id}, ${entry.account_id}, ${entry.kind}, ${entry.amount}::bigint, ${entry.hold_id}, ${entry.created_at}::bigint)`,
+  );
+  await sql`
+    with entries as (
+      insert into ledger_entries (id, account_id, kind, amount, hold_id, created_at) values ${sql.join(entries)}
+    ), key_charged as (
+      update api_keys set reserved = reserved - ${amount}, spent = spent + ${charge} where id = ${closed.key_id}
+    ), ordered_lots as (
+      -- The lots with credit left, soonest-expiring first (lots without expiry last: NULLs
+      -- sort last here), each with the credit of the lots before it.
+      select id, remaining, sum(remaining) over (order by expires_at nulls last, id) - remaining as before_lot
+      from credit_lots
+      where account_id = ${closed.account_id} and remaining > 0
+    )
+    -- Each lot gives min(remaining, charge - before_lot); lots past the charge are left alone.
+    update credit_lots
+    set remaining = credit_lots.remaining - least(ordered_lots.remaining, ${charge} - ordered_lots.before_lot)
+    from ordered_lots
+    where credit_lots.id = ordered_lots.id and ordered_lots.before_lot < ${charge}
+  `.execute(transaction);
+  return charge;
+}
+
+/**
+ * A hold that was closed already. One released early (its node looked dead) and never
+ * charged: the tokens were still generated, so charge them once now, as far as the balance
+ * covers. Anything else was settled: nothing more to charge.
+ */
+async function chargeClosedHold(transaction: Transaction<Database>, holdId: string, cost: number, now: number): Promise<number> {
+  let query = transaction.selectFrom("holds").selectAll().where("id", "=", holdId);
+  if (isPostgres(transaction)) query = query.forUpdate();
+  const hold = await query.executeTakeFirst();
+  if (hold === undefined) throw new Error(`no hold '${holdId}'`);
+  if (hold.status !== "released" || hold.cost !== null || cost <= 0) return 0;
+  const account = await lockAccount(transaction, hold.account_id);
+  if (account === undefined) return 0;
+  const charge = Math.min(cost, account.balance);
+  await transaction.updateTable("holds").set({ cost: charge }).where("id", "=", holdId).execute();
+  if (charge > 0) {
+    await transaction.updateTable("accounts").set((expression) => ({ balance: expression("balance", "-", charge) })).where("id", "=", hold.account_id).execute();
+    await addEntry(transaction, { accountId: hold.account_id, kind: "settle", amount: -charge, holdId, now });
     await consumeLots(transaction, hold.account_id, charge);
     if (hold.key_id !== null) {
-      await transaction
-        .updateTable("api_keys")
-        .set((expression) => ({ reserved: expression("reserved", "-", amount), spent: expression("spent", "+", charge) }))
-        .where("id", "=", hold.key_id)
-        .execute();
+      await transaction.updateTable("api_keys").set((expression) => ({ spent: expression("spent", "+", charge) })).where("id", "=", hold.key_id).execute();
     }
-    return charge;
   }
+  return charge;
 }
 
 /** Releases a hold without charging (the request failed before generating). */
