@@ -42,7 +42,7 @@ async function signUp(page: Page, email: string): Promise<void> {
   await page.getByLabel("Email address").fill(email);
   await page.getByLabel("Password").fill(password);
   await page.getByRole("button", { name: "Create account" }).click();
-  await page.getByRole("heading", { name: "API keys" }).waitFor();
+  await page.getByRole("heading", { name: "API Keys" }).waitFor();
 }
 
 describe("the web console in a browser", { skip: fs.existsSync(CHROMIUM) ? false : `no browser at ${CHROMIUM} (apt-get install chromium)` }, () => {
@@ -85,8 +85,8 @@ describe("the web console in a browser", { skip: fs.existsSync(CHROMIUM) ? false
   });
 
   it("creates a key, shows it once with a copy button, and forgets it when the dialog closes", async () => {
-    await user.getByRole("button", { name: "+ Create new secret key" }).first().click();
-    const dialog = user.getByRole("dialog", { name: "Create new secret key" });
+    await user.getByRole("button", { name: "+ Create Key" }).first().click();
+    const dialog = user.getByRole("dialog", { name: "Create Key" });
     await dialog.getByLabel("Name").fill("laptop");
     await dialog.getByLabel("Expiration").selectOption("30");
     await dialog.getByLabel("Only these models").check();
@@ -217,7 +217,7 @@ describe("the web console in a browser", { skip: fs.existsSync(CHROMIUM) ? false
   });
 
   it("revokes a key after confirmation", async () => {
-    await user.getByRole("link", { name: "API keys" }).click();
+    await user.getByRole("link", { name: "API Keys" }).click();
     const row = user.getByRole("row").filter({ hasText: "laptop" });
     await row.getByRole("button", { name: "Revoke laptop" }).click();
     const dialog = user.getByRole("dialog", { name: "Revoke secret key" });
@@ -285,8 +285,8 @@ describe("the web console in a browser", { skip: fs.existsSync(CHROMIUM) ? false
     await phone.getByRole("button", { name: "Sign in" }).click();
     await phone.getByRole("heading", { name: "Playground" }).waitFor();
     await phone.getByRole("button", { name: "Menu" }).click();
-    await phone.getByRole("link", { name: "API keys" }).click();
-    await phone.getByRole("heading", { name: "API keys" }).waitFor();
+    await phone.getByRole("link", { name: "API Keys" }).click();
+    await phone.getByRole("heading", { name: "API Keys" }).waitFor();
     await shot(phone, "15-phone-keys");
     await phone.getByRole("button", { name: "Menu" }).click();
     await phone.getByRole("link", { name: "Usage" }).click();

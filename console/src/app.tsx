@@ -27,7 +27,7 @@ function Icon({ children }: { children: ReactNode }) {
 
 const pages: Page[] = [
   { path: "/playground", title: "Playground", render: () => <PlaygroundPage />, icon: <Icon><path d="M21 15a2 2 0 0 1-2 2H7l-4 4V5a2 2 0 0 1 2-2h14a2 2 0 0 1 2 2z" /></Icon> },
-  { path: "/keys", title: "API keys", render: () => <KeysPage />, icon: <Icon><circle cx="7.5" cy="15.5" r="4.5" /><path d="m10.7 12.3 9.8-9.8M16 7l3 3M19 4l2 2" /></Icon> },
+  { path: "/keys", title: "API Keys", render: () => <KeysPage />, icon: <Icon><circle cx="7.5" cy="15.5" r="4.5" /><path d="m10.7 12.3 9.8-9.8M16 7l3 3M19 4l2 2" /></Icon> },
   { path: "/usage", title: "Usage", render: () => <UsagePage />, icon: <Icon><path d="M3 3v18h18" /><path d="M8 17V11M13 17V7M18 17v-4" /></Icon> },
   { path: "/billing", title: "Billing", render: () => <BillingPage />, icon: <Icon><rect x="2" y="5" width="20" height="14" rx="2" /><path d="M2 10h20" /></Icon> },
   { path: "/models", title: "Models", render: () => <ModelsPage />, icon: <Icon><path d="M12 2 3 7v10l9 5 9-5V7z" /><path d="m3 7 9 5 9-5M12 12v10" /></Icon> },

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { createAccount } from "../accounts/accounts.ts";
 import { backends, openTestDatabase, type TestDatabase } from "../../test/helpers/databases.ts";
-import { createSession, csrfTokenFor, deleteAccountSessions, deleteSession, findSession, isValidCsrfToken, sweepSessions, SESSION_TTL_MS } from "./sessions.ts";
+import { createSession, csrfTokenFor, deleteAccountSessions, deleteSession, findSession, isValidCsrfToken, renewSession, sweepSessions, SESSION_TTL_MS } from "./sessions.ts";
 
 for (const backend of backends) {
   describe(`console sessions (${backend})`, () => {
@@ -29,6 +29,16 @@ for (const backend of backends) {
       assert.deepEqual(found, { accountId, email: "session@example.com", role: "user", disabled: false });
       assert.equal(await findSession(store.database, `${token}x`, 2_000), undefined);
       assert.equal(await findSession(store.database, "", 2_000), undefined);
+    });
+
+    it("renews a session in use at most once a day, and never an expired one", async () => {
+      const DAY = 24 * 60 * 60 * 1000;
+      const { token } = await createSession(store.database, accountId, 0);
+      assert.equal(await renewSession(store.database, token, DAY / 2), undefined, "not due within a day");
+      assert.equal(await renewSession(store.database, token, 2 * DAY), 2 * DAY + SESSION_TTL_MS);
+      assert.ok(await findSession(store.database, token, SESSION_TTL_MS + DAY), "alive past its first expiry");
+      assert.equal(await renewSession(store.database, token, 3 * DAY + SESSION_TTL_MS), undefined, "expired sessions stay expired");
+      assert.equal(await findSession(store.database, token, 3 * DAY + SESSION_TTL_MS), undefined);
     });
 
     it("forgets expired, signed-out and disabled-account sessions", async () => {

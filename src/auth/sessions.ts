@@ -7,7 +7,7 @@ import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import type { Kysely } from "kysely";
 import type { Database } from "../store/schema.ts";
 
-/** How long a session lasts from sign-in. */
+/** How long a session lasts from sign-in, or from its last renewal (the console renews it on load). */
 export const SESSION_TTL_MS = 30 * 24 * 60 * 60 * 1000;
 
 export type SessionAccount = {
@@ -41,6 +41,25 @@ export async function findSession(database: Kysely<Database>, token: string, now
   if (row === undefined || Number(row.expires_at) <= now) return undefined;
   return { accountId: row.id, email: row.email, role: row.role, disabled: row.disabled_at !== null };
 }
+
+/**
+ * Extends a live session to a full `SESSION_TTL_MS` from now, at most once a day (sessions stay
+ * alive while people use the console). Returns the new expiry, or undefined when it was not due.
+ */
+export async function renewSession(database: Kysely<Database>, token: string, now = Date.now()): Promise<number | undefined> {
+  const expires = now + SESSION_TTL_MS;
+  const renewed = await database
+    .updateTable("sessions")
+    .set({ expires_at: expires })
+    .where("token_hash", "=", sha256(token))
+    .where("expires_at", ">", now)
+    .where("expires_at", "<", expires - RENEW_AFTER_MS)
+    .executeTakeFirst();
+  return Number(renewed.numUpdatedRows) > 0 ? expires : undefined;
+}
+
+/** How old a session's last renewal must be before it is renewed again. */
+const RENEW_AFTER_MS = 24 * 60 * 60 * 1000;
 
 /** Ends one session (sign-out). */
 export async function deleteSession(database: Kysely<Database>, token: string): Promise<void> {

@@ -1,7 +1,7 @@
 /**
  * Brings a database to the latest schema version. Reports each migration as it is applied.
  */
-import type { Kysely } from "kysely";
+import { PostgresAdapter, sql, type Kysely } from "kysely";
 import { Migrator } from "kysely/migration";
 import { migrations } from "./migrations/index.ts";
 
@@ -19,6 +19,10 @@ export async function migrateToLatest(database: Kysely<any>, onApplied?: (name: 
     provider: { getMigrations: async () => migrations },
     migrationTableName: "turnpike_migrations",
     migrationLockTableName: "turnpike_migrations_lock",
+    // PostgreSQL: keep the bookkeeping in the schema the store uses. Without it Kysely looks for
+    // its tables in every schema, and another installation's (or test's) tables in the same
+    // database would pass for ours.
+    ...(database.getExecutor().adapter instanceof PostgresAdapter ? { migrationTableSchema: await currentSchema(database) } : {}),
   });
   const { error, results } = await migrator.migrateToLatest();
   const applied: string[] = [];
@@ -32,4 +36,11 @@ export async function migrateToLatest(database: Kysely<any>, onApplied?: (name: 
     throw new MigrationError(`database migration failed: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
   }
   return applied;
+}
+
+async function currentSchema(database: Kysely<any>): Promise<string> {
+  const { rows } = await sql<{ schema: string }>`select current_schema() as schema`.execute(database);
+  const schema = rows[0]?.schema;
+  if (!schema) throw new MigrationError("database migration failed: the PostgreSQL search_path names no schema that exists");
+  return schema;
 }

@@ -22,11 +22,24 @@ export type TestDatabase = {
   close(): Promise<void>;
 };
 
-/** A PostgreSQL URL whose connections use a fresh, empty schema. */
+/** Schemas of test runs that were killed before dropping theirs are dropped after this long. */
+const STALE_SCHEMA_MS = 6 * 60 * 60 * 1000;
+
+/**
+ * A PostgreSQL URL whose connections use a fresh, empty schema, named with its creation time so
+ * that schemas left behind by killed runs are dropped by later ones.
+ */
 export async function freshPostgresSchema(): Promise<{ url: string; drop: () => Promise<void> }> {
-  const schema = `turnpike_test_${randomBytes(6).toString("hex")}`;
+  const schema = `turnpike_test_${Date.now().toString(36)}_${randomBytes(6).toString("hex")}`;
   const admin = new pg.Client({ connectionString: postgresUrl });
   await admin.connect();
+  const { rows } = await admin.query<{ nspname: string }>("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'turnpike\\_test\\_%'");
+  for (const { nspname } of rows) {
+    const created = /^turnpike_test_([0-9a-z]+)_[0-9a-f]+$/.exec(nspname)?.[1];
+    if (created !== undefined && Date.now() - parseInt(created, 36) > STALE_SCHEMA_MS) {
+      await admin.query(`DROP SCHEMA IF EXISTS "${nspname}" CASCADE`).catch(() => {});
+    }
+  }
   await admin.query(`CREATE SCHEMA ${schema}`);
   await admin.end();
   const url = `${postgresUrl}${postgresUrl.includes("?") ? "&" : "?"}options=${encodeURIComponent(`-c search_path=${schema}`)}`;

@@ -1,4 +1,4 @@
-/** API keys: the account's keys, "Create new secret key" (shown once), revoke with confirmation. */
+/** API Keys: the account's keys, "Create Key" (shown once), revoke with confirmation. */
 import { useState } from "react";
 import { api, post, type ApiKey, type CreatedKey, type List, type Model } from "../api.ts";
 import { formatCredits, formatDate, formatRelative } from "../format.ts";
@@ -10,14 +10,14 @@ export function KeysPage() {
   const [revoking, setRevoking] = useState<ApiKey>();
   const createButton = (
     <button type="button" className="button primary" onClick={() => setCreating(true)}>
-      + Create new secret key
+      + Create Key
     </button>
   );
 
   return (
     <>
       <PageHeader
-        title="API keys"
+        title="API Keys"
         description="Your secret keys authenticate requests to /v1. Keep them safe: anyone with a key can spend your credit."
         actions={createButton}
       />
@@ -60,7 +60,7 @@ function statusBadge(key: ApiKey) {
 export function KeysTable({ keys, onRevoke, showOwner }: { keys: ApiKey[]; onRevoke: (key: ApiKey) => void; showOwner?: boolean }) {
   return (
     <div className="table-wrap">
-      <table className="table" aria-label="API keys">
+      <table className="table" aria-label="API Keys">
         <thead>
           <tr>
             <th scope="col">Name</th>
@@ -182,7 +182,7 @@ function CreateKeyDialog({ onClose, onCreated }: { onClose: () => void; onCreate
 
   return (
     <Dialog
-      title="Create new secret key"
+      title="Create Key"
       onClose={onClose}
       footer={
         <>

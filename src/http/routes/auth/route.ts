@@ -13,7 +13,7 @@ import type { Database } from "../../../store/schema.ts";
 import { AccountExistsError, createAccount, isValidEmail, normalizeEmail } from "../../../accounts/accounts.ts";
 import { hashPassword, verifyPassword } from "../../../auth/passwords.ts";
 import type { SessionObject } from "../../../protocol/account-api.ts";
-import { createSession, csrfTokenFor, deleteSession, findSession } from "../../../auth/sessions.ts";
+import { createSession, csrfTokenFor, deleteSession, findSession, renewSession } from "../../../auth/sessions.ts";
 import type { SignInThrottle } from "../../../auth/sign-in-throttle.ts";
 import { ApiError, InvalidRequestError } from "../../../protocol/errors.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
@@ -132,6 +132,9 @@ export function registerAuthRoutes(app: FastifyInstance, options: AuthRoutesOpti
     const session = token === undefined ? undefined : await findSession(database, token);
     if (token === undefined || session === undefined) throw new AuthenticationRequiredError();
     if (session.disabled) throw new AccountDisabledError();
+    // Sliding expiry: a console in use keeps its session.
+    const renewed = await renewSession(database, token);
+    if (renewed !== undefined) setSessionCookie(request, reply, token, renewed);
     return { id: session.accountId, email: session.email, role: session.role, csrf_token: csrfTokenFor(token) };
   });
 }
