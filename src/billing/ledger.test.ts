@@ -184,10 +184,25 @@ for (const backend of backends) {
       assert.equal(check.balance, 70);
       await settleHold(store.database, kept, 30);
       assert.equal((await assertConsistent(owner.id)).balance, 70);
-      // A swept hold settled afterwards is not charged through the hold again.
+      // The "dead" node was alive after all and settles its request: the tokens are charged
+      // once, as far as the balance covers; settling again charges nothing.
       const swept = await store.database.selectFrom("holds").select("id").where("account_id", "=", owner.id).where("node_id", "=", "dead").executeTakeFirstOrThrow();
-      assert.equal(await settleHold(store.database, swept.id, 20), 0);
-      assert.equal((await assertConsistent(owner.id)).balance, 70);
+      assert.equal(await settleHold(store.database, swept.id, 15), 15);
+      assert.equal((await assertConsistent(owner.id)).balance, 55);
+      assert.equal(await settleHold(store.database, swept.id, 15), 0);
+      assert.equal((await assertConsistent(owner.id)).balance, 55);
+      // A hold released because its request failed is never charged later.
+      const failed = await placeHold(store.database, { accountId: owner.id, keyId: null, amount: 5, nodeId: "alive", ttlMs: 600_000, now });
+      await releaseHold(store.database, failed);
+      assert.equal(await settleHold(store.database, failed, 5), 0);
+      assert.equal((await assertConsistent(owner.id)).balance, 55);
+      // More than the balance left: charged as far as it covers, never below zero.
+      const late = await placeHold(store.database, { accountId: owner.id, keyId: null, amount: 50, nodeId: "dead", ttlMs: 600_000, now });
+      assert.equal(await sweepHolds(store.database, { now: now + 5000, deadNodes: ["dead"] }), 1);
+      await placeHold(store.database, { accountId: owner.id, keyId: null, amount: 40, nodeId: "alive", ttlMs: 600_000, now });
+      assert.equal(await settleHold(store.database, late, 50), 15);
+      const last = await assertConsistent(owner.id);
+      assert.equal(last.balance, 0);
     });
   });
 }

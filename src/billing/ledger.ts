@@ -11,7 +11,9 @@
  *            soonest-expiring first.
  * - expiry:  credit of a lot past its expiry stops being spendable (checked at every hold
  *            and by the sweeper).
- * - holds of dead nodes or past their expiry are released by the sweeper.
+ * - holds of dead nodes or past their expiry are released by the sweeper, their cost left
+ *   open: a node that only looked dead and settles later is charged then, once, as far as
+ *   the balance covers.
  *
  * On PostgreSQL every statement is a network round trip, and round trips are what a hold and
  * a settlement cost, so there they run as data-modifying CTEs (hold: 2 statements, settle: 2
@@ -458,6 +460,32 @@ export async function releaseHold(database: Kysely<Database>, holdId: string, no
 }
 
 /**
+ * Releases a hold the sweeper found stale, leaving its cost open (NULL): its request may still
+ * be running on a node that only looked dead, and if that node settles it later, the tokens are
+ * charged then, once (`chargeClosedHold`). A hold settled or released meanwhile is left alone.
+ */
+async function releaseStaleHold(database: Kysely<Database>, holdId: string, now: number): Promise<boolean> {
+  return database.transaction().execute(async (transaction) => {
+    // The conditional close comes first, as in settling: hold row, then account, then key.
+    const closed = await transaction
+      .updateTable("holds")
+      .set({ status: "released", cost: null, closed_at: now })
+      .where("id", "=", holdId)
+      .where("status", "=", "active")
+      .returning(["account_id", "key_id", "amount"])
+      .executeTakeFirst();
+    if (closed === undefined) return false;
+    const amount = Number(closed.amount);
+    await transaction.updateTable("accounts").set((expression) => ({ balance: expression("balance", "+", amount) })).where("id", "=", closed.account_id).execute();
+    await addEntry(transaction, { accountId: closed.account_id, kind: "release", amount, holdId, now });
+    if (closed.key_id !== null) {
+      await transaction.updateTable("api_keys").set((expression) => ({ reserved: expression("reserved", "-", amount) })).where("id", "=", closed.key_id).execute();
+    }
+    return true;
+  });
+}
+
+/**
  * Releases holds past their expiry or placed by nodes that are gone. Returns how many.
  */
 export async function sweepHolds(database: Kysely<Database>, options: { now?: number; deadNodes: readonly string[] }): Promise<number> {
@@ -467,8 +495,9 @@ export async function sweepHolds(database: Kysely<Database>, options: { now?: nu
     options.deadNodes.length > 0 ? expression.or([expression("expires_at", "<=", now), expression("node_id", "in", [...options.deadNodes])]) : expression("expires_at", "<=", now),
   );
   const stale = await query.execute();
-  for (const hold of stale) await releaseHold(database, hold.id, now);
-  return stale.length;
+  let released = 0;
+  for (const hold of stale) if (await releaseStaleHold(database, hold.id, now)) released++;
+  return released;
 }
 
 /** Applies due expiries to every account with expired credit left. */
