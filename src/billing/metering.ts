@@ -11,7 +11,7 @@ import type { Database } from "../store/schema.ts";
 import { ModelNotAllowedError } from "../protocol/errors.ts";
 import { placeHold, settleHold } from "./ledger.ts";
 import { costOf, worstCaseCost } from "./pricing.ts";
-import { findPlan } from "./plans-store.ts";
+import { findAccountPlan } from "./plans-store.ts";
 import type { Plan } from "./plans.ts";
 import { recordUsage } from "./usage.ts";
 
@@ -62,9 +62,7 @@ export class Metering {
   /** The plan of the key's account (its limits and models apply); null for operator keys and accounts without one. */
   async planOf(key: ApiKeyRecord): Promise<Plan | null> {
     if (key.accountId === null) return null;
-    const { database } = this.#options;
-    const account = await database.selectFrom("accounts").select(["plan_id"]).where("id", "=", key.accountId).executeTakeFirst();
-    return (account?.plan_id ? await findPlan(database, account.plan_id) : undefined) ?? null;
+    return (await findAccountPlan(this.#options.database, key.accountId)) ?? null;
   }
 
   /** Throws 403 `model_not_allowed` unless the key and its plan may use the model. */

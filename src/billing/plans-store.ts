@@ -49,6 +49,12 @@ export async function findPlan(database: Kysely<Database>, id: string): Promise<
   return row && toPlan(row);
 }
 
+/** The plan of an account (the one granted last), in one query; undefined when it has none. */
+export async function findAccountPlan(database: Kysely<Database>, accountId: string): Promise<Plan | undefined> {
+  const row = await database.selectFrom("plans").innerJoin("accounts", "accounts.plan_id", "plans.id").selectAll("plans").where("accounts.id", "=", accountId).executeTakeFirst();
+  return row && toPlan(row);
+}
+
 export async function listPlans(database: Kysely<Database>): Promise<Plan[]> {
   return (await database.selectFrom("plans").selectAll().orderBy("price_amount").orderBy("id").execute()).map(toPlan);
 }
