@@ -17,7 +17,7 @@ import { Metering } from "./billing/metering.ts";
 import { createRateLimiter } from "./limits/index.ts";
 import { RequestLimits } from "./limits/request-limits.ts";
 import { Metrics } from "./metrics/metrics.ts";
-import { MemorySignInThrottle, type SignInThrottle } from "./auth/sign-in-throttle.ts";
+import { MemorySignInThrottle, SIGN_UP_LIMITS, type SignInThrottle } from "./auth/sign-in-throttle.ts";
 import { RedisSignInThrottle } from "./auth/redis-sign-in-throttle.ts";
 import { deadNodes, forgetNodes, heartbeat, registerNode } from "./billing/nodes.ts";
 import { sweepExpiredCredit, sweepHolds } from "./billing/ledger.ts";
@@ -117,6 +117,10 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
   const limits = new RequestLimits(createRateLimiter({ redisUrl: settings.redis_url, logger }));
   const metrics = new Metrics({ rateLimiterDegraded: () => limits.degraded });
   const signInThrottle: SignInThrottle = settings.redis_url === "" ? new MemorySignInThrottle() : new RedisSignInThrottle({ url: settings.redis_url, logger });
+  const signUpThrottle: SignInThrottle =
+    settings.redis_url === ""
+      ? new MemorySignInThrottle(SIGN_UP_LIMITS)
+      : new RedisSignInThrottle({ url: settings.redis_url, logger, limits: SIGN_UP_LIMITS, keyPrefix: "turnpike:signup:" });
   const runtime = createRuntimeLoader({
     threads: settings.threads,
     gpu: settings.gpu,
@@ -166,6 +170,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     limits,
     metrics,
     signInThrottle,
+    signUpThrottle,
     plans: () => plans,
     refreshPlans: async () => {
       plans = await listPlans(database);
@@ -201,6 +206,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
       await catalog.close();
       await limits.close();
       await signInThrottle.close?.();
+      await signUpThrottle.close?.();
       await forgetNodes(database, [nodeId]);
       await database.destroy();
     })();

@@ -173,6 +173,20 @@ describe("sign-in throttle", () => {
     const elsewhere = await new ConsoleClient(test.url, { "x-forwarded-for": "10.2.0.2" }).signIn("alice@example.com");
     assert.equal(elsewhere.status, 200, elsewhere.text);
   });
+
+  it("answers 429 to an address that creates many accounts", async () => {
+    const client = new ConsoleClient(test.url, { "x-forwarded-for": "10.9.0.1" });
+    for (let attempt = 0; attempt < 20; attempt++) {
+      const response = await client.signUp(`many${attempt}@example.com`);
+      assert.equal(response.status, 201, response.text);
+    }
+    const refused = await client.signUp("one-too-many@example.com");
+    assert.equal(refused.status, 429);
+    assert.equal(refused.body.error.code, "too_many_sign_ups");
+    assert.ok(Number(refused.headers.get("retry-after")) > 0);
+    const elsewhere = await new ConsoleClient(test.url, { "x-forwarded-for": "10.9.0.2" }).signUp("one-too-many@example.com");
+    assert.equal(elsewhere.status, 201, elsewhere.text);
+  });
 });
 
 describe("accounts are isolated", () => {

@@ -25,6 +25,14 @@ export type ThrottleLimits = {
 
 export const DEFAULT_THROTTLE_LIMITS: ThrottleLimits = { perAccount: 5, perAddress: 20, windowMs: 15 * 60_000 };
 
+/**
+ * Sign-ups: every sign-up counts (successful or not), per client address only, so one address
+ * cannot mass-create accounts. Used with the same throttle classes, with the email ignored.
+ */
+export const SIGN_UP_LIMITS: ThrottleLimits = { perAccount: Number.MAX_SAFE_INTEGER, perAddress: 20, windowMs: 60 * 60_000 };
+/** The "account" every sign-up is counted under: the per-account limit is off for sign-ups. */
+export const SIGN_UP_SUBJECT = "sign-up";
+
 type Window = { failures: number; resetAt: number };
 
 /** Most windows remembered; the oldest are forgotten first. */

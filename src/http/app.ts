@@ -25,7 +25,7 @@ import { registerChatCompletionsRoute } from "./routes/chat-completions/route.ts
 import { registerModelsRoutes } from "./routes/models/route.ts";
 import { registerHealthRoutes } from "./routes/health/route.ts";
 import fastifyCookie from "@fastify/cookie";
-import { MemorySignInThrottle, type SignInThrottle } from "../auth/sign-in-throttle.ts";
+import { MemorySignInThrottle, SIGN_UP_LIMITS, type SignInThrottle } from "../auth/sign-in-throttle.ts";
 import { originOf } from "./middleware/console-session/console-session.ts";
 import { registerAuthRoutes } from "./routes/auth/route.ts";
 import { registerAccountRoute } from "./routes/account/route.ts";
@@ -59,6 +59,8 @@ export type AppOptions = {
   trustProxy?: boolean | string;
   /** Failed sign-ins allowed; the default throttle when absent. */
   signInThrottle?: SignInThrottle;
+  /** Sign-ups allowed per address; the default (in memory) when absent. */
+  signUpThrottle?: SignInThrottle;
 };
 
 export type App = {
@@ -158,7 +160,12 @@ export function buildApp(options: AppOptions): App {
   });
 
   const publicOrigin = originOf(options.publicUrl);
-  registerAuthRoutes(server, { database: options.database, throttle: options.signInThrottle ?? new MemorySignInThrottle(), publicOrigin });
+  registerAuthRoutes(server, {
+    database: options.database,
+    throttle: options.signInThrottle ?? new MemorySignInThrottle(),
+    signUpThrottle: options.signUpThrottle ?? new MemorySignInThrottle(SIGN_UP_LIMITS),
+    publicOrigin,
+  });
   registerAccountRoute(server, { database: options.database, authenticate: authenticateAccount });
   registerKeysRoutes(server, { database: options.database, catalog: options.catalog, authenticate: authenticateAccount });
   registerApiModelsRoute(server, { catalog: options.catalog, authenticate: authenticateAccount });

@@ -14,7 +14,7 @@ import { AccountExistsError, createAccount, isValidEmail, normalizeEmail } from 
 import { hashPassword, verifyPassword } from "../../../auth/passwords.ts";
 import type { SessionObject } from "../../../protocol/account-api.ts";
 import { createSession, csrfTokenFor, deleteSession, findSession, renewSession } from "../../../auth/sessions.ts";
-import type { SignInThrottle } from "../../../auth/sign-in-throttle.ts";
+import { SIGN_UP_SUBJECT, type SignInThrottle } from "../../../auth/sign-in-throttle.ts";
 import { ApiError, InvalidRequestError } from "../../../protocol/errors.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
 import { AccountDisabledError, AuthenticationRequiredError } from "../../middleware/account-auth/account-auth.ts";
@@ -23,6 +23,8 @@ import { checkCsrf, checkSameOrigin, clearSessionCookie, sessionTokenOf, setSess
 export type AuthRoutesOptions = {
   database: Kysely<Database>;
   throttle: SignInThrottle;
+  /** Counts sign-ups per client address (`SIGN_UP_LIMITS`). */
+  signUpThrottle: SignInThrottle;
   publicOrigin: string | null;
 };
 
@@ -39,6 +41,17 @@ const signUpSchema = credentialsSchema.extend({ password: z.string().min(8, "mus
 class InvalidCredentialsError extends ApiError {
   constructor() {
     super("Incorrect email or password.", { status: 401, type: "invalid_request_error", code: "invalid_credentials" });
+  }
+}
+
+class TooManySignUpsError extends ApiError {
+  constructor(retryAfterSeconds: number) {
+    super(`Too many accounts were created from this address. Try again in ${retryAfterSeconds} seconds.`, {
+      status: 429,
+      type: "rate_limit_error",
+      code: "too_many_sign_ups",
+      headers: { "retry-after": String(retryAfterSeconds) },
+    });
   }
 }
 
@@ -79,6 +92,9 @@ export function registerAuthRoutes(app: FastifyInstance, options: AuthRoutesOpti
     const body = parseWithSchema(signUpSchema, request.body);
     const email = normalizeEmail(body.email);
     if (!isValidEmail(email)) throw new InvalidRequestError("Invalid 'email': enter an email address like name@example.com.", "email");
+    const wait = await options.signUpThrottle.retryAfterSeconds(SIGN_UP_SUBJECT, request.ip);
+    if (wait > 0) throw new TooManySignUpsError(wait);
+    await options.signUpThrottle.recordFailure(SIGN_UP_SUBJECT, request.ip);
     let account;
     try {
       account = await createAccount(database, { email, password: body.password, role: "user" });
