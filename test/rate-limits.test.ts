@@ -12,7 +12,8 @@ import type { Kysely } from "kysely";
 import { openStore } from "../src/store/open.ts";
 import type { Database } from "../src/store/schema.ts";
 import { createAccount } from "../src/accounts/accounts.ts";
-import { createApiKey, type CreateKeyOptions } from "../src/auth/api-keys.ts";
+import { Redis } from "ioredis";
+import { createApiKey, hashKey, type CreateKeyOptions } from "../src/auth/api-keys.ts";
 import { grantPlan } from "../src/billing/grant-plan.ts";
 import { findPlan } from "../src/billing/plans-store.ts";
 import { startTestServer, storiesModel, temporaryDirectory, type TestServer } from "./helpers/server.ts";
@@ -170,6 +171,14 @@ describe("rate limits (Redis)", () => {
       await refusal(ask(client));
       const text = await (await fetch(`${h.test.url}/metrics`)).text();
       assert.match(text, /turnpike_rate_limiter_degraded 0/);
+      // The bucket lives in Redis, not in the node's memory.
+      const keyId = (await h.database.selectFrom("api_keys").select("id").where("key_hash", "=", hashKey(client.apiKey!)).executeTakeFirstOrThrow()).id;
+      const redis = new Redis(redisUrl);
+      try {
+        assert.equal(await redis.exists(`turnpike:rl:key:${keyId}:rpm`), 1);
+      } finally {
+        redis.disconnect();
+      }
     } finally {
       await h.database.destroy();
       await h.test.close();

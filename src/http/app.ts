@@ -34,6 +34,13 @@ import { registerAdminAccountsRoutes } from "./routes/admin-accounts/route.ts";
 import { registerConsoleRoutes } from "./routes/console/route.ts";
 import { registerApiModelsRoute } from "./routes/api-models/route.ts";
 
+declare module "fastify" {
+  interface FastifyRequest {
+    /** The request's rate limits were charged and their headers set (or none apply): nothing to report again. */
+    rateLimitsApplied: boolean;
+  }
+}
+
 export type AppOptions = {
   catalog: Catalog;
   database: Kysely<Database>;
@@ -92,6 +99,7 @@ export function buildApp(options: AppOptions): App {
 
   server.decorateRequest("apiKey", null);
   server.decorateRequest("principal", null);
+  server.decorateRequest("rateLimitsApplied", false);
   server.addHook("onRequest", requestIdHeader());
   server.addHook("onRequest", async function refuseWhileClosing(request) {
     if (closing && request.url !== "/health" && request.url !== "/ready") throw new ShuttingDownError();
@@ -107,7 +115,9 @@ export function buildApp(options: AppOptions): App {
   // without charging anything.
   server.addHook("onSend", async function rateLimitHeadersOnV1(request, reply, payload) {
     const key = request.apiKey;
-    if (key === null || !request.url.startsWith("/v1/") || reply.hasHeader("x-ratelimit-limit-requests") || reply.hasHeader("x-ratelimit-limit-tokens")) return payload;
+    if (key === null || request.rateLimitsApplied || !request.url.startsWith("/v1/")) return payload;
+    // A 429 from the limiter carries the headers already.
+    if (reply.hasHeader("x-ratelimit-limit-requests") || reply.hasHeader("x-ratelimit-limit-tokens")) return payload;
     if (key.rpm === null && key.tpm === null && key.accountId === null) return payload;
     try {
       void reply.headers(await options.limits.peek({ key, plan: await options.metering.planOf(key) }));

@@ -7,7 +7,7 @@ import type { ApiKeyRecord } from "../auth/api-keys.ts";
 import type { Plan } from "../billing/plans.ts";
 import { RateLimitExceededError } from "../protocol/errors.ts";
 import { mostRestrictive, rateLimitHeaders, retryAfterSeconds } from "./headers.ts";
-import type { LimitCheck, LimitState, RateLimiter } from "./rate-limiter.ts";
+import type { LimitCheck, LimitDecision, LimitState, RateLimiter } from "./rate-limiter.ts";
 
 export type LimitInput = {
   key: ApiKeyRecord;
@@ -41,9 +41,7 @@ export class RequestLimits {
   async admit(input: LimitInput): Promise<LimitAdmission> {
     const scopes = scopesOf(input);
     if (scopes.length === 0) return { headers: {}, finish: async () => {} };
-    const decision = await this.#limiter.consume(scopes.map(({ key, limit, cost }): LimitCheck => ({ key, limit, cost })));
-    const states = (kind: Scope["kind"]): LimitState[] => decision.states.filter((_state, index) => scopes[index]!.kind === kind);
-    const headers = rateLimitHeaders({ requests: mostRestrictive(states("requests")), tokens: mostRestrictive(states("tokens")) });
+    const { decision, headers } = await this.#consume(scopes);
     if (!decision.allowed) {
       const index = decision.tooLarge.length > 0 ? scopes.findIndex((scope) => scope.key === decision.tooLarge[0]) : refusingIndex(scopes, decision.states);
       const scope = scopes[Math.max(0, index)]!;
@@ -75,9 +73,14 @@ export class RequestLimits {
   async peek(input: Omit<LimitInput, "tokens">): Promise<Record<string, string>> {
     const scopes = scopesOf({ ...input, tokens: 0 }).map((scope) => ({ ...scope, cost: 0 }));
     if (scopes.length === 0) return {};
+    return (await this.#consume(scopes)).headers;
+  }
+
+  /** Charges the scopes' costs (all or none) and gives the headers of the states after it. */
+  async #consume(scopes: readonly Scope[]): Promise<{ decision: LimitDecision; headers: Record<string, string> }> {
     const decision = await this.#limiter.consume(scopes.map(({ key, limit, cost }): LimitCheck => ({ key, limit, cost })));
     const states = (kind: Scope["kind"]): LimitState[] => decision.states.filter((_state, index) => scopes[index]!.kind === kind);
-    return rateLimitHeaders({ requests: mostRestrictive(states("requests")), tokens: mostRestrictive(states("tokens")) });
+    return { decision, headers: rateLimitHeaders({ requests: mostRestrictive(states("requests")), tokens: mostRestrictive(states("tokens")) }) };
   }
 
   close(): Promise<void> {

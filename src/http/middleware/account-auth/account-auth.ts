@@ -51,12 +51,18 @@ export class AccountDisabledError extends ApiError {
   }
 }
 
+/** The key in `Authorization: Bearer <key>`, or undefined. */
+export function bearerToken(request: FastifyRequest): string | undefined {
+  const header = request.headers.authorization;
+  if (header === undefined) return undefined;
+  const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
+  return match?.[1];
+}
+
 export function accountAuth(options: AccountAuthOptions): preHandlerHookHandler {
   return async function authenticateAccount(request: FastifyRequest) {
-    const header = request.headers.authorization;
-    if (header !== undefined) {
-      const presented = /^Bearer\s+(\S+)\s*$/i.exec(header)?.[1] ?? "";
-      const check = await verifyApiKey(options.database, presented);
+    if (request.headers.authorization !== undefined) {
+      const check = await verifyApiKey(options.database, bearerToken(request) ?? "");
       if (!check.ok) throw check.reason === "account_disabled" ? new AccountDisabledError() : new InvalidApiKeyError();
       request.apiKey = check.key;
       if (check.key.accountId === null) {
@@ -65,11 +71,11 @@ export function accountAuth(options: AccountAuthOptions): preHandlerHookHandler 
       }
       const account = await options.database
         .selectFrom("accounts")
-        .select(["id", "email", "role", "disabled_at"])
+        .select(["id", "email", "role"])
         .where("id", "=", check.key.accountId)
         .executeTakeFirst();
+      // verifyApiKey refused keys of disabled accounts already.
       if (account === undefined) throw new InvalidApiKeyError();
-      if (account.disabled_at !== null) throw new AccountDisabledError();
       request.principal = { accountId: account.id, email: account.email, role: account.role, via: "key" };
       return;
     }

@@ -7,7 +7,7 @@ import type { Kysely } from "kysely";
 import { touchApiKey, verifyApiKey, type ApiKeyRecord } from "../../../auth/api-keys.ts";
 import type { Database } from "../../../store/schema.ts";
 import { InvalidApiKeyError } from "../../../protocol/errors.ts";
-import { AccountDisabledError } from "../account-auth/account-auth.ts";
+import { AccountDisabledError, bearerToken } from "../account-auth/account-auth.ts";
 
 declare module "fastify" {
   interface FastifyRequest {
@@ -20,13 +20,6 @@ declare module "fastify" {
 const TOUCH_INTERVAL_MS = 60_000;
 
 export type ApiKeyAuthOptions = { database: Kysely<Database> };
-
-function bearerToken(request: FastifyRequest): string | undefined {
-  const header = request.headers.authorization;
-  if (header === undefined) return undefined;
-  const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
-  return match?.[1];
-}
 
 export function apiKeyAuth(options: ApiKeyAuthOptions): preHandlerHookHandler {
   const lastTouched = new Map<string, number>();

@@ -10,7 +10,7 @@ import type { Database } from "../../../store/schema.ts";
 import { planSchema, type Plan } from "../../../billing/plans.ts";
 import { findPlan, listPlans, savePlan } from "../../../billing/plans-store.ts";
 import { createCodes, listCodes, redeemCode } from "../../../billing/codes.ts";
-import { expireDueCredit } from "../../../billing/ledger.ts";
+import { describeAccount } from "../../../accounts/describe-account.ts";
 import { PlanExistsError, PlanNotFoundError } from "../../../billing/errors.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
 import { accountIdOf, requireAdmin } from "../../middleware/account-auth/account-auth.ts";
@@ -30,12 +30,6 @@ function planBody(plan: Plan) {
   return { object: "plan", ...plan };
 }
 
-async function accountSummary(database: Kysely<Database>, accountId: string) {
-  await expireDueCredit(database, accountId);
-  const account = await database.selectFrom("accounts").select(["balance", "plan_id"]).where("id", "=", accountId).executeTakeFirstOrThrow();
-  return { balance: Number(account.balance), plan_id: account.plan_id };
-}
-
 export function registerBillingRoutes(app: FastifyInstance, options: BillingRouteOptions): void {
   const { database } = options;
 
@@ -48,7 +42,8 @@ export function registerBillingRoutes(app: FastifyInstance, options: BillingRout
     const { code } = parseWithSchema(redeemSchema, request.body);
     const { plan } = await redeemCode(database, { code, accountId });
     request.log.info({ account_id: accountId, plan: plan.id }, "code redeemed");
-    return { granted: true, plan: planBody(plan), ...(await accountSummary(database, accountId)) };
+    const account = await describeAccount(database, accountId);
+    return { granted: true, plan: planBody(plan), balance: account.balance, credit_expires: account.credit_expires };
   });
 
   app.get("/api/admin/plans", { preHandler: options.authenticate }, async function adminPlans(request) {

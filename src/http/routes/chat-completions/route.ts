@@ -73,6 +73,7 @@ export function registerChatCompletionsRoute(app: FastifyInstance, options: Chat
     // Every choice may use max_tokens.
     const limited = await options.limits.admit({ key, plan, tokens: job.prepared.promptTokens + job.prepared.maxTokens * job.prepared.choices });
     void reply.headers(limited.headers);
+    request.rateLimitsApplied = true;
     let admission;
     try {
       admission = await options.metering.admit({
