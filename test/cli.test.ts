@@ -138,6 +138,49 @@ describe("turnpike serve lifecycle", () => {
     await assert.rejects(fetch(`${server.url}/health`), "the port is closed after exit");
   });
 
+  it("ends a stream that outlasts --shutdown-timeout with an error event, then exits 0", async () => {
+    const dataDir = temporaryDirectory();
+    const key = JSON.parse((await runCli(["keys", "create", "--json", "--data-dir", dataDir])).stdout).key as string;
+    const randomModel = path.join(path.dirname(storiesModel), "llama-2-tiny-random.gguf");
+    const server = await startServeProcess(["--data-dir", dataDir, "--model", `random=${randomModel}`, "--shutdown-timeout", "0.2"]);
+    let signalled: Promise<number | null> | undefined;
+    try {
+      for (let attempt = 0; attempt < 100; attempt++) {
+        if ((await fetch(`${server.url}/ready`)).status === 200) break;
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      const headers = { authorization: `Bearer ${key}`, "content-type": "application/json" };
+      const catalog = (await (await fetch(`${server.url}/v1/models/random`, { headers })).json()) as { context_length: number };
+      const response = await fetch(`${server.url}/v1/chat/completions`, {
+        method: "POST",
+        headers,
+        body: JSON.stringify({ model: "random", messages: [{ role: "user", content: "Go" }], max_tokens: catalog.context_length - 64, stream: true }),
+      });
+      assert.equal(response.status, 200);
+      const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
+      let text = "";
+      const started = Date.now();
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        text += value;
+        if (signalled === undefined && text.includes('"content"')) signalled = server.stop("SIGTERM");
+      }
+      const elapsed = Date.now() - started;
+      const events = text.split("\n\n").filter((event) => event.startsWith("data: "));
+      const last = events.at(-1)!;
+      assert.ok(events.length > 2, "content streamed before the shutdown");
+      assert.ok(!text.includes("data: [DONE]"), "a cut stream does not claim to be done");
+      const error = JSON.parse(last.slice("data: ".length)) as { error: { code: string; type: string; message: string } };
+      assert.equal(error.error.code, "shutting_down");
+      assert.match(error.error.message, /shutting down/i);
+      assert.ok(elapsed < 15_000, `the stream was cut after the timeout, not run to max_tokens (${elapsed} ms)`);
+      assert.equal(await signalled, 0, server.stderr());
+    } finally {
+      await (signalled ?? server.stop());
+    }
+  });
+
   it("starts offline without a model, lists the default as not ready, and answers 503 with how to pass a GGUF", async () => {
     const dataDir = temporaryDirectory();
     const key = JSON.parse((await runCli(["keys", "create", "--json", "--data-dir", dataDir])).stdout).key as string;

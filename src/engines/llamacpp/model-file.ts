@@ -104,7 +104,11 @@ export async function resolveModelFile(
       },
     });
     const signal = AbortSignal.any([stalled.signal, ...(options.signal ? [options.signal] : [])]);
-    return await downloader.download({ signal });
+    const downloaded = await downloader.download({ signal });
+    // node-llama-cpp's downloader resolves, rather than rejects, when its signal aborts.
+    if (signal.aborted) throw signal.reason;
+    if (!fs.existsSync(downloaded)) throw new Error(`the downloader reported ${downloaded}, which is not there`);
+    return downloaded;
   } catch (error) {
     const reason = stalled.signal.aborted ? `no progress for ${STALL_TIMEOUT_MS / 1000} s` : error instanceof Error ? error.message : String(error);
     throw new ModelFileError(`download of ${source.remote} failed (${reason})`, { cause: error });
