@@ -138,7 +138,7 @@ describe("turnpike serve lifecycle", () => {
     await assert.rejects(fetch(`${server.url}/health`), "the port is closed after exit");
   });
 
-  it("ends a stream that outlasts --shutdown-timeout with an error event, then exits 0", async () => {
+  it("on SIGINT, ends a stream that outlasts --shutdown-timeout with an error event, then exits 0", async () => {
     const dataDir = temporaryDirectory();
     const key = JSON.parse((await runCli(["keys", "create", "--json", "--data-dir", dataDir])).stdout).key as string;
     const randomModel = path.join(path.dirname(storiesModel), "llama-2-tiny-random.gguf");
@@ -164,7 +164,7 @@ describe("turnpike serve lifecycle", () => {
         const { value, done } = await reader.read();
         if (done) break;
         text += value;
-        if (signalled === undefined && text.includes('"content"')) signalled = server.stop("SIGTERM");
+        if (signalled === undefined && text.includes('"content"')) signalled = server.stop("SIGINT");
       }
       const elapsed = Date.now() - started;
       const events = text.split("\n\n").filter((event) => event.startsWith("data: "));
