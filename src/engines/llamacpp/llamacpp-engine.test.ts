@@ -1,8 +1,10 @@
 /**
  * The embedded engine on a real model (llama-2-tiny-random, which never ends on its own):
- * an aborted generation stops within a token or two and frees its slot.
+ * an aborted generation stops within a token or two and frees its slot; a file that is not
+ * a GGUF leaves the model unavailable with a message an operator can act on.
  */
 import assert from "node:assert/strict";
+import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -66,5 +68,38 @@ describe("the llama.cpp engine", () => {
     for await (const part of next.parts) if (part.type === "finish") reason = part.reason;
     assert.equal(reason, "length");
     assert.equal(next.usage().completionTokens, 5);
+  });
+});
+
+describe("the llama.cpp engine with a broken file", () => {
+  it("is unavailable with a printable reason and how to serve a local GGUF, never a throw", async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "turnpike-broken-"));
+    const file = path.join(dir, "broken.gguf");
+    fs.writeFileSync(file, Buffer.from([0x00, 0x9f, 0x15, 0x07, ...Buffer.from(" not a model at all")]));
+    const statuses: string[] = [];
+    const engine = new LlamaCppEngine({
+      modelId: "broken",
+      source: { path: file },
+      dataDir: dir,
+      llama: createRuntimeLoader({ threads: 1, gpu: "cpu" }),
+      contextSize: 512,
+      parallel: 1,
+      queueSize: 1,
+      threads: 1,
+      onStatus: (status) => statuses.push(status.state),
+    });
+    try {
+      await engine.load();
+      const status = engine.status();
+      assert.equal(status.state, "unavailable");
+      assert.deepEqual(statuses, ["loading", "unavailable"]);
+      const detail = (status as { detail: string }).detail;
+      assert.match(detail, /^Model 'broken' is not available: .*GGUF.*[^.]\. Serve a local GGUF file instead: turnpike serve --model/);
+      assert.doesNotMatch(detail, /[\u0000-\u001f\ufffd]/, "no raw bytes of the file in the message");
+      await assert.rejects(engine.prepare(request), (error: unknown) => error instanceof Error && error.message === detail);
+    } finally {
+      await engine.close();
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

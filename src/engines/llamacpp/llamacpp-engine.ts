@@ -69,8 +69,10 @@ function countVocabulary(model: LlamaModel): number {
 
 /** What an operator reads when a model cannot be loaded: the reason and what to do instead. */
 function unavailableDetail(modelId: string, reason: string): string {
+  // Reasons can quote bytes of a broken file: keep the message printable, one sentence.
+  const printable = reason.replace(/[^\x20-\x7e\u00a0-\uffff]|\ufffd/g, "?").replace(/[.\s]+$/, "");
   return (
-    `Model '${modelId}' is not available: ${reason}. ` +
+    `Model '${modelId}' is not available: ${printable}. ` +
     "Serve a local GGUF file instead: turnpike serve --model /path/to/model.gguf (or set TURNPIKE_MODELS)."
   );
 }
