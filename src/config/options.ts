@@ -30,7 +30,7 @@ export const serveOptions: readonly OptionSpec[] = [
     env: "TURNPIKE_MODELS",
     kind: "models",
     defaultText: "the default model",
-    description: "a model to serve: a .gguf path or hf:owner/repo/file.gguf; repeatable (comma-separated in the variable)",
+    description: "a model to serve: a .gguf path, or hf:owner/repo/file.gguf or an https:// URL downloaded once into <data-dir>/models; repeatable (comma-separated in the variable)",
   },
   { key: "parallel", flag: "--parallel <n>", env: "TURNPIKE_PARALLEL", kind: "integer", defaultText: "4", description: "sequences generated at once per model" },
   { key: "threads", flag: "--threads <n>", env: "TURNPIKE_THREADS", kind: "integer", defaultText: "cores - 1 (at least 1)", description: "llama.cpp threads; 0 picks from the cores available" },
