@@ -8,7 +8,8 @@
  *   node_modules/.bin/node bench/chat-throughput.ts [--model file.gguf] [--rounds 20] [--warmup 2]
  *     [--max-tokens 128] [--context-size 2048] [--out bench/results/chat-throughput.json]
  *
- * The two sides run one after the other in this process, never at the same time.
+ * The two sides take turns round by round in this process (direct first in even rounds, the server
+ * first in odd ones), never at the same time, so drift in the machine's load falls on both alike.
  */
 import fs from "node:fs";
 import os from "node:os";
@@ -59,20 +60,17 @@ function messagesFor(round: number, stream: number): EngineMessage[] {
   return [{ role: "user", content: `Story ${round}-${stream}: tell me a story about a little cat and a big red ball.` }];
 }
 
-async function runRounds(runStream: RunStream, concurrency: number, roundOffset: number): Promise<RoundResult[]> {
-  const results: RoundResult[] = [];
-  for (let round = 0; round < warmupRounds + rounds; round++) {
-    const started = performance.now();
-    const streams = await Promise.all(
-      Array.from({ length: concurrency }, (_, stream) => runStream(messagesFor(roundOffset + round, stream))),
-    );
-    const wallMs = performance.now() - started;
-    if (round >= warmupRounds) results.push({ wallMs, streams });
-  }
-  return results;
+/** A side of the comparison: runs streams until closed. */
+type Side = { runStream: RunStream; close(): Promise<void> };
+
+/** One round: `concurrency` streams started together, timed until the last one ends. */
+async function runRound(side: Side, concurrency: number, round: number): Promise<RoundResult> {
+  const started = performance.now();
+  const streams = await Promise.all(Array.from({ length: concurrency }, (_, stream) => side.runStream(messagesFor(round, stream))));
+  return { wallMs: performance.now() - started, streams };
 }
 
-async function measureDirect(): Promise<Map<number, RoundResult[]>> {
+async function openDirect(): Promise<Side> {
   const llama = await getLlama({
     gpu: false,
     build: "never",
@@ -111,74 +109,70 @@ async function measureDirect(): Promise<Map<number, RoundResult[]>> {
       free.push(sequence);
     }
   };
-  const results = new Map<number, RoundResult[]>();
-  try {
-    for (const concurrency of CONCURRENCIES) results.set(concurrency, await runRounds(runStream, concurrency, concurrency * 1000));
-  } finally {
-    await context.dispose();
-    await model.dispose();
-  }
-  return results;
+  return {
+    runStream,
+    close: async () => {
+      await context.dispose();
+      await model.dispose();
+    },
+  };
 }
 
-async function measureServer(): Promise<{ results: Map<number, RoundResult[]>; modelId: string }> {
+async function openServer(): Promise<Side & { modelId: string }> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "turnpike-bench-"));
-  try {
-    const settings = loadSettings({
-      flags: {
-        models: [modelPath],
-        port: "0",
-        threads: String(THREADS),
-        gpu: "cpu",
-        parallel: String(SEQUENCES),
-        data_dir: dataDir,
-        context_size: String(contextSize),
-        log_level: "silent",
-      },
-      env: {},
+  const settings = loadSettings({
+    flags: {
+      models: [modelPath],
+      port: "0",
+      threads: String(THREADS),
+      gpu: "cpu",
+      parallel: String(SEQUENCES),
+      data_dir: dataDir,
+      context_size: String(contextSize),
+      log_level: "silent",
+    },
+    env: {},
+  });
+  const database = await openStore({ dataDir });
+  const { key } = await createApiKey(database, { name: "bench" });
+  await database.destroy();
+  const server = await startServer(settings, createLogger("silent"));
+  const modelId = settings.models[0]!.id;
+  await server.modelsSettled;
+  const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: key, maxRetries: 0, timeout: 60_000 });
+  const runStream: RunStream = async (messages) => {
+    const started = performance.now();
+    const stream = await client.chat.completions.create({
+      model: modelId,
+      messages: messages.map((message) => ({ role: message.role as "user", content: message.content })),
+      stream: true,
+      stream_options: { include_usage: true },
+      temperature: 0,
+      max_tokens: maxTokens,
     });
-    const database = await openStore({ dataDir });
-    const { key } = await createApiKey(database, { name: "bench" });
-    await database.destroy();
-    const server = await startServer(settings, createLogger("silent"));
-    const modelId = settings.models[0]!.id;
-    try {
-      await server.modelsSettled;
-      const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: key, maxRetries: 0, timeout: 60_000 });
-      const runStream: RunStream = async (messages) => {
-        const started = performance.now();
-        const stream = await client.chat.completions.create({
-          model: modelId,
-          messages: messages.map((message) => ({ role: message.role as "user", content: message.content })),
-          stream: true,
-          stream_options: { include_usage: true },
-          temperature: 0,
-          max_tokens: maxTokens,
-        });
-        let firstAt: number | undefined;
-        let completionTokens: number | undefined;
-        let text = "";
-        for await (const chunk of stream) {
-          const content = chunk.choices[0]?.delta.content;
-          if (content) {
-            firstAt ??= performance.now();
-            text += content;
-          }
-          if (chunk.usage) completionTokens = chunk.usage.completion_tokens;
-        }
-        const endedAt = performance.now();
-        if (completionTokens === undefined) throw new Error("the stream ended without a usage chunk");
-        return { ttftMs: (firstAt ?? endedAt) - started, totalMs: endedAt - started, completionTokens, text };
-      };
-      const results = new Map<number, RoundResult[]>();
-      for (const concurrency of CONCURRENCIES) results.set(concurrency, await runRounds(runStream, concurrency, concurrency * 1000));
-      return { results, modelId };
-    } finally {
-      await server.close();
+    let firstAt: number | undefined;
+    let completionTokens: number | undefined;
+    let text = "";
+    for await (const chunk of stream) {
+      const content = chunk.choices[0]?.delta.content;
+      if (content) {
+        firstAt ??= performance.now();
+        text += content;
+      }
+      if (chunk.usage) completionTokens = chunk.usage.completion_tokens;
     }
-  } finally {
-    fs.rmSync(dataDir, { recursive: true, force: true });
-  }
+    const endedAt = performance.now();
+    if (completionTokens === undefined) throw new Error("the stream ended without a usage chunk");
+    return { ttftMs: (firstAt ?? endedAt) - started, totalMs: endedAt - started, completionTokens, text };
+  };
+  return {
+    modelId,
+    runStream,
+    close: async () => {
+      await server.close();
+      fs.rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
 }
 
 function median(values: number[]): number {
@@ -199,8 +193,28 @@ function summarize(roundResults: RoundResult[]) {
 }
 
 const benchStarted = performance.now();
-const direct = await measureDirect();
-const { results: served, modelId } = await measureServer();
+const directSide = await openDirect();
+const serverSide = await openServer();
+const modelId = serverSide.modelId;
+const direct = new Map<number, RoundResult[]>();
+const served = new Map<number, RoundResult[]>();
+try {
+  for (const concurrency of CONCURRENCIES) {
+    direct.set(concurrency, []);
+    served.set(concurrency, []);
+    for (let round = 0; round < warmupRounds + rounds; round++) {
+      const id = concurrency * 1000 + round;
+      const order = round % 2 === 0 ? (["direct", "server"] as const) : (["server", "direct"] as const);
+      for (const name of order) {
+        const result = await runRound(name === "direct" ? directSide : serverSide, concurrency, id);
+        if (round >= warmupRounds) (name === "direct" ? direct : served).get(concurrency)!.push(result);
+      }
+    }
+  }
+} finally {
+  await serverSide.close();
+  await directSide.close();
+}
 
 const rows = CONCURRENCIES.map((concurrency) => {
   const directRounds = direct.get(concurrency)!;
