@@ -140,6 +140,13 @@ describe("parseWithSchema with the chat completion request", () => {
     assertRefused({ ...valid, temperature: "hot" }, "temperature", /expected number/);
   });
 
+  it("describes the value it got in plain words", () => {
+    assertRefused({ ...valid, temperature: "hot" }, "temperature", /got "hot"/);
+    assertRefused({ ...valid, temperature: { hot: true } }, "temperature", /got an object\./);
+    assertRefused({ ...valid, temperature: [1] }, "temperature", /got an array\./);
+    assertRefused({ ...valid, stream: 1 }, "stream", /got 1\./);
+  });
+
   it("refuses a top_p above 1", () => {
     assertRefused({ ...valid, top_p: 1.5 }, "top_p");
   });

@@ -37,7 +37,7 @@ function describeValue(value: unknown): string {
   if (Array.isArray(value)) return "an array";
   if (typeof value === "number" || typeof value === "boolean") return String(value);
   if (typeof value === "string") return value.length > 40 ? "a string" : JSON.stringify(value);
-  return `a ${typeof value}`;
+  return typeof value === "object" ? "an object" : `a ${typeof value}`;
 }
 
 /**
