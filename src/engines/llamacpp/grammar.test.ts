@@ -7,7 +7,7 @@ import { after, before, describe, it } from "node:test";
 import { ChatMLChatWrapper, GeneralChatWrapper, Llama3_1ChatWrapper, Llama2ChatWrapper, QwenChatWrapper, type ChatWrapper, type Llama } from "node-llama-cpp";
 import { createRuntimeLoader } from "./runtime.ts";
 import { callSyntaxOf, gbnfLiteral, GrammarFactory, prefixRules, replyGrammarText } from "./grammar.ts";
-import { UnsupportedSchemaError } from "./json-schema.ts";
+import { SCHEMA_LIMITS, UnsupportedSchemaError } from "./json-schema.ts";
 
 describe("prefixRules", () => {
   it("renames rule definitions and references, never literals or character classes", () => {
@@ -73,6 +73,20 @@ describe("reply grammars", () => {
     const text = await factory.contentRules({ type: "json_schema", name: "x", schema: { type: "object", properties: { n: { type: "integer" } } } }, "");
     assert.match(text!, /^integer-number-rule ::= "-"\? \("0" \| \[1-9\] \[0-9\]\{0,14\}\)$/m);
     assert.doesNotMatch(text!, /\\n\\n\\n\\n/);
+  });
+
+  it("compiles the largest bounds the schema translator lets through", async () => {
+    const schema = {
+      type: "object",
+      properties: {
+        text: { type: "string", minLength: SCHEMA_LIMITS.repetitions, maxLength: SCHEMA_LIMITS.repetitions },
+        short: { type: "string", maxLength: SCHEMA_LIMITS.repetitions },
+        list: { type: "array", items: { type: "integer" }, minItems: SCHEMA_LIMITS.repetitions, maxItems: SCHEMA_LIMITS.repetitions },
+        choice: { enum: Array.from({ length: SCHEMA_LIMITS.enumValues }, (_, index) => `value-${index}`) },
+      },
+    };
+    const text = await factory.contentRules({ type: "json_schema", name: "x", schema }, "");
+    await factory.grammar(text!);
   });
 
   it("refuses tool parameters that are not an object schema, naming them", async () => {

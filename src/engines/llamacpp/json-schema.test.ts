@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { z } from "zod";
 import { zodResponseFormat } from "openai/helpers/zod";
-import { toGrammarSchema, UnsupportedSchemaError } from "./json-schema.ts";
+import { SCHEMA_LIMITS, toGrammarSchema, UnsupportedSchemaError } from "./json-schema.ts";
 
 const base = "response_format.json_schema.schema";
 
@@ -138,6 +138,52 @@ describe("toGrammarSchema", () => {
   for (const [what, schema, param, mentions] of refused) {
     it(`refuses ${what}, naming '${param}'`, () => assertRefused(schema, param, mentions));
   }
+
+  it("refuses a $ref cycle with no object or array in between (left recursion), naming the $ref", () => {
+    assertRefused({ $defs: { a: { $ref: "#/$defs/b" }, b: { $ref: "#/$defs/a" } }, $ref: "#/$defs/a" }, `${base}.$defs.b.$ref`, "leads back to itself");
+    assertRefused({ $defs: { a: { anyOf: [{ $ref: "#/$defs/a" }, { type: "null" }] } }, $ref: "#/$defs/a" }, `${base}.$defs.a.anyOf[0].$ref`, "leads back");
+    assertRefused({ anyOf: [{ $ref: "#" }, { type: "string" }] }, `${base}.anyOf[0].$ref`, "leads back");
+    assertRefused({ allOf: [{ $ref: "#" }] }, `${base}.allOf[0].$ref`, "leads back");
+  });
+
+  it("accepts recursion through an object or an array", () => {
+    toGrammarSchema({ $defs: { node: { type: "object", properties: { next: { anyOf: [{ $ref: "#/$defs/node" }, { type: "null" }] } } } }, $ref: "#/$defs/node" }, base);
+    toGrammarSchema({ anyOf: [{ type: "array", items: { $ref: "#" } }, { type: "string" }] }, base);
+    toGrammarSchema({ $defs: { a: { $ref: "#/$defs/b" }, b: { type: "array", prefixItems: [{ $ref: "#/$defs/a" }] } }, $ref: "#/$defs/a" }, base);
+    toGrammarSchema({ $defs: { a: { type: "object", additionalProperties: { $ref: "#/$defs/a" } } }, $ref: "#/$defs/a" }, base);
+  });
+
+  it("refuses schemas past its size limits, naming where", () => {
+    const nested = (levels: number) => {
+      let schema: Record<string, unknown> = { type: "string" };
+      for (let level = 0; level < levels; level++) schema = { type: "object", properties: { a: schema } };
+      return schema;
+    };
+    // Each level is one subschema deeper: the string inside `levels` objects is `levels` + 1 deep.
+    toGrammarSchema(nested(SCHEMA_LIMITS.depth - 1), base);
+    assertRefused(nested(SCHEMA_LIMITS.depth), `${base}${".properties.a".repeat(SCHEMA_LIMITS.depth)}`, "nest at most 64");
+    assertRefused(nested(10_000), `${base}${".properties.a".repeat(SCHEMA_LIMITS.depth)}`, "nest at most 64");
+
+    const wide = (count: number) => ({ type: "object", properties: Object.fromEntries(Array.from({ length: count }, (_, index) => [`p${index}`, { type: "string" }])) });
+    toGrammarSchema(wide(SCHEMA_LIMITS.subschemas - 1), base);
+    assertRefused(wide(SCHEMA_LIMITS.subschemas), `${base}.properties.p${SCHEMA_LIMITS.subschemas - 1}`, "at most 5000 subschemas");
+
+    toGrammarSchema({ enum: Array.from({ length: SCHEMA_LIMITS.enumValues }, (_, index) => index) }, base);
+    assertRefused({ enum: Array.from({ length: SCHEMA_LIMITS.enumValues + 1 }, (_, index) => index) }, `${base}.enum`, "at most 1000 values");
+
+    const oneOf = (count: number) => ({ oneOf: Array.from({ length: count }, (_, index) => ({ const: index })) });
+    toGrammarSchema(oneOf(SCHEMA_LIMITS.oneOfAlternatives), base);
+    assertRefused(oneOf(SCHEMA_LIMITS.oneOfAlternatives + 1), `${base}.oneOf`, "anyOf");
+
+    for (const keyword of ["minLength", "maxLength"]) {
+      toGrammarSchema({ type: "string", [keyword]: SCHEMA_LIMITS.repetitions }, base);
+      assertRefused({ type: "string", [keyword]: SCHEMA_LIMITS.repetitions + 1 }, `${base}.${keyword}`, "above 2000");
+    }
+    for (const keyword of ["minItems", "maxItems"]) {
+      toGrammarSchema({ type: "array", items: { type: "integer" }, [keyword]: SCHEMA_LIMITS.repetitions }, base);
+      assertRefused({ type: "array", items: { type: "integer" }, [keyword]: 100_000 }, `${base}.${keyword}`, "above 2000");
+    }
+  });
 
   it("names the nested path of a refused keyword", () => {
     assertRefused(

@@ -19,6 +19,24 @@ import type { JsonSchema } from "../engine.ts";
 /** The largest integer the grammar can write (15 digits); see `grammar.ts`. */
 export const GRAMMAR_INTEGER_LIMIT = 999_999_999_999_999;
 
+/**
+ * Bounds that keep a schema's grammar cheap to build (it is built on the event loop) and within
+ * what llama.cpp's grammar parser accepts. OpenAI's structured outputs allow less: 10 levels of
+ * nesting, 5000 properties, 1000 enum values.
+ */
+export const SCHEMA_LIMITS = {
+  /** Nesting of subschemas (properties, items, alternatives, definitions). */
+  depth: 64,
+  /** Subschemas in one schema, definitions included. */
+  subschemas: 5000,
+  /** Values of one `enum`. */
+  enumValues: 1000,
+  /** `oneOf` alternatives: each pair is checked for overlap. */
+  oneOfAlternatives: 64,
+  /** llama.cpp refuses repetition counts above 2000 (`MAX_REPETITION_THRESHOLD`). */
+  repetitions: 2000,
+} as const;
+
 /** Keywords that never change which values are valid. */
 const ANNOTATIONS = new Set([
   "$schema",
@@ -45,12 +63,22 @@ type BasicType = (typeof BASIC_TYPES)[number];
 export class UnsupportedSchemaError extends UnsupportedParameterError {}
 
 type Context = {
+  /** Where the whole schema is, e.g. `response_format.json_schema.schema`. */
+  root: string;
   /** Definitions from the root's `$defs` / `definitions`, by name. */
   definitions: Record<string, unknown>;
   /** Definitions already translated (or being translated), by name. */
   translated: Record<string, GbnfJsonSchema>;
   /** Whether some `$ref` points at the root itself. */
   refersToRoot: boolean;
+  /** Subschemas translated so far, and the nesting of the one being translated. */
+  subschemas: number;
+  depth: number;
+  /**
+   * Definitions being translated with no object or array opened since: a `$ref` back to one of
+   * them would make a rule that starts with itself (left recursion), which never writes a value.
+   */
+  unguarded: Set<string>;
 };
 
 const ROOT_DEFINITION = "__root";
@@ -86,7 +114,7 @@ export function toGrammarSchema(schema: JsonSchema, param: string): GbnfJsonSche
     if (!isObject(defs)) refuse(`${param}.${keyword}`, `'${keyword}' must be an object`);
     Object.assign(definitions, defs);
   }
-  const context: Context = { definitions, translated: {}, refersToRoot: false };
+  const context: Context = { root: param, definitions, translated: {}, refersToRoot: false, subschemas: 0, depth: 0, unguarded: new Set([ROOT_DEFINITION]) };
   const rootSchema = Object.fromEntries(Object.entries(schema).filter(([key]) => key !== "$defs" && key !== "definitions"));
   const root = translate(rootSchema, param, context);
   const defs: Record<string, GbnfJsonSchema> = { ...context.translated };
@@ -97,6 +125,28 @@ export function toGrammarSchema(schema: JsonSchema, param: string): GbnfJsonSche
 }
 
 function translate(schema: unknown, param: string, context: Context): GbnfJsonSchema {
+  if (++context.subschemas > SCHEMA_LIMITS.subschemas) refuse(param, `a schema may have at most ${SCHEMA_LIMITS.subschemas} subschemas`);
+  if (context.depth >= SCHEMA_LIMITS.depth) refuse(param, `a schema may nest at most ${SCHEMA_LIMITS.depth} levels deep`);
+  context.depth++;
+  try {
+    return translateSchema(schema, param, context);
+  } finally {
+    context.depth--;
+  }
+}
+
+/** Translates the contents of an object or array: the definitions entered so far are guarded by it. */
+function guarded<T>(context: Context, inner: () => T): T {
+  const unguarded = context.unguarded;
+  context.unguarded = new Set();
+  try {
+    return inner();
+  } finally {
+    context.unguarded = unguarded;
+  }
+}
+
+function translateSchema(schema: unknown, param: string, context: Context): GbnfJsonSchema {
   if (schema === true) return anyValue();
   if (schema === false) refuse(param, "the schema 'false' allows no value");
   if (!isObject(schema)) refuse(param, "a schema must be a JSON object or a boolean");
@@ -124,6 +174,9 @@ function translate(schema: unknown, param: string, context: Context): GbnfJsonSc
     if (schema[keyword] === undefined) continue;
     const alternatives = schema[keyword];
     if (!Array.isArray(alternatives) || alternatives.length === 0) refuse(`${param}.${keyword}`, `'${keyword}' must be a non-empty array`);
+    if (keyword === "oneOf" && alternatives.length > SCHEMA_LIMITS.oneOfAlternatives) {
+      refuse(`${param}.oneOf`, `'oneOf' with more than ${SCHEMA_LIMITS.oneOfAlternatives} alternatives is not supported; use 'anyOf'`);
+    }
     onlyWith(schema, param, keyword, []);
     const translated = alternatives.map((alternative, index) => translate(alternative, `${param}.${keyword}[${index}]`, context));
     if (keyword === "oneOf") assertDisjoint(alternatives, param, context);
@@ -194,6 +247,7 @@ function literals(schema: Record<string, unknown>, param: string, types: BasicTy
   const keyword = schema.const !== undefined ? "const" : "enum";
   onlyWith(schema, param, keyword, ["type", ...(keyword === "const" && schema.enum !== undefined ? ["enum"] : [])]);
   const values: unknown[] = keyword === "const" ? [schema.const] : Array.isArray(schema.enum) ? schema.enum : refuse(`${param}.enum`, "'enum' must be an array");
+  if (values.length > SCHEMA_LIMITS.enumValues) refuse(`${param}.enum`, `'enum' may list at most ${SCHEMA_LIMITS.enumValues} values`);
   for (const value of values) {
     if (!isPrimitive(value)) refuse(`${param}.${keyword}`, `'${keyword}' values that are objects or arrays are not supported`);
   }
@@ -229,16 +283,18 @@ function typed(schema: Record<string, unknown>, type: BasicType, param: string, 
   }
 }
 
-function nonNegativeInteger(schema: Record<string, unknown>, keyword: string, param: string): number | undefined {
+/** A length or item-count bound; the grammar repeats a rule that many times, so it is capped. */
+function repetitionBound(schema: Record<string, unknown>, keyword: string, param: string): number | undefined {
   const value = schema[keyword];
   if (value === undefined) return undefined;
   if (typeof value !== "number" || !Number.isInteger(value) || value < 0) refuse(`${param}.${keyword}`, `'${keyword}' must be a non-negative integer`);
+  if (value > SCHEMA_LIMITS.repetitions) refuse(`${param}.${keyword}`, `'${keyword}' above ${SCHEMA_LIMITS.repetitions} is not supported`);
   return value;
 }
 
 function stringSchema(schema: Record<string, unknown>, param: string): GbnfJsonSchema {
-  const minLength = nonNegativeInteger(schema, "minLength", param);
-  const maxLength = nonNegativeInteger(schema, "maxLength", param);
+  const minLength = repetitionBound(schema, "minLength", param);
+  const maxLength = repetitionBound(schema, "maxLength", param);
   if (minLength !== undefined && maxLength !== undefined && maxLength < minLength) refuse(`${param}.maxLength`, "'maxLength' is below 'minLength'");
   if (schema.format !== undefined) {
     if (typeof schema.format !== "string" || !STRING_FORMATS.has(schema.format)) {
@@ -269,9 +325,11 @@ function objectSchema(schema: Record<string, unknown>, param: string, context: C
   const properties = schema.properties ?? {};
   if (!isObject(properties)) refuse(`${param}.properties`, "'properties' must be an object");
   const translated: Record<string, GbnfJsonSchema> = {};
-  for (const [name, property] of Object.entries(properties)) {
-    translated[name] = translate(property, `${param}.properties.${name}`, context);
-  }
+  guarded(context, () => {
+    for (const [name, property] of Object.entries(properties)) {
+      translated[name] = translate(property, `${param}.properties.${name}`, context);
+    }
+  });
   const required = schema.required ?? [];
   if (!Array.isArray(required)) refuse(`${param}.required`, "'required' must be an array");
   for (const name of required) {
@@ -284,19 +342,22 @@ function objectSchema(schema: Record<string, unknown>, param: string, context: C
   // without declared properties and no say on extras is "any object".
   let additionalProperties: boolean | GbnfJsonSchema = false;
   if (additional === true || (additional === undefined && schema.properties === undefined)) additionalProperties = true;
-  else if (additional !== undefined && additional !== false) additionalProperties = translate(additional, `${param}.additionalProperties`, context);
+  else if (additional !== undefined && additional !== false) {
+    additionalProperties = guarded(context, () => translate(additional, `${param}.additionalProperties`, context));
+  }
   return { type: "object", properties: translated, additionalProperties } as GbnfJsonSchema;
 }
 
 function arraySchema(schema: Record<string, unknown>, param: string, context: Context): GbnfJsonSchema {
   if (schema.uniqueItems === true) refuse(`${param}.uniqueItems`, "'uniqueItems' is not supported");
-  let minItems = nonNegativeInteger(schema, "minItems", param);
-  let maxItems = nonNegativeInteger(schema, "maxItems", param);
+  let minItems = repetitionBound(schema, "minItems", param);
+  let maxItems = repetitionBound(schema, "maxItems", param);
   if (minItems !== undefined && maxItems !== undefined && maxItems < minItems) refuse(`${param}.maxItems`, "'maxItems' is below 'minItems'");
   let prefixItems: GbnfJsonSchema[] | undefined;
   if (schema.prefixItems !== undefined) {
     if (!Array.isArray(schema.prefixItems)) refuse(`${param}.prefixItems`, "'prefixItems' must be an array");
-    prefixItems = schema.prefixItems.map((item, index) => translate(item, `${param}.prefixItems[${index}]`, context));
+    const declared = schema.prefixItems;
+    prefixItems = guarded(context, () => declared.map((item, index) => translate(item, `${param}.prefixItems[${index}]`, context)));
     // The grammar always writes every prefix item.
     if (maxItems !== undefined && maxItems < prefixItems.length) refuse(`${param}.maxItems`, "'maxItems' below the number of 'prefixItems' is not supported");
     if (minItems === undefined || minItems < prefixItems.length) minItems = prefixItems.length;
@@ -307,7 +368,8 @@ function arraySchema(schema: Record<string, unknown>, param: string, context: Co
   } else if (Array.isArray(schema.items)) {
     refuse(`${param}.items`, "'items' as an array (draft 4 tuples) is not supported; use 'prefixItems'");
   } else if (schema.items !== undefined) {
-    items = translate(schema.items, `${param}.items`, context);
+    const declared = schema.items;
+    items = guarded(context, () => translate(declared, `${param}.items`, context));
   }
   return {
     type: "array",
@@ -321,6 +383,7 @@ function arraySchema(schema: Record<string, unknown>, param: string, context: Co
 /** `#`, `#/$defs/name` and `#/definitions/name`; definitions are translated once. */
 function reference(ref: unknown, param: string, context: Context): GbnfJsonSchema {
   if (ref === "#") {
+    if (context.unguarded.has(ROOT_DEFINITION)) refuse(param, leftRecursion(ref));
     context.refersToRoot = true;
     return { $ref: `#/$defs/${ROOT_DEFINITION}` } as GbnfJsonSchema;
   }
@@ -329,12 +392,22 @@ function reference(ref: unknown, param: string, context: Context): GbnfJsonSchem
   const name = decodeURIComponent(match[2]!).replaceAll("~1", "/").replaceAll("~0", "~");
   if (!(name in context.definitions)) refuse(param, `the reference ${JSON.stringify(ref)} points to no definition`);
   const key = safeDefinitionName(name);
+  if (context.unguarded.has(key)) refuse(param, leftRecursion(String(ref)));
   if (!(key in context.translated)) {
     // Placeholder first, so a recursive definition refers to itself instead of looping.
     context.translated[key] = { type: "null" };
-    context.translated[key] = translate(context.definitions[name], `${param.replace(/\.\$ref$/, "")}.$defs.${name}`, context);
+    context.unguarded.add(key);
+    try {
+      context.translated[key] = translate(context.definitions[name], `${context.root}.${match[1]}.${name}`, context);
+    } finally {
+      context.unguarded.delete(key);
+    }
   }
   return { $ref: `#/$defs/${key}` } as GbnfJsonSchema;
+}
+
+function leftRecursion(ref: string): string {
+  return `the reference ${JSON.stringify(ref)} leads back to itself without an object or array in between, so no value could ever be written`;
 }
 
 function safeDefinitionName(name: string): string {
