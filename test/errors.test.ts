@@ -126,6 +126,18 @@ describe("models and context", () => {
     assertError(await postJson(chatUrl, longPrompt, auth), 400, "context_length_exceeded");
   });
 
+  it("refuses megabytes of messages without tokenizing them, saying how many tokens they are at least", async () => {
+    const huge = { ...valid, messages: [{ role: "user", content: "cat ".repeat(1_000_000) }] };
+    const response = await postJson(chatUrl, huge, auth);
+    assertError(response, 400, "context_length_exceeded", "messages");
+    // stories260K's longest token is 6 bytes of text: 4,000,000 bytes are at least 666,667 tokens.
+    assert.match(response.body.error.message, /maximum context length is 256 tokens\. However, your messages are at least 666667 tokens \(4000000 bytes of text/);
+    // Below that bound, the count is exact.
+    const near = await postJson(chatUrl, { ...valid, messages: [{ role: "user", content: "cat ".repeat(300) }] }, auth);
+    assertError(near, 400, "context_length_exceeded", "messages");
+    assert.match(near.body.error.message, /you requested \d+ tokens \(\d+ in the messages/);
+  });
+
   it("answers 400 context_length_exceeded through the SDK too, streaming", async () => {
     await assert.rejects(
       test.client.chat.completions.create({ ...valid, messages: [{ role: "user", content: "dog ".repeat(400) }], stream: true } as never),

@@ -50,6 +50,8 @@ type Loaded = {
   queue: SlotQueue<LlamaContextSequence>;
   /** Tokens in the model's vocabulary (ids 0..vocabularySize-1). */
   vocabularySize: number;
+  /** The most bytes of text any one token stands for: a prompt of n bytes has at least n / this tokens. */
+  longestTokenBytes: number;
   /** Made on first use of log probabilities. */
   describeToken?: DescribeToken;
 };
@@ -60,11 +62,31 @@ function vocabularyPieces(model: LlamaModel): readonly string[] | undefined {
   return Array.isArray(tokens) && tokens.every((piece) => typeof piece === "string") ? tokens : undefined;
 }
 
-/** Counts the vocabulary (ids are 0..size-1). */
-function countVocabulary(model: LlamaModel): number {
-  let count = 0;
-  for (const _token of model.iterateAllTokens()) count++;
-  return count;
+/** Counts the vocabulary (ids are 0..size-1) and finds its longest token in bytes of text. */
+function measureVocabulary(model: LlamaModel): { vocabularySize: number; longestTokenBytes: number } {
+  let vocabularySize = 0;
+  let longestTokenBytes = 1;
+  for (const token of model.iterateAllTokens()) {
+    vocabularySize++;
+    longestTokenBytes = Math.max(longestTokenBytes, Buffer.byteLength(model.detokenize([token], true)));
+  }
+  return { vocabularySize, longestTokenBytes };
+}
+
+/**
+ * Refuses, before tokenizing, messages too long for the context whatever their tokens: the
+ * tokenizer runs on the event loop (seconds for megabytes of text), and the body limit is far
+ * above any context.
+ */
+function refuseHopelessPrompt(messages: GenerationRequest["messages"], contextLength: number, longestTokenBytes: number): void {
+  let bytes = 0;
+  for (const message of messages) bytes += Buffer.byteLength(message.content);
+  const atLeast = Math.ceil(bytes / longestTokenBytes);
+  if (atLeast < contextLength) return;
+  throw new ContextLengthExceededError(
+    `This model's maximum context length is ${contextLength} tokens. However, your messages are at least ${atLeast} tokens ` +
+      `(${bytes} bytes of text, and no token of this model spans more than ${longestTokenBytes} bytes). Please reduce the length of the messages.`,
+  );
 }
 
 /** What an operator reads when a model cannot be loaded: the reason and what to do instead. */
@@ -131,7 +153,7 @@ export class LlamaCppEngine implements Engine {
         wrapper,
         grammars: new GrammarFactory(llama),
         queue: new SlotQueue(sequences, options.queueSize),
-        vocabularySize: countVocabulary(model),
+        ...measureVocabulary(model),
       };
       this.#setStatus({ state: "ready" });
     } catch (error) {
@@ -155,6 +177,7 @@ export class LlamaCppEngine implements Engine {
     const loaded = this.#loaded;
     if (loaded === undefined || this.#status.state !== "ready") throw this.#notReadyError();
     checkRequest(request, loaded.vocabularySize);
+    refuseHopelessPrompt(request.messages, loaded.context.contextSize, loaded.longestTokenBytes);
     // Throws a 400 for a response format or tool schema the grammar cannot enforce.
     const plan = await planReply(loaded.grammars, loaded.wrapper, request);
     const prompt = renderChatPrompt(loaded.model, loaded.wrapper, request.messages, plan.functions);
