@@ -3,6 +3,7 @@
  * never a 500, and the server keeps serving after a burst of bad requests.
  */
 import assert from "node:assert/strict";
+import net from "node:net";
 import { after, before, describe, it } from "node:test";
 import OpenAI from "openai";
 import { postJson, startTestServer, type TestServer } from "./helpers/server.ts";
@@ -188,6 +189,49 @@ describe("resilience", () => {
     assert.ok(wrongType.status >= 400 && wrongType.status < 500);
     const completion = await test.client.chat.completions.create({ ...valid, messages: [{ role: "user", content: "Hi" }] } as never);
     assert.equal((completion as OpenAI.Chat.Completions.ChatCompletion).choices.length, 1);
+  });
+
+  it("answers requests Node's HTTP parser refuses in the same error shape, then closes", async () => {
+    const { hostname, port } = new URL(test.url);
+    const exchange = (raw: string) =>
+      new Promise<string>((resolve, reject) => {
+        const socket = net.connect(Number(port), hostname, () => socket.write(raw));
+        let received = "";
+        socket.on("data", (chunk) => (received += chunk.toString()));
+        socket.on("close", () => resolve(received));
+        socket.on("error", reject);
+      });
+    const parse = (received: string) => {
+      const [head, body] = received.split("\r\n\r\n");
+      return { statusLine: head!.split("\r\n")[0], head: head!, body: JSON.parse(body!) as { error: Record<string, unknown> } };
+    };
+
+    const garbage = parse(await exchange("GARBAGE\r\n\r\n"));
+    assert.equal(garbage.statusLine, "HTTP/1.1 400 Bad Request");
+    assert.match(garbage.head, /content-type: application\/json/i);
+    assert.deepEqual(garbage.body.error, { message: "The request is not valid HTTP.", type: "invalid_request_error", param: null, code: "malformed_request" });
+
+    const conflicting = parse(await exchange("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n"));
+    assert.equal(conflicting.statusLine, "HTTP/1.1 400 Bad Request");
+    assert.equal(conflicting.body.error.code, "malformed_request");
+
+    const huge = parse(await exchange(`GET /v1/models/${"a".repeat(100_000)} HTTP/1.1\r\nHost: x\r\n\r\n`));
+    assert.equal(huge.statusLine, "HTTP/1.1 431 Request Header Fields Too Large");
+    assert.equal(huge.body.error.code, "headers_too_large");
+    assert.equal(huge.body.error.type, "invalid_request_error");
+
+    const after = await test.client.chat.completions.create({ ...valid } as never);
+    assert.equal((after as OpenAI.Chat.Completions.ChatCompletion).choices.length, 1, "and keeps serving");
+  });
+
+  it("tells a client that sent JSON without the JSON content type to say so", async () => {
+    // fetch sends a string as text/plain, and a Blob without a type with no content type at all.
+    const plain = await fetch(chatUrl, { method: "POST", headers: auth, body: JSON.stringify(valid) });
+    assert.equal(plain.status, 400);
+    assert.equal(((await plain.json()) as any).error.message, "The request body must be a JSON object, sent with 'Content-Type: application/json'.");
+    const untyped = await fetch(chatUrl, { method: "POST", headers: auth, body: new Blob([JSON.stringify(valid)]) });
+    assert.equal(untyped.status, 415);
+    assert.equal(((await untyped.json()) as any).error.message, "Unsupported content type; send 'Content-Type: application/json'.");
   });
 
   it("answers 413 for a body over the limit", async () => {

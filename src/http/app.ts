@@ -17,7 +17,7 @@ import type { Plan } from "../billing/plans.ts";
 import { grantPlan } from "../billing/grant-plan.ts";
 import { registerStripeRoutes } from "../billing/stripe/route.ts";
 import { InvalidRequestError, RouteNotFoundError, ShuttingDownError } from "../protocol/errors.ts";
-import { handleError, toApiError } from "./errors.ts";
+import { handleClientError, handleError, toApiError } from "./errors.ts";
 import { requestIdFrom, requestIdHeader } from "./middleware/request-id/request-id.ts";
 import { apiKeyAuth } from "./middleware/api-key-auth/api-key-auth.ts";
 import { accountAuth, accountIdOf, type SessionResolver } from "./middleware/account-auth/account-auth.ts";
@@ -91,6 +91,7 @@ export function buildApp(options: AppOptions): App {
       const bad = error.code === "FST_ERR_BAD_URL";
       handleError(bad ? new InvalidRequestError("The request URL is not valid: it holds a malformed percent-encoding.", null, "invalid_url") : error, request, reply);
     },
+    clientErrorHandler: handleClientError,
     forceCloseConnections: "idle",
     trustProxy: options.trustProxy ?? false,
   });

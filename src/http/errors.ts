@@ -3,6 +3,7 @@
  * Fastify's own client errors (bad JSON, body too large) become `invalid_request_error`,
  * anything else is a logged 500 whose body says nothing of internals.
  */
+import type { Duplex } from "node:stream";
 import type { FastifyError, FastifyReply, FastifyRequest } from "fastify";
 import { ApiError, InternalServerError, InvalidRequestError, type ErrorBody } from "../protocol/errors.ts";
 
@@ -36,6 +37,28 @@ export function toApiError(error: unknown): ApiError {
     });
   }
   return new InternalServerError(undefined, error);
+}
+
+/**
+ * Answers a connection whose request Node's HTTP parser refused (malformed request line or
+ * headers, headers too large, a request that took too long to arrive) in the same error shape
+ * as every other response, then closes it.
+ */
+export function handleClientError(error: Error & { code?: string }, socket: Duplex): void {
+  if (error.code === "ECONNRESET" || !socket.writable) {
+    socket.destroy();
+    return;
+  }
+  const [status, reason, code, message] =
+    error.code === "HPE_HEADER_OVERFLOW"
+      ? [431, "Request Header Fields Too Large", "headers_too_large", "The request's URL and headers are too large."]
+      : error.code === "ERR_HTTP_REQUEST_TIMEOUT"
+        ? [408, "Request Timeout", "request_timeout", "The request did not arrive in time."]
+        : [400, "Bad Request", "malformed_request", "The request is not valid HTTP."];
+  const body = JSON.stringify({ error: { message, type: "invalid_request_error", param: null, code } });
+  socket.end(
+    `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+  );
 }
 
 /** The body for an error; used inside streams too (`data: {"error":…}`). */

@@ -46,7 +46,8 @@ function describeValue(value: unknown): string {
  */
 export function parseWithSchema<Schema extends z.ZodType>(schema: Schema, body: unknown): z.output<Schema> {
   if (body === null || typeof body !== "object" || Array.isArray(body)) {
-    throw new InvalidRequestError("The request body must be a JSON object.", null);
+    const hint = body === undefined || typeof body === "string" ? ", sent with 'Content-Type: application/json'" : "";
+    throw new InvalidRequestError(`The request body must be a JSON object${hint}.`, null);
   }
   const result = schema.safeParse(body, { reportInput: true });
   if (result.success) return result.data;
