@@ -115,7 +115,13 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
   sweeper.unref();
   const metering = new Metering({ database, nodeId: () => nodeId, holdTtlMs: HOLD_TTL_MS });
   const limits = new RequestLimits(createRateLimiter({ redisUrl: settings.redis_url, logger }));
-  const metrics = new Metrics({ rateLimiterDegraded: () => limits.degraded });
+  const metrics = new Metrics({
+    rateLimiterDegraded: () => limits.degraded,
+    slots: () => engines.flatMap((engine, index) => {
+      const stats = engine.queueStats();
+      return stats === undefined ? [] : [{ model: settings.models[index]!.id, stats }];
+    }),
+  });
   const signInThrottle: SignInThrottle = settings.redis_url === "" ? new MemorySignInThrottle() : new RedisSignInThrottle({ url: settings.redis_url, logger });
   const signUpThrottle: SignInThrottle =
     settings.redis_url === ""

@@ -163,3 +163,71 @@ describe("the wait queue", () => {
     assert.equal(next.choices[0]!.finish_reason, "length");
   });
 });
+
+describe("a storm of requests cut at random moments", () => {
+  let test: TestServer;
+  before(async () => {
+    test = await startTestServer({ flags: { parallel: "2", queue_size: "4", keep_alive_interval: "0.05", models: [storiesModel, `random=${randomModel}`] } });
+  });
+  after(async () => {
+    await test?.close();
+  });
+
+  /** The slot gauges of /metrics for the random model. */
+  async function slotGauges(): Promise<{ busy: number; waiting: number; slots: number }> {
+    const text = await (await fetch(`${test.url}/metrics`)).text();
+    const read = (name: string) => Number(new RegExp(`^${name}\\{model="random"\\} (\\d+)$`, "m").exec(text)?.[1] ?? Number.NaN);
+    return { busy: read("turnpike_engine_slots_busy"), waiting: read("turnpike_engine_queue_waiting"), slots: read("turnpike_engine_slots") };
+  }
+
+  it("answers each with 200, 503 or the cut, logs each admitted one once, and gives every slot back", async () => {
+    // A fixed seed: the same storm every run.
+    let seed = 20261122;
+    const random = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+    const before = completionLogs(test).length;
+    const outcomes = await Promise.all(
+      Array.from({ length: 40 }, async (_, index) => {
+        await delay(Math.floor(random() * 100));
+        const abortAfter = random() < 0.7 ? Math.floor(random() * 150) : undefined;
+        const stream = random() < 0.5;
+        const controller = new AbortController();
+        const timer = abortAfter === undefined ? undefined : setTimeout(() => controller.abort(), abortAfter);
+        try {
+          const response = await fetch(`${test.baseURL}/chat/completions`, {
+            method: "POST",
+            headers: { "content-type": "application/json", authorization: `Bearer ${test.key}` },
+            body: JSON.stringify({ model: "random", messages: [{ role: "user", content: `Storm ${index}` }], max_tokens: 50 + Math.floor(random() * 400), stream }),
+            signal: controller.signal,
+          });
+          const text = await response.text();
+          if (response.status === 200 && stream) assert.ok(text.trimEnd().endsWith("data: [DONE]"), `a stream that was not cut ends with [DONE]: ${text.slice(-200)}`);
+          if (response.status !== 200) assert.equal(JSON.parse(text).error.code, "engine_overloaded", text);
+          return response.status;
+        } catch (error) {
+          assert.equal((error as Error).name, "AbortError", String(error));
+          return "cut";
+        } finally {
+          clearTimeout(timer);
+        }
+      }),
+    );
+    const count = (outcome: number | string) => outcomes.filter((entry) => entry === outcome).length;
+    assert.equal(count(200) + count(503) + count("cut"), 40, JSON.stringify(outcomes));
+    assert.ok(count(200) > 0 && count("cut") > 0, `the storm had finished and cut requests: ${JSON.stringify(outcomes)}`);
+
+    // Every slot comes back, and nothing is left waiting.
+    let gauges = await slotGauges();
+    for (let attempt = 0; attempt < 100 && (gauges.busy !== 0 || gauges.waiting !== 0); attempt++) {
+      await delay(50);
+      gauges = await slotGauges();
+    }
+    assert.deepEqual(gauges, { busy: 0, waiting: 0, slots: 2 });
+    // Every admitted request was logged once: the finished ones, and those cut while generating or waiting.
+    const logged = completionLogs(test).slice(before);
+    assert.ok(logged.length >= count(200), `${logged.length} completions logged for ${count(200)} finished`);
+    assert.ok(logged.length <= 40 - count(503), `${logged.length} completions logged, at most one per admitted request`);
+    assert.equal(new Set(logged.map((entry) => entry.reqId)).size, logged.length, "no request is logged twice");
+    const finished = await test.client.chat.completions.create({ model: "random", messages: [{ role: "user", content: "After" }], max_tokens: 5 });
+    assert.equal(finished.usage?.completion_tokens, 5);
+  });
+});

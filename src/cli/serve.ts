@@ -68,5 +68,10 @@ export function registerServeCommand(program: Command): void {
     };
     process.on("SIGINT", stop);
     process.on("SIGTERM", stop);
+    // A promise rejection nobody handled is a bug to log, not a reason to cut every other stream
+    // and unload the models (Node's default is to exit).
+    process.on("unhandledRejection", (reason) => {
+      logger.error({ err: reason }, "unhandled promise rejection (a bug: please report it)");
+    });
   });
 }

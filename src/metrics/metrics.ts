@@ -4,9 +4,13 @@
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 
+export type SlotStats = { busy: number; waiting: number; capacity: number };
+
 export type MetricsSources = {
   /** True while rate limits come from the local fallback because Redis is unreachable. */
   rateLimiterDegraded: () => boolean;
+  /** Each loaded model's generation slots: busy, total, and requests waiting for one. */
+  slots?: () => Array<{ model: string; stats: SlotStats }>;
 };
 
 export class Metrics {
@@ -31,6 +35,20 @@ export class Metrics {
     this.completions = new Counter({ name: "turnpike_chat_completions_total", help: "Chat completions finished", labelNames: ["model", "finish_reason"], registers });
     this.tokens = new Counter({ name: "turnpike_tokens_total", help: "Tokens processed (prompt, cached_prompt, completion)", labelNames: ["model", "kind"], registers });
     this.rateLimited = new Counter({ name: "turnpike_refused_requests_total", help: "Requests refused before generation", labelNames: ["reason"], registers });
+    const slotGauge = (name: string, help: string, value: (stats: SlotStats) => number) =>
+      new Gauge({
+        name,
+        help,
+        labelNames: ["model"],
+        registers,
+        collect() {
+          this.reset();
+          for (const { model, stats } of sources.slots?.() ?? []) this.set({ model }, value(stats));
+        },
+      });
+    slotGauge("turnpike_engine_slots_busy", "Sequences generating now, per model", (stats) => stats.busy);
+    slotGauge("turnpike_engine_slots", "Sequences a model can generate at once (--parallel)", (stats) => stats.capacity);
+    slotGauge("turnpike_engine_queue_waiting", "Requests waiting for a free sequence, per model", (stats) => stats.waiting);
     new Gauge({
       name: "turnpike_rate_limiter_degraded",
       help: "1 while Redis is unreachable and rate limits are enforced per node only",

@@ -41,7 +41,7 @@ describe("the llama.cpp engine", () => {
     await engine.close();
   });
 
-  it("stops a generation within two tokens of its abort and frees the slot", async () => {
+  it("stops a generation within two tokens of its abort, cuts a queued one cleanly, and frees the slot", async () => {
     for (const abortAfter of [1, 10, 50]) {
       const controller = new AbortController();
       const generation = (await engine.prepare(request)).start(controller.signal);
@@ -60,6 +60,23 @@ describe("the llama.cpp engine", () => {
       assert.ok(generated >= tokensAtAbort && generated <= tokensAtAbort + 2, `aborted at ${tokensAtAbort} tokens, generated ${generated}`);
       assert.deepEqual(generation.usage(), finish!.usage, "the usage the caller bills is the finish's");
     }
+
+    // A generation cut while it waits for the slot: a caller that reads only `parts` sees a
+    // rejection there, and the unread `admitted` is no unhandled rejection (the test runner would
+    // report one; a server process would exit on it).
+    const holder = new AbortController();
+    const running = (await engine.prepare(request)).start(holder.signal);
+    const waiting = new AbortController();
+    const queued = (await engine.prepare(request)).start(waiting.signal);
+    const reading = (async () => {
+      for await (const _part of queued.parts);
+    })();
+    setTimeout(() => waiting.abort(new Error("client went away while queued")), 20);
+    await assert.rejects(reading, /client went away while queued/);
+    assert.equal(queued.usage().completionTokens, 0, "nothing was generated for it");
+    holder.abort(new Error("done"));
+    for await (const _part of running.parts);
+    await new Promise((resolve) => setImmediate(resolve));
 
     // The one slot is free: the next generation is admitted and runs to its length.
     const next = (await engine.prepare({ ...request, maxTokens: 5 })).start(new AbortController().signal);

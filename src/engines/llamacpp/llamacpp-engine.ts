@@ -274,7 +274,11 @@ export class LlamaCppEngine implements Engine {
       cachedPromptTokens: choiceUsages[0]!.cachedPromptTokens,
       completionTokens: choiceUsages.reduce((sum, choice) => sum + choice.completionTokens, 0),
     });
-    return { admitted: guarded.then(() => undefined), parts, usage };
+    // Callers that only read `parts` never look at `admitted`: its rejection (a request cut while
+    // it waited for a slot) must not count as unhandled, which would end the process.
+    const admitted = guarded.then(() => undefined);
+    admitted.catch(() => {});
+    return { admitted, parts, usage };
   }
 
   /** Token text and bytes for log probabilities (byte-fallback tokens read from the vocabulary). */

@@ -90,13 +90,17 @@ export function registerChatCompletionsRoute(app: FastifyInstance, options: Chat
       await limited.finish(0).catch((refundError: unknown) => request.log.warn({ err: refundError }, "could not refund rate-limit tokens"));
       throw error;
     }
-    /** Bills the request (nothing without usage) and logs it; called once, however it ended. */
-    const finish = async (outcome: CompletionOutcome | undefined, status: number) => {
+    /** Gives back the unused rate-limit tokens and settles the hold (nothing billed without usage). */
+    const release = async (outcome: CompletionOutcome | undefined, status: number) => {
       const used = outcome === undefined ? 0 : outcome.usage.promptTokens + outcome.usage.completionTokens;
       await limited.finish(used).catch((error: unknown) => request.log.warn({ err: error }, "could not refund rate-limit tokens"));
       await admission
         .settle({ usage: outcome?.usage ?? null, status, finishReason: outcome?.finishReason ?? null, latencyMs: performance.now() - startedAt })
         .catch((error: unknown) => request.log.error({ err: error }, "could not settle the request's hold; the sweeper will release it uncharged"));
+    };
+    /** Bills the request and logs it as a completion; called once, however a started generation ended. */
+    const finish = async (outcome: CompletionOutcome | undefined, status: number) => {
+      await release(outcome, status);
       logCompletion(request, job, outcome, startedAt);
       const model = job.model.id;
       options.metrics.completions.inc({ model, finish_reason: outcome?.finishReason ?? "error" });
@@ -109,10 +113,10 @@ export function registerChatCompletionsRoute(app: FastifyInstance, options: Chat
     const controller = abortOnDisconnect(reply, options.shutdownSignal);
     let generation: RunningGeneration;
     try {
-      // Throws 503 (queue full) before anything is sent.
+      // Throws 503 (queue full) before anything is sent: a refusal, counted as one, not a completion.
       generation = job.prepared.start(controller.signal);
     } catch (error) {
-      await finish(undefined, toApiError(error).status);
+      await release(undefined, toApiError(error).status);
       throw error;
     }
 
