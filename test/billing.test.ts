@@ -181,6 +181,55 @@ describe("metered quota", () => {
     assert.equal(check.balance, 2000 - Number(record.cost));
   });
 
+  it("after a storm of requests cut at random moments (queued, generating, or finished), every hold is settled and each is billed exactly", async () => {
+    // 2,000 credits; each request may cost up to ~30 + 2 × 60 credits, so about a dozen fit at once.
+    const { account, key } = await meteredAccount("small");
+    let seed = 7;
+    const random = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+    const outcomes = await Promise.all(
+      Array.from({ length: 30 }, async (_, index) => {
+        await delay(Math.floor(random() * 60));
+        const controller = new AbortController();
+        const cutAfter = random() < 0.7 ? Math.floor(random() * 80) : undefined;
+        const timer = cutAfter === undefined ? undefined : setTimeout(() => controller.abort(), cutAfter);
+        try {
+          const response = await fetch(`${server.url}/v1/chat/completions`, {
+            method: "POST",
+            headers: { "content-type": "application/json", authorization: `Bearer ${key.key}` },
+            body: JSON.stringify({ model: "random", messages: [{ role: "user", content: `Storm ${index}` }], max_tokens: 10 + Math.floor(random() * 50), stream: random() < 0.5 }),
+            signal: controller.signal,
+          });
+          await response.text();
+          return response.status;
+        } catch (error) {
+          assert.equal((error as Error).name, "AbortError", String(error));
+          return "cut";
+        } finally {
+          clearTimeout(timer);
+        }
+      }),
+    );
+    assert.ok(outcomes.every((outcome) => outcome === 200 || outcome === 429 || outcome === "cut"), JSON.stringify(outcomes));
+    let check = await ledgerOf(dataDir, account.id);
+    for (let attempt = 0; attempt < 200 && check.activeHolds > 0; attempt++) {
+      await delay(25);
+      check = await ledgerOf(dataDir, account.id);
+    }
+    assert.equal(check.activeHolds, 0, "every hold was settled");
+    assert.equal(check.balance, check.sumOfEntries);
+    const database = await openStore({ dataDir, databaseUrl: "" });
+    const records = await database.selectFrom("usage_records").selectAll().where("account_id", "=", account.id).execute();
+    await database.destroy();
+    const prices = { prompt: pricing.prompt, cachedPrompt: pricing.cached_prompt, completion: pricing.completion };
+    for (const record of records) {
+      const usage = { promptTokens: Number(record.prompt_tokens ?? 0), cachedPromptTokens: Number(record.cached_prompt_tokens ?? 0), completionTokens: Number(record.completion_tokens ?? 0) };
+      assert.equal(Number(record.cost), costOf(prices, usage), `billed exactly: ${JSON.stringify(record)}`);
+    }
+    const charged = records.reduce((sum, record) => sum + Number(record.cost), 0);
+    assert.equal(check.balance, 2000 - charged, "the balance is the credit less exactly what the records charged");
+    assert.ok(records.some((record) => record.finish_reason === "cancelled") && records.some((record) => record.finish_reason === "length"), JSON.stringify(records.map((record) => record.finish_reason)));
+  });
+
   it("bills n=3 for all three choices exactly: the prompt once, every choice's completion tokens", async () => {
     const { email, account, client } = await meteredAccount("small");
     const request = { model: "story", messages: [{ role: "user" as const, content: "Hi" }], max_tokens: 9, temperature: 0 };

@@ -268,9 +268,10 @@ export class LlamaCppEngine implements Engine {
         );
       },
     };
-    // The prompt counts once (as OpenAI bills `n`), its cached part as the first choice found it.
+    // The prompt counts once (as OpenAI bills `n`), its cached part as the first choice found it;
+    // not at all for a request that never got a slot (cut while it waited): nothing was evaluated.
     const usage = (): TokenUsage => ({
-      promptTokens: prompt.tokens.length,
+      promptTokens: started ? prompt.tokens.length : 0,
       cachedPromptTokens: choiceUsages[0]!.cachedPromptTokens,
       completionTokens: choiceUsages.reduce((sum, choice) => sum + choice.completionTokens, 0),
     });
