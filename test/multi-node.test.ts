@@ -8,6 +8,7 @@ import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { setTimeout as delay } from "node:timers/promises";
 import OpenAI from "openai";
+import pg from "pg";
 import { openStore } from "../src/store/open.ts";
 import { checkLedger } from "../src/billing/ledger.ts";
 import { costOf } from "../src/billing/pricing.ts";
@@ -78,6 +79,54 @@ describe("two nodes on one PostgreSQL and Redis", () => {
     assert.deepEqual(remaining, ["3", "2", "1", "0"], "each node sees the other's requests");
     for (const client of clients) {
       await assert.rejects(client.chat.completions.create(body), (error: unknown) => error instanceof OpenAI.RateLimitError && error.code === "rate_limit_exceeded");
+    }
+  });
+
+  it("cancel a request whose client left while its hold waited for the balance, billing nothing", async () => {
+    const { id, clients } = await account("tight");
+    const node = nodes[0]!;
+    // Another transaction holds the account row, so the request's hold waits at the database.
+    const locker = new pg.Client({ connectionString: databaseUrl });
+    await locker.connect();
+    const requestId = `req_left_while_holding_${Math.random().toString(36).slice(2)}`;
+    try {
+      await locker.query("BEGIN");
+      await locker.query("SELECT balance FROM accounts WHERE id = $1 FOR UPDATE", [id]);
+      const controller = new AbortController();
+      const request = fetch(`${node.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${clients[0]!.apiKey}`, "x-request-id": requestId },
+        body: JSON.stringify({ model: "story", messages: [{ role: "user", content: "Once upon a time" }], max_tokens: 30, temperature: 0 }),
+        signal: controller.signal,
+      });
+      await delay(300);
+      controller.abort();
+      await assert.rejects(request);
+      await delay(100);
+    } finally {
+      await locker.query("COMMIT");
+      await locker.end();
+    }
+    let logged: Record<string, unknown> | undefined;
+    for (let attempt = 0; attempt < 100 && logged === undefined; attempt++) {
+      await delay(50);
+      logged = node
+        .stdout()
+        .split("\n")
+        .filter((line) => line.includes(requestId) && line.includes('"msg":"chat completion"'))
+        .map((line) => JSON.parse(line) as Record<string, unknown>)[0];
+    }
+    assert.ok(logged, "the request was logged");
+    assert.equal(logged.finish_reason, "cancelled", "generation never ran for a client that had left");
+    assert.equal(logged.completion_tokens, 0);
+    const database = await openStore({ dataDir: temporaryDirectory(), databaseUrl });
+    try {
+      const check = await checkLedger(database, id);
+      assert.equal(check.activeHolds, 0);
+      assert.equal(check.balance, 500, "nothing was billed");
+      assert.equal(check.balance, check.sumOfEntries);
+    } finally {
+      await database.destroy();
     }
   });
 

@@ -36,7 +36,9 @@ function abortOnDisconnect(reply: FastifyReply, shutdownSignal: AbortSignal): Ab
   const onClose = () => {
     if (!reply.raw.writableFinished) controller.abort(new Error("client disconnected"));
   };
-  reply.raw.on("close", onClose);
+  // The client may have gone already, while the request was being admitted (tokenizing, the hold).
+  if (reply.raw.destroyed) onClose();
+  else reply.raw.on("close", onClose);
   const onShutdown = () => controller.abort(new ShuttingDownError());
   if (shutdownSignal.aborted) onShutdown();
   else shutdownSignal.addEventListener("abort", onShutdown, { once: true });
