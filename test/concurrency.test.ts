@@ -227,6 +227,14 @@ describe("a storm of requests cut at random moments", () => {
     assert.ok(logged.length >= count(200), `${logged.length} completions logged for ${count(200)} finished`);
     assert.ok(logged.length <= 40 - count(503), `${logged.length} completions logged, at most one per admitted request`);
     assert.equal(new Set(logged.map((entry) => entry.reqId)).size, logged.length, "no request is logged twice");
+    const errors = test.logs().filter((entry) => (entry.level as number) >= 50);
+    assert.deepEqual(errors, [], "a client going away is no server error");
+    const statuses = test.logs().filter((entry) => entry.msg === "request" && entry.url === "/v1/chat/completions").map((entry) => entry.status as number);
+    // A client may leave after the server sent everything: logged 200 or 503, counted here as cut.
+    assert.ok(statuses.filter((status) => status === 200).length >= count(200), "every answered request is logged, streams included");
+    assert.ok(statuses.filter((status) => status === 503).length >= count(503), "and every refused one");
+    assert.ok(statuses.length <= 40, "and only once");
+    assert.ok(statuses.filter((status) => status === 499).length > 0, "requests whose clients left are logged with status 499");
     const finished = await test.client.chat.completions.create({ model: "random", messages: [{ role: "user", content: "After" }], max_tokens: 5 });
     assert.equal(finished.usage?.completion_tokens, 5);
   });

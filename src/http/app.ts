@@ -105,11 +105,18 @@ export function buildApp(options: AppOptions): App {
   server.addHook("onRequest", async function refuseWhileClosing(request) {
     if (closing && request.url !== "/health" && request.url !== "/ready") throw new ShuttingDownError();
   });
-  server.addHook("onResponse", async function logResponse(request, reply) {
-    request.log.info({ method: request.method, url: request.url, status: reply.statusCode, latency_ms: Math.round(reply.elapsedTime) }, "request");
-    const route = request.routeOptions.url ?? "unmatched";
-    options.metrics.httpRequests.inc({ method: request.method, route, status: reply.statusCode });
-    options.metrics.httpDuration.observe({ route }, reply.elapsedTime / 1000);
+  // One log line and one count per request, however it ended: answered (streams included, which
+  // Fastify's onResponse does not see) or cut by a client that left (status 499).
+  server.addHook("onRequest", async function logWhenClosed(request, reply) {
+    const started = performance.now();
+    reply.raw.once("close", () => {
+      const status = reply.raw.writableFinished ? reply.raw.statusCode : 499;
+      const elapsedMs = performance.now() - started;
+      request.log.info({ method: request.method, url: request.url, status, latency_ms: Math.round(elapsedMs) }, "request");
+      const route = request.routeOptions.url ?? "unmatched";
+      options.metrics.httpRequests.inc({ method: request.method, route, status });
+      options.metrics.httpDuration.observe({ route }, elapsedMs / 1000);
+    });
   });
   // Every /v1 response of a key with limits carries its x-ratelimit-* headers: chat completions
   // set them when they charge the limits; other responses (the model list, errors) report them

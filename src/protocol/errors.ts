@@ -166,6 +166,16 @@ export class ShuttingDownError extends ApiError {
   }
 }
 
+/**
+ * 499 (nginx's "client closed request"): the client went away before the answer. Nobody reads
+ * it; it keeps the logs and metrics honest about why the request ended.
+ */
+export class ClientClosedRequestError extends ApiError {
+  constructor() {
+    super("The client closed the connection before the response was sent.", { status: 499, type: "invalid_request_error", code: "client_closed_request" });
+  }
+}
+
 /** 500: something broke on our side. The message never carries internals. */
 export class InternalServerError extends ApiError {
   constructor(message = "The server had an error while processing your request.", cause?: unknown) {

@@ -10,7 +10,7 @@ import { errorBody, toApiError } from "../../errors.ts";
 import type { Metering } from "../../../billing/metering.ts";
 import type { RequestLimits } from "../../../limits/request-limits.ts";
 import type { Metrics } from "../../../metrics/metrics.ts";
-import { ShuttingDownError } from "../../../protocol/errors.ts";
+import { ClientClosedRequestError, ShuttingDownError } from "../../../protocol/errors.ts";
 import {
   completeChatCompletion,
   prepareChatCompletion,
@@ -134,8 +134,10 @@ export function registerChatCompletionsRoute(app: FastifyInstance, options: Chat
         return result.completion;
       } catch (error) {
         // Tokens generated before a shutdown are still billed; an engine failure is not.
-        if (controller.signal.aborted) outcome ??= { finishReason: "cancelled", usage: generation.usage() };
-        throw error;
+        if (!controller.signal.aborted) throw error;
+        outcome ??= { finishReason: "cancelled", usage: generation.usage() };
+        const reason: unknown = controller.signal.reason;
+        throw reason instanceof ShuttingDownError ? reason : new ClientClosedRequestError();
       } finally {
         await finish(outcome, outcome === undefined ? 500 : controller.signal.aborted ? 499 : 200);
       }
