@@ -95,6 +95,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     dataDir: settings.data_dir,
     databaseUrl: settings.database_url,
     onMigration: (name) => logger.info({ migration: name }, "applied database migration"),
+    onConnectionError: (error) => logger.warn({ err: error }, "a database connection broke; the next query reconnects"),
   });
   await syncConfigPlans(database, settings.plans);
   let plans = await listPlans(database);

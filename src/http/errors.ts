@@ -5,7 +5,8 @@
  */
 import type { Duplex } from "node:stream";
 import type { FastifyError, FastifyReply, FastifyRequest } from "fastify";
-import { ApiError, InternalServerError, InvalidRequestError, type ErrorBody } from "../protocol/errors.ts";
+import { ApiError, DatabaseUnavailableError, InternalServerError, InvalidRequestError, type ErrorBody } from "../protocol/errors.ts";
+import { isDatabaseUnavailable } from "../store/errors.ts";
 
 /** Fastify error codes whose messages are safe and useful to the client. */
 const clientErrorMessages: Record<string, string> = {
@@ -18,6 +19,7 @@ const clientErrorMessages: Record<string, string> = {
 /** Turns anything thrown into an `ApiError`. */
 export function toApiError(error: unknown): ApiError {
   if (error instanceof ApiError) return error;
+  if (isDatabaseUnavailable(error)) return new DatabaseUnavailableError();
   const fastifyError = error as Partial<FastifyError> | undefined;
   const status = fastifyError?.statusCode;
   if (typeof status === "number" && status >= 400 && status < 500) {
@@ -69,8 +71,7 @@ export function errorBody(error: unknown): ErrorBody {
 /** Fastify's error handler: one place maps errors to responses. */
 export function handleError(error: unknown, request: FastifyRequest, reply: FastifyReply): void {
   const apiError = toApiError(error);
-  if (apiError.status >= 500 && !(error instanceof ApiError)) {
-    request.log.error({ err: error }, "unhandled error");
-  }
+  if (apiError instanceof DatabaseUnavailableError) request.log.warn({ err: error }, "database unavailable");
+  else if (apiError.status >= 500 && !(error instanceof ApiError)) request.log.error({ err: error }, "unhandled error");
   void reply.code(apiError.status).headers(apiError.headers).send(apiError.toBody());
 }

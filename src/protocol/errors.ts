@@ -154,6 +154,18 @@ export class EngineOverloadedError extends ApiError {
   }
 }
 
+/** 503: the database cannot be reached right now (an outage, a restart, too many connections). */
+export class DatabaseUnavailableError extends ApiError {
+  constructor() {
+    super("The service's database is unavailable at the moment. Retry shortly.", {
+      status: 503,
+      type: "service_unavailable",
+      code: "database_unavailable",
+      headers: { "retry-after": "2" },
+    });
+  }
+}
+
 /** 503: the server is shutting down and takes no new work. */
 export class ShuttingDownError extends ApiError {
   constructor() {

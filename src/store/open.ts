@@ -15,11 +15,13 @@ export type StoreOptions = {
   databaseUrl?: string;
   /** Called for each migration applied (progress for operators). */
   onMigration?: (name: string) => void;
+  /** PostgreSQL: an idle connection broke and was dropped (the next query reconnects). */
+  onConnectionError?: (error: Error) => void;
 };
 
 export async function openStore(options: StoreOptions): Promise<Kysely<Database>> {
   const url = options.databaseUrl === undefined ? process.env.TURNPIKE_DATABASE_URL : options.databaseUrl;
-  const database = url ? openPostgres(url) : openSqlite(path.join(options.dataDir, "turnpike.sqlite"));
+  const database = url ? openPostgres(url, { onConnectionError: options.onConnectionError }) : openSqlite(path.join(options.dataDir, "turnpike.sqlite"));
   try {
     await migrateToLatest(database, options.onMigration);
   } catch (error) {

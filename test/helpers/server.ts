@@ -66,7 +66,7 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
     env: {},
     configFile: options.configFile,
   });
-  const database = await openStore({ dataDir, databaseUrl: "" });
+  const database = await openStore({ dataDir, databaseUrl: settings.database_url });
   const created = await createApiKey(database, { name: "test" });
   await database.destroy();
 
