@@ -114,7 +114,16 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
   await sweep();
   const sweeper = setInterval(() => sweep().catch((error: unknown) => logger.error({ err: error }, "ledger sweep failed")), SWEEP_INTERVAL_MS);
   sweeper.unref();
-  const metering = new Metering({ database, nodeId: () => nodeId, holdTtlMs: HOLD_TTL_MS });
+  const metering = new Metering({
+    database,
+    nodeId: () => nodeId,
+    holdTtlMs: HOLD_TTL_MS,
+    onDeferred: (event) => {
+      if (event.kind === "deferred") logger.warn({ request_id: event.requestId, err: event.error }, "the database is unavailable: this request's charge will be retried until it is back");
+      else if (event.kind === "settled") logger.info({ request_id: event.requestId, cost: event.cost, attempts: event.attempts }, "deferred charge settled");
+      else logger.error({ request_id: event.requestId, err: event.error, attempts: event.attempts }, "gave up on a deferred charge: its hold will be released uncharged");
+    },
+  });
   const limits = new RequestLimits(createRateLimiter({ redisUrl: settings.redis_url, logger }));
   const metrics = new Metrics({
     rateLimiterDegraded: () => limits.degraded,
@@ -210,11 +219,13 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
         clearInterval(sweep);
       }
       clearInterval(sweeper);
+      const unsettled = metering.stop();
+      if (unsettled > 0) logger.error({ settlements: unsettled }, "stopping with charges the database never took: their holds will be released uncharged");
       await catalog.close();
       await limits.close();
       await signInThrottle.close?.();
       await signUpThrottle.close?.();
-      await forgetNodes(database, [nodeId]);
+      await forgetNodes(database, [nodeId]).catch((error: unknown) => logger.warn({ err: error }, "could not deregister this node; the others will once its heartbeat lapses"));
       await database.destroy();
     })();
     return closed;

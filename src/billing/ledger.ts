@@ -333,6 +333,9 @@ export async function settleHold(
 ): Promise<number> {
   const charged = await database.transaction().execute(async (transaction) => {
     const charge = isPostgres(transaction) ? await settleOnPostgres(transaction, holdId, cost, now) : await settleInTransaction(transaction, holdId, cost, now);
+    // Settled already: this is a retry of a settlement whose commit went through (its answer
+    // was lost with the connection), and what goes alongside went in with it.
+    if (charge === null) return 0;
     if (alongside) await alongside(transaction, charge);
     return charge;
   });
@@ -346,7 +349,7 @@ function closingEntries(accountId: string, holdId: string, amount: number, charg
 }
 
 /** Closes an active hold step by step (SQLite; `settleOnPostgres` does the same in two statements). */
-async function settleInTransaction(transaction: Transaction<Database>, holdId: string, cost: number, now: number): Promise<number> {
+async function settleInTransaction(transaction: Transaction<Database>, holdId: string, cost: number, now: number): Promise<number | null> {
   // Closing the hold is the conditional write (`status = 'active'`): of two settlements, or a
   // settlement and the sweeper, only one closes it. The charge is capped at the amount held in
   // SQL, and RETURNING hands back what the rest needs, so the hold is never read first.
@@ -388,7 +391,7 @@ async function settleInTransaction(transaction: Transaction<Database>, holdId: s
  * held, so its snapshot of the lots is current (a single statement's would predate the lock),
  * and charges the lots in one UPDATE where `consumeLots` reads them and updates each.
  */
-async function settleOnPostgres(transaction: Transaction<Database>, holdId: string, cost: number, now: number): Promise<number> {
+async function settleOnPostgres(transaction: Transaction<Database>, holdId: string, cost: number, now: number): Promise<number | null> {
   const asked = Math.max(0, cost);
   const { rows } = await sql<{ account_id: string; key_id: string | null; amount: number; cost: number }>`
     with closed as (
@@ -431,17 +434,16 @@ async function settleOnPostgres(transaction: Transaction<Database>, holdId: stri
 /**
  * A hold that was closed already. One released early (its node looked dead) and never
  * charged: the tokens were still generated, so charge them once now, as far as the balance
- * covers. Anything else was settled: nothing more to charge.
+ * covers, and close its cost. One whose cost is closed was settled: null, nothing to do.
  */
-async function chargeClosedHold(transaction: Transaction<Database>, holdId: string, cost: number, now: number): Promise<number> {
+async function chargeClosedHold(transaction: Transaction<Database>, holdId: string, cost: number, now: number): Promise<number | null> {
   let query = transaction.selectFrom("holds").selectAll().where("id", "=", holdId);
   if (isPostgres(transaction)) query = query.forUpdate();
   const hold = await query.executeTakeFirst();
   if (hold === undefined) throw new Error(`no hold '${holdId}'`);
-  if (hold.status !== "released" || hold.cost !== null || cost <= 0) return 0;
+  if (hold.status !== "released" || hold.cost !== null) return null;
   const account = await lockAccount(transaction, hold.account_id);
-  if (account === undefined) return 0;
-  const charge = Math.min(cost, account.balance);
+  const charge = account === undefined ? 0 : Math.max(0, Math.min(cost, account.balance));
   await transaction.updateTable("holds").set({ cost: charge }).where("id", "=", holdId).execute();
   if (charge > 0) {
     await transaction.updateTable("accounts").set((expression) => ({ balance: expression("balance", "-", charge) })).where("id", "=", hold.account_id).execute();

@@ -1,7 +1,9 @@
 /**
  * Metering around one request: may this key use this model, reserve the worst case before
  * generating, then charge exactly what was generated (also when the client left), release
- * what a failed request held, and record the usage.
+ * what a failed request held, and record the usage. A settlement the database could not take
+ * (an outage) is retried in the background until it can, so tokens generated meanwhile are
+ * still billed once.
  */
 import type { Kysely } from "kysely";
 import type { ApiKeyRecord } from "../auth/api-keys.ts";
@@ -14,6 +16,7 @@ import { costOf, worstCaseCost } from "./pricing.ts";
 import { findAccountPlan } from "./plans-store.ts";
 import type { Plan } from "./plans.ts";
 import { recordUsage } from "./usage.ts";
+import { isDatabaseUnavailable } from "../store/errors.ts";
 
 export type MeteringOptions = {
   database: Kysely<Database>;
@@ -21,7 +24,21 @@ export type MeteringOptions = {
   nodeId: () => string;
   /** How long a hold may live before the sweeper releases it. */
   holdTtlMs: number;
+  /** Waits between retries of a settlement the database could not take; the last one repeats. */
+  retryDelaysMs?: readonly number[];
+  /** How long to go on retrying one settlement. */
+  retryForMs?: number;
+  /** Hears of deferred settlements: retried, done, or given up. */
+  onDeferred?: (event: DeferredSettlementEvent) => void;
 };
+
+export type DeferredSettlementEvent =
+  | { kind: "deferred"; requestId: string; error: unknown }
+  | { kind: "settled"; requestId: string; cost: number; attempts: number }
+  | { kind: "abandoned"; requestId: string; error: unknown; attempts: number };
+
+const DEFAULT_RETRY_DELAYS_MS = [500, 1_000, 2_000, 5_000, 10_000, 30_000];
+const DEFAULT_RETRY_FOR_MS = 60 * 60 * 1000;
 
 export type AdmitInput = {
   key: ApiKeyRecord;
@@ -48,15 +65,65 @@ export type RequestOutcome = {
 export type Admission = {
   /** Credit reserved for this request (0 for the operator's keys and free models). */
   readonly reserved: number;
-  /** Charges the exact cost (or releases the hold) and records usage. Call exactly once. */
-  settle(outcome: RequestOutcome): Promise<{ cost: number }>;
+  /**
+   * Charges the exact cost (or releases the hold) and records usage. Call exactly once.
+   * `cost` is null when the database is unavailable: the settlement goes on in the background.
+   */
+  settle(outcome: RequestOutcome): Promise<{ cost: number | null }>;
 };
 
 export class Metering {
   readonly #options: MeteringOptions;
+  readonly #pending = new Set<ReturnType<typeof setTimeout>>();
 
   constructor(options: MeteringOptions) {
     this.#options = options;
+  }
+
+  /** Settlements waiting for the database to come back. */
+  get deferred(): number {
+    return this.#pending.size;
+  }
+
+  /** Stops retrying (at shutdown); returns how many settlements were still waiting. */
+  stop(): number {
+    const left = this.#pending.size;
+    for (const timer of this.#pending) clearTimeout(timer);
+    this.#pending.clear();
+    return left;
+  }
+
+  /**
+   * Runs `attempt` now; while the database is unavailable, again after each delay until it
+   * succeeds or `retryForMs` has passed. Settling is idempotent (a settled hold is not charged
+   * twice, and its usage record is not written twice), so an attempt whose commit went through
+   * unanswered is safe to repeat.
+   */
+  async #settleOrDefer(requestId: string, attempt: () => Promise<number>): Promise<{ cost: number | null }> {
+    try {
+      return { cost: await attempt() };
+    } catch (error) {
+      if (!isDatabaseUnavailable(error)) throw error;
+      const delays = this.#options.retryDelaysMs ?? DEFAULT_RETRY_DELAYS_MS;
+      const giveUpAt = Date.now() + (this.#options.retryForMs ?? DEFAULT_RETRY_FOR_MS);
+      this.#options.onDeferred?.({ kind: "deferred", requestId, error });
+      const retry = (attempts: number) => {
+        const timer = setTimeout(() => {
+          this.#pending.delete(timer);
+          attempt().then(
+            (cost) => this.#options.onDeferred?.({ kind: "settled", requestId, cost, attempts: attempts + 1 }),
+            (failure: unknown) => {
+              if (isDatabaseUnavailable(failure) && Date.now() < giveUpAt) retry(attempts + 1);
+              else this.#options.onDeferred?.({ kind: "abandoned", requestId, error: failure, attempts: attempts + 1 });
+            },
+          );
+        }, delays[Math.min(attempts - 1, delays.length - 1)]);
+        timer.unref();
+        this.#pending.add(timer);
+      };
+      retry(1);
+      return { cost: null };
+    }
   }
 
   /** The plan of the key's account (its limits and models apply); null for operator keys and accounts without one. */
@@ -106,12 +173,13 @@ export class Metering {
           created_at: Date.now(),
         });
         if (holdId === null) {
-          await recordUsage(database, record(0));
-          return { cost: 0 };
+          return this.#settleOrDefer(input.requestId, async () => {
+            await recordUsage(database, record(0));
+            return 0;
+          });
         }
         // The usage record commits with the charge, so the two never disagree.
-        const charged = await settleHold(database, holdId, cost, Date.now(), (transaction, charge) => recordUsage(transaction, record(charge)));
-        return { cost: charged };
+        return this.#settleOrDefer(input.requestId, () => settleHold(database, holdId, cost, Date.now(), (transaction, charge) => recordUsage(transaction, record(charge))));
       },
     };
   }

@@ -96,6 +96,7 @@ export function registerChatCompletionsRoute(app: FastifyInstance, options: Chat
     const release = async (outcome: CompletionOutcome | undefined, status: number) => {
       const used = outcome === undefined ? 0 : outcome.usage.promptTokens + outcome.usage.completionTokens;
       await limited.finish(used).catch((error: unknown) => request.log.warn({ err: error }, "could not refund rate-limit tokens"));
+      // A database outage does not throw here: the charge is retried in the background.
       await admission
         .settle({ usage: outcome?.usage ?? null, status, finishReason: outcome?.finishReason ?? null, latencyMs: performance.now() - startedAt })
         .catch((error: unknown) => request.log.error({ err: error }, "could not settle the request's hold; the sweeper will release it uncharged"));
