@@ -32,12 +32,23 @@ export class ModelFileError extends Error {
 }
 
 /** The address to probe before a download: the file itself, or the Hugging Face host. */
-export function probeUrl(remote: string): string {
+export function probeUrl(remote: string, env: NodeJS.ProcessEnv = process.env): string {
   if (!remote.startsWith("hf:")) return remote;
+  // A mirror, as node-llama-cpp's downloader reads it.
+  const endpoint = (env.HF_ENDPOINT || env.MODEL_ENDPOINT || "https://huggingface.co").replace(/\/+$/, "");
   const match = /^hf:([^/]+)\/([^/:#]+)\/([^#]+?)(?:#(.+))?$/.exec(remote);
-  if (match === null) return "https://huggingface.co/";
+  if (match === null) return `${endpoint}/`;
   const [, owner, repo, file, branch] = match;
-  return `https://huggingface.co/${owner}/${repo}/resolve/${branch ?? "main"}/${file}`;
+  return `${endpoint}/${owner}/${repo}/resolve/${branch ?? "main"}/${file}`;
+}
+
+/**
+ * Headers for the probe: Hugging Face's token for `hf:` sources when `HF_TOKEN` is set, as
+ * node-llama-cpp's downloader sends it, so gated models are probed with the same rights.
+ */
+export function probeHeaders(remote: string, env: NodeJS.ProcessEnv = process.env): Record<string, string> {
+  const token = env.HF_TOKEN?.trim();
+  return remote.startsWith("hf:") && token ? { authorization: `Bearer ${token}` } : {};
 }
 
 /** How long the reachability probe waits before calling the network unreachable. */
@@ -55,12 +66,14 @@ async function probeRemote(remote: string, signal?: AbortSignal): Promise<void> 
   try {
     const response = await fetch(url, {
       method: "HEAD",
+      headers: probeHeaders(remote),
       redirect: "manual",
       signal: AbortSignal.any([AbortSignal.timeout(PROBE_TIMEOUT_MS), ...(signal ? [signal] : [])]),
     });
     if (response.status === 404) throw new ModelFileError(`${remote} does not exist (${host} answered 404)`);
     if (response.status === 401 || response.status === 403) {
-      throw new ModelFileError(`${remote} needs access rights (${host} answered ${response.status})`);
+      const advice = remote.startsWith("hf:") ? (process.env.HF_TOKEN ? "; HF_TOKEN is set but may not read it" : "; set HF_TOKEN to a Hugging Face token that may read it") : "";
+      throw new ModelFileError(`${remote} needs access rights (${host} answered ${response.status})${advice}`);
     }
   } catch (error) {
     if (error instanceof ModelFileError) throw error;
