@@ -13,6 +13,7 @@ import { checkLedger } from "../src/billing/ledger.ts";
 import { costOf } from "../src/billing/pricing.ts";
 import { modelsDir, postJson, storiesModel, temporaryDirectory } from "./helpers/server.ts";
 import { runCli, startServeProcess, type ServeProcess } from "./helpers/process.ts";
+import { stormOfCutRequests } from "./helpers/storm.ts";
 
 const randomModel = path.join(modelsDir, "llama-2-tiny-random.gguf");
 /** Credit units per million tokens: 1 credit per prompt token, 2 per completion token. */
@@ -184,31 +185,15 @@ describe("metered quota", () => {
   it("after a storm of requests cut at random moments (queued, generating, or finished), every hold is settled and each is billed exactly", async () => {
     // 2,000 credits; each request may cost up to ~30 + 2 × 60 credits, so about a dozen fit at once.
     const { account, key } = await meteredAccount("small");
-    let seed = 7;
-    const random = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
-    const outcomes = await Promise.all(
-      Array.from({ length: 30 }, async (_, index) => {
-        await delay(Math.floor(random() * 60));
-        const controller = new AbortController();
-        const cutAfter = random() < 0.7 ? Math.floor(random() * 80) : undefined;
-        const timer = cutAfter === undefined ? undefined : setTimeout(() => controller.abort(), cutAfter);
-        try {
-          const response = await fetch(`${server.url}/v1/chat/completions`, {
-            method: "POST",
-            headers: { "content-type": "application/json", authorization: `Bearer ${key.key}` },
-            body: JSON.stringify({ model: "random", messages: [{ role: "user", content: `Storm ${index}` }], max_tokens: 10 + Math.floor(random() * 50), stream: random() < 0.5 }),
-            signal: controller.signal,
-          });
-          await response.text();
-          return response.status;
-        } catch (error) {
-          assert.equal((error as Error).name, "AbortError", String(error));
-          return "cut";
-        } finally {
-          clearTimeout(timer);
-        }
-      }),
-    );
+    const outcomes = await stormOfCutRequests({
+      baseURL: `${server.url}/v1`,
+      key: key.key as string,
+      requests: 30,
+      seed: 7,
+      maxStartDelayMs: 60,
+      maxCutAfterMs: 80,
+      body: (index, random) => ({ model: "random", messages: [{ role: "user", content: `Storm ${index}` }], max_tokens: 10 + Math.floor(random() * 50) }),
+    });
     assert.ok(outcomes.every((outcome) => outcome === 200 || outcome === 429 || outcome === "cut"), JSON.stringify(outcomes));
     let check = await ledgerOf(dataDir, account.id);
     for (let attempt = 0; attempt < 200 && check.activeHolds > 0; attempt++) {

@@ -8,6 +8,7 @@ import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { setTimeout as delay } from "node:timers/promises";
 import { modelsDir, postJson, startTestServer, storiesModel, type TestServer } from "./helpers/server.ts";
+import { stormOfCutRequests } from "./helpers/storm.ts";
 
 const randomModel = path.join(modelsDir, "llama-2-tiny-random.gguf");
 
@@ -181,36 +182,20 @@ describe("a storm of requests cut at random moments", () => {
   }
 
   it("answers each with 200, 503 or the cut, logs each admitted one once, and gives every slot back", async () => {
-    // A fixed seed: the same storm every run.
-    let seed = 20261122;
-    const random = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
     const before = completionLogs(test).length;
-    const outcomes = await Promise.all(
-      Array.from({ length: 40 }, async (_, index) => {
-        await delay(Math.floor(random() * 100));
-        const abortAfter = random() < 0.7 ? Math.floor(random() * 150) : undefined;
-        const stream = random() < 0.5;
-        const controller = new AbortController();
-        const timer = abortAfter === undefined ? undefined : setTimeout(() => controller.abort(), abortAfter);
-        try {
-          const response = await fetch(`${test.baseURL}/chat/completions`, {
-            method: "POST",
-            headers: { "content-type": "application/json", authorization: `Bearer ${test.key}` },
-            body: JSON.stringify({ model: "random", messages: [{ role: "user", content: `Storm ${index}` }], max_tokens: 50 + Math.floor(random() * 400), stream }),
-            signal: controller.signal,
-          });
-          const text = await response.text();
-          if (response.status === 200 && stream) assert.ok(text.trimEnd().endsWith("data: [DONE]"), `a stream that was not cut ends with [DONE]: ${text.slice(-200)}`);
-          if (response.status !== 200) assert.equal(JSON.parse(text).error.code, "engine_overloaded", text);
-          return response.status;
-        } catch (error) {
-          assert.equal((error as Error).name, "AbortError", String(error));
-          return "cut";
-        } finally {
-          clearTimeout(timer);
-        }
-      }),
-    );
+    const outcomes = await stormOfCutRequests({
+      baseURL: test.baseURL,
+      key: test.key,
+      requests: 40,
+      seed: 20261122,
+      maxStartDelayMs: 100,
+      maxCutAfterMs: 150,
+      body: (index, random) => ({ model: "random", messages: [{ role: "user", content: `Storm ${index}` }], max_tokens: 50 + Math.floor(random() * 400) }),
+      check: ({ status, text, stream }) => {
+        if (status === 200 && stream) assert.ok(text.trimEnd().endsWith("data: [DONE]"), `a stream that was not cut ends with [DONE]: ${text.slice(-200)}`);
+        if (status !== 200) assert.equal(JSON.parse(text).error.code, "engine_overloaded", text);
+      },
+    });
     const count = (outcome: number | string) => outcomes.filter((entry) => entry === outcome).length;
     assert.equal(count(200) + count(503) + count("cut"), 40, JSON.stringify(outcomes));
     assert.ok(count(200) > 0 && count("cut") > 0, `the storm had finished and cut requests: ${JSON.stringify(outcomes)}`);
