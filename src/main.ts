@@ -127,9 +127,9 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
   const limits = new RequestLimits(createRateLimiter({ redisUrl: settings.redis_url, logger }));
   const metrics = new Metrics({
     rateLimiterDegraded: () => limits.degraded,
-    slots: () => engines.flatMap((engine, index) => {
+    slots: () => engines.flatMap(({ id, engine }) => {
       const stats = engine.queueStats();
-      return stats === undefined ? [] : [{ model: settings.models[index]!.id, stats }];
+      return stats === undefined ? [] : [{ model: id, stats }];
     }),
   });
   const signInThrottle: SignInThrottle = settings.redis_url === "" ? new MemorySignInThrottle() : new RedisSignInThrottle({ url: settings.redis_url, logger });
@@ -143,7 +143,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     log: (level, message) => logger[level]({ source: "llama.cpp" }, message),
   });
   const startedAt = Math.floor(Date.now() / 1000);
-  const engines: LlamaCppEngine[] = [];
+  const engines: Array<{ id: string; engine: LlamaCppEngine }> = [];
   const models: CatalogModel[] = settings.models.map((entry) => {
     const engine = new LlamaCppEngine({
       modelId: entry.id,
@@ -160,7 +160,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
         logger[level]({ model: entry.id, state: status.state, detail: "detail" in status ? status.detail : undefined }, `model ${entry.id}: ${status.state}`);
       },
     });
-    engines.push(engine);
+    engines.push({ id: entry.id, engine });
     return {
       id: entry.id,
       ownedBy: entry.owned_by ?? "turnpike",
@@ -176,7 +176,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     };
   });
   const catalog = new Catalog(models);
-  const modelsSettled = Promise.all(engines.map((engine) => engine.load())).then(() => undefined);
+  const modelsSettled = Promise.all(engines.map(({ engine }) => engine.load())).then(() => undefined);
 
   const publicUrl = process.env.TURNPIKE_PUBLIC_URL ?? `http://${settings.host}:${settings.port}`;
   const app = buildApp({

@@ -102,11 +102,9 @@ export function buildApp(options: AppOptions): App {
   server.decorateRequest("principal", null);
   server.decorateRequest("rateLimitsApplied", false);
   server.addHook("onRequest", requestIdHeader());
-  server.addHook("onRequest", async function refuseWhileClosing(request) {
-    if (closing && request.url !== "/health" && request.url !== "/ready") throw new ShuttingDownError();
-  });
   // One log line and one count per request, however it ended: answered (streams included, which
-  // Fastify's onResponse does not see) or cut by a client that left (status 499).
+  // Fastify's onResponse does not see; refusals while shutting down too) or cut by a client
+  // that left (status 499).
   server.addHook("onRequest", async function logWhenClosed(request, reply) {
     const started = performance.now();
     reply.raw.once("close", () => {
@@ -117,6 +115,9 @@ export function buildApp(options: AppOptions): App {
       options.metrics.httpRequests.inc({ method: request.method, route, status });
       options.metrics.httpDuration.observe({ route }, elapsedMs / 1000);
     });
+  });
+  server.addHook("onRequest", async function refuseWhileClosing(request) {
+    if (closing && request.url !== "/health" && request.url !== "/ready") throw new ShuttingDownError();
   });
   // Every /v1 response of a key with limits carries its x-ratelimit-* headers: chat completions
   // set them when they charge the limits; other responses (the model list, errors) report them
