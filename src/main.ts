@@ -127,6 +127,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
   const limits = new RequestLimits(createRateLimiter({ redisUrl: settings.redis_url, logger }));
   const metrics = new Metrics({
     rateLimiterDegraded: () => limits.degraded,
+    deferredCharges: () => metering.deferred,
     slots: () => engines.flatMap(({ id, engine }) => {
       const stats = engine.queueStats();
       return stats === undefined ? [] : [{ model: id, stats }];

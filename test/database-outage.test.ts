@@ -151,6 +151,7 @@ describe("a PostgreSQL outage under a running server", () => {
     assert.equal(usage?.completion_tokens, 3000, "the stream ran to its end while the database was away");
     for (let attempt = 0; attempt < 100 && !test.logs().some((entry) => entry.msg?.toString().startsWith("the database is unavailable")); attempt++) await delay(20);
     assert.ok(test.logs().some((entry) => entry.msg === "the database is unavailable: this request's charge will be retried until it is back"));
+    assert.match(await (await fetch(`${test.url}/metrics`)).text(), /^turnpike_deferred_charges 1$/m, "the waiting charge shows in /metrics");
 
     await proxy.open();
     const database = await openStore({ dataDir: temporaryDirectory(), databaseUrl: directUrl });
@@ -175,5 +176,6 @@ describe("a PostgreSQL outage under a running server", () => {
       await database.destroy();
     }
     assert.ok(test.logs().some((entry) => entry.msg === "deferred charge settled"));
+    assert.match(await (await fetch(`${test.url}/metrics`)).text(), /^turnpike_deferred_charges 0$/m);
   });
 });

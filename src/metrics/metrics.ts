@@ -11,6 +11,8 @@ export type MetricsSources = {
   rateLimiterDegraded: () => boolean;
   /** Each loaded model's generation slots: busy, total, and requests waiting for one. */
   slots?: () => Array<{ model: string; stats: SlotStats }>;
+  /** Charges waiting for the database to come back. */
+  deferredCharges?: () => number;
 };
 
 export class Metrics {
@@ -49,6 +51,14 @@ export class Metrics {
     slotGauge("turnpike_engine_slots_busy", "Sequences generating now, per model", (stats) => stats.busy);
     slotGauge("turnpike_engine_slots", "Sequences a model can generate at once (--parallel)", (stats) => stats.capacity);
     slotGauge("turnpike_engine_queue_waiting", "Requests waiting for a free sequence, per model", (stats) => stats.waiting);
+    new Gauge({
+      name: "turnpike_deferred_charges",
+      help: "Charges of finished requests waiting for the database to come back (retried in the background)",
+      registers,
+      collect() {
+        this.set(sources.deferredCharges?.() ?? 0);
+      },
+    });
     new Gauge({
       name: "turnpike_rate_limiter_degraded",
       help: "1 while Redis is unreachable and rate limits are enforced per node only",
