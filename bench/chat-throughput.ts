@@ -17,7 +17,7 @@ import path from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import OpenAI from "openai";
+import { Worker } from "node:worker_threads";
 import { getLlama, LlamaLogLevel, resolveChatWrapper, type Token } from "node-llama-cpp";
 import { loadSettings } from "../src/config/load.ts";
 import { startServer, createLogger } from "../src/main.ts";
@@ -25,6 +25,7 @@ import { openStore } from "../src/store/open.ts";
 import { createApiKey } from "../src/auth/api-keys.ts";
 import { renderChatPrompt } from "../src/engines/llamacpp/chat-prompt.ts";
 import type { EngineMessage } from "../src/engines/engine.ts";
+import { streamClient, type StreamResult } from "./stream-client.ts";
 
 const benchDir = path.dirname(fileURLToPath(import.meta.url));
 const { values: flags } = parseArgs({
@@ -34,6 +35,8 @@ const { values: flags } = parseArgs({
     warmup: { type: "string", default: "2" },
     "max-tokens": { type: "string", default: "128" },
     "context-size": { type: "string", default: "2048" },
+    /** Where the HTTP client runs: `same` (this thread) or `thread` (a worker thread of its own). */
+    client: { type: "string", default: "same" },
     out: { type: "string", default: path.join(benchDir, "results", "chat-throughput.json") },
   },
 });
@@ -48,8 +51,7 @@ const SEQUENCES = 4;
 const CONCURRENCIES = [1, 4] as const;
 const THREADS = 1;
 
-/** One stream's measurements. `ttftMs`: from sending the request to the first generated text. */
-type StreamResult = { ttftMs: number; totalMs: number; completionTokens: number; text: string };
+/** One stream's measurements (`ttftMs`: from sending the request to the first generated text). */
 /** One round: `concurrency` streams started together; `wallMs` until the last one ended. */
 type RoundResult = { wallMs: number; streams: StreamResult[] };
 /** Runs one stream for the given messages. */
@@ -139,36 +141,35 @@ async function openServer(): Promise<Side & { modelId: string }> {
   const server = await startServer(settings, createLogger("silent"));
   const modelId = settings.models[0]!.id;
   await server.modelsSettled;
-  const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: key, maxRetries: 0, timeout: 60_000 });
-  const runStream: RunStream = async (messages) => {
-    const started = performance.now();
-    const stream = await client.chat.completions.create({
-      model: modelId,
-      messages: messages.map((message) => ({ role: message.role as "user", content: message.content })),
-      stream: true,
-      stream_options: { include_usage: true },
-      temperature: 0,
-      max_tokens: maxTokens,
+  const request = (messages: EngineMessage[]) => ({ model: modelId, messages, maxTokens });
+  let runStream: RunStream;
+  let worker: Worker | undefined;
+  if (flags.client === "thread") {
+    const thread = new Worker(new URL("./stream-client.ts", import.meta.url), { workerData: { streamClient: true, baseURL: `${server.url}/v1`, apiKey: key } });
+    worker = thread;
+    const waiting = new Map<number, { resolve: (result: StreamResult) => void; reject: (error: Error) => void }>();
+    thread.on("message", ({ id, result, error }: { id: number; result?: StreamResult; error?: string }) => {
+      const entry = waiting.get(id)!;
+      waiting.delete(id);
+      if (error !== undefined) entry.reject(new Error(error));
+      else entry.resolve(result!);
     });
-    let firstAt: number | undefined;
-    let completionTokens: number | undefined;
-    let text = "";
-    for await (const chunk of stream) {
-      const content = chunk.choices[0]?.delta.content;
-      if (content) {
-        firstAt ??= performance.now();
-        text += content;
-      }
-      if (chunk.usage) completionTokens = chunk.usage.completion_tokens;
-    }
-    const endedAt = performance.now();
-    if (completionTokens === undefined) throw new Error("the stream ended without a usage chunk");
-    return { ttftMs: (firstAt ?? endedAt) - started, totalMs: endedAt - started, completionTokens, text };
-  };
+    let next = 0;
+    runStream = (messages) =>
+      new Promise((resolve, reject) => {
+        const id = next++;
+        waiting.set(id, { resolve, reject });
+        thread.postMessage({ id, request: request(messages) });
+      });
+  } else {
+    const run = streamClient(`${server.url}/v1`, key);
+    runStream = (messages) => run(request(messages));
+  }
   return {
     modelId,
     runStream,
     close: async () => {
+      await worker?.terminate();
       await server.close();
       fs.rmSync(dataDir, { recursive: true, force: true });
     },
@@ -253,7 +254,7 @@ const table = [
   ]),
 ];
 const widths = table[0]!.map((_, column) => Math.max(...table.map((line) => line[column]!.length)));
-console.log(`model ${modelId} (${modelPath}), ${THREADS} thread, ${SEQUENCES} sequences x ${contextSize} tokens, max_tokens ${maxTokens}, temperature 0`);
+console.log(`model ${modelId} (${modelPath}), ${THREADS} thread, ${SEQUENCES} sequences x ${contextSize} tokens, max_tokens ${maxTokens}, temperature 0, HTTP client in ${flags.client === "thread" ? "a worker thread" : "the server's thread"}`);
 console.log(`${rounds} rounds after ${warmupRounds} warm-up; medians; tok/s = all streams' completion tokens / round wall time\n`);
 for (const line of table) console.log(line.map((cell, column) => (column === 0 ? cell.padEnd(widths[column]!) : cell.padStart(widths[column]!))).join("  "));
 const totalSeconds = (performance.now() - benchStarted) / 1000;
@@ -268,7 +269,7 @@ fs.writeFileSync(
       date: new Date().toISOString(),
       node: process.version,
       cpus: os.availableParallelism(),
-      settings: { model: modelPath, modelId, threads: THREADS, sequences: SEQUENCES, contextSize, maxTokens, temperature: 0, rounds, warmupRounds },
+      settings: { model: modelPath, modelId, threads: THREADS, sequences: SEQUENCES, contextSize, maxTokens, temperature: 0, rounds, warmupRounds, client: flags.client },
       results: rows,
       totalSeconds,
     },
