@@ -29,7 +29,6 @@ import type { Database } from "../src/store/schema.ts";
 import { createAccount } from "../src/accounts/accounts.ts";
 import { createApiKey, verifyApiKey } from "../src/auth/api-keys.ts";
 import { grantCredit, placeHold, settleHold } from "../src/billing/ledger.ts";
-import { recordUsage } from "../src/billing/usage.ts";
 import { Metering } from "../src/billing/metering.ts";
 import { grantPlan } from "../src/billing/grant-plan.ts";
 import { findPlan } from "../src/billing/plans-store.ts";
@@ -91,23 +90,21 @@ const percentile = (values: number[], p: number) => {
 async function holdAndSettle(database: Kysely<Database>, accountId: string, keyId: string, index: number): Promise<number> {
   const started = performance.now();
   const holdId = await placeHold(database, { accountId, keyId, amount: 100, nodeId: "bench", ttlMs: 60_000 });
-  await settleHold(database, holdId, 37, Date.now(), (transaction, charged) =>
-    recordUsage(transaction, {
-      request_id: `bench_${index}`,
-      account_id: accountId,
-      key_id: keyId,
-      model: "bench",
-      prompt_tokens: 10,
-      cached_prompt_tokens: 0,
-      completion_tokens: 13,
-      cost: charged,
-      latency_ms: 1,
-      status: 200,
-      finish_reason: "stop",
-      stream: 0,
-      created_at: Date.now(),
-    }),
-  );
+  await settleHold(database, holdId, 37, Date.now(), (charged) => ({
+    request_id: `bench_${index}`,
+    account_id: accountId,
+    key_id: keyId,
+    model: "bench",
+    prompt_tokens: 10,
+    cached_prompt_tokens: 0,
+    completion_tokens: 13,
+    cost: charged,
+    latency_ms: 1,
+    status: 200,
+    finish_reason: "stop",
+    stream: 0,
+    created_at: Date.now(),
+  }));
   return performance.now() - started;
 }
 

@@ -171,25 +171,42 @@ for (const backend of backends) {
       assert.equal(check.activeHolds, 0);
     });
 
-    it("runs what goes alongside a settlement once: a repeated settlement (a retry whose first commit went through) writes nothing", async () => {
+    it("writes a settlement's usage record once: a repeated settlement (a retry whose first commit went through) writes nothing", async () => {
       const owner = await account("retry");
       await grantCredit(store.database, { accountId: owner.id, amount: 100, source: `admin:${owner.id}` });
-      const alongside: number[] = [];
-      const record = async (_transaction: unknown, charged: number) => void alongside.push(charged);
+      const usage = (requestId: string) => (charged: number) => ({
+        request_id: requestId,
+        account_id: owner.id,
+        key_id: null,
+        model: "m",
+        prompt_tokens: 1,
+        cached_prompt_tokens: 0,
+        completion_tokens: 2,
+        cost: charged,
+        latency_ms: 1,
+        status: 200,
+        finish_reason: "stop",
+        stream: 0,
+        created_at: Date.now(),
+      });
+      const recorded = async () =>
+        (await store.database.selectFrom("usage_records").select(["request_id", "cost"]).where("account_id", "=", owner.id).orderBy("request_id").execute()).map(
+          (row) => `${row.request_id}:${Number(row.cost)}`,
+        );
       const hold = await placeHold(store.database, { accountId: owner.id, keyId: null, amount: 40, nodeId: "n1", ttlMs: 60_000 });
-      assert.equal(await settleHold(store.database, hold, 12, Date.now(), record), 12);
-      assert.equal(await settleHold(store.database, hold, 12, Date.now(), record), 0);
-      assert.deepEqual(alongside, [12]);
+      assert.equal(await settleHold(store.database, hold, 12, Date.now(), usage("a")), 12);
+      assert.equal(await settleHold(store.database, hold, 12, Date.now(), usage("a")), 0);
+      assert.deepEqual(await recorded(), ["a:12"]);
       // A swept hold: its late settlement charges and records once, even when nothing is owed.
       const now = Date.now();
       const swept = await placeHold(store.database, { accountId: owner.id, keyId: null, amount: 10, nodeId: "gone", ttlMs: 600_000, now });
       const sweptFree = await placeHold(store.database, { accountId: owner.id, keyId: null, amount: 10, nodeId: "gone", ttlMs: 600_000, now });
       assert.equal(await sweepHolds(store.database, { now: now + 1000, deadNodes: ["gone"] }), 2);
       for (let attempt = 0; attempt < 2; attempt++) {
-        await settleHold(store.database, swept, 7, Date.now(), record);
-        await settleHold(store.database, sweptFree, 0, Date.now(), record);
+        await settleHold(store.database, swept, 7, Date.now(), usage("b"));
+        await settleHold(store.database, sweptFree, 0, Date.now(), usage("c"));
       }
-      assert.deepEqual(alongside, [12, 7, 0]);
+      assert.deepEqual(await recorded(), ["a:12", "b:7", "c:0"]);
       assert.equal((await assertConsistent(owner.id)).balance, 100 - 12 - 7);
     });
 

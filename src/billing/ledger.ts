@@ -16,13 +16,15 @@
  *   the balance covers.
  *
  * On PostgreSQL every statement is a network round trip, and round trips are what a hold and
- * a settlement cost, so there they run as data-modifying CTEs (hold: 2 statements, settle: 2
- * plus the usage record, besides BEGIN and COMMIT). SQLite is in-process: it runs the plain
- * steps, which are also what the CTEs do.
+ * a settlement cost, so there they run as data-modifying CTEs: a hold is one statement with no
+ * explicit transaction in the common case (the transactional path decides the rest), a
+ * settlement two statements, the usage record included, between BEGIN and COMMIT. SQLite is
+ * in-process: it runs the plain steps, which are also what the CTEs do.
  */
 import { randomBytes } from "node:crypto";
 import { PostgresAdapter, sql, type Kysely, type Transaction } from "kysely";
 import type { Database, LedgerEntryKind } from "../store/schema.ts";
+import type { UsageRecord } from "./usage.ts";
 import { InsufficientQuotaError } from "../protocol/errors.ts";
 
 type Executor = Kysely<Database> | Transaction<Database>;
@@ -205,6 +207,10 @@ async function debitAccount(transaction: Transaction<Database>, accountId: strin
  */
 export async function placeHold(database: Kysely<Database>, input: HoldInput): Promise<string> {
   const now = input.now ?? Date.now();
+  if (isPostgres(database)) {
+    const held = await placeHoldInOneStatement(database, input, now);
+    if (held !== undefined) return held;
+  }
   // A refusal commits too (the expiries it applied stay applied), then throws outside.
   const outcome = await database.transaction().execute(async (transaction): Promise<{ holdId: string } | { refused: string }> => {
     // The account row is locked first, then the key's, the order settling takes too (no deadlock).
@@ -232,6 +238,53 @@ export async function placeHold(database: Kysely<Database>, input: HoldInput): P
   });
   if ("refused" in outcome) throw new InsufficientQuotaError(outcome.refused);
   return outcome.holdId;
+}
+
+/**
+ * The common case of `placeHold` on PostgreSQL in one round trip and no explicit transaction:
+ * one statement (data-modifying CTEs, atomic on its own) debits the account, reserves the
+ * amount against the key, and writes the hold and its entry. It takes the account row, then
+ * the key's, the order settling takes too. Returns undefined, having changed nothing, when the
+ * transactional path must decide: the balance does not cover the amount, credit is due to
+ * expire, the account is disabled or gone, or the key's spend cap refuses (then the hold's
+ * amount is NULL, which its NOT NULL constraint turns into an error that undoes the statement).
+ */
+async function placeHoldInOneStatement(database: Kysely<Database>, input: HoldInput, now: number): Promise<string | undefined> {
+  const holdId = newId("hold", now);
+  try {
+    const { rows } = await sql`
+      with debited as (
+        update accounts set balance = balance - ${input.amount}
+        where id = ${input.accountId} and balance >= ${input.amount} and disabled_at is null
+          and not exists (
+            select 1 from credit_lots
+            where credit_lots.account_id = accounts.id and credit_lots.expires_at <= ${now} and credit_lots.remaining > 0
+          )
+        returning id
+      ), key_reserved as (
+        update api_keys set reserved = reserved + ${input.amount}
+        where id = ${input.keyId} and (spend_cap is null or spent + reserved + ${input.amount} <= spend_cap)
+          and exists (select 1 from debited)
+        returning id
+      ), hold as (
+        insert into holds (id, account_id, key_id, amount, status, node_id, expires_at, created_at)
+        select ${holdId}::text, ${input.accountId}::text, ${input.keyId}::text,
+               case when ${input.keyId}::text is null or exists (select 1 from key_reserved) then ${input.amount}::bigint end,
+               'active', ${input.nodeId}::text, ${now + input.ttlMs}::bigint, ${now}::bigint
+        from debited
+        returning id
+      )
+      insert into ledger_entries (id, account_id, kind, amount, hold_id, created_at)
+      select ${newId("le", now)}::text, ${input.accountId}::text, 'hold', ${-input.amount}::bigint, ${holdId}::text, ${now}::bigint
+      from hold
+      returning id
+    `.execute(database);
+    return rows.length > 0 ? holdId : undefined;
+  } catch (error) {
+    const { code, table } = error as { code?: string; table?: string };
+    if (code === "23502" && table === "holds") return undefined;
+    throw error;
+  }
 }
 
 /**
@@ -328,18 +381,27 @@ export async function settleHold(
   holdId: string,
   cost: number,
   now = Date.now(),
-  /** Runs in the same transaction with what was charged (the usage record goes in with the charge). */
-  alongside?: (transaction: Transaction<Database>, charged: number) => Promise<void>,
+  /** The request's usage record, given what was charged: it commits with the charge. */
+  usage?: (charged: number) => UsageRecord,
 ): Promise<number> {
-  const charged = await database.transaction().execute(async (transaction) => {
-    const charge = isPostgres(transaction) ? await settleOnPostgres(transaction, holdId, cost, now) : await settleInTransaction(transaction, holdId, cost, now);
-    // Settled already: this is a retry of a settlement whose commit went through (its answer
-    // was lost with the connection), and what goes alongside went in with it.
-    if (charge === null) return 0;
-    if (alongside) await alongside(transaction, charge);
-    return charge;
-  });
-  return charged;
+  // A hold settled already (null: a retry of a settlement whose commit went through unanswered)
+  // charges and records nothing more.
+  const charged = await database
+    .transaction()
+    .execute(async (transaction) => (isPostgres(transaction) ? settleOnPostgres(transaction, holdId, cost, now, usage) : settleInTransaction(transaction, holdId, cost, now, usage)));
+  return charged ?? 0;
+}
+
+/** Writes a usage record in the settling transaction. */
+async function insertUsage(transaction: Transaction<Database>, record: UsageRecord): Promise<void> {
+  await transaction.insertInto("usage_records").values({ id: newId("use", record.created_at), ...record }).execute();
+}
+
+/** A hold closed already: `chargeClosedHold`, and the usage record when it charged. */
+async function settleClosedHold(transaction: Transaction<Database>, holdId: string, cost: number, now: number, usage?: (charged: number) => UsageRecord): Promise<number | null> {
+  const charge = await chargeClosedHold(transaction, holdId, cost, now);
+  if (charge !== null && usage !== undefined) await insertUsage(transaction, usage(charge));
+  return charge;
 }
 
 /** The release entry and, when something was charged, the settle entry after it (ids are time-ordered). */
@@ -349,7 +411,7 @@ function closingEntries(accountId: string, holdId: string, amount: number, charg
 }
 
 /** Closes an active hold step by step (SQLite; `settleOnPostgres` does the same in two statements). */
-async function settleInTransaction(transaction: Transaction<Database>, holdId: string, cost: number, now: number): Promise<number | null> {
+async function settleInTransaction(transaction: Transaction<Database>, holdId: string, cost: number, now: number, usage?: (charged: number) => UsageRecord): Promise<number | null> {
   // Closing the hold is the conditional write (`status = 'active'`): of two settlements, or a
   // settlement and the sweeper, only one closes it. The charge is capped at the amount held in
   // SQL, and RETURNING hands back what the rest needs, so the hold is never read first.
@@ -361,7 +423,7 @@ async function settleInTransaction(transaction: Transaction<Database>, holdId: s
     .where("status", "=", "active")
     .returning(["account_id", "key_id", "amount", "cost"])
     .executeTakeFirst();
-  if (closed === undefined) return chargeClosedHold(transaction, holdId, cost, now);
+  if (closed === undefined) return settleClosedHold(transaction, holdId, cost, now, usage);
   const accountId = closed.account_id;
   const amount = Number(closed.amount);
   const charge = Number(closed.cost);
@@ -380,6 +442,7 @@ async function settleInTransaction(transaction: Transaction<Database>, holdId: s
       .where("id", "=", closed.key_id)
       .execute();
   }
+  if (usage !== undefined) await insertUsage(transaction, usage(charge));
   return charge;
 }
 
@@ -387,11 +450,11 @@ async function settleInTransaction(transaction: Transaction<Database>, holdId: s
  * `settleInTransaction` in two round trips on PostgreSQL (data-modifying CTEs), the same writes
  * in the same lock order. The first statement closes the hold (the conditional write) and gives
  * the account back what was not charged, locking the hold, then the account row. The second
- * writes the entries, charges the lots and updates the key: it starts after the account lock is
+ * writes the entries and the usage record, charges the lots and updates the key: it starts after the account lock is
  * held, so its snapshot of the lots is current (a single statement's would predate the lock),
  * and charges the lots in one UPDATE where `consumeLots` reads them and updates each.
  */
-async function settleOnPostgres(transaction: Transaction<Database>, holdId: string, cost: number, now: number): Promise<number | null> {
+async function settleOnPostgres(transaction: Transaction<Database>, holdId: string, cost: number, now: number, usage?: (charged: number) => UsageRecord): Promise<number | null> {
   const asked = Math.max(0, cost);
   const { rows } = await sql<{ account_id: string; key_id: string | null; amount: number; cost: number }>`
     with closed as (
@@ -404,9 +467,19 @@ async function settleOnPostgres(transaction: Transaction<Database>, holdId: stri
     select account_id, key_id, amount, cost from closed
   `.execute(transaction);
   const closed = rows[0];
-  if (closed === undefined) return chargeClosedHold(transaction, holdId, cost, now);
+  if (closed === undefined) return settleClosedHold(transaction, holdId, cost, now, usage);
   const amount = Number(closed.amount);
   const charge = Number(closed.cost);
+  const record = usage?.(charge);
+  // The usage record rides in the same statement as the entries.
+  const recorded =
+    record === undefined
+      ? sql``
+      : sql`, recorded as (
+        insert into usage_records (id, request_id, account_id, key_id, model, prompt_tokens, cached_prompt_tokens, completion_tokens, cost, latency_ms, status, finish_reason, stream, created_at)
+        values (${newId("use", record.created_at)}, ${record.request_id}, ${record.account_id}, ${record.key_id}, ${record.model}, ${record.prompt_tokens}, ${record.cached_prompt_tokens},
+                ${record.completion_tokens}, ${record.cost}, ${record.latency_ms}, ${record.status}, ${record.finish_reason}, ${record.stream}, ${record.created_at})
+      )`;
   const entries = closingEntries(closed.account_id, holdId, amount, charge, now).map(
     (entry) => sql`(${entry.id}, ${entry.account_id}, ${entry.kind}, ${entry.amount}::bigint, ${entry.hold_id}, ${entry.created_at}::bigint)`,
   );
@@ -415,7 +488,7 @@ async function settleOnPostgres(transaction: Transaction<Database>, holdId: stri
       insert into ledger_entries (id, account_id, kind, amount, hold_id, created_at) values ${sql.join(entries)}
     ), key_charged as (
       update api_keys set reserved = reserved - ${amount}, spent = spent + ${charge} where id = ${closed.key_id}
-    ), ordered_lots as (
+    )${recorded}, ordered_lots as (
       -- The lots with credit left, soonest-expiring first (lots without expiry last: NULLs
       -- sort last here), each with the credit of the lots before it.
       select id, remaining, sum(remaining) over (order by expires_at nulls last, id) - remaining as before_lot

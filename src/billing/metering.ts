@@ -179,7 +179,7 @@ export class Metering {
           });
         }
         // The usage record commits with the charge, so the two never disagree.
-        return this.#settleOrDefer(input.requestId, () => settleHold(database, holdId, cost, Date.now(), (transaction, charge) => recordUsage(transaction, record(charge))));
+        return this.#settleOrDefer(input.requestId, () => settleHold(database, holdId, cost, Date.now(), record));
       },
     };
   }
