@@ -38,7 +38,7 @@ export const serveOptions: readonly OptionSpec[] = [
   { key: "gpu", flag: "--gpu <backend>", env: "TURNPIKE_GPU", kind: "string", defaultText: "auto", description: "auto, cpu, cuda, vulkan or metal" },
   { key: "queue_size", flag: "--queue-size <n>", env: "TURNPIKE_QUEUE_SIZE", kind: "integer", defaultText: "64", description: "requests that may wait for a slot per model; more get 503" },
   { key: "shutdown_timeout", flag: "--shutdown-timeout <seconds>", env: "TURNPIKE_SHUTDOWN_TIMEOUT", kind: "number", defaultText: "30", description: "how long running requests may finish after SIGINT/SIGTERM" },
-  { key: "keep_alive_interval", flag: "--keep-alive-interval <seconds>", env: "TURNPIKE_KEEP_ALIVE_INTERVAL", kind: "number", defaultText: "5", description: "SSE keep-alive comment interval while a stream waits for a slot" },
+  { key: "keep_alive_interval", flag: "--keep-alive-interval <seconds>", env: "TURNPIKE_KEEP_ALIVE_INTERVAL", kind: "number", defaultText: "5", description: "a stream quiet this long gets an SSE comment (waiting for a slot, a long prompt evaluation)" },
   { key: "log_level", flag: "--log-level <level>", env: "TURNPIKE_LOG_LEVEL", kind: "string", defaultText: "info", description: "fatal, error, warn, info, debug, trace or silent" },
   { key: "body_limit", flag: "--body-limit <bytes>", env: "TURNPIKE_BODY_LIMIT", kind: "integer", defaultText: "10485760", description: "largest request body" },
 ];

@@ -146,11 +146,13 @@ export function registerChatCompletionsRoute(app: FastifyInstance, options: Chat
 
     reply.hijack();
     const sse = new SseWriter(reply.raw, reply.getHeaders());
-    const keepAlive = setInterval(() => sse.comment("waiting for a slot"), options.keepAliveIntervalMs);
+    let admitted = false;
+    const stopKeepAlive = sse.keepAlive(options.keepAliveIntervalMs, () => (admitted ? "generating" : "waiting for a slot"));
     const outcome: { value?: CompletionOutcome } = {};
     let failed = false;
     try {
-      await generation.admitted.finally(() => clearInterval(keepAlive));
+      await generation.admitted;
+      admitted = true;
       for await (const chunk of streamChatCompletion(job, generation, outcome)) sse.data(chunk);
       const reason: unknown = controller.signal.reason;
       if (controller.signal.aborted && reason instanceof ShuttingDownError) {
@@ -166,7 +168,7 @@ export function registerChatCompletionsRoute(app: FastifyInstance, options: Chat
       sse.data(errorBody(controller.signal.aborted && reason instanceof ShuttingDownError ? reason : error));
       sse.end();
     } finally {
-      clearInterval(keepAlive);
+      stopKeepAlive();
       // A failed stream is not billed; one cut by the client or a shutdown pays for what was generated.
       const final = failed ? undefined : (outcome.value ?? (controller.signal.aborted ? { finishReason: "cancelled" as const, usage: generation.usage() } : undefined));
       await finish(final, failed ? 500 : controller.signal.aborted ? 499 : 200);
