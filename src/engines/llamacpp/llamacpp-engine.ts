@@ -224,9 +224,12 @@ export class LlamaCppEngine implements Engine {
     // Prefer the free sequence that already holds the longest prefix of this prompt.
     const leased = loaded.queue.acquire(stop, rank);
     let started = false;
+    // A lease nobody will consume (aborted before generation began) goes straight back. The
+    // listener goes once generation begins: left on `stop`, a signal made by AbortSignal.any
+    // that never aborts, it would keep the signal, the lease and the prompt alive for good.
+    let releaseIfIdle: (() => void) | undefined;
     const guarded = leased.then((lease) => {
-      // A lease nobody will consume (aborted before generation began) goes straight back.
-      const releaseIfIdle = () => {
+      releaseIfIdle = () => {
         if (!started) lease.release();
       };
       if (stop.aborted) releaseIfIdle();
@@ -244,6 +247,7 @@ export class LlamaCppEngine implements Engine {
       async *[Symbol.asyncIterator]() {
         const first = await guarded;
         started = true;
+        if (releaseIfIdle !== undefined) stop.removeEventListener("abort", releaseIfIdle);
         // Extra choices run in parallel only in slots that are free now (never waiting while
         // holding one, so requests cannot deadlock); the rest follow one another in these slots.
         const leases = [first];
