@@ -75,6 +75,7 @@ export type Admission = {
 export class Metering {
   readonly #options: MeteringOptions;
   readonly #pending = new Set<ReturnType<typeof setTimeout>>();
+  #stopped = false;
 
   constructor(options: MeteringOptions) {
     this.#options = options;
@@ -87,6 +88,7 @@ export class Metering {
 
   /** Stops retrying (at shutdown); returns how many settlements were still waiting. */
   stop(): number {
+    this.#stopped = true;
     const left = this.#pending.size;
     for (const timer of this.#pending) clearTimeout(timer);
     this.#pending.clear();
@@ -108,6 +110,7 @@ export class Metering {
       const giveUpAt = Date.now() + (this.#options.retryForMs ?? DEFAULT_RETRY_FOR_MS);
       this.#options.onDeferred?.({ kind: "deferred", requestId, error });
       const retry = (attempts: number) => {
+        if (this.#stopped) return;
         const timer = setTimeout(() => {
           this.#pending.delete(timer);
           attempt().then(
