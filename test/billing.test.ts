@@ -338,3 +338,60 @@ describe("crash recovery", () => {
     }
   });
 });
+
+describe("graceful shutdown under load", () => {
+  it("exits 0, answers every request (finished, cut with shutting_down, or refused), and bills each exactly", async () => {
+    const dataDir = temporaryDirectory();
+    const configFile = path.join(dataDir, "turnpike.json");
+    fs.writeFileSync(
+      configFile,
+      JSON.stringify({
+        models: [{ id: "random", path: randomModel, pricing }],
+        plans: [{ id: "big", name: "Big", price: { amount: 100, currency: "usd" }, credit: 1_000_000 }],
+      }),
+    );
+    const email = "shutdown@example.com";
+    const server = await startServeProcess(["--config", configFile, "--data-dir", dataDir, "--parallel", "2", "--queue-size", "50", "--shutdown-timeout", "1"]);
+    const account = await cliJson(["accounts", "create", "--email", email, "--data-dir", dataDir]);
+    assert.equal((await runCli(["plans", "grant", "--account", email, "--plan", "big", "--data-dir", dataDir])).code, 0);
+    const key = await cliJson(["keys", "create", "--account", email, "--data-dir", dataDir]);
+    for (let attempt = 0; attempt < 200 && (await fetch(`${server.url}/ready`)).status !== 200; attempt++) await delay(50);
+    // 20 requests of 1,000 to 1,950 tokens on 2 slots: far more work than the shutdown leaves time for.
+    const answers = Promise.all(
+      Array.from({ length: 20 }, async (_, index) => {
+        const stream = index % 2 === 0;
+        const response = await fetch(`${server.url}/v1/chat/completions`, {
+          method: "POST",
+          headers: { "content-type": "application/json", authorization: `Bearer ${key.key}` },
+          body: JSON.stringify({ model: "random", messages: [{ role: "user", content: `Go ${index}` }], max_tokens: 1000 + 50 * index, stream }),
+        }).catch(() => undefined);
+        if (response === undefined) return "refused";
+        const text = await response.text();
+        if (response.status === 503) return JSON.parse(text).error.code === "shutting_down" ? "refused" : text;
+        if (response.status !== 200) return text;
+        if (!stream) return "finished";
+        if (text.trimEnd().endsWith("data: [DONE]")) return "finished";
+        return text.includes('"code":"shutting_down"') ? "cut" : text;
+      }),
+    );
+    await delay(150);
+    assert.equal(await server.stop("SIGTERM"), 0, server.stderr());
+    const outcomes = await answers;
+    assert.ok(outcomes.every((outcome) => ["finished", "cut", "refused"].includes(outcome)), JSON.stringify(outcomes));
+
+    const check = await ledgerOf(dataDir, account.id);
+    assert.equal(check.activeHolds, 0, "every hold was settled before the exit");
+    assert.equal(check.balance, check.sumOfEntries);
+    const database = await openStore({ dataDir, databaseUrl: "" });
+    const records = await database.selectFrom("usage_records").selectAll().where("account_id", "=", account.id).execute();
+    await database.destroy();
+    const prices = { prompt: pricing.prompt, cachedPrompt: pricing.cached_prompt, completion: pricing.completion };
+    for (const record of records) {
+      const usage = { promptTokens: Number(record.prompt_tokens), cachedPromptTokens: Number(record.cached_prompt_tokens), completionTokens: Number(record.completion_tokens) };
+      assert.equal(Number(record.cost), costOf(prices, usage), `billed exactly: ${JSON.stringify(record)}`);
+      if (record.finish_reason === "cancelled") assert.equal(Number(record.status), 503, "a request the shutdown cut is recorded as such");
+    }
+    assert.equal(check.balance, 1_000_000 - records.reduce((sum, record) => sum + Number(record.cost), 0));
+    assert.ok(outcomes.includes("cut") && outcomes.includes("refused"), `the shutdown cut some and refused some: ${JSON.stringify(outcomes)}`);
+  });
+});

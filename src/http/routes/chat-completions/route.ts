@@ -30,6 +30,12 @@ export type ChatCompletionsRouteOptions = {
   keepAliveIntervalMs: number;
 };
 
+/** The status a cut request is recorded with: 503 when a shutdown stopped it, 499 when its client left. */
+function cutStatus(signal: AbortSignal): 499 | 503 | undefined {
+  if (!signal.aborted) return undefined;
+  return signal.reason instanceof ShuttingDownError ? 503 : 499;
+}
+
 /** Aborts when the client closes the connection before the response was finished. */
 function abortOnDisconnect(reply: FastifyReply, shutdownSignal: AbortSignal): AbortController {
   const controller = new AbortController();
@@ -140,7 +146,7 @@ export function registerChatCompletionsRoute(app: FastifyInstance, options: Chat
         const reason: unknown = controller.signal.reason;
         throw reason instanceof ShuttingDownError ? reason : new ClientClosedRequestError();
       } finally {
-        await finish(outcome, outcome === undefined ? 500 : controller.signal.aborted ? 499 : 200);
+        await finish(outcome, outcome === undefined ? 500 : cutStatus(controller.signal) ?? 200);
       }
     }
 
@@ -171,7 +177,7 @@ export function registerChatCompletionsRoute(app: FastifyInstance, options: Chat
       stopKeepAlive();
       // A failed stream is not billed; one cut by the client or a shutdown pays for what was generated.
       const final = failed ? undefined : (outcome.value ?? (controller.signal.aborted ? { finishReason: "cancelled" as const, usage: generation.usage() } : undefined));
-      await finish(final, failed ? 500 : controller.signal.aborted ? 499 : 200);
+      await finish(final, failed ? 500 : cutStatus(controller.signal) ?? 200);
     }
   });
 }
