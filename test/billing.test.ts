@@ -53,6 +53,31 @@ async function ledgerOf(dataDir: string, accountId: string) {
   }
 }
 
+/**
+ * Waits until every hold of the account is settled, then checks the books: the balance equals
+ * its entries and the credit less what the usage records charged, and each record is billed
+ * exactly for its tokens. Returns the records.
+ */
+async function assertBilledExactly(dataDir: string, accountId: string, credit: number) {
+  let check = await ledgerOf(dataDir, accountId);
+  for (let attempt = 0; attempt < 200 && check.activeHolds > 0; attempt++) {
+    await delay(25);
+    check = await ledgerOf(dataDir, accountId);
+  }
+  assert.equal(check.activeHolds, 0, "every hold was settled");
+  assert.equal(check.balance, check.sumOfEntries);
+  const database = await openStore({ dataDir, databaseUrl: "" });
+  const records = await database.selectFrom("usage_records").selectAll().where("account_id", "=", accountId).execute();
+  await database.destroy();
+  const prices = { prompt: pricing.prompt, cachedPrompt: pricing.cached_prompt, completion: pricing.completion };
+  for (const record of records) {
+    const usage = { promptTokens: Number(record.prompt_tokens), cachedPromptTokens: Number(record.cached_prompt_tokens), completionTokens: Number(record.completion_tokens) };
+    assert.equal(Number(record.cost), costOf(prices, usage), `billed exactly: ${JSON.stringify(record)}`);
+  }
+  assert.equal(check.balance, credit - records.reduce((sum, record) => sum + Number(record.cost), 0), "the balance is the credit less exactly what the records charged");
+  return records;
+}
+
 describe("metered quota", () => {
   let dataDir: string;
   let server: ServeProcess;
@@ -195,23 +220,7 @@ describe("metered quota", () => {
       body: (index, random) => ({ model: "random", messages: [{ role: "user", content: `Storm ${index}` }], max_tokens: 10 + Math.floor(random() * 50) }),
     });
     assert.ok(outcomes.every((outcome) => outcome === 200 || outcome === 429 || outcome === "cut"), JSON.stringify(outcomes));
-    let check = await ledgerOf(dataDir, account.id);
-    for (let attempt = 0; attempt < 200 && check.activeHolds > 0; attempt++) {
-      await delay(25);
-      check = await ledgerOf(dataDir, account.id);
-    }
-    assert.equal(check.activeHolds, 0, "every hold was settled");
-    assert.equal(check.balance, check.sumOfEntries);
-    const database = await openStore({ dataDir, databaseUrl: "" });
-    const records = await database.selectFrom("usage_records").selectAll().where("account_id", "=", account.id).execute();
-    await database.destroy();
-    const prices = { prompt: pricing.prompt, cachedPrompt: pricing.cached_prompt, completion: pricing.completion };
-    for (const record of records) {
-      const usage = { promptTokens: Number(record.prompt_tokens ?? 0), cachedPromptTokens: Number(record.cached_prompt_tokens ?? 0), completionTokens: Number(record.completion_tokens ?? 0) };
-      assert.equal(Number(record.cost), costOf(prices, usage), `billed exactly: ${JSON.stringify(record)}`);
-    }
-    const charged = records.reduce((sum, record) => sum + Number(record.cost), 0);
-    assert.equal(check.balance, 2000 - charged, "the balance is the credit less exactly what the records charged");
+    const records = await assertBilledExactly(dataDir, account.id, 2000);
     assert.ok(records.some((record) => record.finish_reason === "cancelled") && records.some((record) => record.finish_reason === "length"), JSON.stringify(records.map((record) => record.finish_reason)));
   });
 
@@ -379,19 +388,10 @@ describe("graceful shutdown under load", () => {
     const outcomes = await answers;
     assert.ok(outcomes.every((outcome) => ["finished", "cut", "refused"].includes(outcome)), JSON.stringify(outcomes));
 
-    const check = await ledgerOf(dataDir, account.id);
-    assert.equal(check.activeHolds, 0, "every hold was settled before the exit");
-    assert.equal(check.balance, check.sumOfEntries);
-    const database = await openStore({ dataDir, databaseUrl: "" });
-    const records = await database.selectFrom("usage_records").selectAll().where("account_id", "=", account.id).execute();
-    await database.destroy();
-    const prices = { prompt: pricing.prompt, cachedPrompt: pricing.cached_prompt, completion: pricing.completion };
+    const records = await assertBilledExactly(dataDir, account.id, 1_000_000);
     for (const record of records) {
-      const usage = { promptTokens: Number(record.prompt_tokens), cachedPromptTokens: Number(record.cached_prompt_tokens), completionTokens: Number(record.completion_tokens) };
-      assert.equal(Number(record.cost), costOf(prices, usage), `billed exactly: ${JSON.stringify(record)}`);
       if (record.finish_reason === "cancelled") assert.equal(Number(record.status), 503, "a request the shutdown cut is recorded as such");
     }
-    assert.equal(check.balance, 1_000_000 - records.reduce((sum, record) => sum + Number(record.cost), 0));
     assert.ok(outcomes.includes("cut") && outcomes.includes("refused"), `the shutdown cut some and refused some: ${JSON.stringify(outcomes)}`);
   });
 });

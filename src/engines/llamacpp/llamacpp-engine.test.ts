@@ -88,47 +88,30 @@ describe("the llama.cpp engine", () => {
     assert.equal(reason, "length");
     assert.equal(next.usage().completionTokens, 5);
   });
-});
 
-describe("the llama.cpp engine over many requests", () => {
   it("keeps nothing of a finished generation (no listener left on a never-aborted signal)", async () => {
     v8.setFlagsFromString("--expose-gc");
     const gc = vm.runInNewContext("gc") as () => void;
-    const engine = new LlamaCppEngine({
-      modelId: "random",
-      source: { path: randomModel },
-      dataDir: os.tmpdir(),
-      llama: createRuntimeLoader({ threads: 1, gpu: "cpu" }),
-      contextSize: 4096,
-      parallel: 1,
-      queueSize: 1,
-      threads: 1,
-    });
-    await engine.load();
-    try {
-      // A long prompt (the same one, so its evaluation is reused): whatever a request leaks, its
-      // ~2,000 prompt tokens make it show.
-      const long = { ...request, messages: [{ role: "user" as const, content: "story ".repeat(2000) }], maxTokens: 1 };
-      const run = async (count: number) => {
-        for (let index = 0; index < count; index++) {
-          const generation = (await engine.prepare(long)).start(new AbortController().signal);
-          for await (const _part of generation.parts);
-        }
-      };
-      const heap = () => {
-        gc();
-        gc();
-        return process.memoryUsage().heapUsed;
-      };
-      await run(50);
-      const before = heap();
-      await run(300);
-      const grown = heap() - before;
-      // Leaking each request's prompt would grow the heap by more than 300 × 2,000 × 8 bytes.
-      assert.ok(grown < 2_000_000, `the heap grew by ${Math.round(grown / 1000)} kB over 300 requests`);
-    } finally {
-      await engine.close();
-    }
+    // A long prompt (the same one, so its evaluation is reused): whatever a request leaks, its
+    // ~2,000 prompt tokens make it show.
+    const long = { ...request, messages: [{ role: "user" as const, content: "story ".repeat(2000) }], maxTokens: 1 };
+    const run = async (count: number) => {
+      for (let index = 0; index < count; index++) {
+        const generation = (await engine.prepare(long)).start(new AbortController().signal);
+        for await (const _part of generation.parts);
+      }
+    };
+    const heap = () => {
+      gc();
+      gc();
+      return process.memoryUsage().heapUsed;
+    };
+    await run(50);
+    const before = heap();
+    await run(300);
+    const grown = heap() - before;
+    // Leaking each request's prompt would grow the heap by more than 300 × 2,000 × 8 bytes.
+    assert.ok(grown < 2_000_000, `the heap grew by ${Math.round(grown / 1000)} kB over 300 requests`);
   });
 });
 
