@@ -77,6 +77,15 @@ describe("turnpike serve settings", () => {
     });
   }
 
+  it("stops start-up with one clear line, and exit code 1, when the database is unreachable, never showing its password", async () => {
+    const result = await runCli(["serve", "--data-dir", temporaryDirectory(), "--model", storiesModel, "--database-url", "postgres://turnpike:s3cret-pw@127.0.0.1:1/turnpike"]);
+    assert.equal(result.code, 1, result.stderr);
+    const lines = result.stderr.trim().split("\n");
+    assert.equal(lines.length, 1, result.stderr);
+    assert.match(lines[0]!, /^turnpike: could not start: the database is unreachable; check --database-url \(TURNPIKE_DATABASE_URL\)/);
+    assert.ok(!result.stderr.includes("s3cret-pw") && !result.stdout.includes("s3cret-pw"), "the password is never shown");
+  });
+
   it("reads models and pricing from a --config file", async () => {
     const dataDir = temporaryDirectory();
     const configFile = path.join(dataDir, "turnpike.json");

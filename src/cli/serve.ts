@@ -43,7 +43,9 @@ export function registerServeCommand(program: Command): void {
       server = await startServer(settings, logger);
     } catch (error) {
       const message = error instanceof Error ? error.message : String(error);
-      process.stderr.write(`turnpike: could not start: ${message}\n`);
+      const { isDatabaseUnavailable } = await import("../store/errors.ts");
+      const advice = isDatabaseUnavailable(error) ? "the database is unreachable; check --database-url (TURNPIKE_DATABASE_URL) and that the server is up: " : "";
+      process.stderr.write(`turnpike: could not start: ${advice}${message}\n`);
       process.exit(1);
     }
     let stopping = false;
