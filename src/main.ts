@@ -211,8 +211,13 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
       app.beginShutdown();
       const timer = setTimeout(() => app.abortRunning(), settings.shutdown_timeout * 1000);
       // Connections whose last response just ended would otherwise hold the close until the
-      // client's own keep-alive timeout.
-      const sweep = setInterval(() => app.server.server.closeIdleConnections(), 100);
+      // client's own keep-alive timeout. Once no response is pending, every connection left is
+      // idle, whatever Node's bookkeeping says (a client that abandoned a request but kept its
+      // connection open leaves it marked active), so all of them are closed.
+      const sweep = setInterval(() => {
+        if (app.inFlight() === 0) app.server.server.closeAllConnections();
+        else app.server.server.closeIdleConnections();
+      }, 100);
       try {
         await app.server.close();
       } finally {

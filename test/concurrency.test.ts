@@ -167,11 +167,12 @@ describe("the wait queue", () => {
 
 describe("a storm of requests cut at random moments", () => {
   let test: TestServer;
+  let closed = false;
   before(async () => {
     test = await startTestServer({ flags: { parallel: "2", queue_size: "4", keep_alive_interval: "0.05", models: [storiesModel, `random=${randomModel}`] } });
   });
   after(async () => {
-    await test?.close();
+    if (!closed) await test?.close();
   });
 
   /** The slot gauges of /metrics for the random model. */
@@ -222,5 +223,47 @@ describe("a storm of requests cut at random moments", () => {
     assert.ok(statuses.filter((status) => status === 499).length > 0, "requests whose clients left are logged with status 499");
     const finished = await test.client.chat.completions.create({ model: "random", messages: [{ role: "user", content: "After" }], max_tokens: 5 });
     assert.equal(finished.usage?.completion_tokens, 5);
+  });
+
+  it("holds with n, log probabilities, tools and JSON mode in the storm too, and stops at once afterwards", async () => {
+    const errorsBefore = test.logs().filter((entry) => (entry.level as number) >= 50).length;
+    const outcomes = await stormOfCutRequests({
+      baseURL: test.baseURL,
+      key: test.key,
+      requests: 30,
+      seed: 42,
+      maxStartDelayMs: 100,
+      maxCutAfterMs: 200,
+      body: (index, random) => ({
+        model: "random",
+        messages: [{ role: "user", content: `Mixed ${index}` }],
+        max_tokens: 20 + Math.floor(random() * 150),
+        n: 1 + Math.floor(random() * 3),
+        ...(random() < 0.3 ? { logprobs: true, top_logprobs: 2 } : {}),
+        ...(random() < 0.3 ? { response_format: { type: "json_object" } } : {}),
+        ...(random() < 0.3
+          ? { tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: { a: { type: "string", maxLength: 5 } } } } }], tool_choice: "required" }
+          : {}),
+      }),
+      check: ({ status, text, stream }) => {
+        if (status === 200 && stream) assert.ok(text.trimEnd().endsWith("data: [DONE]") && !text.includes('data: {"error"'), text.slice(-300));
+        if (status !== 200) assert.equal(JSON.parse(text).error.code, "engine_overloaded", text);
+      },
+    });
+    assert.ok(outcomes.includes(200) && outcomes.includes("cut"), JSON.stringify(outcomes));
+    let gauges = await slotGauges();
+    for (let attempt = 0; attempt < 100 && (gauges.busy !== 0 || gauges.waiting !== 0); attempt++) {
+      await delay(50);
+      gauges = await slotGauges();
+    }
+    assert.deepEqual(gauges, { busy: 0, waiting: 0, slots: 2 });
+    assert.equal(test.logs().filter((entry) => (entry.level as number) >= 50).length, errorsBefore, "no server error");
+
+    // With nothing running, stopping does not wait out the 30 s grace period for connections
+    // the clients abandoned but left open.
+    const stopping = performance.now();
+    await test.close();
+    closed = true;
+    assert.ok(performance.now() - stopping < 10_000, `stopped in ${Math.round(performance.now() - stopping)} ms`);
   });
 });

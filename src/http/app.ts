@@ -76,6 +76,8 @@ export type App = {
   beginShutdown(): void;
   /** Aborts running generations (after the grace period). */
   abortRunning(): void;
+  /** Requests whose response has not ended yet (streams included). */
+  inFlight(): number;
 };
 
 export function buildApp(options: AppOptions): App {
@@ -105,9 +107,12 @@ export function buildApp(options: AppOptions): App {
   // One log line and one count per request, however it ended: answered (streams included, which
   // Fastify's onResponse does not see; refusals while shutting down too) or cut by a client
   // that left (status 499).
+  let inFlight = 0;
   server.addHook("onRequest", async function logWhenClosed(request, reply) {
     const started = performance.now();
+    inFlight++;
     reply.raw.once("close", () => {
+      inFlight--;
       const status = reply.raw.writableFinished ? reply.raw.statusCode : 499;
       const elapsedMs = performance.now() - started;
       request.log.info({ method: request.method, url: request.url, status, latency_ms: Math.round(elapsedMs) }, "request");
@@ -196,6 +201,7 @@ export function buildApp(options: AppOptions): App {
     beginShutdown: () => {
       closing = true;
     },
+    inFlight: () => inFlight,
     abortRunning: () => {
       shutdown.abort(new ShuttingDownError());
       // Streams end on their own once aborted; connections still open after that are cut.
