@@ -220,8 +220,9 @@ describe("metered quota", () => {
       body: (index, random) => ({ model: "random", messages: [{ role: "user", content: `Storm ${index}` }], max_tokens: 10 + Math.floor(random() * 50) }),
     });
     assert.ok(outcomes.every((outcome) => outcome === 200 || outcome === 429 || outcome === "cut"), JSON.stringify(outcomes));
-    const records = await assertBilledExactly(dataDir, account.id, 2000);
-    assert.ok(records.some((record) => record.finish_reason === "cancelled") && records.some((record) => record.finish_reason === "length"), JSON.stringify(records.map((record) => record.finish_reason)));
+    // Whichever requests the timing cut, finished or refused, each is billed exactly (the cut and
+    // the finished cases each have a test of their own that does not depend on timing).
+    await assertBilledExactly(dataDir, account.id, 2000);
   });
 
   it("bills n=3 for all three choices exactly: the prompt once, every choice's completion tokens", async () => {

@@ -184,6 +184,13 @@ describe("a storm of requests cut at random moments", () => {
 
   it("answers each with 200, 503 or the cut, logs each admitted one once, and gives every slot back", async () => {
     const before = completionLogs(test).length;
+    // One stream generates through the whole storm and is cut after it, so a cut while
+    // generating happens whatever the storm's timing. It cannot finish first: it shares each
+    // decoding step with the storm's one other running request, and the storm's admitted
+    // requests (at most 5 at once, all sent within 100 ms) need fewer than 2,300 steps in all.
+    const holderAbort = new AbortController();
+    const holder = await openStream(test, { model: "random", messages: [{ role: "user", content: "Hold" }], max_tokens: 4000 }, holderAbort.signal);
+    await holder.readUntil(() => holder.contentLines().length > 0);
     const outcomes = await stormOfCutRequests({
       baseURL: test.baseURL,
       key: test.key,
@@ -197,9 +204,9 @@ describe("a storm of requests cut at random moments", () => {
         if (status !== 200) assert.equal(JSON.parse(text).error.code, "engine_overloaded", text);
       },
     });
+    holderAbort.abort();
     const count = (outcome: number | string) => outcomes.filter((entry) => entry === outcome).length;
     assert.equal(count(200) + count(503) + count("cut"), 40, JSON.stringify(outcomes));
-    assert.ok(count(200) > 0 && count("cut") > 0, `the storm had finished and cut requests: ${JSON.stringify(outcomes)}`);
 
     // Every slot comes back, and nothing is left waiting.
     let gauges = await slotGauges();
@@ -211,7 +218,8 @@ describe("a storm of requests cut at random moments", () => {
     // Every admitted request was logged once: the finished ones, and those cut while generating or waiting.
     const logged = completionLogs(test).slice(before);
     assert.ok(logged.length >= count(200), `${logged.length} completions logged for ${count(200)} finished`);
-    assert.ok(logged.length <= 40 - count(503), `${logged.length} completions logged, at most one per admitted request`);
+    assert.ok(logged.length <= 41 - count(503), `${logged.length} completions logged, at most one per admitted request`);
+    assert.ok(logged.some((entry) => entry.finish_reason === "cancelled"), "the stream cut while generating was logged as cancelled");
     assert.equal(new Set(logged.map((entry) => entry.reqId)).size, logged.length, "no request is logged twice");
     const errors = test.logs().filter((entry) => (entry.level as number) >= 50);
     assert.deepEqual(errors, [], "a client going away is no server error");
@@ -219,7 +227,7 @@ describe("a storm of requests cut at random moments", () => {
     // A client may leave after the server sent everything: logged 200 or 503, counted here as cut.
     assert.ok(statuses.filter((status) => status === 200).length >= count(200), "every answered request is logged, streams included");
     assert.ok(statuses.filter((status) => status === 503).length >= count(503), "and every refused one");
-    assert.ok(statuses.length <= 40, "and only once");
+    assert.ok(statuses.length <= 41, "and only once");
     assert.ok(statuses.filter((status) => status === 499).length > 0, "requests whose clients left are logged with status 499");
     const finished = await test.client.chat.completions.create({ model: "random", messages: [{ role: "user", content: "After" }], max_tokens: 5 });
     assert.equal(finished.usage?.completion_tokens, 5);
@@ -250,7 +258,6 @@ describe("a storm of requests cut at random moments", () => {
         if (status !== 200) assert.equal(JSON.parse(text).error.code, "engine_overloaded", text);
       },
     });
-    assert.ok(outcomes.includes(200) && outcomes.includes("cut"), JSON.stringify(outcomes));
     let gauges = await slotGauges();
     for (let attempt = 0; attempt < 100 && (gauges.busy !== 0 || gauges.waiting !== 0); attempt++) {
       await delay(50);

@@ -41,7 +41,7 @@ function startFileServer(file: string): Promise<{ url: string; hits: Hit[]; clos
       }
       response.write(body.subarray(offset, offset + piece));
       offset += piece;
-      setTimeout(next, 15);
+      setTimeout(next, 60);
     };
     next();
   });

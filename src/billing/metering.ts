@@ -74,7 +74,10 @@ export type Admission = {
 
 export class Metering {
   readonly #options: MeteringOptions;
+  /** Timers of the retries waiting to run. */
   readonly #pending = new Set<ReturnType<typeof setTimeout>>();
+  /** Settlements deferred and not yet settled or given up (an attempt in flight included). */
+  #deferred = 0;
   #stopped = false;
 
   constructor(options: MeteringOptions) {
@@ -83,13 +86,13 @@ export class Metering {
 
   /** Settlements waiting for the database to come back. */
   get deferred(): number {
-    return this.#pending.size;
+    return this.#deferred;
   }
 
   /** Stops retrying (at shutdown); returns how many settlements were still waiting. */
   stop(): number {
     this.#stopped = true;
-    const left = this.#pending.size;
+    const left = this.#deferred;
     for (const timer of this.#pending) clearTimeout(timer);
     this.#pending.clear();
     return left;
@@ -109,15 +112,20 @@ export class Metering {
       const delays = this.#options.retryDelaysMs ?? DEFAULT_RETRY_DELAYS_MS;
       const giveUpAt = Date.now() + (this.#options.retryForMs ?? DEFAULT_RETRY_FOR_MS);
       this.#options.onDeferred?.({ kind: "deferred", requestId, error });
-      const retry = (attempts: number) => {
+      this.#deferred++;
+      const retry = (attempts: number): void => {
         if (this.#stopped) return;
         const timer = setTimeout(() => {
           this.#pending.delete(timer);
           attempt().then(
-            (cost) => this.#options.onDeferred?.({ kind: "settled", requestId, cost, attempts: attempts + 1 }),
+            (cost) => {
+              this.#deferred--;
+              this.#options.onDeferred?.({ kind: "settled", requestId, cost, attempts: attempts + 1 });
+            },
             (failure: unknown) => {
-              if (isDatabaseUnavailable(failure) && Date.now() < giveUpAt) retry(attempts + 1);
-              else this.#options.onDeferred?.({ kind: "abandoned", requestId, error: failure, attempts: attempts + 1 });
+              if (isDatabaseUnavailable(failure) && Date.now() < giveUpAt && !this.#stopped) return retry(attempts + 1);
+              this.#deferred--;
+              this.#options.onDeferred?.({ kind: "abandoned", requestId, error: failure, attempts: attempts + 1 });
             },
           );
         }, delays[Math.min(attempts - 1, delays.length - 1)]);
