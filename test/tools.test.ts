@@ -36,6 +36,18 @@ const weather: OpenAI.Chat.Completions.ChatCompletionTool = {
     },
   },
 };
+
+/** get_weather for the SDK's runTools: arguments parsed with zod, then handed to `run`. */
+const runnableWeather = <Result,>(run: (args: z.infer<typeof weatherArguments>) => Result) => ({
+  type: "function" as const,
+  function: {
+    name: "get_weather",
+    description: "The weather forecast for a city.",
+    parameters: weather.function.parameters!,
+    parse: (text: string) => weatherArguments.parse(JSON.parse(text)),
+    function: run,
+  },
+});
 const clock: OpenAI.Chat.Completions.ChatCompletionTool = {
   type: "function",
   function: { name: "get_time", description: "The current time.", parameters: { type: "object", properties: {} } },
@@ -220,19 +232,10 @@ describe("tool calls", () => {
       max_tokens: 200,
       tool_choice: { type: "function", function: { name: "get_weather" } },
       tools: [
-        {
-          type: "function",
-          function: {
-            name: "get_weather",
-            description: "The weather forecast for a city.",
-            parameters: weather.function.parameters!,
-            parse: (text: string) => weatherArguments.parse(JSON.parse(text)),
-            function: (args: z.infer<typeof weatherArguments>) => {
-              seen.push(args);
-              return { forecast: "sunny", city: args.city };
-            },
-          },
-        },
+        runnableWeather((args) => {
+          seen.push(args);
+          return { forecast: "sunny", city: args.city };
+        }),
       ],
     });
     await runner.done();
@@ -255,19 +258,10 @@ describe("tool calls", () => {
       stream: true,
       tool_choice: { type: "function", function: { name: "get_weather" } },
       tools: [
-        {
-          type: "function",
-          function: {
-            name: "get_weather",
-            description: "The weather forecast for a city.",
-            parameters: weather.function.parameters!,
-            parse: (text: string) => weatherArguments.parse(JSON.parse(text)),
-            function: (_args: z.infer<typeof weatherArguments>) => {
-              calls++;
-              return "sunny";
-            },
-          },
-        },
+        runnableWeather(() => {
+          calls++;
+          return "sunny";
+        }),
       ],
     });
     await runner.done();
