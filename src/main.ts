@@ -29,17 +29,24 @@ import { consoleSessions, originOf } from "./http/middleware/console-session/con
 /** Where `npm run build:console` puts the console. */
 export const CONSOLE_DIRECTORY = fileURLToPath(new URL("../console/dist", import.meta.url));
 
-/** `TURNPIKE_TRUST_PROXY`: `true`, or comma-separated proxy addresses/subnets; unset: trust none. */
-export function trustProxyFrom(value: string | undefined): boolean | string {
+/**
+ * `--trust-proxy` as Fastify's `trustProxy`: a hop count (`1`: the last proxy's X-Forwarded-For
+ * entry is the client), or proxy addresses/subnets, comma-separated; empty or `false`: trust none.
+ * `true` believes any X-Forwarded-For a client sends (`warning` says so).
+ */
+export function trustProxyFrom(value: string | undefined): { trustProxy: boolean | number | string; warning?: string } {
   const text = (value ?? "").trim();
-  if (text === "" || text === "false") return false;
-  return text === "true" ? true : text;
+  if (text === "" || text === "false" || text === "0") return { trustProxy: false };
+  if (text === "true") {
+    return {
+      trustProxy: true,
+      warning:
+        "--trust-proxy true believes any X-Forwarded-For a client sends: throttles and logs see whatever address a client claims. Give the hop count (1 for one proxy) or the proxies' addresses instead.",
+    };
+  }
+  if (/^\d+$/.test(text)) return { trustProxy: Number(text) };
+  return { trustProxy: text };
 }
-
-/** How often holds and expired credit are swept, and the node's heartbeat written. */
-const SWEEP_INTERVAL_MS = 10_000;
-/** A hold older than this is released by the sweeper (longer than any generation should run). */
-const HOLD_TTL_MS = 30 * 60_000;
 
 export type RunningServer = {
   app: App;
@@ -103,7 +110,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
   /** Releases holds of dead nodes (e.g. a previous process killed mid-stream) and expired credit. */
   const sweep = async () => {
     await heartbeat(database, nodeId);
-    const dead = await deadNodes(database, nodeId);
+    const dead = await deadNodes(database, nodeId, Date.now(), settings.dead_node_after * 1000);
     const released = await sweepHolds(database, { deadNodes: dead });
     await forgetNodes(database, dead);
     const expired = await sweepExpiredCredit(database);
@@ -112,12 +119,12 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     if (released > 0 || expired > 0) logger.info({ released_holds: released, expired_credit: expired }, "ledger sweep");
   };
   await sweep();
-  const sweeper = setInterval(() => sweep().catch((error: unknown) => logger.error({ err: error }, "ledger sweep failed")), SWEEP_INTERVAL_MS);
+  const sweeper = setInterval(() => sweep().catch((error: unknown) => logger.error({ err: error }, "ledger sweep failed")), settings.sweep_interval * 1000);
   sweeper.unref();
   const metering = new Metering({
     database,
     nodeId: () => nodeId,
-    holdTtlMs: HOLD_TTL_MS,
+    holdTtlMs: settings.hold_ttl * 1000,
     onDeferred: (event) => {
       if (event.kind === "deferred") logger.warn({ request_id: event.requestId, err: event.error }, "the database is unavailable: this request's charge will be retried until it is back");
       else if (event.kind === "settled") logger.info({ request_id: event.requestId, cost: event.cost, attempts: event.attempts }, "deferred charge settled");
@@ -179,7 +186,9 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
   const catalog = new Catalog(models);
   const modelsSettled = Promise.all(engines.map(({ engine }) => engine.load())).then(() => undefined);
 
-  const publicUrl = process.env.TURNPIKE_PUBLIC_URL ?? `http://${settings.host}:${settings.port}`;
+  const publicUrl = settings.public_url !== "" ? settings.public_url.replace(/\/$/, "") : `http://${settings.host}:${settings.port}`;
+  const proxies = trustProxyFrom(settings.trust_proxy);
+  if (proxies.warning !== undefined) logger.warn(proxies.warning);
   const app = buildApp({
     catalog,
     database,
@@ -195,9 +204,9 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     stripe: createStripeClient({ secretKey: process.env.STRIPE_SECRET_KEY }),
     stripeWebhookSecret: process.env.STRIPE_WEBHOOK_SECRET || undefined,
     publicUrl,
-    sessions: consoleSessions({ database, publicOrigin: originOf(process.env.TURNPIKE_PUBLIC_URL) }),
+    sessions: consoleSessions({ database, publicOrigin: originOf(settings.public_url || undefined) }),
     consoleDirectory: CONSOLE_DIRECTORY,
-    trustProxy: trustProxyFrom(process.env.TURNPIKE_TRUST_PROXY),
+    trustProxy: proxies.trustProxy,
     logger,
     bodyLimit: settings.body_limit,
     keepAliveIntervalMs: settings.keep_alive_interval * 1000,

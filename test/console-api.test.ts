@@ -17,8 +17,7 @@ let bob: ConsoleClient;
 
 before(async () => {
   // Behind a proxy: x-forwarded-proto decides Secure, x-forwarded-for the client's address.
-  process.env.TURNPIKE_TRUST_PROXY = "true";
-  test = await startTestServer({ configFile: writeConsoleConfig(temporaryDirectory()), flags: { models: undefined } });
+  test = await startTestServer({ configFile: writeConsoleConfig(temporaryDirectory()), flags: { models: undefined, trust_proxy: "true" } });
   admin = new ConsoleClient(test.url, { "x-forwarded-for": "10.0.0.1" });
   alice = new ConsoleClient(test.url, { "x-forwarded-for": "10.0.0.2" });
   bob = new ConsoleClient(test.url, { "x-forwarded-for": "10.0.0.3" });

@@ -8,7 +8,7 @@ import type { Kysely } from "kysely";
 import type { Database } from "../store/schema.ts";
 import { newId } from "./ledger.ts";
 
-/** A node whose heartbeat is older than this is considered gone. */
+/** A node whose heartbeat is older than this is considered gone (the default of `--dead-node-after`). */
 export const NODE_STALE_MS = 60_000;
 
 export async function registerNode(database: Kysely<Database>, now = Date.now()): Promise<string> {
@@ -31,11 +31,11 @@ function processRuns(pid: number): boolean {
 }
 
 /** Ids of nodes that are gone; their rows are removed once their holds are released. */
-export async function deadNodes(database: Kysely<Database>, selfId: string, now = Date.now()): Promise<string[]> {
+export async function deadNodes(database: Kysely<Database>, selfId: string, now = Date.now(), staleMs = NODE_STALE_MS): Promise<string[]> {
   const nodes = await database.selectFrom("nodes").selectAll().where("id", "!=", selfId).execute();
   const hostname = os.hostname();
   return nodes
-    .filter((node) => Number(node.last_seen_at) < now - NODE_STALE_MS || (node.hostname === hostname && !processRuns(node.pid)))
+    .filter((node) => Number(node.last_seen_at) < now - staleMs || (node.hostname === hostname && !processRuns(node.pid)))
     .map((node) => node.id);
 }
 

@@ -67,6 +67,30 @@ export const settingsSchema = z.object({
   log_level: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]),
   /** Largest request body in bytes. */
   body_limit: z.number().int().min(1024),
+  /** Seconds a request's headers and body may take to arrive (not the response). */
+  request_timeout: z.number().positive().max(3600),
+  /** Seconds an idle keep-alive connection stays open. */
+  idle_timeout: z.number().positive().max(3600),
+  /** Open connections at most; 0: no cap. */
+  max_connections: z.number().int().min(0),
+  /** Seconds a stream may wait for a client that stopped reading before it is cut. */
+  stall_timeout: z.number().positive(),
+  /** `https://host[:port]`: the address people reach this server at; empty: `http://host:port`. */
+  public_url: z.string().regex(/^(https?:\/\/[^\s/]+\/?)?$/, "must be an http:// or https:// origin (or empty)"),
+  /** More `Host` names accepted, comma-separated (`*.example.com` matches subdomains). */
+  allowed_hosts: z.string(),
+  /** Reverse proxies to believe: a hop count, or addresses/subnets comma-separated; empty: none. */
+  trust_proxy: z.string(),
+  /** Whether anyone may sign up in the console. */
+  signup: z.enum(["open", "closed"]),
+  /** Seconds a PostgreSQL query may take before it fails. */
+  database_timeout: z.number().positive().max(3600),
+  /** Seconds between heartbeats and ledger sweeps. */
+  sweep_interval: z.number().positive().max(3600),
+  /** Seconds without a heartbeat after which a node is dead and its holds released. */
+  dead_node_after: z.number().positive(),
+  /** Seconds after which a hold is released by the sweeper. */
+  hold_ttl: z.number().positive(),
 });
 
 export type Settings = z.infer<typeof settingsSchema>;

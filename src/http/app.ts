@@ -63,7 +63,7 @@ export type AppOptions = {
   /** The built web console (`console/dist`), served at `/`; without it there is no console. */
   consoleDirectory?: string;
   /** Trust `x-forwarded-*` from a reverse proxy (Fastify's `trustProxy`): true, or the proxies' addresses. */
-  trustProxy?: boolean | string;
+  trustProxy?: boolean | number | string;
   /** Failed sign-ins allowed; the default throttle when absent. */
   signInThrottle?: SignInThrottle;
   /** Sign-ups allowed per address; the default (in memory) when absent. */
@@ -80,6 +80,11 @@ export type App = {
   inFlight(): number;
 };
 
+/** Trusts the nearest `hops` addresses of X-Forwarded-For (the socket's peer is hop 0). */
+function trustHops(hops: number): (address: string, hop: number) => boolean {
+  return (_address, hop) => hop < hops;
+}
+
 export function buildApp(options: AppOptions): App {
   const server = Fastify({
     loggerInstance: options.logger as FastifyBaseLogger,
@@ -95,7 +100,8 @@ export function buildApp(options: AppOptions): App {
     },
     clientErrorHandler: handleClientError,
     forceCloseConnections: "idle",
-    trustProxy: options.trustProxy ?? false,
+    // A hop count trusts that many proxies in front of us (Fastify's types lack the number form).
+    trustProxy: typeof options.trustProxy === "number" ? trustHops(options.trustProxy) : (options.trustProxy ?? false),
   });
   let closing = false;
   const shutdown = new AbortController();
