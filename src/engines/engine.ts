@@ -6,6 +6,8 @@
  * a stream of typed parts and honours an AbortSignal.
  */
 
+import type { PromptBound } from "./prompt-bound.ts";
+
 export type EngineMessage = {
   role: "system" | "user" | "assistant" | "tool";
   /** Plain text; text content parts are flattened by the caller. */
@@ -180,6 +182,12 @@ export interface Engine {
    * Throws `ModelNotReadyError`, `ContextLengthExceededError` or `InvalidRequestError`.
    */
   prepare(request: GenerationRequest): Promise<PreparedGeneration>;
+  /**
+   * Bounds on the request's prompt tokens without rendering or tokenizing anything (see
+   * `prompt-bound.ts`): cheap, for refusals that must come before the expensive work.
+   * Throws `ModelNotReadyError` when the engine is not ready.
+   */
+  boundPrompt(request: GenerationRequest): PromptBound;
   /** Frees the model; running generations are aborted. */
   close(): Promise<void>;
 }

@@ -17,6 +17,7 @@ import type {
   TokenUsage,
 } from "../engine.ts";
 import { SlotQueue } from "../slot-queue.ts";
+import { promptBound, type PromptBound } from "../prompt-bound.ts";
 import { runChoices } from "../run-choices.ts";
 import { ContextLengthExceededError, InvalidRequestError, ModelNotReadyError } from "../../protocol/errors.ts";
 import { renderChatPrompt, type RenderedPrompt } from "./chat-prompt.ts";
@@ -171,6 +172,12 @@ export class LlamaCppEngine implements Engine {
   queueStats(): { busy: number; waiting: number; capacity: number } | undefined {
     const queue = this.#loaded?.queue;
     return queue && { busy: queue.busy, waiting: queue.waiting, capacity: queue.capacity };
+  }
+
+  boundPrompt(request: GenerationRequest): PromptBound {
+    const loaded = this.#loaded;
+    if (loaded === undefined || this.#status.state !== "ready") throw this.#notReadyError();
+    return promptBound(request, loaded.longestTokenBytes);
   }
 
   async prepare(request: GenerationRequest): Promise<PreparedGeneration> {
