@@ -22,7 +22,8 @@ describe("turnpike keys", () => {
     const json = await runCli(["keys", "create", "--json", "--data-dir", dataDir]);
     assert.equal(json.code, 0, json.stderr);
     const created = JSON.parse(json.stdout) as Record<string, unknown>;
-    assert.deepEqual(Object.keys(created).sort(), ["created", "id", "key", "name"]);
+    assert.deepEqual(Object.keys(created).sort(), ["created", "id", "key", "name", "scope"]);
+    assert.equal(created.scope, "admin", "an operator key keeps admin power");
     assert.notEqual(created.key, key);
 
     const listed = await runCli(["keys", "list", "--json", "--data-dir", dataDir]);
@@ -46,6 +47,28 @@ describe("turnpike keys", () => {
 
     const database = fs.readFileSync(path.join(dataDir, "turnpike.sqlite"));
     assert.ok(!database.includes(key), "the database file does not contain the key");
+  });
+
+  it("gives an account's key scope 'account' by default, and admin scope only to an admin's key", async () => {
+    const dataDir = temporaryDirectory();
+    const json = async (args: string[]) => {
+      const result = await runCli([...args, "--json", "--data-dir", dataDir]);
+      assert.equal(result.code, 0, result.stderr);
+      return JSON.parse(result.stdout) as Record<string, unknown>;
+    };
+    await json(["accounts", "create", "--email", "boss@example.com", "--admin"]);
+    await json(["accounts", "create", "--email", "user@example.com"]);
+    assert.equal((await json(["keys", "create", "--account", "boss@example.com"])).scope, "account");
+    assert.equal((await json(["keys", "create", "--account", "boss@example.com", "--admin"])).scope, "admin");
+    assert.equal((await json(["keys", "create", "--account", "user@example.com", "--scope", "inference"])).scope, "inference");
+    const refused = await runCli(["keys", "create", "--account", "user@example.com", "--admin", "--data-dir", dataDir]);
+    assert.equal(refused.code, 1);
+    assert.match(refused.stderr, /user@example\.com is not an admin/);
+    const bad = await runCli(["keys", "create", "--scope", "root", "--data-dir", dataDir]);
+    assert.notEqual(bad.code, 0);
+    assert.match(bad.stderr, /--scope must be one of inference, account, admin/);
+    const table = await runCli(["keys", "list", "--data-dir", dataDir]);
+    assert.match(table.stdout, /SCOPE/);
   });
 
   it("reads the data dir from TURNPIKE_DATA_DIR", async () => {

@@ -1,10 +1,13 @@
 /**
  * API keys: `tp-` followed by 43 base64url characters (256 random bits). Only the SHA-256 of a
  * key and a short display prefix are stored; the key itself is shown once, at creation.
+ * A key has a scope (`key-scopes.ts`); a key created by another key over `/api` records it as
+ * its parent and works only while every key above it does.
  */
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
-import type { Kysely } from "kysely";
+import { sql, type Kysely } from "kysely";
 import type { Database } from "../store/schema.ts";
+import { checkChildWithinParent, KeyLooserThanParentError, toKeyScope, type KeyScope } from "./key-scopes.ts";
 
 export const KEY_PREFIX = "tp-";
 /** Characters of the key kept for display: the prefix and 6 more, never enough to guess the rest. */
@@ -27,6 +30,10 @@ export type ApiKeyRecord = {
   tpm: number | null;
   /** Model ids the key may use; null: all its account may use. */
   models: string[] | null;
+  /** What the key may reach: `/v1` only, also the account's `/api`, also the admin routes. */
+  scope: KeyScope;
+  /** The key that created this one over `/api`; null when a session or the CLI did. */
+  parentKeyId: string | null;
 };
 
 export type CreatedApiKey = ApiKeyRecord & {
@@ -63,6 +70,8 @@ function toRecord(row: Database["api_keys"]): ApiKeyRecord {
     rpm: row.rpm,
     tpm: row.tpm,
     models: row.models === null ? null : (JSON.parse(row.models) as string[]),
+    scope: toKeyScope(row.scope),
+    parentKeyId: row.parent_key_id,
   };
 }
 
@@ -75,18 +84,33 @@ export type CreateKeyOptions = {
   rpm?: number;
   tpm?: number;
   models?: string[];
+  /** Default: 'admin' for an operator key (no account), 'account' for an account's key. */
+  scope?: KeyScope;
+  /**
+   * The key creating this one (over `/api`): the new key must be no looser than it (else
+   * `KeyLooserThanParentError`), belongs to its account, and works only while it does. A spend
+   * cap is moved out of the parent's: the parent's cap drops by as much, so a key and all it
+   * created never spend more than the parent's cap allowed.
+   */
+  parent?: ApiKeyRecord;
   now?: number;
 };
 
 /** Creates a key and returns it with its record. The caller shows `key` once. */
 export async function createApiKey(database: Kysely<Database>, options: CreateKeyOptions = {}): Promise<CreatedApiKey> {
+  const parent = options.parent;
+  const accountId = parent === undefined ? (options.accountId ?? null) : parent.accountId;
+  if (parent !== undefined && options.accountId !== undefined && options.accountId !== parent.accountId) {
+    throw new Error("a key's child belongs to the parent's account");
+  }
+  const scope = options.scope ?? (accountId === null ? "admin" : "account");
   const key = generateKey();
   const row: Database["api_keys"] = {
     id: newId(),
     name: options.name ?? "",
     display_prefix: key.slice(0, DISPLAY_LENGTH),
     key_hash: hashKey(key),
-    account_id: options.accountId ?? null,
+    account_id: accountId,
     created_at: options.now ?? Date.now(),
     revoked_at: null,
     expires_at: options.expires ?? null,
@@ -97,8 +121,31 @@ export async function createApiKey(database: Kysely<Database>, options: CreateKe
     rpm: options.rpm ?? null,
     tpm: options.tpm ?? null,
     models: options.models === undefined ? null : JSON.stringify(options.models),
+    scope,
+    parent_key_id: parent?.id ?? null,
   };
-  await database.insertInto("api_keys").values(row).execute();
+  if (parent === undefined) {
+    await database.insertInto("api_keys").values(row).execute();
+    return { ...toRecord(row), key };
+  }
+  const spendCap = options.spendCap;
+  checkChildWithinParent(parent, { scope, models: options.models, expires: options.expires, spendCap, rpm: options.rpm, tpm: options.tpm });
+  await database.transaction().execute(async (transaction) => {
+    if (parent.spendCap !== null && spendCap !== undefined) {
+      // Conditional: running requests' holds count, and two keys created at once cannot both take the rest.
+      const moved = await transaction
+        .updateTable("api_keys")
+        .set((expression) => ({ spend_cap: expression("spend_cap", "-", spendCap) }))
+        .where("id", "=", parent.id)
+        .where("revoked_at", "is", null)
+        .where((expression) => expression(expression("spent", "+", expression("reserved", "+", spendCap)), "<=", expression.ref("spend_cap")))
+        .executeTakeFirst();
+      if (Number(moved.numUpdatedRows) === 0) {
+        throw new KeyLooserThanParentError("'spend_cap' is more than this key has left of its own cap (running requests included).", "spend_cap");
+      }
+    }
+    await transaction.insertInto("api_keys").values(row).execute();
+  });
   return { ...toRecord(row), key };
 }
 
@@ -117,19 +164,58 @@ export async function findApiKey(database: Kysely<Database>, id: string): Promis
   return row && toRecord(row);
 }
 
-/** Revokes a key; returns false when there is no such key. Revoking twice keeps the first time. */
+/** How deep a chain of keys creating keys is followed; deeper chains are refused. */
+const MAX_KEY_CHAIN = 32;
+
+/**
+ * Revokes a key and every key created from it (children, their children...); returns false when
+ * there is no such key. Revoking twice keeps the first time. Verification also checks a key's
+ * ancestors, so a child created while its parent was being revoked stops working too.
+ */
 export async function revokeApiKey(database: Kysely<Database>, id: string, now = Date.now()): Promise<boolean> {
   const existing = await database.selectFrom("api_keys").select(["id", "revoked_at"]).where("id", "=", id).executeTakeFirst();
   if (existing === undefined) return false;
   if (existing.revoked_at === null) {
     await database.updateTable("api_keys").set({ revoked_at: now }).where("id", "=", id).where("revoked_at", "is", null).execute();
   }
+  await sql`
+    with recursive descendants (id, depth) as (
+      select id, 1 from api_keys where parent_key_id = ${id}
+      union all
+      select child.id, descendants.depth + 1 from api_keys child join descendants on child.parent_key_id = descendants.id
+      where descendants.depth < ${MAX_KEY_CHAIN}
+    )
+    update api_keys set revoked_at = ${now} where revoked_at is null and id in (select id from descendants)
+  `.execute(database);
   return true;
+}
+
+/**
+ * Whether a key's ancestors (the key that created it, and so on up) are all still usable: none
+ * revoked, none expired, the chain no deeper than `MAX_KEY_CHAIN`. One query on the primary key.
+ */
+async function ancestorsActive(database: Kysely<Database>, parentId: string, now: number): Promise<boolean> {
+  const result = await sql<{ total: number | string; broken: number | string | null; roots: number | string | null }>`
+    with recursive ancestors (id, parent_key_id, revoked_at, expires_at, depth) as (
+      select id, parent_key_id, revoked_at, expires_at, 1 from api_keys where id = ${parentId}
+      union all
+      select parent.id, parent.parent_key_id, parent.revoked_at, parent.expires_at, ancestors.depth + 1
+      from api_keys parent join ancestors on parent.id = ancestors.parent_key_id
+      where ancestors.depth < ${MAX_KEY_CHAIN}
+    )
+    select count(*) as total,
+           sum(case when revoked_at is not null or (expires_at is not null and expires_at <= ${now}) then 1 else 0 end) as broken,
+           sum(case when parent_key_id is null then 1 else 0 end) as roots
+    from ancestors
+  `.execute(database);
+  const row = result.rows[0];
+  // A chain that does not reach a key without a parent (too deep, or a key missing) is refused.
+  return row !== undefined && Number(row.total) > 0 && Number(row.broken ?? 0) === 0 && Number(row.roots ?? 0) === 1;
 }
 
 export type KeyCheck =
   | { ok: true; key: ApiKeyRecord }
-  | { ok: false; reason: "malformed" | "unknown" | "revoked" | "expired" | "account_disabled" };
+  | { ok: false; reason: "malformed" | "unknown" | "revoked" | "expired" | "parent_inactive" | "account_disabled" };
 
 /**
  * Looks a presented key up by its hash. Constant-time comparison of the hashes guards against
@@ -151,6 +237,8 @@ export async function verifyApiKey(database: Kysely<Database>, presented: string
   if (row.revoked_at !== null) return { ok: false, reason: "revoked" };
   if (row.expires_at !== null && Number(row.expires_at) <= now) return { ok: false, reason: "expired" };
   if (row.account_disabled_at != null) return { ok: false, reason: "account_disabled" };
+  // Only keys created by keys pay for a second query.
+  if (row.parent_key_id !== null && !(await ancestorsActive(database, row.parent_key_id, now))) return { ok: false, reason: "parent_inactive" };
   const { account_disabled_at: _disabled, ...key } = row;
   return { ok: true, key: toRecord(key) };
 }

@@ -1,9 +1,11 @@
 /**
  * `turnpike keys create|list|revoke`. The key is printed once at creation: in plain output it
- * is the last line of stdout, with `--json` it is the `key` field.
+ * is the last line of stdout, with `--json` it is the `key` field. `--scope` (or `--admin`) sets
+ * what the key may reach; an admin-scoped key needs an admin account (or none: the operator's).
  */
 import type { Command } from "commander";
 import { createApiKey, listApiKeys, revokeApiKey, type ApiKeyRecord } from "../auth/api-keys.ts";
+import { KEY_SCOPES, type KeyScope } from "../auth/key-scopes.ts";
 import { requireAccountByEmail } from "../accounts/accounts.ts";
 import { withStore, withStoreFlags, type StoreFlags } from "./store.ts";
 
@@ -37,7 +39,14 @@ function positiveInteger(name: string): (value: string) => number {
   };
 }
 
+function keyScope(value: string): KeyScope {
+  if (!(KEY_SCOPES as readonly string[]).includes(value)) throw new Error(`--scope must be one of ${KEY_SCOPES.join(", ")}, got '${value}'`);
+  return value as KeyScope;
+}
+
 type CreateFlags = StoreFlags & {
+  scope?: KeyScope;
+  admin?: boolean;
   name: string;
   json?: boolean;
   account?: string;
@@ -62,15 +71,23 @@ export function registerKeysCommands(program: Command): void {
       .option("--spend-cap <credits>", "most credit the key may spend", positiveInteger("--spend-cap"))
       .option("--rpm <n>", "requests per minute for this key", positiveInteger("--rpm"))
       .option("--tpm <n>", "tokens per minute for this key", positiveInteger("--tpm"))
+      .option("--scope <scope>", "inference (/v1 only), account (also the account's /api) or admin (also admin routes); default: account, admin for operator keys", keyScope)
+      .option("--admin", "short for --scope admin (the account must be an admin)")
       .option("--json", "print {id, key, name, created} as JSON"),
   ).action(async (options: CreateFlags) => {
     let created;
     try {
       created = await withStore(options, async (database) => {
-        const accountId = options.account === undefined ? null : (await requireAccountByEmail(database, options.account)).id;
+        if (options.admin && options.scope !== undefined && options.scope !== "admin") throw new Error("--admin and --scope disagree: give one of them");
+        const scope = options.admin ? "admin" : options.scope;
+        const account = options.account === undefined ? undefined : await requireAccountByEmail(database, options.account);
+        if (scope === "admin" && account !== undefined && account.role !== "admin") {
+          throw new Error(`${account.email} is not an admin: only an admin's key may have admin scope`);
+        }
         return createApiKey(database, {
           name: options.name,
-          accountId,
+          accountId: account?.id ?? null,
+          scope,
           expires: options.expires === undefined ? undefined : parseExpiry(options.expires),
           models: options.models?.split(",").map((model) => model.trim()).filter((model) => model !== ""),
           spendCap: options.spendCap,
@@ -85,11 +102,11 @@ export function registerKeysCommands(program: Command): void {
     }
     if (options.json) {
       process.stdout.write(
-        `${JSON.stringify({ id: created.id, key: created.key, name: created.name, created: Math.floor(created.created / 1000) })}\n`,
+        `${JSON.stringify({ id: created.id, key: created.key, name: created.name, scope: created.scope, created: Math.floor(created.created / 1000) })}\n`,
       );
       return;
     }
-    process.stderr.write(`Created API key ${created.id}${created.name ? ` (${created.name})` : ""}.\n`);
+    process.stderr.write(`Created API key ${created.id}${created.name ? ` (${created.name})` : ""}, scope ${created.scope}.\n`);
     process.stderr.write("Copy it now: it is shown only this once and cannot be recovered.\n");
     process.stdout.write(`${created.key}\n`);
   });
@@ -103,6 +120,8 @@ export function registerKeysCommands(program: Command): void {
           name: key.name,
           prefix: key.displayPrefix,
           status: keyStatus(key),
+          scope: key.scope,
+          parent_key_id: key.parentKeyId,
           account_id: key.accountId,
           expires: key.expires === null ? null : Math.floor(key.expires / 1000),
           models: key.models,
@@ -121,14 +140,14 @@ export function registerKeysCommands(program: Command): void {
         process.stdout.write("No API keys yet. Create one with: turnpike keys create --name NAME\n");
         return;
       }
-      const table = records.map((key) => [key.id, key.name || "-", `${key.displayPrefix}…`, keyStatus(key), isoOrDash(key.created), isoOrDash(key.lastUsed)]);
-      const header = ["ID", "NAME", "PREFIX", "STATUS", "CREATED", "LAST USED"];
+      const table = records.map((key) => [key.id, key.name || "-", `${key.displayPrefix}…`, keyStatus(key), key.scope, isoOrDash(key.created), isoOrDash(key.lastUsed)]);
+      const header = ["ID", "NAME", "PREFIX", "STATUS", "SCOPE", "CREATED", "LAST USED"];
       const widths = header.map((title, column) => Math.max(title.length, ...table.map((row) => row[column]!.length)));
       for (const row of [header, ...table]) process.stdout.write(`${row.map((cell, column) => cell.padEnd(widths[column]!)).join("  ").trimEnd()}\n`);
     },
   );
 
-  withStoreFlags(keys.command("revoke").description("revoke an API key; takes effect on the next request").argument("<id>", "the key's id (from keys list)")).action(
+  withStoreFlags(keys.command("revoke").description("revoke an API key and the keys it created; takes effect on the next request").argument("<id>", "the key's id (from keys list)")).action(
     async (id: string, options: StoreFlags) => {
       const found = await withStore(options, (database) => revokeApiKey(database, id));
       if (!found) {

@@ -42,6 +42,9 @@ export type AccountObject = {
   disabled: number | null;
 };
 
+/** What a key may reach, narrowest first. */
+export type KeyScope = "inference" | "account" | "admin";
+
 /** A key as `/api` shows it: never the key itself. */
 export type ApiKeyObject = {
   id: string;
@@ -57,6 +60,10 @@ export type ApiKeyObject = {
   expires: number | null;
   revoked: number | null;
   status: "active" | "revoked" | "expired";
+  /** 'inference': `/v1` only; 'account': also the account's own `/api`; 'admin': also the admin routes. */
+  scope: KeyScope;
+  /** The key that created this one over `/api` (it works only while that one does); null: a session or the CLI made it. */
+  parent_key_id: string | null;
   /** Model ids the key may use; null: every model its account may use. */
   models: string[] | null;
   /** Most credit units the key may spend; null: no cap of its own. */

@@ -29,6 +29,10 @@ export type ApiKeyTable = {
   tpm: number | null;
   /** JSON array of model ids the key may use; null: every model its account may use. */
   models: string | null;
+  /** What the key may reach: 'inference' (/v1), 'account' (also the account's /api), 'admin' (also admin routes). */
+  scope: "inference" | "account" | "admin";
+  /** The key that created this one over /api; null when a session or the CLI did. */
+  parent_key_id: string | null;
 };
 
 export type AccountTable = {

@@ -1,6 +1,8 @@
 /** API Keys: the account's keys, "Create Key" (shown once), revoke with confirmation. */
 import { useState } from "react";
 import { api, post, type ApiKey, type CreatedKey, type List, type Model } from "../api.ts";
+import type { KeyScope } from "../../../src/protocol/account-api.ts";
+import { useSignedIn } from "../session.tsx";
 import { formatCredits, formatDate, formatRelative } from "../format.ts";
 import { Badge, ConfirmDialog, CopyButton, Dialog, EmptyState, ErrorState, Field, Loading, Notice, PageHeader, useApi } from "../components/ui.tsx";
 
@@ -51,6 +53,12 @@ export function KeysPage() {
   );
 }
 
+const SCOPE_LABELS: Record<KeyScope, string> = { inference: "Inference", account: "Account", admin: "Admin" };
+
+function scopeBadge(key: ApiKey) {
+  return <Badge tone={key.scope === "admin" ? "amber" : key.scope === "account" ? "blue" : "neutral"}>{SCOPE_LABELS[key.scope]}</Badge>;
+}
+
 function statusBadge(key: ApiKey) {
   if (key.status === "active") return <Badge tone="green">Active</Badge>;
   if (key.status === "expired") return <Badge tone="amber">Expired</Badge>;
@@ -66,6 +74,7 @@ export function KeysTable({ keys, onRevoke, showOwner }: { keys: ApiKey[]; onRev
             <th scope="col">Name</th>
             {showOwner && <th scope="col">Owner</th>}
             <th scope="col">Key</th>
+            <th scope="col">Access</th>
             <th scope="col">Created</th>
             <th scope="col">Last used</th>
             <th scope="col">Expires</th>
@@ -85,6 +94,7 @@ export function KeysTable({ keys, onRevoke, showOwner }: { keys: ApiKey[]; onRev
               <td>
                 <code className="key-prefix">{key.display_prefix}…</code>
               </td>
+              <td>{scopeBadge(key)}</td>
               <td>{formatDate(key.created)}</td>
               <td>{formatRelative(key.last_used)}</td>
               <td>{key.expires === null ? "Never" : formatDate(key.expires)}</td>
@@ -119,7 +129,9 @@ const EXPIRY_CHOICES: Array<[string, string]> = [
 
 function CreateKeyDialog({ onClose, onCreated }: { onClose: () => void; onCreated: () => void }) {
   const models = useApi<List<Model>>("/api/models");
+  const session = useSignedIn();
   const [name, setName] = useState("");
+  const [scope, setScope] = useState<KeyScope>("account");
   const [expiry, setExpiry] = useState("never");
   const [customDate, setCustomDate] = useState("");
   const [restrict, setRestrict] = useState(false);
@@ -170,7 +182,7 @@ function CreateKeyDialog({ onClose, onCreated }: { onClose: () => void; onCreate
     if (cap !== null && (!Number.isInteger(cap) || cap < 1)) return setError("The spend cap must be a whole number of credits.");
     setBusy(true);
     try {
-      const key = await post<CreatedKey>("/api/keys", { name: name.trim(), expires_at: expiresAt, models: restrict ? chosen : null, spend_cap: cap });
+      const key = await post<CreatedKey>("/api/keys", { name: name.trim(), scope, expires_at: expiresAt, models: restrict ? chosen : null, spend_cap: cap });
       setCreated(key);
       onCreated();
     } catch (failure) {
@@ -199,6 +211,23 @@ function CreateKeyDialog({ onClose, onCreated }: { onClose: () => void; onCreate
         {error && <Notice tone="error">{error}</Notice>}
         <Field label="Name" htmlFor="key-name">
           <input id="key-name" required maxLength={100} placeholder="My test key" value={name} onChange={(event) => setName(event.target.value)} autoFocus />
+        </Field>
+        <Field
+          label="Access"
+          htmlFor="key-scope"
+          hint={
+            scope === "inference"
+              ? "Chat completions and models (/v1) only."
+              : scope === "account"
+                ? "/v1, and this account's API: keys, usage, balance."
+                : "/v1, this account's API, and the admin routes. Keep it especially safe."
+          }
+        >
+          <select id="key-scope" value={scope} onChange={(event) => setScope(event.target.value as KeyScope)}>
+            <option value="inference">Inference only</option>
+            <option value="account">Account</option>
+            {session.role === "admin" && <option value="admin">Admin</option>}
+          </select>
         </Field>
         <Field label="Expiration" htmlFor="key-expiry">
           <select id="key-expiry" value={expiry} onChange={(event) => setExpiry(event.target.value)}>

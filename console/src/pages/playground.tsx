@@ -1,6 +1,7 @@
 /**
  * Playground: chat with a model through `/v1/chat/completions`, streamed, with a key of your own
- * or a temporary key for this browser session (expires in 12 hours, revoked at sign-out).
+ * or a temporary key for this browser session (expires in 12 hours, revoked at sign-out). The
+ * temporary key is inference-only: it can call `/v1`, never the account API.
  */
 import { useEffect, useRef, useState } from "react";
 import { api, post, type CreatedKey, type List, type Model } from "../api.ts";
@@ -23,7 +24,7 @@ async function temporaryKey(accountId: string): Promise<string> {
     if (parsed.expires * 1000 > Date.now() + 60_000) return parsed.key;
   }
   const expires = Math.floor(Date.now() / 1000) + TEMPORARY_KEY_HOURS * 3600;
-  const created = await post<CreatedKey>("/api/keys", { name: "Playground (temporary)", expires_at: expires });
+  const created = await post<CreatedKey>("/api/keys", { name: "Playground (temporary)", scope: "inference", expires_at: expires });
   window.sessionStorage.setItem(storageKey(accountId), JSON.stringify({ id: created.id, key: created.key, expires }));
   return created.key;
 }

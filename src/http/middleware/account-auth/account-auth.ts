@@ -2,10 +2,14 @@
  * Who is calling `/api`: an account signed in to the console (a session, resolved by
  * `SessionResolver`) or a script holding an API key (`Authorization: Bearer <key>`).
  * Operator keys (no account) act as the operator: an admin without an account of its own.
+ *
+ * Keys act within their scope (`auth/key-scopes.ts`): an 'inference' key is refused here
+ * (403 `key_scope_exceeded`); admin routes (`requireAdmin`) take a session of an admin, or a key
+ * of an admin (or the operator) with scope 'admin' (else 403 `admin_scope_required`).
  */
 import type { FastifyRequest, preHandlerHookHandler } from "fastify";
 import type { Kysely } from "kysely";
-import { verifyApiKey } from "../../../auth/api-keys.ts";
+import { verifyApiKey, type KeyCheck } from "../../../auth/api-keys.ts";
 import type { Database } from "../../../store/schema.ts";
 import { ApiError, InvalidApiKeyError, InvalidRequestError } from "../../../protocol/errors.ts";
 
@@ -45,10 +49,40 @@ export class AdminRequiredError extends ApiError {
   }
 }
 
+/** 403: an inference-only key on `/api`. */
+export class KeyScopeExceededError extends ApiError {
+  constructor() {
+    super("This key is inference-only: it may call /v1, not the account API. Use a key with scope 'account', or sign in to the console.", {
+      status: 403,
+      type: "permission_error",
+      code: "key_scope_exceeded",
+    });
+  }
+}
+
+/** 403: an admin's key without admin scope on an admin route. */
+export class AdminScopeRequiredError extends ApiError {
+  constructor(scope: string) {
+    super(
+      `Admin routes take a console session or a key with scope 'admin'; this key's scope is '${scope}'. Create one in the console or with 'turnpike keys create --account EMAIL --admin'.`,
+      { status: 403, type: "permission_error", code: "admin_scope_required" },
+    );
+  }
+}
+
 export class AccountDisabledError extends ApiError {
   constructor() {
     super("This account is disabled.", { status: 403, type: "permission_error", code: "account_disabled" });
   }
+}
+
+/** The error for a presented key that `verifyApiKey` refused. */
+export function keyRefusal(reason: Exclude<KeyCheck, { ok: true }>["reason"]): ApiError {
+  if (reason === "account_disabled") return new AccountDisabledError();
+  if (reason === "revoked") return new InvalidApiKeyError("This API key has been revoked.");
+  if (reason === "expired") return new InvalidApiKeyError("This API key has expired.");
+  if (reason === "parent_inactive") return new InvalidApiKeyError("This API key was created by a key that has been revoked or has expired.");
+  return new InvalidApiKeyError("Incorrect API key provided. Create keys with 'turnpike keys create'.");
 }
 
 /** The key in `Authorization: Bearer <key>`, or undefined. */
@@ -63,7 +97,8 @@ export function accountAuth(options: AccountAuthOptions): preHandlerHookHandler 
   return async function authenticateAccount(request: FastifyRequest) {
     if (request.headers.authorization !== undefined) {
       const check = await verifyApiKey(options.database, bearerToken(request) ?? "");
-      if (!check.ok) throw check.reason === "account_disabled" ? new AccountDisabledError() : new InvalidApiKeyError();
+      if (!check.ok) throw keyRefusal(check.reason);
+      if (check.key.scope === "inference") throw new KeyScopeExceededError();
       request.apiKey = check.key;
       if (check.key.accountId === null) {
         request.principal = { accountId: null, email: null, role: "admin", via: "key" };
@@ -100,8 +135,16 @@ export function accountIdOf(request: FastifyRequest, what = "This"): string {
   return principal.accountId;
 }
 
+/**
+ * The principal, when it may use admin routes: an admin's session, or a key with scope 'admin'
+ * of an admin account or of the operator.
+ */
 export function requireAdmin(request: FastifyRequest): Principal {
   const principal = principalOf(request);
   if (principal.role !== "admin") throw new AdminRequiredError();
+  if (principal.via === "key") {
+    const scope = request.apiKey?.scope ?? "inference";
+    if (scope !== "admin") throw new AdminScopeRequiredError(scope);
+  }
   return principal;
 }

@@ -7,7 +7,7 @@ import type { Kysely } from "kysely";
 import { touchApiKey, verifyApiKey, type ApiKeyRecord } from "../../../auth/api-keys.ts";
 import type { Database } from "../../../store/schema.ts";
 import { InvalidApiKeyError } from "../../../protocol/errors.ts";
-import { AccountDisabledError, bearerToken } from "../account-auth/account-auth.ts";
+import { bearerToken, keyRefusal } from "../account-auth/account-auth.ts";
 
 declare module "fastify" {
   interface FastifyRequest {
@@ -31,14 +31,7 @@ export function apiKeyAuth(options: ApiKeyAuthOptions): preHandlerHookHandler {
     const check = await verifyApiKey(options.database, presented);
     if (!check.ok) {
       request.log.info({ reason: check.reason }, "api key refused");
-      if (check.reason === "account_disabled") throw new AccountDisabledError();
-      throw new InvalidApiKeyError(
-        check.reason === "revoked"
-          ? "This API key has been revoked."
-          : check.reason === "expired"
-            ? "This API key has expired."
-            : "Incorrect API key provided. Create keys with 'turnpike keys create'.",
-      );
+      throw keyRefusal(check.reason);
     }
     request.apiKey = check.key;
     const now = Date.now();

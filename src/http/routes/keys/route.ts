@@ -1,9 +1,12 @@
 /**
  * The caller's own API keys (console session or key):
  * - `GET /api/keys`: the account's keys, newest first; never the keys themselves.
- * - `POST /api/keys` `{name, expires_at?, models?, spend_cap?, rpm?, tpm?}`: creates one and
- *   answers it with `key`, shown this once.
- * - `DELETE /api/keys/:id`: revokes one of the account's keys; another account's is a 404.
+ * - `POST /api/keys` `{name, scope?, expires_at?, models?, spend_cap?, rpm?, tpm?}`: creates one
+ *   and answers it with `key`, shown this once. `scope` defaults to 'account'; 'admin' only for
+ *   admins. Created with a key, the new key is that key's child: no looser than it (403
+ *   `key_looser_than_parent`), and working only while the parent does.
+ * - `DELETE /api/keys/:id`: revokes one of the account's keys (and the keys it created); another
+ *   account's is a 404.
  * The operator (an operator key) manages the operator's keys.
  */
 import type { FastifyInstance, preHandlerHookHandler } from "fastify";
@@ -14,7 +17,8 @@ import type { Catalog } from "../../../catalog/catalog.ts";
 import { createApiKey, findApiKey, listApiKeys, revokeApiKey, type ApiKeyRecord } from "../../../auth/api-keys.ts";
 import { ApiError, InvalidRequestError } from "../../../protocol/errors.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
-import { principalOf } from "../../middleware/account-auth/account-auth.ts";
+import { AdminRequiredError, principalOf } from "../../middleware/account-auth/account-auth.ts";
+import { KEY_SCOPES } from "../../../auth/key-scopes.ts";
 import type { ApiKeyObject, CreatedApiKeyObject } from "../../../protocol/account-api.ts";
 
 export type { ApiKeyObject };
@@ -34,6 +38,8 @@ export function toApiKeyObject(key: ApiKeyRecord, now = Date.now()): ApiKeyObjec
     expires: seconds(key.expires),
     revoked: seconds(key.revoked),
     status: key.revoked !== null ? "revoked" : key.expires !== null && key.expires <= now ? "expired" : "active",
+    scope: key.scope,
+    parent_key_id: key.parentKeyId,
     models: key.models,
     spend_cap: key.spendCap,
     spent: key.spent,
@@ -46,6 +52,8 @@ const positive = z.number().int().min(1).max(Number.MAX_SAFE_INTEGER);
 
 export const createKeySchema = z.object({
   name: z.string().trim().min(1, "give the key a name").max(100),
+  /** What the key may reach; default 'account'. */
+  scope: z.enum(KEY_SCOPES).optional(),
   /** Seconds since the epoch; null or absent: the key does not expire. */
   expires_at: z.number().int().positive().nullable().optional(),
   models: z.array(z.string().min(1)).max(100).nullable().optional(),
@@ -83,14 +91,21 @@ export function registerKeysRoutes(app: FastifyInstance, options: KeysRoutesOpti
   });
 
   app.post("/api/keys", { preHandler: options.authenticate }, async function createOwnKey(request, reply): Promise<CreatedApiKeyObject> {
-    const { accountId } = principalOf(request);
+    const principal = principalOf(request);
+    const { accountId } = principal;
     const body = parseWithSchema(createKeySchema, request.body);
     checkModels(options.catalog, body.models);
     const now = Date.now();
     if (body.expires_at != null && body.expires_at * 1000 <= now) throw new InvalidRequestError("Invalid 'expires_at': the time has passed already.", "expires_at");
+    const scope = body.scope ?? "account";
+    if (scope === "admin" && principal.role !== "admin") throw new AdminRequiredError();
+    // A key creating a key makes its child: checked against it in createApiKey.
+    const parent = principal.via === "key" ? (request.apiKey ?? undefined) : undefined;
     const created = await createApiKey(database, {
       name: body.name,
       accountId,
+      scope,
+      parent,
       expires: body.expires_at == null ? undefined : body.expires_at * 1000,
       models: body.models ?? undefined,
       spendCap: body.spend_cap ?? undefined,
@@ -98,7 +113,7 @@ export function registerKeysRoutes(app: FastifyInstance, options: KeysRoutesOpti
       tpm: body.tpm ?? undefined,
       now,
     });
-    request.log.info({ key_id: created.id, account_id: accountId }, "api key created");
+    request.log.info({ key_id: created.id, account_id: accountId, scope, parent_key_id: created.parentKeyId }, "api key created");
     reply.code(201).header("cache-control", "no-store");
     return { ...toApiKeyObject(created, now), key: created.key };
   });
