@@ -11,7 +11,9 @@ import { afterEach, beforeEach, describe, it } from "node:test";
 import type { Kysely } from "kysely";
 import { openStore } from "../store/open.ts";
 import type { Database } from "../store/schema.ts";
-import { createApiKey, generateKey, hashKey, KEY_PREFIX, listApiKeys, revokeApiKey, touchApiKey, verifyApiKey } from "./api-keys.ts";
+import { createApiKey, findApiKey, generateKey, hashKey, KEY_PREFIX, listApiKeys, revokeApiKey, touchApiKey, verifyApiKey } from "./api-keys.ts";
+import { KeyLooserThanParentError } from "./key-scopes.ts";
+import { backends, openTestDatabase, type TestDatabase } from "../../test/helpers/databases.ts";
 
 const keyPattern = /^tp-[A-Za-z0-9_-]{43}$/;
 
@@ -92,6 +94,8 @@ describe("API keys", () => {
       rpm: null,
       tpm: null,
       models: null,
+      scope: "admin",
+      parentKeyId: null,
     });
     const serialized = JSON.stringify(listed);
     assert.ok(!serialized.includes(older.key.slice(KEY_PREFIX.length)));
@@ -190,3 +194,95 @@ describe("API keys", () => {
     assert.equal(byId.get(second.id)!.lastUsed, null);
   });
 });
+
+for (const backend of backends) {
+  describe(`keys creating keys (${backend})`, () => {
+    let store: TestDatabase;
+    beforeEach(async () => {
+      store = await openTestDatabase(backend);
+    });
+    afterEach(async () => {
+      await store.close();
+    });
+
+    /** The key of issue 9's audit: one model, spend cap 10, 5 rpm, an hour to live. */
+    const restricted = (now = 1_000) =>
+      createApiKey(store.database, { name: "restricted", accountId: "acct_a", models: ["story"], spendCap: 10, rpm: 5, expires: now + 3_600_000, now });
+    const withinLimits = { models: ["story"], rpm: 5, expires: 1_000 + 3_600_000 };
+
+    it("gives operator keys admin scope and account keys account scope unless told", async () => {
+      assert.equal((await createApiKey(store.database)).scope, "admin");
+      assert.equal((await createApiKey(store.database, { accountId: "acct_a" })).scope, "account");
+      const inference = await createApiKey(store.database, { accountId: "acct_a", scope: "inference" });
+      assert.equal((await findApiKey(store.database, inference.id))!.scope, "inference");
+    });
+
+    it("records the parent and its account, and moves the child's spend cap out of the parent's", async () => {
+      const parent = await restricted();
+      const child = await createApiKey(store.database, { parent, ...withinLimits, spendCap: 4, now: 2_000 });
+      assert.equal(child.parentKeyId, parent.id);
+      assert.equal(child.accountId, "acct_a");
+      assert.equal(child.spendCap, 4);
+      assert.equal((await findApiKey(store.database, parent.id))!.spendCap, 6);
+      assert.ok((await verifyApiKey(store.database, child.key, 3_000)).ok);
+    });
+
+    it("refuses a child looser than its parent and writes nothing", async () => {
+      const parent = await restricted();
+      await assert.rejects(createApiKey(store.database, { parent, name: "free" }), KeyLooserThanParentError);
+      await assert.rejects(createApiKey(store.database, { parent, ...withinLimits, spendCap: 11 }), KeyLooserThanParentError);
+      await assert.rejects(createApiKey(store.database, { parent, ...withinLimits, spendCap: 1, scope: "admin" }), KeyLooserThanParentError);
+      assert.equal((await listApiKeys(store.database)).length, 1);
+      assert.equal((await findApiKey(store.database, parent.id))!.spendCap, 10);
+    });
+
+    it("counts the parent's running requests against what it may give away", async () => {
+      const parent = await restricted();
+      await store.database.updateTable("api_keys").set({ reserved: 7 }).where("id", "=", parent.id).execute();
+      await assert.rejects(createApiKey(store.database, { parent, ...withinLimits, spendCap: 4 }), (error: unknown) => error instanceof KeyLooserThanParentError && error.param === "spend_cap");
+      await createApiKey(store.database, { parent, ...withinLimits, spendCap: 3 });
+      assert.equal((await findApiKey(store.database, parent.id))!.spendCap, 7);
+    });
+
+    it("lets two children created at once take no more than the parent had", async () => {
+      const parent = await restricted();
+      const results = await Promise.allSettled([6, 6, 6].map((spendCap) => createApiKey(store.database, { parent, ...withinLimits, spendCap })));
+      assert.equal(results.filter((result) => result.status === "fulfilled").length, 1);
+      assert.ok(results.every((result) => result.status === "fulfilled" || result.reason instanceof KeyLooserThanParentError));
+      assert.equal((await findApiKey(store.database, parent.id))!.spendCap, 4);
+    });
+
+    it("revokes a key's children and grandchildren with it", async () => {
+      const parent = await restricted();
+      const child = await createApiKey(store.database, { parent, ...withinLimits, spendCap: 5, now: 2_000 });
+      const grandchild = await createApiKey(store.database, { parent: child, ...withinLimits, spendCap: 2, now: 3_000 });
+      const sibling = await createApiKey(store.database, { accountId: "acct_a", now: 3_000 });
+      await revokeApiKey(store.database, parent.id, 4_000);
+      assert.deepEqual(await verifyApiKey(store.database, child.key, 5_000), { ok: false, reason: "revoked" });
+      assert.deepEqual(await verifyApiKey(store.database, grandchild.key, 5_000), { ok: false, reason: "revoked" });
+      assert.equal((await findApiKey(store.database, grandchild.id))!.revoked, 4_000);
+      assert.ok((await verifyApiKey(store.database, sibling.key, 5_000)).ok, "keys the parent did not create keep working");
+    });
+
+    it("refuses a key whose ancestor is revoked or expired even where the revocation did not reach it", async () => {
+      const parent = await restricted();
+      const child = await createApiKey(store.database, { parent, ...withinLimits, spendCap: 5, now: 2_000 });
+      const grandchild = await createApiKey(store.database, { parent: child, ...withinLimits, spendCap: 2, now: 3_000 });
+      assert.ok((await verifyApiKey(store.database, grandchild.key, 4_000)).ok);
+      // As if the parent were revoked while the child was being created: only its own row changes.
+      await store.database.updateTable("api_keys").set({ revoked_at: 4_000 }).where("id", "=", parent.id).execute();
+      assert.deepEqual(await verifyApiKey(store.database, child.key, 5_000), { ok: false, reason: "parent_inactive" });
+      assert.deepEqual(await verifyApiKey(store.database, grandchild.key, 5_000), { ok: false, reason: "parent_inactive" });
+      await store.database.updateTable("api_keys").set({ revoked_at: null, expires_at: 4_500 }).where("id", "=", parent.id).execute();
+      assert.ok((await verifyApiKey(store.database, grandchild.key, 4_400)).ok);
+      assert.deepEqual(await verifyApiKey(store.database, grandchild.key, 4_500), { ok: false, reason: "parent_inactive" });
+    });
+
+    it("refuses a key whose parent no longer exists", async () => {
+      const parent = await restricted();
+      const child = await createApiKey(store.database, { parent, ...withinLimits, spendCap: 5, now: 2_000 });
+      await store.database.deleteFrom("api_keys").where("id", "=", parent.id).execute();
+      assert.deepEqual(await verifyApiKey(store.database, child.key, 3_000), { ok: false, reason: "parent_inactive" });
+    });
+  });
+}
