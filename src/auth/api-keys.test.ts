@@ -14,6 +14,11 @@ import type { Database } from "../store/schema.ts";
 import { createApiKey, findApiKey, generateKey, hashKey, KEY_PREFIX, listApiKeys, revokeApiKey, touchApiKey, verifyApiKey } from "./api-keys.ts";
 import { KeyLooserThanParentError } from "./key-scopes.ts";
 import { backends, openTestDatabase, type TestDatabase } from "../../test/helpers/databases.ts";
+import { Migrator } from "kysely/migration";
+import { sql } from "kysely";
+import { openSqlite } from "../store/sqlite.ts";
+import { migrateToLatest } from "../store/migrate.ts";
+import { migrations } from "../store/migrations/index.ts";
 
 const keyPattern = /^tp-[A-Za-z0-9_-]{43}$/;
 
@@ -286,3 +291,23 @@ for (const backend of backends) {
     });
   });
 }
+
+describe("the key-scopes migration", () => {
+  it("keeps existing account keys at 'account' (admins' keys included) and operator keys at 'admin'", async () => {
+    const legacy = openSqlite(path.join(dataDir, "legacy.sqlite"));
+    try {
+      const before = Object.fromEntries(Object.entries(migrations).filter(([name]) => name < "0006"));
+      const migrator = new Migrator({ db: legacy, provider: { getMigrations: async () => before }, migrationTableName: "turnpike_migrations", migrationLockTableName: "turnpike_migrations_lock" });
+      const { error } = await migrator.migrateToLatest();
+      assert.equal(error, undefined);
+      for (const [id, account] of [["key_operator", null], ["key_admin", "acct_admin"], ["key_user", "acct_user"]] as const) {
+        await sql`insert into api_keys (id, name, display_prefix, key_hash, account_id, created_at) values (${id}, ${id}, 'tp-abcdef', ${hashKey(id)}, ${account}, 1000)`.execute(legacy);
+      }
+      assert.deepEqual(await migrateToLatest(legacy).then((applied) => applied.filter((name) => name.startsWith("0006"))), ["0006-key-scopes"]);
+      const scopes = Object.fromEntries((await legacy.selectFrom("api_keys").select(["id", "scope", "parent_key_id"]).execute()).map((row) => [row.id, [row.scope, row.parent_key_id]]));
+      assert.deepEqual(scopes, { key_operator: ["admin", null], key_admin: ["account", null], key_user: ["account", null] });
+    } finally {
+      await legacy.destroy();
+    }
+  });
+});
