@@ -219,6 +219,9 @@ describe("the web console in a browser", { skip: fs.existsSync(CHROMIUM) ? false
   it("revokes a key after confirmation", async () => {
     await user.getByRole("link", { name: "API Keys" }).click();
     const row = user.getByRole("row").filter({ hasText: "laptop" });
+    await row.getByText("Account", { exact: true }).waitFor();
+    // The playground's temporary key is inference-only.
+    await user.getByRole("row").filter({ hasText: "Playground (temporary)" }).getByText("Inference", { exact: true }).waitFor();
     await row.getByRole("button", { name: "Revoke laptop" }).click();
     const dialog = user.getByRole("dialog", { name: "Revoke secret key" });
     await shot(user, "13-revoke");
