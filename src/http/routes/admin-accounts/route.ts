@@ -1,10 +1,12 @@
 /**
- * Administration of accounts and keys (admins only):
+ * Administration of accounts and keys (admins only: an admin's console session, or a key with
+ * scope 'admin' of an admin account or of the operator; see `requireAdmin`):
  * - `GET /api/admin/accounts`: every account with balance, plan and state.
  * - `POST /api/admin/accounts/:id/grant` `{plan}`: grants a plan (offline sales).
  * - `POST /api/admin/accounts/:id/disable`, `.../enable`: a disabled account cannot sign in,
  *   its sessions end, and its keys stop working on `/v1` (403 `account_disabled`).
- * - `GET /api/admin/keys`: every key with its owner's email; `DELETE /api/admin/keys/:id` revokes any.
+ * - `GET /api/admin/keys`: every key with its owner's email; `DELETE /api/admin/keys/:id` revokes any
+ *   (and the keys it created).
  */
 import type { FastifyInstance, FastifyRequest, preHandlerHookHandler } from "fastify";
 import type { Kysely } from "kysely";
