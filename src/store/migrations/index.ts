@@ -8,6 +8,7 @@ import { migration0002AccountsAndBilling } from "./0002-accounts-and-billing.ts"
 import { migration0003RedemptionCodeDisplay } from "./0003-redemption-code-display.ts";
 import { migration0004Sessions } from "./0004-sessions.ts";
 import { migration0005InstallationClaims } from "./0005-installation-claims.ts";
+import { migration0007CheckoutSessions } from "./0007-checkout-sessions.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-api-keys": migration0001ApiKeys,
@@ -15,4 +16,5 @@ export const migrations: Record<string, Migration> = {
   "0003-redemption-code-display": migration0003RedemptionCodeDisplay,
   "0004-sessions": migration0004Sessions,
   "0005-installation-claims": migration0005InstallationClaims,
+  "0007-checkout-sessions": migration0007CheckoutSessions,
 };
