@@ -30,3 +30,14 @@ export const planSchema = z.object({
 });
 
 export type Plan = z.infer<typeof planSchema>;
+
+/**
+ * What is out of bounds in a plan read from the database (one saved before the bounds existed),
+ * or null when it may be granted as it is.
+ */
+export function planOutOfBounds(plan: Plan): string | null {
+  const checked = planSchema.safeParse(plan);
+  if (checked.success) return null;
+  const issue = checked.error.issues[0];
+  return `The plan '${plan.id}' has '${issue?.path.join(".") ?? "a field"}' out of bounds: ${issue?.message ?? "invalid"}. Edit the plan first.`;
+}
