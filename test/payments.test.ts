@@ -1,7 +1,11 @@
 /**
- * Stripe end to end on a real server: a signed webhook grants the plan once however often it
- * is delivered; forged or stale deliveries grant nothing. Payloads are signed with the stripe
- * library's own test helper.
+ * Stripe end to end on a real server: a signed webhook grants a recorded checkout session once
+ * however often, and by however many events, it is delivered; a payment that does not match
+ * what was recorded, or names a session or account Turnpike does not know, is acknowledged and
+ * logged, never granted nor a 500; forged or stale deliveries grant nothing. Payloads are signed
+ * with the stripe library's own test helper. The server cannot reach Stripe here, so sessions are
+ * recorded as `POST /api/billing/checkout` records them (that route is tested against a fake
+ * Stripe API in src/billing/stripe/route.test.ts).
  */
 import assert from "node:assert/strict";
 import fs from "node:fs";
@@ -11,10 +15,13 @@ import Stripe from "stripe";
 import { createAccount } from "../src/accounts/accounts.ts";
 import { createApiKey } from "../src/auth/api-keys.ts";
 import { checkLedger } from "../src/billing/ledger.ts";
+import { planSchema } from "../src/billing/plans.ts";
+import { recordCheckoutSession } from "../src/billing/stripe/purchases.ts";
 import { openStore } from "../src/store/open.ts";
 import { postJson, startTestServer, storiesModel, temporaryDirectory, type TestServer } from "./helpers/server.ts";
 
 const secret = "whsec_test_turnpike_0123456789";
+const pro = { id: "pro", name: "Pro", price: { amount: 2000, currency: "usd" }, credit: 50000, days: 30 };
 let test: TestServer;
 let accountId: string;
 let accountKey: string;
@@ -24,7 +31,7 @@ before(async () => {
   process.env.STRIPE_WEBHOOK_SECRET = secret;
   const configDir = temporaryDirectory();
   const configFile = path.join(configDir, "turnpike.json");
-  fs.writeFileSync(configFile, JSON.stringify({ plans: [{ id: "pro", name: "Pro", price: { amount: 2000, currency: "usd" }, credit: 50000, days: 30 }] }));
+  fs.writeFileSync(configFile, JSON.stringify({ plans: [pro] }));
   test = await startTestServer({ flags: { models: [storiesModel] }, configFile });
   const database = await openStore({ dataDir: test.dataDir, databaseUrl: "" });
   accountId = (await createAccount(database, { email: "buyer@example.com" })).id;
@@ -37,7 +44,8 @@ after(async () => {
   await test?.close();
 });
 
-function checkoutCompleted(eventId: string) {
+function checkoutCompleted(eventId: string, session: { id?: string; accountId?: string; amountTotal?: number; currency?: string } = {}) {
+  const buyer = session.accountId ?? accountId;
   return JSON.stringify({
     id: eventId,
     object: "event",
@@ -45,16 +53,26 @@ function checkoutCompleted(eventId: string) {
     created: Math.floor(Date.now() / 1000),
     data: {
       object: {
-        id: `cs_test_${eventId}`,
+        id: session.id ?? `cs_test_${eventId}`,
         object: "checkout.session",
         payment_status: "paid",
-        client_reference_id: accountId,
-        metadata: { account_id: accountId, plan_id: "pro" },
-        amount_total: 2000,
-        currency: "usd",
+        client_reference_id: buyer,
+        metadata: { account_id: buyer, plan_id: "pro" },
+        amount_total: session.amountTotal ?? 2000,
+        currency: session.currency ?? "usd",
       },
     },
   });
+}
+
+/** Records a session of the `pro` plan as `POST /api/billing/checkout` does once Stripe made it. */
+async function recordSession(sessionId: string, buyer = accountId): Promise<void> {
+  const database = await openStore({ dataDir: test.dataDir, databaseUrl: "" });
+  try {
+    await recordCheckoutSession(database, { sessionId, accountId: buyer, plan: planSchema.parse(pro) });
+  } finally {
+    await database.destroy();
+  }
 }
 
 async function deliver(payload: string, signature: string) {
@@ -92,6 +110,7 @@ describe("Stripe payments", () => {
   });
 
   it("grants the plan once, however often Stripe retries the event", async () => {
+    await recordSession("cs_test_evt_paid_1");
     const payload = checkoutCompleted("evt_paid_1");
     for (let delivery = 0; delivery < 3; delivery++) {
       const response = await deliver(payload, stripe.webhooks.generateTestHeaderString({ payload, secret }));
@@ -99,6 +118,55 @@ describe("Stripe payments", () => {
       assert.equal(response.body.granted, delivery === 0);
     }
     assert.equal(await balance(), 50000);
+  });
+
+  it("grants a checkout session once, however many distinct events name it", async () => {
+    await recordSession("cs_test_two_events");
+    const before = await balance();
+    const granted = [];
+    for (const eventId of ["evt_session_first", "evt_session_second"]) {
+      const payload = checkoutCompleted(eventId, { id: "cs_test_two_events" });
+      const response = await deliver(payload, stripe.webhooks.generateTestHeaderString({ payload, secret }));
+      assert.equal(response.status, 200, response.text);
+      granted.push(response.body.granted);
+    }
+    assert.deepEqual(granted, [true, false]);
+    assert.equal(await balance(), before + 50000);
+  });
+
+  it("acknowledges a payment of the wrong amount or currency without granting it, and logs it as an error", async () => {
+    await recordSession("cs_test_one_cent");
+    await recordSession("cs_test_euros");
+    const before = await balance();
+    for (const [eventId, session] of [
+      ["evt_one_cent", { id: "cs_test_one_cent", amountTotal: 1 }],
+      ["evt_euros", { id: "cs_test_euros", currency: "eur" }],
+    ] as const) {
+      const payload = checkoutCompleted(eventId, session);
+      const response = await deliver(payload, stripe.webhooks.generateTestHeaderString({ payload, secret }));
+      assert.equal(response.status, 200, response.text);
+      assert.equal(response.body.granted, false);
+      const logged = test.logs().find((line) => line.event_id === eventId && line.msg === "stripe purchase refused");
+      assert.ok(logged !== undefined, `no error logged for ${eventId}`);
+      assert.equal(logged.level, 50);
+      assert.equal(logged.session_id, session.id);
+      assert.equal(logged.reason, "mismatch");
+    }
+    assert.equal(await balance(), before);
+  });
+
+  it("acknowledges an event for an unknown account or session and logs it, without a 500", async () => {
+    for (const [eventId, session] of [
+      ["evt_unknown_account", { accountId: "acct_nobody" }],
+      ["evt_unknown_session", { id: "cs_test_never_started" }],
+    ] as const) {
+      const payload = checkoutCompleted(eventId, session);
+      const response = await deliver(payload, stripe.webhooks.generateTestHeaderString({ payload, secret }));
+      assert.equal(response.status, 200, response.text);
+      assert.equal(response.body.granted, false);
+      const logged = test.logs().find((line) => line.event_id === eventId && line.msg === "stripe purchase refused");
+      assert.equal(logged?.reason, "unknown_session");
+    }
   });
 
   it("answers checkout with a clear error when the account key is missing", async () => {

@@ -7,7 +7,9 @@ import { createAccount } from "../accounts/accounts.ts";
 import { backends, openTestDatabase, type TestDatabase } from "../../test/helpers/databases.ts";
 import { checkLedger } from "./ledger.ts";
 import { createCodes, generateCode, hashCode, listCodes, normalizeCode, redeemCode } from "./codes.ts";
-import { CodeAlreadyRedeemedError, CodeNotFoundError, PlanNotFoundError } from "./errors.ts";
+import { BalanceLimitExceededError, CodeAlreadyRedeemedError, CodeNotFoundError, PlanNotFoundError, PlanOutOfBoundsError } from "./errors.ts";
+import { grantCredit } from "./ledger.ts";
+import { MAX_CREDIT } from "./money-bounds.ts";
 import { savePlan } from "./plans-store.ts";
 
 describe("code format", () => {
@@ -63,6 +65,23 @@ for (const backend of backends) {
       const owner = await account();
       await assert.rejects(redeemCode(store.database, { code: generateCode(), accountId: owner.id }), CodeNotFoundError);
       await assert.rejects(createCodes(store.database, { planId: "nope", count: 1 }), PlanNotFoundError);
+    });
+
+    it("refuses a redemption that would take the balance past MAX_CREDIT, and leaves the code unredeemed", async () => {
+      const [code] = await createCodes(store.database, { planId: "gift", count: 1 });
+      const full = await account();
+      await grantCredit(store.database, { accountId: full.id, amount: MAX_CREDIT, source: `admin:${full.id}` });
+      await assert.rejects(redeemCode(store.database, { code: code!, accountId: full.id }), BalanceLimitExceededError);
+      assert.equal((await checkLedger(store.database, full.id)).balance, MAX_CREDIT);
+      const other = await account();
+      await redeemCode(store.database, { code: code!, accountId: other.id });
+      assert.equal((await checkLedger(store.database, other.id)).balance, 700);
+    });
+
+    it("makes no codes for a plan saved out of bounds before the bounds existed", async () => {
+      // savePlan takes a plan as given; the database may hold one from an older release.
+      await savePlan(store.database, { id: "legacy", name: "Legacy", price: { amount: 0, currency: "usd" }, credit: 9007199254740991, days: null, rpm: null, tpm: null, models: null }, "admin");
+      await assert.rejects(createCodes(store.database, { planId: "legacy", count: 1 }), PlanOutOfBoundsError);
     });
   });
 }

@@ -7,10 +7,10 @@
 import { createHash, randomInt } from "node:crypto";
 import type { Kysely } from "kysely";
 import type { Database } from "../store/schema.ts";
-import { CodeAlreadyRedeemedError, CodeNotFoundError, PlanNotFoundError } from "./errors.ts";
+import { CodeAlreadyRedeemedError, CodeNotFoundError, PlanNotFoundError, PlanOutOfBoundsError } from "./errors.ts";
 import { grantPlan } from "./grant-plan.ts";
 import { findPlan } from "./plans-store.ts";
-import type { Plan } from "./plans.ts";
+import { planOutOfBounds, type Plan } from "./plans.ts";
 
 /** Crockford's base32 without I, L, O, U: easy to read aloud and type. */
 const ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
@@ -47,11 +47,17 @@ export type CodeRecord = {
   redeemedBy: string | null;
 };
 
-/** Makes `count` codes for the plan; returns them (the only time they are visible). */
+/**
+ * Makes `count` codes for the plan; returns them (the only time they are visible). A plan out of
+ * bounds (saved before the bounds existed: more than `MAX_CREDIT`, more than `MAX_PLAN_DAYS`)
+ * gets no codes: 400 `plan_out_of_bounds`.
+ */
 export async function createCodes(database: Kysely<Database>, input: { planId: string; count: number; now?: number }): Promise<string[]> {
   if (!Number.isInteger(input.count) || input.count < 1 || input.count > 10_000) throw new RangeError("count must be an integer from 1 to 10000");
   const plan = await findPlan(database, input.planId);
   if (plan === undefined) throw new PlanNotFoundError(input.planId);
+  const outOfBounds = planOutOfBounds(plan);
+  if (outOfBounds !== null) throw new PlanOutOfBoundsError(outOfBounds);
   const now = input.now ?? Date.now();
   const codes = Array.from({ length: input.count }, generateCode);
   await database
@@ -86,7 +92,11 @@ export async function listCodes(database: Kysely<Database>, options: { limit?: n
   }));
 }
 
-/** Redeems a code for an account: grants its plan once. Throws 404 for unknown codes, 409 for used ones. */
+/**
+ * Redeems a code for an account: grants its plan once. Throws 404 for unknown codes, 409 for used
+ * ones, and 409 `balance_limit_exceeded` when the plan's credit would take the account past
+ * `MAX_CREDIT` (the code stays unredeemed).
+ */
 export async function redeemCode(database: Kysely<Database>, input: { code: string; accountId: string; now?: number }): Promise<{ plan: Plan }> {
   const hash = hashCode(input.code);
   const row = await database.selectFrom("redemption_codes").selectAll().where("code_hash", "=", hash).executeTakeFirst();

@@ -29,3 +29,25 @@ export class CodeAlreadyRedeemedError extends ApiError {
   }
 }
 
+
+/**
+ * 409: the grant (a purchase, a code, an admin grant) would take the account past the most
+ * credit an account may hold (`MAX_CREDIT`, counting what its running requests hold). Nothing
+ * was granted; a code stays unredeemed.
+ */
+export class BalanceLimitExceededError extends ApiError {
+  constructor(amount: number, maximum: number) {
+    super(`Granting ${amount} credits would take the account past the most it may hold (${maximum} credits). Nothing was granted.`, {
+      status: 409,
+      type: "invalid_request_error",
+      code: "balance_limit_exceeded",
+    });
+  }
+}
+
+/** 400: a stored plan (made before the bounds existed) grants more days than a plan may last; edit the plan. */
+export class PlanOutOfBoundsError extends ApiError {
+  constructor(message: string) {
+    super(message, { status: 400, type: "invalid_request_error", code: "plan_out_of_bounds", param: "plan" });
+  }
+}

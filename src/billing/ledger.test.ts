@@ -7,7 +7,9 @@ import { createAccount } from "../accounts/accounts.ts";
 import { createApiKey } from "../auth/api-keys.ts";
 import { InsufficientQuotaError } from "../protocol/errors.ts";
 import { backends, openTestDatabase, type TestDatabase } from "../../test/helpers/databases.ts";
+import { BalanceLimitExceededError, PlanOutOfBoundsError } from "./errors.ts";
 import { checkLedger, expireDueCredit, grantCredit, placeHold, releaseHold, settleHold, sweepHolds } from "./ledger.ts";
+import { MAX_CREDIT, MAX_PLAN_DAYS } from "./money-bounds.ts";
 
 const DAY = 24 * 60 * 60 * 1000;
 
@@ -242,6 +244,51 @@ for (const backend of backends) {
       assert.equal(await settleHold(store.database, late, 50), 15);
       const last = await assertConsistent(owner.id);
       assert.equal(last.balance, 0);
+    });
+    it("refuses a grant that would take the balance past MAX_CREDIT, granting nothing, and reads the maximum back exactly", async () => {
+      const owner = await account("ceiling");
+      assert.equal((await grantCredit(store.database, { accountId: owner.id, amount: MAX_CREDIT, source: `max:${owner.id}` })).granted, true);
+      await assert.rejects(grantCredit(store.database, { accountId: owner.id, amount: 1, source: `one:${owner.id}` }), BalanceLimitExceededError);
+      // The refused grant left no lot behind: its source may be granted later, once it fits.
+      const lots = await store.database.selectFrom("credit_lots").select("source").where("account_id", "=", owner.id).execute();
+      assert.deepEqual(lots.map((lot) => lot.source), [`max:${owner.id}`]);
+      const check = await assertConsistent(owner.id);
+      assert.equal(check.balance, MAX_CREDIT);
+      const hold = await placeHold(store.database, { accountId: owner.id, keyId: null, amount: 10, nodeId: "n1", ttlMs: 60_000 });
+      await settleHold(store.database, hold, 10);
+      assert.equal((await grantCredit(store.database, { accountId: owner.id, amount: 1, source: `one:${owner.id}` })).granted, true);
+      assert.equal((await assertConsistent(owner.id)).balance, MAX_CREDIT - 9);
+    });
+
+    it("counts what running requests hold against the maximum", async () => {
+      const owner = await account("held-ceiling");
+      await grantCredit(store.database, { accountId: owner.id, amount: MAX_CREDIT, source: `max:${owner.id}` });
+      const hold = await placeHold(store.database, { accountId: owner.id, keyId: null, amount: 1000, nodeId: "n1", ttlMs: 60_000 });
+      // The balance is MAX_CREDIT - 1000, but releasing the hold would give the 1000 back.
+      await assert.rejects(grantCredit(store.database, { accountId: owner.id, amount: 1000, source: `more:${owner.id}` }), BalanceLimitExceededError);
+      await releaseHold(store.database, hold);
+      const check = await assertConsistent(owner.id);
+      assert.equal(check.balance, MAX_CREDIT);
+    });
+
+    it("grants concurrently only as much as fits under the maximum", async () => {
+      const owner = await account("ceiling-race");
+      const quarter = MAX_CREDIT / 4;
+      const outcomes = await Promise.allSettled(
+        Array.from({ length: 8 }, (_, index) => grantCredit(store.database, { accountId: owner.id, amount: quarter, source: `race:${owner.id}:${index}` })),
+      );
+      assert.equal(outcomes.filter((outcome) => outcome.status === "fulfilled").length, 4);
+      for (const outcome of outcomes) if (outcome.status === "rejected") assert.ok(outcome.reason instanceof BalanceLimitExceededError, String(outcome.reason));
+      const check = await assertConsistent(owner.id);
+      assert.equal(check.balance, MAX_CREDIT);
+    });
+
+    it("refuses a single grant above MAX_CREDIT or lasting more than MAX_PLAN_DAYS", async () => {
+      const owner = await account("oversized");
+      await assert.rejects(grantCredit(store.database, { accountId: owner.id, amount: MAX_CREDIT + 1, source: `big:${owner.id}` }), BalanceLimitExceededError);
+      await assert.rejects(grantCredit(store.database, { accountId: owner.id, amount: 9007199254740991, source: `huge:${owner.id}` }), BalanceLimitExceededError);
+      await assert.rejects(grantCredit(store.database, { accountId: owner.id, amount: 10, source: `long:${owner.id}`, days: MAX_PLAN_DAYS + 1 }), PlanOutOfBoundsError);
+      assert.equal((await assertConsistent(owner.id)).balance, 0);
     });
   });
 }

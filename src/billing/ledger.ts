@@ -3,7 +3,9 @@
  * `balance` column is kept equal to the sum of its entries, in the same transaction, and is
  * never negative (a CHECK constraint backs that up).
  *
- * - grant:   credit arrives as a lot (purchase, code, admin), idempotent per source.
+ * - grant:   credit arrives as a lot (purchase, code, admin), idempotent per source, with one
+ *            conditional write that refuses to take the balance plus what running holds
+ *            reserve past `MAX_CREDIT` (409 `balance_limit_exceeded`).
  * - hold:    before generating, the request's worst case is reserved with one conditional
  *            UPDATE (`balance >= amount`): no read-then-write, so concurrent requests can
  *            never overspend.
@@ -26,6 +28,8 @@ import { PostgresAdapter, sql, type Kysely, type Transaction } from "kysely";
 import type { Database, LedgerEntryKind } from "../store/schema.ts";
 import type { UsageRecord } from "./usage.ts";
 import { InsufficientQuotaError } from "../protocol/errors.ts";
+import { BalanceLimitExceededError, PlanOutOfBoundsError } from "./errors.ts";
+import { MAX_CREDIT, MAX_PLAN_DAYS } from "./money-bounds.ts";
 
 type Executor = Kysely<Database> | Transaction<Database>;
 
@@ -87,9 +91,18 @@ export type GrantInput = {
   now?: number;
 };
 
-/** Grants credit once per `source`. Returns whether this call granted it. */
+/**
+ * Grants credit once per `source`. Returns whether this call granted it (false: that source
+ * was granted before). Throws 409 `BalanceLimitExceededError`, granting nothing, when the
+ * account's balance plus what its active holds reserve plus `amount` would pass `MAX_CREDIT`:
+ * the balance is raised by a conditional write, so no read-then-write race can pass it either.
+ */
 export async function grantCredit(database: Kysely<Database>, input: GrantInput): Promise<{ granted: boolean; lotId: string | null }> {
   if (!Number.isSafeInteger(input.amount) || input.amount < 0) throw new Error("a grant must be a non-negative integer");
+  if (input.amount > MAX_CREDIT) throw new BalanceLimitExceededError(input.amount, MAX_CREDIT);
+  if (input.days != null && (!Number.isInteger(input.days) || input.days < 1 || input.days > MAX_PLAN_DAYS)) {
+    throw new PlanOutOfBoundsError(`A grant lasts from 1 to ${MAX_PLAN_DAYS} days, not ${input.days}. Edit the plan's 'days'.`);
+  }
   const now = input.now ?? Date.now();
   return database.transaction().execute(async (transaction) => {
     const account = await lockAccount(transaction, input.accountId);
@@ -110,12 +123,21 @@ export async function grantCredit(database: Kysely<Database>, input: GrantInput)
       .onConflict((conflict) => conflict.column("source").doNothing())
       .executeTakeFirst();
     if (Number(inserted.numInsertedOrUpdatedRows ?? 0n) === 0) return { granted: false, lotId: null };
-    await transaction
+    // The conditional write: what the account holds after the grant (its balance and the credit
+    // its running requests reserve) stays within MAX_CREDIT, or no row changes.
+    const raised = await transaction
       .updateTable("accounts")
       .set((expression) => ({ balance: expression("balance", "+", input.amount) }))
       .$if(input.planId != null, (query) => query.set({ plan_id: input.planId! }))
       .where("id", "=", input.accountId)
-      .execute();
+      .where(
+        sql<boolean>`balance + cast(${input.amount} as bigint)
+          + coalesce((select sum(holds.amount) from holds where holds.account_id = accounts.id and holds.status = 'active'), 0)
+          <= cast(${MAX_CREDIT} as bigint)`,
+      )
+      .executeTakeFirst();
+    // Thrown inside the transaction: the lot inserted above is rolled back with it.
+    if (Number(raised.numUpdatedRows) === 0) throw new BalanceLimitExceededError(input.amount, MAX_CREDIT);
     await addEntry(transaction, { accountId: input.accountId, kind: "grant", amount: input.amount, lotId, now });
     return { granted: true, lotId };
   });

@@ -1,18 +1,26 @@
 /**
  * Plans: what an account buys. Defined by the operator in the config file and editable by
- * admins. Money and credit are integers in their smallest unit; never floats.
+ * admins. Money and credit are integers in their smallest unit; never floats. Credit, days and
+ * price have maxima (`money-bounds.ts`), checked here for config files and the admin API alike.
  */
 import { z } from "zod";
+import { MAX_CREDIT, MAX_PLAN_DAYS, MAX_PRICE_AMOUNT } from "./money-bounds.ts";
 
 export const planSchema = z.object({
   id: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, "must start with a letter or digit and hold only letters, digits and . _ -"),
   name: z.string().min(1),
-  /** `amount` in the currency's minor unit (cents for USD): 500 is $5.00. */
-  price: z.object({ amount: z.number().int().min(0), currency: z.string().regex(/^[a-z]{3}$/i).transform((value) => value.toLowerCase()) }),
-  /** Credit units granted per purchase. */
-  credit: z.number().int().min(0),
-  /** Days the granted credit stays spendable; null: it does not expire. */
-  days: z.number().int().min(1).nullable().default(null),
+  /** `amount` in the currency's minor unit (cents for USD): 500 is $5.00; at most `MAX_PRICE_AMOUNT`. */
+  price: z.object({
+    amount: z.number().int().min(0).max(MAX_PRICE_AMOUNT),
+    currency: z
+      .string()
+      .regex(/^[a-z]{3}$/i)
+      .transform((value) => value.toLowerCase()),
+  }),
+  /** Credit units granted per purchase; at most `MAX_CREDIT` (10^15). */
+  credit: z.number().int().min(0).max(MAX_CREDIT),
+  /** Days the granted credit stays spendable (at most `MAX_PLAN_DAYS`, 3650); null: it does not expire. */
+  days: z.number().int().min(1).max(MAX_PLAN_DAYS).nullable().default(null),
   /** Requests per minute; null: no limit. */
   rpm: z.number().int().min(1).nullable().default(null),
   /** Tokens per minute (prompt + completion); null: no limit. */
@@ -22,3 +30,14 @@ export const planSchema = z.object({
 });
 
 export type Plan = z.infer<typeof planSchema>;
+
+/**
+ * What is out of bounds in a plan read from the database (one saved before the bounds existed),
+ * or null when it may be granted as it is.
+ */
+export function planOutOfBounds(plan: Plan): string | null {
+  const checked = planSchema.safeParse(plan);
+  if (checked.success) return null;
+  const issue = checked.error.issues[0];
+  return `The plan '${plan.id}' has '${issue?.path.join(".") ?? "a field"}' out of bounds: ${issue?.message ?? "invalid"}. Edit the plan first.`;
+}

@@ -3,6 +3,7 @@
  * is the last line of stdout, with `--json` it is the `key` field. `--scope` (or `--admin`) sets
  * what the key may reach; an admin-scoped key needs an admin account (or none: the operator's).
  */
+import { MAX_CREDIT } from "../billing/money-bounds.ts";
 import type { Command } from "commander";
 import { createApiKey, listApiKeys, revokeApiKey, type ApiKeyRecord } from "../auth/api-keys.ts";
 import { KEY_SCOPES, type KeyScope } from "../auth/key-scopes.ts";
@@ -31,10 +32,11 @@ export function parseExpiry(value: string, now = Date.now()): number {
   return time;
 }
 
-function positiveInteger(name: string): (value: string) => number {
+function positiveInteger(name: string, max = Number.MAX_SAFE_INTEGER): (value: string) => number {
   return (value) => {
     const number = Number(value);
     if (!Number.isSafeInteger(number) || number < 0) throw new Error(`${name} must be a non-negative integer, got '${value}'`);
+    if (number > max) throw new Error(`${name} must be at most ${max}, got '${value}'`);
     return number;
   };
 }
@@ -68,7 +70,7 @@ export function registerKeysCommands(program: Command): void {
       .option("--account <email>", "the account it belongs to (metered); default: the operator's own, not metered")
       .option("--expires <when>", "expiry: 30d, 12h, 90m or an ISO date")
       .option("--models <ids>", "comma-separated model ids the key may use")
-      .option("--spend-cap <credits>", "most credit the key may spend", positiveInteger("--spend-cap"))
+      .option("--spend-cap <credits>", "most credit the key may spend", positiveInteger("--spend-cap", MAX_CREDIT))
       .option("--rpm <n>", "requests per minute for this key", positiveInteger("--rpm"))
       .option("--tpm <n>", "tokens per minute for this key", positiveInteger("--tpm"))
       .option("--scope <scope>", "inference (/v1 only), account (also the account's /api) or admin (also admin routes); default: account, admin for operator keys", keyScope)

@@ -14,8 +14,8 @@ import { registerUsageRoutes } from "./routes/usage/route.ts";
 import { registerBillingRoutes } from "./routes/billing/route.ts";
 import type Stripe from "stripe";
 import type { Plan } from "../billing/plans.ts";
-import { grantPlan } from "../billing/grant-plan.ts";
 import { registerStripeRoutes } from "../billing/stripe/route.ts";
+import { grantCheckoutPurchase, recordCheckoutSession } from "../billing/stripe/purchases.ts";
 import { InvalidRequestError, RouteNotFoundError, ShuttingDownError } from "../protocol/errors.ts";
 import { handleClientError, handleError, toApiError } from "./errors.ts";
 import { requestIdFrom, requestIdHeader } from "./middleware/request-id/request-id.ts";
@@ -180,13 +180,8 @@ export function buildApp(options: AppOptions): App {
     authenticate: authenticateAccount,
     publicUrl: options.publicUrl,
     accountIdOf: (request) => accountIdOf(request, "Buying a plan"),
-    grantPurchase: async (purchase) => {
-      const plan = options.plans().find((candidate) => candidate.id === purchase.planId);
-      if (plan === undefined) throw new Error(`paid purchase of unknown plan '${purchase.planId}' (event ${purchase.eventId})`);
-      const { granted } = await grantPlan(options.database, { accountId: purchase.accountId, plan, source: `stripe:${purchase.eventId}` });
-      options.logger.info({ event_id: purchase.eventId, account_id: purchase.accountId, plan: plan.id, granted }, "stripe purchase");
-      return { granted };
-    },
+    recordCheckoutSession: (session) => recordCheckoutSession(options.database, session),
+    grantPurchase: (purchase) => grantCheckoutPurchase(options.database, purchase),
   });
 
   const publicOrigin = originOf(options.publicUrl);

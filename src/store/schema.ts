@@ -76,7 +76,7 @@ export type CreditLotTable = {
   /** Not yet charged or expired; includes credit held by running requests. */
   remaining: number;
   expires_at: number | null;
-  /** What granted it, unique: `stripe:<event id>`, `code:<hash>`, `admin:<id>`. Makes grants idempotent. */
+  /** What granted it, unique: `checkout:<Stripe session id>` (`stripe:<event id>` before 0007), `code:<hash>`, `admin:<id>`. Makes grants idempotent. */
   source: string;
   created_at: number;
 };
@@ -164,6 +164,28 @@ export type InstallationClaimTable = {
   created_at: number;
 };
 
+/** A Stripe Checkout session Turnpike started: what it sells, at what price, and whether it was granted. */
+export type CheckoutSessionTable = {
+  /** Stripe's session id (`cs_…`). */
+  id: string;
+  account_id: string;
+  plan_id: string;
+  /** The price charged, in the currency's minor unit, as recorded when the session was made. */
+  amount: number;
+  /** Lowercase ISO code. */
+  currency: string;
+  /** Credit units the session grants once paid, and for how many days (null: no expiry). */
+  credit: number;
+  days: number | null;
+  /** `open` (not paid yet), `granted`, or `refused` (paid, but the payment did not match or could not be granted). */
+  status: "open" | "granted" | "refused";
+  /** The Stripe event (`evt_…`) that granted or refused it. */
+  event_id: string | null;
+  created_at: number;
+  /** When it was granted or refused. */
+  closed_at: number | null;
+};
+
 export type Database = {
   installation_claims: InstallationClaimTable;
   api_keys: ApiKeyTable;
@@ -176,4 +198,5 @@ export type Database = {
   usage_records: UsageRecordTable;
   redemption_codes: RedemptionCodeTable;
   sessions: SessionTable;
+  checkout_sessions: CheckoutSessionTable;
 };

@@ -8,6 +8,21 @@ import { DatabaseSync, type SQLInputValue } from "node:sqlite";
 import { Kysely, SqliteDialect, type SqliteDatabase, type SqliteStatement } from "kysely";
 import type { Database } from "./schema.ts";
 
+/** A row with its BigInts as numbers (approximate past 2^53, as PostgreSQL's BIGINTs are through `pg`). */
+function withNumbers<Row>(row: Row): Row {
+  const record = row as Record<string, unknown>;
+  for (const column in record) {
+    const value = record[column];
+    if (typeof value === "bigint") record[column] = Number(value);
+  }
+  return row;
+}
+
+/** `node:sqlite` refuses to read an integer beyond 2^53 as a number. */
+function isOutOfRange(error: unknown): boolean {
+  return (error as { code?: unknown }).code === "ERR_OUT_OF_RANGE";
+}
+
 /** Adapts `DatabaseSync` to the interface Kysely's `SqliteDialect` drives (better-sqlite3's shape). */
 function adapt(database: DatabaseSync): SqliteDatabase {
   return {
@@ -17,9 +32,26 @@ function adapt(database: DatabaseSync): SqliteDatabase {
       // (busy_timeout) instead of failing on a lock upgrade.
       const statement = database.prepare(/^\s*begin\s*$/i.test(sql) ? "begin immediate" : sql);
       const values = (parameters: ReadonlyArray<unknown>) => parameters as SQLInputValue[];
+      // A plain read that meets an integer beyond 2^53 (money is bounded far below; this is for
+      // rows written before the bounds) reads it again with BigInts, made numbers: one bad value
+      // must not turn every query that reads it into a 500. Only plain SELECTs are read twice
+      // (reading them again changes nothing); the fast path stays free of BigInts.
+      const readsOnly = /^\s*select\b/i.test(sql);
       return {
         reader: statement.columns().length > 0,
-        all: (parameters) => statement.all(...values(parameters)),
+        all: (parameters) => {
+          try {
+            return statement.all(...values(parameters));
+          } catch (error) {
+            if (!readsOnly || !isOutOfRange(error)) throw error;
+            statement.setReadBigInts(true);
+            try {
+              return statement.all(...values(parameters)).map(withNumbers);
+            } finally {
+              statement.setReadBigInts(false);
+            }
+          }
+        },
         run: (parameters) => statement.run(...values(parameters)),
         iterate: (parameters) => statement.iterate(...values(parameters)),
       };

@@ -4,8 +4,12 @@ import Fastify, { type FastifyInstance, type FastifyRequest } from "fastify";
 import type Stripe from "stripe";
 import { handleError } from "../../http/errors.ts";
 import { InvalidApiKeyError } from "../../protocol/errors.ts";
+import { createAccount } from "../../accounts/accounts.ts";
+import { openTestDatabase, type TestDatabase } from "../../../test/helpers/databases.ts";
+import { checkLedger } from "../ledger.ts";
 import type { Plan } from "../plans.ts";
 import { startFakeStripeApi, type FakeStripeApi } from "./fake-stripe-api.ts";
+import { grantCheckoutPurchase, recordCheckoutSession, type PurchaseOutcome } from "./purchases.ts";
 import { registerStripeRoutes } from "./route.ts";
 import { createStripeClient } from "./stripe-client.ts";
 import { checkoutEvent, nowSeconds } from "./test-events.ts";
@@ -20,22 +24,21 @@ const plans: Plan[] = [
   { id: "free", name: "Free", price: { amount: 0, currency: "usd" }, credit: 10, days: null, rpm: null, tpm: null, models: null },
 ];
 
-/** Stands in for the ledger: grants once per event id, however often it is called. */
-function fakeLedger() {
-  const grantedEvents = new Set<string>();
+let store: TestDatabase;
+
+/** The real purchases on a real SQLite store, with every call recorded. */
+function recordingLedger() {
   const calls: StripePurchase[] = [];
   return {
     calls,
-    async grantPurchase(purchase: StripePurchase): Promise<{ granted: boolean }> {
+    async grantPurchase(purchase: StripePurchase): Promise<PurchaseOutcome> {
       calls.push(purchase);
-      if (grantedEvents.has(purchase.eventId)) return { granted: false };
-      grantedEvents.add(purchase.eventId);
-      return { granted: true };
+      return grantCheckoutPurchase(store.database, purchase);
     },
   };
 }
 
-type Harness = { app: FastifyInstance; ledger: ReturnType<typeof fakeLedger> };
+type Harness = { app: FastifyInstance; ledger: ReturnType<typeof recordingLedger> };
 
 const logLines: string[] = [];
 const harnesses: Harness[] = [];
@@ -43,7 +46,7 @@ const harnesses: Harness[] = [];
 async function buildTestApp(settings: {
   stripe: Stripe | null;
   webhookSecret: string | undefined;
-  grantPurchase?: (purchase: StripePurchase) => Promise<{ granted: boolean }>;
+  grantPurchase?: (purchase: StripePurchase) => Promise<PurchaseOutcome>;
 }): Promise<Harness> {
   const app = Fastify({ logger: { level: "trace", stream: { write: (line: string) => void logLines.push(line) } } });
   app.setErrorHandler(handleError);
@@ -51,7 +54,7 @@ async function buildTestApp(settings: {
   app.post("/echo", async function echo(request) {
     return { body: request.body };
   });
-  const ledger = fakeLedger();
+  const ledger = recordingLedger();
   registerStripeRoutes(app, {
     stripe: settings.stripe,
     webhookSecret: settings.webhookSecret,
@@ -59,7 +62,8 @@ async function buildTestApp(settings: {
     authenticate: async function authenticate(request: FastifyRequest) {
       if (request.headers.authorization !== `Bearer ${apiKey}`) throw new InvalidApiKeyError();
     },
-    accountIdOf: (request) => String(request.headers["x-test-account"] ?? "account-1"),
+    accountIdOf: (request) => String(request.headers["x-test-account"] ?? buyer),
+    recordCheckoutSession: (session) => recordCheckoutSession(store.database, session),
     grantPurchase: settings.grantPurchase ?? ledger.grantPurchase,
     publicUrl: "https://ai.example.com/",
   });
@@ -72,8 +76,14 @@ async function buildTestApp(settings: {
 let api: FakeStripeApi;
 let configured: Harness;
 let unconfigured: Harness;
+/** Account ids in the store. */
+let buyer: string;
+let other: string;
 
 before(async () => {
+  store = await openTestDatabase("sqlite");
+  buyer = (await createAccount(store.database, { email: "buyer@example.com" })).id;
+  other = (await createAccount(store.database, { email: "other@example.com" })).id;
   api = await startFakeStripeApi();
   const stripe = createStripeClient({ secretKey, apiHost: "127.0.0.1", apiPort: api.port, apiProtocol: "http" });
   configured = await buildTestApp({ stripe, webhookSecret });
@@ -83,7 +93,19 @@ before(async () => {
 after(async () => {
   for (const harness of harnesses) await harness.app.close();
   await api.close();
+  await store?.close();
 });
+
+/** A session as checkout records it, for a plan of `plans`. */
+async function recordedSession(sessionId: string, planId: string, accountId = buyer): Promise<void> {
+  await recordCheckoutSession(store.database, { sessionId, accountId, plan: plans.find((plan) => plan.id === planId) ?? assert.fail(`no plan ${planId}`) });
+}
+
+async function balanceOf(accountId: string): Promise<number> {
+  const check = await checkLedger(store.database, accountId);
+  assert.equal(check.balance, check.sumOfEntries);
+  return check.balance;
+}
 
 function checkout(app: FastifyInstance, body: unknown, headers: Record<string, string> = { authorization: `Bearer ${apiKey}` }) {
   return app.inject({ method: "POST", url: "/api/billing/checkout", headers, payload: body as Record<string, unknown> });
@@ -129,6 +151,13 @@ test("checkout starts a Stripe session for the plan and the caller's account", a
   assert.equal(form.get("metadata[plan_id]"), "pro");
   assert.equal(form.get("success_url"), "https://ai.example.com/billing?checkout=success&session_id={CHECKOUT_SESSION_ID}");
   assert.equal(form.get("cancel_url"), "https://ai.example.com/billing?checkout=cancel");
+
+  // What the webhook will check the payment against: the plan, its price, and what it grants.
+  const recorded = await store.database.selectFrom("checkout_sessions").selectAll().where("id", "=", body.id).executeTakeFirstOrThrow();
+  assert.deepEqual(
+    { account: recorded.account_id, plan: recorded.plan_id, amount: Number(recorded.amount), currency: recorded.currency, credit: Number(recorded.credit), days: recorded.days, status: recorded.status },
+    { account: "account-42", plan: "pro", amount: 2000, currency: "eur", credit: 5000, days: 30, status: "open" },
+  );
 });
 
 test("checkout of an unknown plan is a 404 plan_not_found", async () => {
@@ -176,23 +205,43 @@ test("checkout that Stripe refuses is a 502, logged without the key", async () =
 });
 
 test("a correctly signed paid checkout is granted to its account and plan", async () => {
-  const payload = JSON.stringify(checkoutEvent({ id: "evt_grant_1", accountId: "account-7", planId: "starter", sessionId: "cs_test_7" }));
+  await recordedSession("cs_test_7", "starter");
+  const before = await balanceOf(buyer);
+  const payload = JSON.stringify(checkoutEvent({ id: "evt_grant_1", accountId: buyer, planId: "starter", sessionId: "cs_test_7" }));
   const response = await deliver(configured.app, payload, sign(payload));
   assert.equal(response.statusCode, 200);
   assert.deepEqual(response.json(), { received: true, granted: true });
   const call = configured.ledger.calls.find((purchase) => purchase.eventId === "evt_grant_1") ?? assert.fail("grantPurchase was not called");
-  assert.deepEqual(call, { eventId: "evt_grant_1", accountId: "account-7", planId: "starter", sessionId: "cs_test_7", amountTotal: 500, currency: "usd" });
+  assert.deepEqual(call, { eventId: "evt_grant_1", accountId: buyer, planId: "starter", sessionId: "cs_test_7", amountTotal: 500, currency: "usd" });
+  assert.equal(await balanceOf(buyer), before + 1000);
+  const session = await store.database.selectFrom("checkout_sessions").selectAll().where("id", "=", "cs_test_7").executeTakeFirstOrThrow();
+  assert.equal(session.status, "granted");
+  assert.equal(session.event_id, "evt_grant_1");
+});
+
+test("a session started through checkout is granted when its paid event arrives", async () => {
+  const started = await checkout(configured.app, { plan: "pro" }, { authorization: `Bearer ${apiKey}`, "x-test-account": other });
+  assert.equal(started.statusCode, 200, started.body);
+  const { id } = started.json() as { id: string };
+  const before = await balanceOf(other);
+  const payload = JSON.stringify(checkoutEvent({ id: "evt_started_1", accountId: other, planId: "pro", sessionId: id, amountTotal: 2000, currency: "eur" }));
+  const response = await deliver(configured.app, payload, sign(payload));
+  assert.deepEqual(response.json(), { received: true, granted: true });
+  assert.equal(await balanceOf(other), before + 5000);
 });
 
 test("an async payment that succeeded is granted", async () => {
-  const payload = JSON.stringify(checkoutEvent({ id: "evt_async_1", type: "checkout.session.async_payment_succeeded" }));
+  await recordedSession("cs_test_async", "starter");
+  const payload = JSON.stringify(checkoutEvent({ id: "evt_async_1", type: "checkout.session.async_payment_succeeded", accountId: buyer, sessionId: "cs_test_async" }));
   const response = await deliver(configured.app, payload, sign(payload));
   assert.equal(response.statusCode, 200);
   assert.deepEqual(response.json(), { received: true, granted: true });
 });
 
 test("the same event delivered twice is granted once", async () => {
-  const payload = JSON.stringify(checkoutEvent({ id: "evt_twice" }));
+  await recordedSession("cs_test_twice", "starter");
+  const before = await balanceOf(buyer);
+  const payload = JSON.stringify(checkoutEvent({ id: "evt_twice", accountId: buyer, sessionId: "cs_test_twice" }));
   const first = await deliver(configured.app, payload, sign(payload));
   const second = await deliver(configured.app, payload, sign(payload));
   assert.equal(first.statusCode, 200);
@@ -200,6 +249,74 @@ test("the same event delivered twice is granted once", async () => {
   assert.equal(second.statusCode, 200);
   assert.deepEqual(second.json(), { received: true, granted: false });
   assert.equal(configured.ledger.calls.filter((purchase) => purchase.eventId === "evt_twice").length, 2);
+  assert.equal(await balanceOf(buyer), before + 1000);
+});
+
+test("two distinct events for one checkout session grant it once", async () => {
+  await recordedSession("cs_test_two_events", "starter");
+  const before = await balanceOf(buyer);
+  const events = [
+    checkoutEvent({ id: "evt_session_a", accountId: buyer, sessionId: "cs_test_two_events" }),
+    checkoutEvent({ id: "evt_session_b", accountId: buyer, sessionId: "cs_test_two_events" }),
+    checkoutEvent({ id: "evt_session_c", type: "checkout.session.async_payment_succeeded", accountId: buyer, sessionId: "cs_test_two_events" }),
+  ];
+  const granted = [];
+  for (const event of events) {
+    const payload = JSON.stringify(event);
+    const response = await deliver(configured.app, payload, sign(payload));
+    assert.equal(response.statusCode, 200);
+    granted.push((response.json() as { granted: boolean }).granted);
+  }
+  assert.deepEqual(granted, [true, false, false]);
+  assert.equal(await balanceOf(buyer), before + 1000);
+});
+
+/** The log lines (parsed) that mention an event id. */
+function loggedAbout(eventId: string): Array<Record<string, unknown>> {
+  return logLines.filter((line) => line.includes(eventId)).map((line) => JSON.parse(line) as Record<string, unknown>);
+}
+
+test("a paid amount or currency other than the one recorded is acknowledged, not granted, and logged as an error", async () => {
+  await recordedSession("cs_test_underpaid", "starter");
+  await recordedSession("cs_test_other_currency", "starter");
+  const before = await balanceOf(buyer);
+  for (const [eventId, sessionId, amountTotal, currency] of [
+    ["evt_underpaid", "cs_test_underpaid", 1, "usd"],
+    ["evt_other_currency", "cs_test_other_currency", 500, "jpy"],
+  ] as const) {
+    const payload = JSON.stringify(checkoutEvent({ id: eventId, accountId: buyer, sessionId, amountTotal, currency }));
+    const response = await deliver(configured.app, payload, sign(payload));
+    assert.equal(response.statusCode, 200, "acknowledged, so that Stripe stops delivering it");
+    assert.deepEqual(response.json(), { received: true, granted: false });
+    const [line] = loggedAbout(eventId);
+    assert.ok(line !== undefined, `no log line for ${eventId}`);
+    assert.equal(line.level, 50, "logged as an error");
+    assert.equal(line.msg, "stripe purchase refused");
+    assert.equal(line.session_id, sessionId);
+    assert.equal(line.reason, "mismatch");
+    const session = await store.database.selectFrom("checkout_sessions").select("status").where("id", "=", sessionId).executeTakeFirstOrThrow();
+    assert.equal(session.status, "refused");
+  }
+  assert.equal(await balanceOf(buyer), before);
+});
+
+test("an event for a session Turnpike never started, or for an account that is gone, is acknowledged and logged, not a 500", async () => {
+  await recordedSession("cs_test_ghost_account", "starter", "acct_gone");
+  const cases = [
+    { eventId: "evt_unknown_session", accountId: buyer, sessionId: "cs_test_never_started", reason: "unknown_session" },
+    { eventId: "evt_unknown_account", accountId: "acct_nobody", sessionId: "cs_test_unknown_account", reason: "unknown_session" },
+    { eventId: "evt_ghost_account", accountId: "acct_gone", sessionId: "cs_test_ghost_account", reason: "unknown_account" },
+  ];
+  for (const { eventId, accountId, sessionId, reason } of cases) {
+    const payload = JSON.stringify(checkoutEvent({ id: eventId, accountId, sessionId }));
+    const response = await deliver(configured.app, payload, sign(payload));
+    assert.equal(response.statusCode, 200, response.body);
+    assert.deepEqual(response.json(), { received: true, granted: false });
+    const [line] = loggedAbout(eventId);
+    assert.equal(line?.level, 50);
+    assert.equal(line?.reason, reason);
+    assert.equal(line?.session_id, sessionId);
+  }
 });
 
 test("a signature made with another secret is a 400 invalid_signature and grants nothing", async () => {
@@ -255,7 +372,7 @@ test("a grant that fails answers 500 so that Stripe delivers again", async () =>
       throw new Error("database is down");
     },
   });
-  const payload = JSON.stringify(checkoutEvent({ id: "evt_ledger_down" }));
+  const payload = JSON.stringify(checkoutEvent({ id: "evt_ledger_down", accountId: buyer }));
   const error = assertError(await deliver(failing.app, payload, sign(payload)), 500, "internal_error");
   assert.ok(!error.message.includes("database"));
 });

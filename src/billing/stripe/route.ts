@@ -2,7 +2,9 @@
  * Buying plans with Stripe:
  * - `POST /api/billing/checkout` `{"plan": "<plan id>"}` (API key): starts a Checkout session for
  *   the caller's account and answers `{"id","url"}`; the console sends the buyer to `url`.
- * - `POST /api/billing/stripe/webhook` (Stripe, signed): credits paid sessions through `grantPurchase`.
+ * - `POST /api/billing/stripe/webhook` (Stripe, signed): credits paid sessions through `grantPurchase`,
+ *   once per Checkout session, and only sessions recorded at checkout whose amount and currency
+ *   match; a refused or unknown purchase is acknowledged (200) and logged as an error.
  */
 import type { FastifyInstance, FastifyRequest, preHandlerHookHandler } from "fastify";
 import type Stripe from "stripe";
@@ -10,6 +12,7 @@ import type { Plan } from "../plans.ts";
 import { InvalidRequestError } from "../../protocol/errors.ts";
 import { createCheckoutSession, type CheckoutSession } from "./checkout.ts";
 import { describeStripeError, PaymentProviderError, PaymentsNotConfiguredError, PlanNotFoundError } from "./errors.ts";
+import type { CheckoutSessionRecord, PurchaseOutcome } from "./purchases.ts";
 import { purchaseFromEvent, verifyStripeEvent, type StripePurchase } from "./webhook.ts";
 
 export type StripeRoutesOptions = {
@@ -23,11 +26,16 @@ export type StripeRoutesOptions = {
   /** The account an authenticated request acts for. */
   accountIdOf: (request: FastifyRequest) => string;
   /**
-   * Credits a paid purchase. Must be idempotent per `purchase.eventId`: Stripe retries a
-   * delivery until it gets a 2xx, so the same event may arrive many times; `granted` is false
-   * when it was already credited. A throw answers 500 and Stripe retries later.
+   * Records a session Stripe made, before its URL goes to the buyer (what `grantPurchase`
+   * checks the payment against). A throw answers 500 and the buyer gets no URL.
    */
-  grantPurchase: (purchase: StripePurchase) => Promise<{ granted: boolean }>;
+  recordCheckoutSession: (session: CheckoutSessionRecord) => Promise<void>;
+  /**
+   * Credits a paid purchase. Must be idempotent per `purchase.sessionId`: Stripe retries a
+   * delivery until it gets a 2xx, and may send several events for one session; a refusal says
+   * why. A throw answers 500 and Stripe retries later.
+   */
+  grantPurchase: (purchase: StripePurchase) => Promise<PurchaseOutcome>;
   /** The server's public base URL (`https://ai.example.com`), for Stripe's return links. */
   publicUrl: string;
   /** Maximum age of a webhook signature in seconds; default 300. */
@@ -68,6 +76,7 @@ export function registerStripeRoutes(app: FastifyInstance, options: StripeRoutes
         successUrl: `${publicUrl}/billing?checkout=success&session_id={CHECKOUT_SESSION_ID}`,
         cancelUrl: `${publicUrl}/billing?checkout=cancel`,
       });
+      await options.recordCheckoutSession({ sessionId: session.id, accountId, plan });
       request.log.info({ account_id: accountId, plan_id: plan.id, session_id: session.id }, "stripe checkout started");
       return session;
     } catch (error) {
@@ -107,12 +116,19 @@ export function registerStripeRoutes(app: FastifyInstance, options: StripeRoutes
         request.log.info({ event_id: event.id, event_type: event.type }, "stripe webhook ignored");
         return { received: true };
       }
-      const { granted } = await options.grantPurchase(purchase);
-      request.log.info(
-        { event_id: purchase.eventId, account_id: purchase.accountId, plan_id: purchase.planId, session_id: purchase.sessionId, granted },
-        "stripe purchase",
-      );
-      return { received: true, granted };
+      const outcome = await options.grantPurchase(purchase);
+      const fields = { event_id: purchase.eventId, account_id: purchase.accountId, plan_id: purchase.planId, session_id: purchase.sessionId, granted: outcome.granted };
+      if (outcome.granted) request.log.info(fields, "stripe purchase");
+      else if (outcome.reason === "already_granted") request.log.info({ ...fields, reason: outcome.reason }, "stripe purchase");
+      else {
+        // Paid (or claimed paid) but not granted: an operator must look (refund, or grant by hand).
+        // Acknowledged all the same: delivering it again would not change the answer.
+        request.log.error(
+          { ...fields, reason: outcome.reason, detail: outcome.detail, amount_total: purchase.amountTotal, currency: purchase.currency },
+          "stripe purchase refused",
+        );
+      }
+      return { received: true, granted: outcome.granted };
     });
   });
 }

@@ -1,6 +1,6 @@
 /**
  * Stripe webhooks: check the `Stripe-Signature` of the raw body, then read a paid purchase
- * out of the event. Crediting it (once per event id) is the caller's business.
+ * out of the event. Crediting it (once per Checkout session, `purchases.ts`) is the caller's business.
  */
 import Stripe from "stripe";
 import { InvalidRequestError } from "../../protocol/errors.ts";
@@ -53,11 +53,11 @@ export function verifyStripeEvent(input: VerifyStripeEventInput): Stripe.Event {
 
 /** A paid Checkout session, ready to be credited to an account. */
 export type StripePurchase = {
-  /** The Stripe event id (`evt_…`): Stripe retries deliveries, so a grant is keyed by it. */
+  /** The Stripe event id (`evt_…`), for the log: one session may be named by several events, so grants are keyed by `sessionId`. */
   eventId: string;
   accountId: string;
   planId: string;
-  /** The Checkout session (`cs_…`). */
+  /** The Checkout session (`cs_…`): granted once, checked against what checkout recorded for it. */
   sessionId: string;
   /** What was paid, in the currency's minor unit; null only if Stripe left it out. */
   amountTotal: number | null;

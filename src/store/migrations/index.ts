@@ -9,6 +9,7 @@ import { migration0003RedemptionCodeDisplay } from "./0003-redemption-code-displ
 import { migration0004Sessions } from "./0004-sessions.ts";
 import { migration0005InstallationClaims } from "./0005-installation-claims.ts";
 import { migration0006KeyScopes } from "./0006-key-scopes.ts";
+import { migration0007CheckoutSessions } from "./0007-checkout-sessions.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-api-keys": migration0001ApiKeys,
@@ -17,4 +18,5 @@ export const migrations: Record<string, Migration> = {
   "0004-sessions": migration0004Sessions,
   "0005-installation-claims": migration0005InstallationClaims,
   "0006-key-scopes": migration0006KeyScopes,
+  "0007-checkout-sessions": migration0007CheckoutSessions,
 };

@@ -11,6 +11,7 @@
  */
 import type { FastifyInstance, preHandlerHookHandler } from "fastify";
 import type { Kysely } from "kysely";
+import { MAX_CREDIT } from "../../../billing/money-bounds.ts";
 import { z } from "zod";
 import type { Database } from "../../../store/schema.ts";
 import type { Catalog } from "../../../catalog/catalog.ts";
@@ -49,6 +50,8 @@ export function toApiKeyObject(key: ApiKeyRecord, now = Date.now()): ApiKeyObjec
 }
 
 const positive = z.number().int().min(1).max(Number.MAX_SAFE_INTEGER);
+/** Spend caps are credit: bounded like balances. */
+const creditCap = z.number().int().min(1).max(MAX_CREDIT, `at most ${MAX_CREDIT} credit units`);
 
 export const createKeySchema = z.object({
   name: z.string().trim().min(1, "give the key a name").max(100),
@@ -57,7 +60,7 @@ export const createKeySchema = z.object({
   /** Seconds since the epoch; null or absent: the key does not expire. */
   expires_at: z.number().int().positive().nullable().optional(),
   models: z.array(z.string().min(1)).max(100).nullable().optional(),
-  spend_cap: positive.nullable().optional(),
+  spend_cap: creditCap.nullable().optional(),
   rpm: positive.nullable().optional(),
   tpm: positive.nullable().optional(),
 });
