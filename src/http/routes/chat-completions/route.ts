@@ -12,8 +12,10 @@ import type { RequestLimits } from "../../../limits/request-limits.ts";
 import type { Metrics } from "../../../metrics/metrics.ts";
 import { ClientClosedRequestError, ShuttingDownError } from "../../../protocol/errors.ts";
 import {
+  cheapBound,
   completeChatCompletion,
-  prepareChatCompletion,
+  parseChatCompletion,
+  prepareParsed,
   streamChatCompletion,
   type ChatCompletionJob,
   type CompletionOutcome,
@@ -28,6 +30,8 @@ export type ChatCompletionsRouteOptions = {
   /** Aborted when shutdown's grace period is over: running generations stop. */
   shutdownSignal: AbortSignal;
   keepAliveIntervalMs: number;
+  /** A stream whose client has not read what was sent for this long is cut (billed for what was generated). */
+  stallTimeoutMs: number;
 };
 
 /** The status a cut request is recorded with: 503 when a shutdown stopped it, 499 when its client left. */
@@ -73,17 +77,32 @@ function logCompletion(request: FastifyRequest, job: ChatCompletionJob, outcome:
 export function registerChatCompletionsRoute(app: FastifyInstance, options: ChatCompletionsRouteOptions): void {
   app.post("/v1/chat/completions", { preHandler: options.authenticate }, async function chatCompletions(request, reply) {
     const startedAt = performance.now();
-    const job = await prepareChatCompletion(options.catalog, request.body);
+    // Cheap checks first: nothing the request controls is rendered, translated or tokenized
+    // before the key may use the model, its rate limits admit it and its account could pay.
+    const parsed = parseChatCompletion(options.catalog, request.body);
     const key = request.apiKey!;
-    // Model permissions, rate limits and the worst-case hold come before any generation (403/429).
     const plan = await options.metering.planOf(key);
-    options.metering.checkModel(key, plan, job.model);
-    // Every choice may use max_tokens.
-    const limited = await options.limits.admit({ key, plan, tokens: job.prepared.promptTokens + job.prepared.maxTokens * job.prepared.choices });
+    options.metering.checkModel(key, plan, parsed.model);
+    const least = cheapBound(parsed);
+    // Rate limits charge the lower bound now, then the exact count once tokenized (`raise`).
+    // Not the upper bound: it counts every byte as a token plus the template's overheads, so
+    // it would refuse as "too large" requests that fit a small tokens-per-minute limit, and
+    // crowd out concurrent requests until the refund. The lower bound already refuses a key
+    // over its request limit or out of tokens before the expensive work; what it lets through
+    // is bounded by the request caps, and its true-up still refuses over the limit. A refused
+    // `prepare` (a 400) keeps its request charged: a flood of bad requests is rate limited too.
+    const limited = await options.limits.admit({ key, plan, tokens: least.tokens });
     void reply.headers(limited.headers);
     request.rateLimitsApplied = true;
+    let job: ChatCompletionJob;
     let admission;
     try {
+      // Refuses, without writing a hold, an account that cannot pay even the least the hold will take.
+      await options.metering.checkQuota({ key, model: parsed.model, promptTokens: least.promptTokens, completionTokens: least.completionTokens });
+      job = await prepareParsed(parsed);
+      // Every choice may use max_tokens.
+      await limited.raise(job.prepared.promptTokens + job.prepared.maxTokens * job.prepared.choices);
+      void reply.headers(limited.headers);
       admission = await options.metering.admit({
         key,
         plan,
@@ -156,12 +175,25 @@ export function registerChatCompletionsRoute(app: FastifyInstance, options: Chat
     const stopKeepAlive = sse.keepAlive(options.keepAliveIntervalMs, () => (admitted ? "generating" : "waiting for a slot"));
     const outcome: { value?: CompletionOutcome } = {};
     let failed = false;
+    let stalled = false;
     try {
       await generation.admitted;
       admitted = true;
-      for await (const chunk of streamChatCompletion(job, generation, outcome)) sse.data(chunk);
+      for await (const chunk of streamChatCompletion(job, generation, outcome)) {
+        sse.data(chunk);
+        // Backpressure: the next part is pulled (and so generated) only once the client has
+        // read what was sent; one that stops reading is cut after the stall timeout.
+        if (!sse.congested) continue;
+        if ((await sse.waitForRoom(options.stallTimeoutMs, controller.signal)) !== "stalled") continue;
+        stalled = true;
+        controller.abort(new Error("the client stopped reading"));
+        break;
+      }
       const reason: unknown = controller.signal.reason;
-      if (controller.signal.aborted && reason instanceof ShuttingDownError) {
+      if (stalled) {
+        request.log.warn({ stall_timeout_s: options.stallTimeoutMs / 1000, buffered_bytes: sse.buffered }, "stream cut: the client stopped reading");
+        sse.destroy();
+      } else if (controller.signal.aborted && reason instanceof ShuttingDownError) {
         sse.data(reason.toBody());
         sse.end();
       } else {
