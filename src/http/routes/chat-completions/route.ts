@@ -11,11 +11,9 @@ import type { Metering } from "../../../billing/metering.ts";
 import type { RequestLimits } from "../../../limits/request-limits.ts";
 import type { Metrics } from "../../../metrics/metrics.ts";
 import { ClientClosedRequestError, ShuttingDownError } from "../../../protocol/errors.ts";
+import { admitChatCompletion } from "./admit.ts";
 import {
-  cheapBound,
   completeChatCompletion,
-  parseChatCompletion,
-  prepareParsed,
   streamChatCompletion,
   type ChatCompletionJob,
   type CompletionOutcome,
@@ -77,46 +75,19 @@ function logCompletion(request: FastifyRequest, job: ChatCompletionJob, outcome:
 export function registerChatCompletionsRoute(app: FastifyInstance, options: ChatCompletionsRouteOptions): void {
   app.post("/v1/chat/completions", { preHandler: options.authenticate }, async function chatCompletions(request, reply) {
     const startedAt = performance.now();
-    // Cheap checks first: nothing the request controls is rendered, translated or tokenized
-    // before the key may use the model, its rate limits admit it and its account could pay.
-    const parsed = parseChatCompletion(options.catalog, request.body);
-    const key = request.apiKey!;
-    const plan = await options.metering.planOf(key);
-    options.metering.checkModel(key, plan, parsed.model);
-    const least = cheapBound(parsed);
-    // Rate limits charge the lower bound now, then the exact count once tokenized (`raise`).
-    // Not the upper bound: it counts every byte as a token plus the template's overheads, so
-    // it would refuse as "too large" requests that fit a small tokens-per-minute limit, and
-    // crowd out concurrent requests until the refund. The lower bound already refuses a key
-    // over its request limit or out of tokens before the expensive work; what it lets through
-    // is bounded by the request caps, and its true-up still refuses over the limit. A refused
-    // `prepare` (a 400) keeps its request charged: a flood of bad requests is rate limited too.
-    const limited = await options.limits.admit({ key, plan, tokens: least.tokens });
+    // Cheap checks first: permission, rate limits and quota before any schema, grammar, template or tokenizer runs.
+    const { job, limited, admission } = await admitChatCompletion(options, {
+      body: request.body,
+      key: request.apiKey!,
+      requestId: request.id,
+      onLimited: (admitted) => {
+        void reply.headers(admitted.headers);
+        request.rateLimitsApplied = true;
+      },
+      onRefundError: (error) => request.log.warn({ err: error }, "could not refund rate-limit tokens"),
+    });
+    // The exact charge may have changed the limits' state since they admitted the request.
     void reply.headers(limited.headers);
-    request.rateLimitsApplied = true;
-    let job: ChatCompletionJob;
-    let admission;
-    try {
-      // Refuses, without writing a hold, an account that cannot pay even the least the hold will take.
-      await options.metering.checkQuota({ key, model: parsed.model, promptTokens: least.promptTokens, completionTokens: least.completionTokens });
-      job = await prepareParsed(parsed);
-      // Every choice may use max_tokens.
-      await limited.raise(job.prepared.promptTokens + job.prepared.maxTokens * job.prepared.choices);
-      void reply.headers(limited.headers);
-      admission = await options.metering.admit({
-        key,
-        plan,
-        model: job.model,
-        promptTokens: job.prepared.promptTokens,
-        maxTokens: job.prepared.maxTokens,
-        choices: job.prepared.choices,
-        requestId: request.id,
-        stream: job.stream,
-      });
-    } catch (error) {
-      await limited.finish(0).catch((refundError: unknown) => request.log.warn({ err: refundError }, "could not refund rate-limit tokens"));
-      throw error;
-    }
     /** Gives back the unused rate-limit tokens and settles the hold (nothing billed without usage). */
     const release = async (outcome: CompletionOutcome | undefined, status: number) => {
       const used = outcome === undefined ? 0 : outcome.usage.promptTokens + outcome.usage.completionTokens;
