@@ -1,6 +1,7 @@
 /**
- * The work behind `POST /v1/chat/completions`, free of HTTP: validate, map to an engine request,
- * and turn engine parts into OpenAI completions or chunks.
+ * The work behind `POST /v1/chat/completions`, free of HTTP: validate, map to an engine request
+ * (cheap), bound it before the engine's expensive `prepare` (see `admit.ts` for the order), and
+ * turn engine parts into OpenAI completions or chunks.
  */
 import { randomBytes } from "node:crypto";
 import type { Catalog, CatalogModel } from "../../../catalog/catalog.ts";
@@ -298,14 +299,6 @@ export function cheapBound(parsed: ParsedChatCompletion): CheapBound {
 export async function prepareParsed(parsed: ParsedChatCompletion): Promise<ChatCompletionJob> {
   const { request, ...job } = parsed;
   return { ...job, prepared: await parsed.model.engine.prepare(request) };
-}
-
-/**
- * Validates the body, finds the model and prepares the generation (tokenized, checked
- * against the context). Throws typed API errors.
- */
-export async function prepareChatCompletion(catalog: Catalog, body: unknown): Promise<ChatCompletionJob> {
-  return prepareParsed(parseChatCompletion(catalog, body));
 }
 
 export type CompletionOutcome = { finishReason: FinishReason | "cancelled"; usage: TokenUsage };
