@@ -1,6 +1,8 @@
 /**
- * `POST /v1/chat/completions`: parse, call the serving functions, reply with JSON or SSE.
- * A client that goes away aborts its generation; the freed slot serves the next request.
+ * `POST /v1/chat/completions`: admit (cheap refusals first, see `admit.ts`), call the serving
+ * functions, reply with JSON or SSE. A client that goes away aborts its generation; the freed
+ * slot serves the next request. A stream follows its client: generation pauses while the socket's
+ * buffer is full, and a client that reads nothing for the stall timeout is cut like one that left.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest, preHandlerHookHandler } from "fastify";
 import type { RunningGeneration } from "../../../engines/engine.ts";
