@@ -210,6 +210,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     logger,
     bodyLimit: settings.body_limit,
     keepAliveIntervalMs: settings.keep_alive_interval * 1000,
+    stallTimeoutMs: settings.stall_timeout * 1000,
   });
   const address = await app.server.listen({ host: settings.host, port: settings.port });
   logger.info({ url: address, data_dir: path.resolve(settings.data_dir), models: settings.models.map((model) => model.id), threads: settings.threads }, "turnpike listening");

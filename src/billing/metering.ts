@@ -10,7 +10,7 @@ import type { ApiKeyRecord } from "../auth/api-keys.ts";
 import type { CatalogModel } from "../catalog/catalog.ts";
 import type { TokenUsage } from "../engines/engine.ts";
 import type { Database } from "../store/schema.ts";
-import { ModelNotAllowedError } from "../protocol/errors.ts";
+import { InsufficientQuotaError, ModelNotAllowedError } from "../protocol/errors.ts";
 import { placeHold, settleHold } from "./ledger.ts";
 import { costOf, worstCaseCost } from "./pricing.ts";
 import { findAccountPlan } from "./plans-store.ts";
@@ -52,6 +52,15 @@ export type AdmitInput = {
   stream: boolean;
   /** The account's plan when the caller looked it up already (`planOf`); looked up otherwise. */
   plan?: Plan | null;
+};
+
+export type QuotaCheckInput = {
+  key: ApiKeyRecord;
+  model: CatalogModel;
+  /** The prompt has at least this many tokens (a bound known before tokenizing). */
+  promptTokens: number;
+  /** Completion tokens (all choices) the hold will reserve at least. */
+  completionTokens: number;
 };
 
 export type RequestOutcome = {
@@ -147,6 +156,33 @@ export class Metering {
   checkModel(key: ApiKeyRecord, plan: Plan | null, model: CatalogModel): void {
     if (key.models !== null && !key.models.includes(model.id)) throw new ModelNotAllowedError(model.id, "it is not among the key's allowed models");
     if (plan?.models != null && !plan.models.includes(model.id)) throw new ModelNotAllowedError(model.id, `the plan '${plan.id}' does not include it`);
+  }
+
+  /**
+   * A cheap quota pre-check, before the prompt is rendered or tokenized: throws the same 429
+   * `insufficient_quota` the hold would when the account's balance (or the key's spend cap)
+   * cannot cover even the least the hold will reserve (`worstCaseCost` of the lower bounds).
+   * Writes nothing: one read of the balance. Passing it proves nothing; the hold decides.
+   * Balance counts credit due to expire, which only lowers what the hold finds: never a wrong refusal.
+   */
+  async checkQuota(input: QuotaCheckInput): Promise<void> {
+    const { key, model } = input;
+    if (key.accountId === null) return;
+    const least = worstCaseCost(model.pricing, input.promptTokens, input.completionTokens);
+    if (least <= 0) return;
+    if (key.spendCap !== null && key.spendCap - key.spent < least) {
+      throw new InsufficientQuotaError("This API key reached its spend cap. Raise the cap or use another key.");
+    }
+    const account = await this.#options.database.selectFrom("accounts").select("balance").where("id", "=", key.accountId).executeTakeFirst();
+    // A missing account is left to the hold, which says so.
+    if (account === undefined) return;
+    const balance = Number(account.balance);
+    if (balance < least) {
+      throw new InsufficientQuotaError(
+        `You exceeded your current quota: this request costs at least ${least} credits and the account has ${Math.max(0, balance)}. ` +
+          "Buy a plan, redeem a code, or shorten the request.",
+      );
+    }
   }
 
   /** Checks the key may use the model and reserves the request's worst case. Throws 403/429. */

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import type { StreamPart } from "./engine.ts";
-import { runChoices } from "./run-choices.ts";
+import { READY_HIGH_WATER, runChoices } from "./run-choices.ts";
 import { SlotQueue } from "./slot-queue.ts";
 
 const never = () => new AbortController().signal;
@@ -78,5 +78,31 @@ describe("runChoices", () => {
       for await (const _part of runChoices(await leases(queue, 2), 2, never(), failing));
     }, /decode failed/);
     assert.equal(queue.busy, 0);
+  });
+
+  it("pauses the choices while the consumer does not pull, instead of buffering what they make", async () => {
+    const queue = new SlotQueue(["s0", "s1"], 0);
+    let made = 0;
+    /** A choice that would make 10,000 deltas, one a tick. */
+    async function* endless(_slot: string, choice: number, signal: AbortSignal): AsyncGenerator<StreamPart> {
+      for (let index = 0; index < 10_000; index++) {
+        await new Promise((resolve) => setImmediate(resolve));
+        if (signal.aborted) break;
+        made++;
+        yield { type: "text-delta", choice, text: "x" };
+      }
+      yield { type: "finish", choice, reason: signal.aborted ? "cancelled" : "length", usage };
+    }
+    const iterator = runChoices(await leases(queue, 2), 2, never(), endless)[Symbol.asyncIterator]();
+    await iterator.next();
+    // The consumer stops pulling for a while: the choices make a bounded number of parts, then wait.
+    for (let tick = 0; tick < 500; tick++) await new Promise((resolve) => setImmediate(resolve));
+    assert.ok(made <= READY_HIGH_WATER + 2, `made ${made} parts while nobody pulled`);
+    // Pulling again resumes them.
+    const before = made;
+    for (let pulled = 0; pulled < 100; pulled++) await iterator.next();
+    assert.ok(made >= before + 100 - READY_HIGH_WATER - 2, `made ${made - before} more after 100 pulls`);
+    await iterator.return!(undefined);
+    assert.equal(queue.busy, 0, "every slot is back after the consumer stopped");
   });
 });

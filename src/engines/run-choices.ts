@@ -4,9 +4,15 @@
  * got several slots and one after another otherwise. Parts come out in the order they are made
  * (interleaved across choices). Stopping early (the consumer returns, a choice fails) aborts the
  * others and waits for them, so usage is final and every slot is back when this ends.
+ * Generation follows the consumer: past `READY_HIGH_WATER` parts made and not yet taken, the
+ * choices wait, so a consumer that stops pulling (a stream whose client stopped reading) pauses
+ * them instead of filling an unbounded buffer.
  */
 import type { StreamPart } from "./engine.ts";
 import type { SlotLease } from "./slot-queue.ts";
+
+/** Parts made but not yet taken past which the choices wait for the consumer. */
+export const READY_HIGH_WATER = 32;
 
 export type GenerateChoice<Slot> = (slot: Slot, choice: number, signal: AbortSignal) => AsyncIterable<StreamPart>;
 
@@ -27,6 +33,18 @@ export async function* runChoices<Slot>(
     wake?.();
     wake = undefined;
   };
+  /** Choices waiting for the consumer to take parts (or for the stop). */
+  let waiting: Array<() => void> = [];
+  const makeRoom = () => {
+    const resumed = waiting;
+    waiting = [];
+    for (const resume of resumed) resume();
+  };
+  stop.addEventListener("abort", makeRoom, { once: true });
+  const room = () =>
+    new Promise<void>((resolve) => {
+      waiting.push(resolve);
+    });
 
   const work = async (lease: SlotLease<Slot>) => {
     try {
@@ -35,6 +53,7 @@ export async function* runChoices<Slot>(
         for await (const part of generate(lease.slot, choice, stop)) {
           ready.push(part);
           notify();
+          while (ready.length >= READY_HIGH_WATER && !stop.aborted) await room();
         }
       }
     } catch (error) {
@@ -53,6 +72,7 @@ export async function* runChoices<Slot>(
       if (failure !== undefined) throw failure.error;
       const part = ready.shift();
       if (part !== undefined) {
+        if (ready.length < READY_HIGH_WATER) makeRoom();
         yield part;
         continue;
       }
@@ -63,6 +83,7 @@ export async function* runChoices<Slot>(
     }
   } finally {
     local.abort(new Error("generation stopped"));
+    makeRoom();
     await Promise.all(workers);
   }
 }

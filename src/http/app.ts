@@ -58,6 +58,8 @@ export type AppOptions = {
   logger: Logger;
   bodyLimit: number;
   keepAliveIntervalMs: number;
+  /** A stream whose client stopped reading is cut after this (`--stall-timeout`); 30 s when not given. */
+  stallTimeoutMs?: number;
   /** Console sessions for `/api` (cookies); without it `/api` takes API keys only. */
   sessions?: SessionResolver;
   /** The built web console (`console/dist`), served at `/`; without it there is no console. */
@@ -169,6 +171,7 @@ export function buildApp(options: AppOptions): App {
     metrics: options.metrics,
     shutdownSignal: shutdown.signal,
     keepAliveIntervalMs: options.keepAliveIntervalMs,
+    stallTimeoutMs: options.stallTimeoutMs ?? 30_000,
   });
 
   registerUsageRoutes(server, { database: options.database, authenticate: authenticateAccount });

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import http from "node:http";
-import type { AddressInfo } from "node:net";
+import net, { type AddressInfo } from "node:net";
 import { performance } from "node:perf_hooks";
 import { describe, it } from "node:test";
 import { SseWriter } from "./sse.ts";
@@ -57,5 +57,90 @@ describe("SseWriter keep-alives", () => {
     });
     assert.ok(body.endsWith("data: [DONE]\n\n"));
     assert.ok((body.match(/: quiet\n\n/g) ?? []).length >= 2, body);
+  });
+});
+
+/** A server whose one response is handed to `use`, and a raw client that reads the headers, then stops reading. */
+async function stalledClient(use: (sse: SseWriter) => Promise<void>): Promise<{ client: net.Socket; done: Promise<void> }> {
+  let done!: Promise<void>;
+  const server = http.createServer((_request, response) => {
+    done = use(new SseWriter(response, {})).finally(() => {
+      response.destroy();
+      server.close();
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const client = net.connect((server.address() as AddressInfo).port, "127.0.0.1");
+  client.on("error", () => {});
+  client.write("GET / HTTP/1.1\r\nHost: localhost\r\n\r\n");
+  await new Promise<void>((resolve) => client.once("data", () => resolve()));
+  client.pause();
+  return { client, done };
+}
+
+/**
+ * Writes ~16 KB events until the writer reports congestion that lasts: the kernel's buffers
+ * take megabytes first (each time they do, the writer drains). Bounded: 64 MB at most.
+ */
+async function fillUntilStalled(sse: SseWriter): Promise<void> {
+  const event = { text: "x".repeat(16 * 1024) };
+  for (let index = 0; index < 4096; index++) {
+    sse.data(event);
+    if (sse.congested && (await sse.waitForRoom(100)) === "stalled") return;
+  }
+  assert.fail("the buffer never stayed full");
+}
+
+describe("SseWriter backpressure", () => {
+  it("reports a stalled client after the stall time, and sends no keep-alive into a full buffer", async () => {
+    let state: string | undefined;
+    let grew = -1;
+    const { client, done } = await stalledClient(async (sse) => {
+      await fillUntilStalled(sse);
+      assert.ok(sse.congested);
+      const buffered = sse.buffered;
+      sse.pulse(0, "keep-alive", performance.now() + 1e9);
+      grew = sse.buffered - buffered;
+      state = await sse.waitForRoom(200);
+    });
+    await done;
+    client.destroy();
+    assert.equal(grew, 0, "the keep-alive was not buffered");
+    assert.equal(state, "stalled");
+  });
+
+  it("reports room once the client reads again", async () => {
+    let state: string | undefined;
+    let resumeClient!: () => void;
+    const resumed = new Promise<void>((resolve) => {
+      resumeClient = resolve;
+    });
+    const { client, done } = await stalledClient(async (sse) => {
+      await fillUntilStalled(sse);
+      const waiting = sse.waitForRoom(60_000);
+      resumeClient();
+      state = await waiting;
+    });
+    await resumed;
+    client.resume();
+    await done;
+    client.destroy();
+    assert.equal(state, "drained");
+  });
+
+  it("stops waiting when the client goes or the caller aborts", async () => {
+    const states: string[] = [];
+    const abort = new AbortController();
+    const { client, done } = await stalledClient(async (sse) => {
+      await fillUntilStalled(sse);
+      const aborted = sse.waitForRoom(60_000, abort.signal);
+      abort.abort();
+      states.push(await aborted);
+      const closed = sse.waitForRoom(60_000);
+      client.destroy();
+      states.push(await closed);
+    });
+    await done;
+    assert.deepEqual(states, ["aborted", "closed"]);
   });
 });

@@ -1,16 +1,26 @@
 /**
  * The one Server-Sent Events writer: `data: {json}` events, comment keep-alives, `data: [DONE]`.
- * Writes stop quietly once the client has gone.
+ * Writes stop quietly once the client has gone. It honours backpressure: once the socket's
+ * buffer is past its high-water mark (`congested`), the caller waits for the client to read
+ * (`waitForRoom`) before it makes more, and cuts a client that has not read for the stall timeout.
  */
 import type { ServerResponse } from "node:http";
 import { performance } from "node:perf_hooks";
 
+/** How a wait for the client to read ended: it read (`drained`), it went (`closed`), it did not read in time (`stalled`), or the caller gave up (`aborted`). */
+export type RoomState = "drained" | "closed" | "stalled" | "aborted";
+
 export class SseWriter {
   readonly #response: ServerResponse;
   #lastWriteAt = performance.now();
+  /** The last write found the buffer past its high-water mark, and no `drain` came since. */
+  #congested = false;
 
   constructor(response: ServerResponse, headers: Record<string, string | number | string[] | undefined>) {
     this.#response = response;
+    response.on("drain", () => {
+      this.#congested = false;
+    });
     response.writeHead(200, {
       ...headers,
       "content-type": "text/event-stream; charset=utf-8",
@@ -26,20 +36,65 @@ export class SseWriter {
     return !this.#response.destroyed && !this.#response.writableEnded;
   }
 
+  /**
+   * True while the bytes written but not yet taken by the client are past the socket's
+   * high-water mark: write nothing more until `waitForRoom` says the client read them.
+   */
+  get congested(): boolean {
+    return this.open && this.#congested;
+  }
+
+  /** Bytes written but not yet handed to the kernel (what a client that stops reading makes us hold). */
+  get buffered(): number {
+    return this.#response.writableLength;
+  }
+
   /** Sends one event with a JSON payload. */
   data(payload: unknown): void {
     this.#write(`data: ${JSON.stringify(payload)}\n\n`);
   }
 
-  /** A comment line: keeps proxies and clients from timing out while nothing else is sent. */
+  /**
+   * A comment line: keeps proxies and clients from timing out while nothing else is sent. Skipped
+   * while the stream is congested: the client is not reading, and a comment would only grow the buffer.
+   */
   comment(text: string): void {
+    if (this.congested) return;
     this.#write(`: ${text}\n\n`);
   }
 
   #write(text: string): void {
     if (!this.open) return;
-    this.#response.write(text);
+    if (!this.#response.write(text)) this.#congested = true;
     this.#lastWriteAt = performance.now();
+  }
+
+  /**
+   * Resolves once the stream has room again: at once when it is not congested, else when the
+   * client has read the buffer (`drained`), has gone (`closed`), has not read it within
+   * `stallMs` (`stalled`: the caller cuts the stream), or when `signal` aborts (`aborted`).
+   */
+  waitForRoom(stallMs: number, signal?: AbortSignal): Promise<RoomState> {
+    if (!this.open) return Promise.resolve("closed");
+    if (!this.#congested) return Promise.resolve("drained");
+    if (signal?.aborted) return Promise.resolve("aborted");
+    const response = this.#response;
+    return new Promise((resolve) => {
+      const done = (state: RoomState) => {
+        clearTimeout(timer);
+        response.off("drain", onDrain);
+        response.off("close", onClose);
+        signal?.removeEventListener("abort", onAbort);
+        resolve(state);
+      };
+      const onDrain = () => done("drained");
+      const onClose = () => done("closed");
+      const onAbort = () => done("aborted");
+      const timer = setTimeout(() => done("stalled"), stallMs);
+      response.on("drain", onDrain);
+      response.on("close", onClose);
+      signal?.addEventListener("abort", onAbort, { once: true });
+    });
   }
 
   /**
@@ -66,5 +121,10 @@ export class SseWriter {
   /** Ends the response without `[DONE]` (after an error event). */
   end(): void {
     if (this.open) this.#response.end();
+  }
+
+  /** Drops the connection and whatever is still buffered for it (a client cut for not reading). */
+  destroy(): void {
+    this.#response.destroy();
   }
 }

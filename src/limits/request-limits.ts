@@ -1,7 +1,9 @@
 /**
  * Rate limits of one chat request: requests and tokens per minute, for the API key (its own
  * limits) and for its account (the plan's). Tokens are charged up front as prompt + the most
- * the request may generate, and what it did not generate is given back when it ends.
+ * the request may generate, and what it did not generate is given back when it ends. A caller
+ * that knows only a lower bound of the prompt when it admits (before tokenizing) charges that,
+ * then raises the charge to the exact count (`raise`).
  */
 import type { ApiKeyRecord } from "../auth/api-keys.ts";
 import type { Plan } from "../billing/plans.ts";
@@ -18,8 +20,15 @@ export type LimitInput = {
 };
 
 export type LimitAdmission = {
-  /** `x-ratelimit-*` headers for the response (empty when no limit applies). */
+  /** `x-ratelimit-*` headers for the response (empty when no limit applies); up to date after `raise`. */
   readonly headers: Record<string, string>;
+  /**
+   * Raises the tokens charged to `tokens` (prompt + the most the request may generate, once the
+   * prompt is tokenized), charging the difference against every tokens-per-minute limit. Throws
+   * 429 `rate_limit_exceeded`, having charged nothing more, when a limit cannot take it: call
+   * `finish(0)` then. A lower count than charged changes nothing (`finish` gives back the rest).
+   */
+  raise(tokens: number): Promise<void>;
   /** Gives back the tokens charged but not used; call once, when the request has ended. */
   finish(usedTokens: number): Promise<void>;
 };
@@ -40,31 +49,38 @@ export class RequestLimits {
   /** Charges the request against every limit that applies, or throws 429 `rate_limit_exceeded`. */
   async admit(input: LimitInput): Promise<LimitAdmission> {
     const scopes = scopesOf(input);
-    if (scopes.length === 0) return { headers: {}, finish: async () => {} };
-    const { decision, headers } = await this.#consume(scopes);
-    if (!decision.allowed) {
-      const index = decision.tooLarge.length > 0 ? scopes.findIndex((scope) => scope.key === decision.tooLarge[0]) : refusingIndex(scopes, decision.states);
-      const scope = scopes[Math.max(0, index)]!;
-      const unit = scope.kind === "requests" ? "requests per minute" : "tokens per minute";
-      if (decision.retryAfterMs < 0) {
-        throw new RateLimitExceededError(
-          `Request too large: it needs ${scope.cost} tokens (prompt + max_tokens) but the ${scope.who} allows ${scope.limit} ${unit}. Lower max_tokens or shorten the prompt.`,
-          60,
-          headers,
-        );
-      }
-      const wait = retryAfterSeconds(decision.retryAfterMs);
-      throw new RateLimitExceededError(`Rate limit reached: the ${scope.who} allows ${scope.limit} ${unit}. Try again in ${wait} s.`, wait, headers);
-    }
+    if (scopes.length === 0) return { headers: {}, raise: async () => {}, finish: async () => {} };
+    const first = await this.#consume(scopes);
+    if (!first.decision.allowed) throw refusal(scopes, first.decision, first.headers);
+    let headers = first.headers;
+    /** Tokens charged so far against each tokens-per-minute limit. */
+    let charged = scopes.find((scope) => scope.kind === "tokens")?.cost ?? 0;
     let finished = false;
+    const tokenScopes = scopes.filter((scope) => scope.kind === "tokens");
     return {
-      headers,
+      get headers() {
+        return headers;
+      },
+      raise: async (tokens) => {
+        const total = Math.max(0, Math.ceil(tokens));
+        const extra = total - charged;
+        if (extra <= 0 || tokenScopes.length === 0 || finished) return;
+        // The whole request, not just the difference, must fit the limit (else waiting never helps).
+        const whole = tokenScopes.map((scope) => ({ ...scope, cost: total }));
+        const tooLarge = whole.find((scope) => scope.cost > scope.limit);
+        if (tooLarge !== undefined) throw tooLargeError(tooLarge, headers);
+        const extraScopes = tokenScopes.map((scope) => ({ ...scope, cost: extra }));
+        const more = await this.#consume(extraScopes);
+        if (!more.decision.allowed) throw refusal(extraScopes, more.decision, { ...headers, ...more.headers });
+        charged = total;
+        headers = { ...headers, ...more.headers };
+      },
       finish: async (usedTokens) => {
         if (finished) return;
         finished = true;
-        const unused = Math.max(0, input.tokens - Math.max(0, Math.floor(usedTokens)));
+        const unused = Math.max(0, charged - Math.max(0, Math.floor(usedTokens)));
         if (unused === 0) return;
-        await Promise.all(scopes.filter((scope) => scope.kind === "tokens").map((scope) => this.#limiter.refund(scope.key, unused)));
+        await Promise.all(tokenScopes.map((scope) => this.#limiter.refund(scope.key, unused)));
       },
     };
   }
@@ -99,6 +115,28 @@ function scopesOf({ key, plan, tokens }: LimitInput): Scope[] {
     if (plan.tpm !== null) scopes.push({ kind: "tokens", key: `account:${key.accountId}:tpm`, limit: plan.tpm, cost, who: `plan '${plan.id}'` });
   }
   return scopes;
+}
+
+/** The 429 for a refused charge: "too large" when a cost exceeds its limit, else when to retry. */
+function refusal(scopes: readonly Scope[], decision: LimitDecision, headers: Record<string, string>): RateLimitExceededError {
+  const index = decision.tooLarge.length > 0 ? scopes.findIndex((scope) => scope.key === decision.tooLarge[0]) : refusingIndex(scopes, decision.states);
+  const scope = scopes[Math.max(0, index)]!;
+  if (decision.retryAfterMs < 0) return tooLargeError(scope, headers);
+  const wait = retryAfterSeconds(decision.retryAfterMs);
+  return new RateLimitExceededError(`Rate limit reached: the ${scope.who} allows ${scope.limit} ${unitOf(scope)}. Try again in ${wait} s.`, wait, headers);
+}
+
+/** OpenAI's "Request too large": the cost exceeds the limit itself, so waiting cannot help. */
+function tooLargeError(scope: Scope, headers: Record<string, string>): RateLimitExceededError {
+  return new RateLimitExceededError(
+    `Request too large: it needs ${scope.cost} tokens (prompt + max_tokens) but the ${scope.who} allows ${scope.limit} ${unitOf(scope)}. Lower max_tokens or shorten the prompt.`,
+    60,
+    headers,
+  );
+}
+
+function unitOf(scope: Scope): string {
+  return scope.kind === "requests" ? "requests per minute" : "tokens per minute";
 }
 
 /** The first limit that could not take its cost. */

@@ -1,6 +1,8 @@
 /**
- * `POST /v1/chat/completions`: parse, call the serving functions, reply with JSON or SSE.
- * A client that goes away aborts its generation; the freed slot serves the next request.
+ * `POST /v1/chat/completions`: admit (cheap refusals first, see `admit.ts`), call the serving
+ * functions, reply with JSON or SSE. A client that goes away aborts its generation; the freed
+ * slot serves the next request. A stream follows its client: generation pauses while the socket's
+ * buffer is full, and a client that reads nothing for the stall timeout is cut like one that left.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest, preHandlerHookHandler } from "fastify";
 import type { RunningGeneration } from "../../../engines/engine.ts";
@@ -11,9 +13,9 @@ import type { Metering } from "../../../billing/metering.ts";
 import type { RequestLimits } from "../../../limits/request-limits.ts";
 import type { Metrics } from "../../../metrics/metrics.ts";
 import { ClientClosedRequestError, ShuttingDownError } from "../../../protocol/errors.ts";
+import { admitChatCompletion } from "./admit.ts";
 import {
   completeChatCompletion,
-  prepareChatCompletion,
   streamChatCompletion,
   type ChatCompletionJob,
   type CompletionOutcome,
@@ -28,6 +30,8 @@ export type ChatCompletionsRouteOptions = {
   /** Aborted when shutdown's grace period is over: running generations stop. */
   shutdownSignal: AbortSignal;
   keepAliveIntervalMs: number;
+  /** A stream whose client has not read what was sent for this long is cut (billed for what was generated). */
+  stallTimeoutMs: number;
 };
 
 /** The status a cut request is recorded with: 503 when a shutdown stopped it, 499 when its client left. */
@@ -73,31 +77,19 @@ function logCompletion(request: FastifyRequest, job: ChatCompletionJob, outcome:
 export function registerChatCompletionsRoute(app: FastifyInstance, options: ChatCompletionsRouteOptions): void {
   app.post("/v1/chat/completions", { preHandler: options.authenticate }, async function chatCompletions(request, reply) {
     const startedAt = performance.now();
-    const job = await prepareChatCompletion(options.catalog, request.body);
-    const key = request.apiKey!;
-    // Model permissions, rate limits and the worst-case hold come before any generation (403/429).
-    const plan = await options.metering.planOf(key);
-    options.metering.checkModel(key, plan, job.model);
-    // Every choice may use max_tokens.
-    const limited = await options.limits.admit({ key, plan, tokens: job.prepared.promptTokens + job.prepared.maxTokens * job.prepared.choices });
+    // Cheap checks first: permission, rate limits and quota before any schema, grammar, template or tokenizer runs.
+    const { job, limited, admission } = await admitChatCompletion(options, {
+      body: request.body,
+      key: request.apiKey!,
+      requestId: request.id,
+      onLimited: (admitted) => {
+        void reply.headers(admitted.headers);
+        request.rateLimitsApplied = true;
+      },
+      onRefundError: (error) => request.log.warn({ err: error }, "could not refund rate-limit tokens"),
+    });
+    // The exact charge may have changed the limits' state since they admitted the request.
     void reply.headers(limited.headers);
-    request.rateLimitsApplied = true;
-    let admission;
-    try {
-      admission = await options.metering.admit({
-        key,
-        plan,
-        model: job.model,
-        promptTokens: job.prepared.promptTokens,
-        maxTokens: job.prepared.maxTokens,
-        choices: job.prepared.choices,
-        requestId: request.id,
-        stream: job.stream,
-      });
-    } catch (error) {
-      await limited.finish(0).catch((refundError: unknown) => request.log.warn({ err: refundError }, "could not refund rate-limit tokens"));
-      throw error;
-    }
     /** Gives back the unused rate-limit tokens and settles the hold (nothing billed without usage). */
     const release = async (outcome: CompletionOutcome | undefined, status: number) => {
       const used = outcome === undefined ? 0 : outcome.usage.promptTokens + outcome.usage.completionTokens;
@@ -156,12 +148,25 @@ export function registerChatCompletionsRoute(app: FastifyInstance, options: Chat
     const stopKeepAlive = sse.keepAlive(options.keepAliveIntervalMs, () => (admitted ? "generating" : "waiting for a slot"));
     const outcome: { value?: CompletionOutcome } = {};
     let failed = false;
+    let stalled = false;
     try {
       await generation.admitted;
       admitted = true;
-      for await (const chunk of streamChatCompletion(job, generation, outcome)) sse.data(chunk);
+      for await (const chunk of streamChatCompletion(job, generation, outcome)) {
+        sse.data(chunk);
+        // Backpressure: the next part is pulled (and so generated) only once the client has
+        // read what was sent; one that stops reading is cut after the stall timeout.
+        if (!sse.congested) continue;
+        if ((await sse.waitForRoom(options.stallTimeoutMs, controller.signal)) !== "stalled") continue;
+        stalled = true;
+        controller.abort(new Error("the client stopped reading"));
+        break;
+      }
       const reason: unknown = controller.signal.reason;
-      if (controller.signal.aborted && reason instanceof ShuttingDownError) {
+      if (stalled) {
+        request.log.warn({ stall_timeout_s: options.stallTimeoutMs / 1000, buffered_bytes: sse.buffered }, "stream cut: the client stopped reading");
+        sse.destroy();
+      } else if (controller.signal.aborted && reason instanceof ShuttingDownError) {
         sse.data(reason.toBody());
         sse.end();
       } else {

@@ -1,6 +1,7 @@
 /**
- * The work behind `POST /v1/chat/completions`, free of HTTP: validate, map to an engine request,
- * and turn engine parts into OpenAI completions or chunks.
+ * The work behind `POST /v1/chat/completions`, free of HTTP: validate, map to an engine request
+ * (cheap), bound it before the engine's expensive `prepare` (see `admit.ts` for the order), and
+ * turn engine parts into OpenAI completions or chunks.
  */
 import { randomBytes } from "node:crypto";
 import type { Catalog, CatalogModel } from "../../../catalog/catalog.ts";
@@ -232,16 +233,19 @@ export function toGenerationRequest(request: ChatCompletionRequest, inputs: Mode
   };
 }
 
+/** A validated request mapped to the engine's form: cheap work, bounded by the request caps. Nothing rendered or tokenized yet. */
+export type ParsedChatCompletion = Omit<ChatCompletionJob, "prepared"> & { request: GenerationRequest };
+
 /**
- * Validates the body, finds the model and prepares the generation (tokenized, checked
- * against the context). Throws typed API errors.
+ * Validates the body, finds the model and maps the request to the engine's form. Cheap (linear
+ * in the body, which the request caps bound): no schema translation, grammar, template or
+ * tokenizer runs here. Throws typed API errors.
  */
-export async function prepareChatCompletion(catalog: Catalog, body: unknown): Promise<ChatCompletionJob> {
+export function parseChatCompletion(catalog: Catalog, body: unknown): ParsedChatCompletion {
   const request = parseWithSchema(chatCompletionRequestSchema, body);
   const model = catalog.get(request.model);
   rejectUnsupported(request);
   const generationRequest = toGenerationRequest(request, { images: model.inputModalities.includes("image") });
-  const prepared = await model.engine.prepare(generationRequest);
   const choice = generationRequest.toolChoice;
   return {
     id: `chatcmpl-${randomBytes(18).toString("base64url")}`,
@@ -251,8 +255,50 @@ export async function prepareChatCompletion(catalog: Catalog, body: unknown): Pr
     includeUsage: request.stream_options?.include_usage === true,
     toolCallsOnly: generationRequest.tools !== undefined && (choice === "required" || typeof choice === "object"),
     logprobs: request.logprobs === true,
-    prepared,
+    request: generationRequest,
   };
+}
+
+/**
+ * What a request will cost at least, known before its prompt is rendered or tokenized (from the
+ * engine's cheap `boundPrompt`): the refusals that must come before the expensive work use it.
+ */
+export type CheapBound = {
+  /** The prompt has at least this many tokens. */
+  promptTokens: number;
+  /** Completion tokens the hold will reserve at least (all choices): `n × max_tokens`, or what the context leaves. */
+  completionTokens: number;
+  /** Prompt + reserved completion tokens at least: the lower bound of what rate limits will charge. */
+  tokens: number;
+};
+
+/**
+ * Lower bounds of what `prepare` will count, from the engine's bounds on the prompt. With
+ * `max_tokens` given, each choice reserves it; without, each reserves what the context leaves
+ * after the prompt, which is least for the longest prompt that still fits.
+ * Throws `ModelNotReadyError` (503) when the model is not ready.
+ */
+export function cheapBound(parsed: ParsedChatCompletion): CheapBound {
+  const { request, model } = parsed;
+  const bound = model.engine.boundPrompt(request);
+  const contextLength = model.engine.info()?.contextLength;
+  let perChoice: number;
+  let promptForLimits = bound.atLeast;
+  if (request.maxTokens !== undefined) perChoice = request.maxTokens;
+  else if (contextLength === undefined) perChoice = 1;
+  else {
+    const longest = Math.max(bound.atLeast, Math.min(bound.atMost, contextLength - 1));
+    perChoice = Math.max(1, contextLength - longest);
+    promptForLimits = longest;
+  }
+  const completionTokens = perChoice * request.choices;
+  return { promptTokens: bound.atLeast, completionTokens, tokens: promptForLimits + completionTokens };
+}
+
+/** Renders and tokenizes the request (the engine's `prepare`: schema translation, grammar, template). */
+export async function prepareParsed(parsed: ParsedChatCompletion): Promise<ChatCompletionJob> {
+  const { request, ...job } = parsed;
+  return { ...job, prepared: await parsed.model.engine.prepare(request) };
 }
 
 export type CompletionOutcome = { finishReason: FinishReason | "cancelled"; usage: TokenUsage };

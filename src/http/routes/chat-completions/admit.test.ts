@@ -1,0 +1,190 @@
+/**
+ * admitChatCompletion: the cheap refusals (model permission, rate limits, quota) come before the
+ * engine's `prepare`, and rate limits end up charged the exact count. A scripted engine counts
+ * `prepare`; metering and limits are the real ones, on SQLite and PostgreSQL.
+ */
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { createAccount } from "../../../accounts/accounts.ts";
+import { createApiKey, type ApiKeyRecord, type CreateKeyOptions } from "../../../auth/api-keys.ts";
+import { grantCredit } from "../../../billing/ledger.ts";
+import { Metering } from "../../../billing/metering.ts";
+import { Catalog, type CatalogModel } from "../../../catalog/catalog.ts";
+import type { Engine, GenerationRequest, PreparedGeneration } from "../../../engines/engine.ts";
+import { promptBound } from "../../../engines/prompt-bound.ts";
+import { MemoryRateLimiter } from "../../../limits/memory.ts";
+import { RequestLimits } from "../../../limits/request-limits.ts";
+import { ApiError, InvalidRequestError } from "../../../protocol/errors.ts";
+import { backends, openTestDatabase, type TestDatabase } from "../../../../test/helpers/databases.ts";
+import { admitChatCompletion } from "./admit.ts";
+
+const CONTEXT = 2048;
+
+/** An engine whose prompts are one token per 4 characters of message text, plus 10; `prepare` is counted. */
+class ScriptedEngine implements Engine {
+  prepared = 0;
+  /** When set, `prepare` throws it (a 400 for a schema, say). */
+  failure: Error | undefined;
+  status() {
+    return { state: "ready" as const };
+  }
+  info() {
+    return { contextLength: CONTEXT };
+  }
+  boundPrompt(request: GenerationRequest) {
+    // Its longest token spans 4 bytes: the bound's `atLeast` is exact for this engine's text.
+    return promptBound(request, 4);
+  }
+  async prepare(request: GenerationRequest): Promise<PreparedGeneration> {
+    this.prepared++;
+    if (this.failure !== undefined) throw this.failure;
+    const promptTokens = 10 + Math.ceil(request.messages.reduce((sum, message) => sum + message.content.length, 0) / 4);
+    return {
+      promptTokens,
+      maxTokens: request.maxTokens ?? CONTEXT - promptTokens,
+      choices: request.choices,
+      start: () => {
+        throw new Error("not started in these tests");
+      },
+    };
+  }
+  async close() {}
+}
+
+function model(id: string, engine: Engine): CatalogModel {
+  return {
+    id,
+    ownedBy: "test",
+    created: 0,
+    engine,
+    configuredContextLength: CONTEXT,
+    // 1 credit per prompt token, 2 per completion token.
+    pricing: { prompt: 1_000_000, cachedPrompt: 500_000, completion: 2_000_000 },
+    inputModalities: ["text"],
+    outputModalities: ["text"],
+    supportedParameters: [],
+  };
+}
+
+const ask = (content = "Hello there", extra: Record<string, unknown> = {}) => ({ model: "story", messages: [{ role: "user", content }], max_tokens: 10, ...extra });
+
+async function refusal(promise: Promise<unknown>): Promise<ApiError> {
+  try {
+    await promise;
+  } catch (error) {
+    assert.ok(error instanceof ApiError, String(error));
+    return error;
+  }
+  assert.fail("the request was admitted");
+}
+
+for (const backend of backends) {
+  describe(`admitChatCompletion (${backend})`, () => {
+    let store: TestDatabase;
+    let engine: ScriptedEngine;
+    let dependencies: Parameters<typeof admitChatCompletion>[0];
+
+    before(async () => {
+      store = await openTestDatabase(backend);
+      engine = new ScriptedEngine();
+      dependencies = {
+        catalog: new Catalog([model("story", engine), model("other", engine)]),
+        metering: new Metering({ database: store.database, nodeId: () => "node-test", holdTtlMs: 60_000 }),
+        limits: new RequestLimits(new MemoryRateLimiter()),
+      };
+    });
+    after(async () => {
+      await store?.close();
+    });
+
+    async function keyOf(credit: number, options: Omit<CreateKeyOptions, "accountId"> = {}): Promise<ApiKeyRecord> {
+      const account = await createAccount(store.database, { email: `admit-${Math.random().toString(36).slice(2)}@example.com` });
+      if (credit > 0) await grantCredit(store.database, { accountId: account.id, amount: credit, source: `test:${account.id}` });
+      return createApiKey(store.database, { name: "admit", accountId: account.id, ...options });
+    }
+
+    const admit = (key: ApiKeyRecord, body: unknown) => admitChatCompletion(dependencies, { body, key, requestId: `req_${Math.random()}` });
+    const holdsOf = async (key: ApiKeyRecord) => store.database.selectFrom("holds").select("amount").where("key_id", "=", key.id).execute();
+
+    it("refuses an account that cannot pay the least the hold would take, writing no hold and preparing nothing", async () => {
+      const before = engine.prepared;
+      // "Hello there": at least 3 prompt tokens + 10 completion tokens = 23 credits.
+      for (const credit of [0, 22]) {
+        const key = await keyOf(credit);
+        const error = await refusal(admit(key, ask()));
+        assert.equal(error.status, 429);
+        assert.equal(error.code, "insufficient_quota");
+        assert.deepEqual(await holdsOf(key), []);
+      }
+      assert.equal(engine.prepared, before);
+    });
+
+    it("refuses a key whose spend cap cannot cover the least before preparing", async () => {
+      const key = await keyOf(1_000_000, { spendCap: 5 });
+      const before = engine.prepared;
+      const error = await refusal(admit(key, ask()));
+      assert.equal(error.code, "insufficient_quota");
+      assert.match(error.message, /spend cap/);
+      assert.equal(engine.prepared, before);
+    });
+
+    it("refuses a key that may not use the model before charging its limits or preparing", async () => {
+      const key = await keyOf(1_000_000, { models: ["other"], rpm: 1 });
+      const before = engine.prepared;
+      const error = await refusal(admit(key, ask()));
+      assert.equal(error.status, 403);
+      assert.equal(error.code, "model_not_allowed");
+      assert.equal(engine.prepared, before);
+      // Its one request a minute was not used.
+      await admit(key, ask("Hello", { model: "other" }));
+    });
+
+    it("refuses a key over its requests per minute before preparing", async () => {
+      const key = await keyOf(1_000_000, { rpm: 1 });
+      await admit(key, ask());
+      const before = engine.prepared;
+      const error = await refusal(admit(key, ask()));
+      assert.equal(error.code, "rate_limit_exceeded");
+      assert.equal(engine.prepared, before);
+    });
+
+    it("admits a funded request: holds its exact worst case and charges its exact tokens against the limits", async () => {
+      const key = await keyOf(1_000_000, { tpm: 10_000 });
+      const admitted = await admit(key, ask("Hello there", { n: 2 }));
+      // 10 + ceil(11 / 4) = 13 prompt tokens; 2 choices × 10.
+      assert.equal(admitted.job.prepared.promptTokens, 13);
+      assert.equal(admitted.admission.reserved, 13 + 2 * 2 * 10);
+      assert.equal(admitted.limited.headers["x-ratelimit-remaining-tokens"], String(10_000 - 13 - 20));
+      await admitted.admission.settle({ usage: null, status: 500, finishReason: null, latencyMs: 1 });
+      await admitted.limited.finish(0);
+    });
+
+    it("refuses once tokenized a request whose exact tokens exceed the token limit, giving back what it charged", async () => {
+      // At least 25 tokens by the bound (100 characters / 4) + 10; exactly 10 more.
+      const key = await keyOf(1_000_000, { tpm: 40 });
+      const error = await refusal(admit(key, ask("x".repeat(100))));
+      assert.equal(error.code, "rate_limit_exceeded");
+      assert.match(error.message, /Request too large/);
+      assert.deepEqual(await holdsOf(key), []);
+      // The lower bound's 35 tokens came back: a 20-token request fits.
+      const admitted = await admit(key, ask("x".repeat(4)));
+      assert.equal(admitted.limited.headers["x-ratelimit-remaining-tokens"], String(40 - 11 - 10));
+      await admitted.admission.settle({ usage: null, status: 500, finishReason: null, latencyMs: 1 });
+    });
+
+    it("gives the tokens back when prepare refuses the request, keeping its request counted", async () => {
+      const key = await keyOf(1_000_000, { tpm: 100, rpm: 2 });
+      engine.failure = new InvalidRequestError("bad schema", "response_format");
+      try {
+        const error = await refusal(admit(key, ask()));
+        assert.equal(error.status, 400);
+      } finally {
+        engine.failure = undefined;
+      }
+      const admitted = await admit(key, ask());
+      assert.equal(admitted.limited.headers["x-ratelimit-remaining-tokens"], String(100 - 13 - 10), "all 100 tokens were there again");
+      assert.equal(admitted.limited.headers["x-ratelimit-remaining-requests"], "0", "the refused request counted");
+      await admitted.admission.settle({ usage: null, status: 500, finishReason: null, latencyMs: 1 });
+    });
+  });
+}

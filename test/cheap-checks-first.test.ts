@@ -1,0 +1,151 @@
+/**
+ * Cheap checks first (issue 9, row 1): a key that may not use the model, one over its rate
+ * limit, and one whose account cannot pay are refused before the engine translates a schema,
+ * builds a grammar, renders a template or tokenizes anything. Real server, real model, real
+ * SQLite; the engine's `prepare` (where all that work happens) is counted.
+ */
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import path from "node:path";
+import { after, before, describe, it } from "node:test";
+import type { Kysely } from "kysely";
+import { createAccount } from "../src/accounts/accounts.ts";
+import { createApiKey, type CreateKeyOptions } from "../src/auth/api-keys.ts";
+import { grantPlan } from "../src/billing/grant-plan.ts";
+import { findPlan } from "../src/billing/plans-store.ts";
+import { openStore } from "../src/store/open.ts";
+import type { Database } from "../src/store/schema.ts";
+import { postJson, startTestServer, storiesModel, temporaryDirectory, type TestServer } from "./helpers/server.ts";
+
+function writeConfig(): string {
+  const file = path.join(temporaryDirectory(), "turnpike.json");
+  fs.writeFileSync(
+    file,
+    JSON.stringify({
+      models: [
+        { id: "story", path: storiesModel, pricing: { prompt: 1_000_000, cached_prompt: 500_000, completion: 2_000_000 } },
+        { id: "other", path: storiesModel, pricing: { prompt: 1_000_000, cached_prompt: 500_000, completion: 2_000_000 } },
+      ],
+      plans: [{ id: "funded", name: "Funded", price: { amount: 100, currency: "usd" }, credit: 1_000_000 }],
+    }),
+  );
+  return file;
+}
+
+/**
+ * Issue 9's row 1: a chain of 7 `$defs`, each an `anyOf` of `fanOut` `$ref`s to the next (the last
+ * to a string), under a `oneOf`. Checking the `oneOf`'s branches for overlap walked every path
+ * (fanOut^7: 1.5 s for 10 on an idle machine, the event loop blocked throughout).
+ */
+function pathologicalSchema(fanOut: number): Record<string, unknown> {
+  const defs: Record<string, unknown> = {};
+  for (let level = 0; level < 8; level++) {
+    defs[`d${level}`] = level === 7 ? { type: "string" } : { anyOf: Array.from({ length: fanOut }, () => ({ $ref: `#/$defs/d${level + 1}` })) };
+  }
+  return { $defs: defs, type: "object", properties: { value: { oneOf: [{ $ref: "#/$defs/d0" }, { type: "integer" }] } }, required: ["value"] };
+}
+
+const schemaRequest = (model = "story") => ({
+  model,
+  messages: [{ role: "user", content: "Hello" }],
+  max_tokens: 8,
+  response_format: { type: "json_schema", json_schema: { name: "answer", schema: pathologicalSchema(10) } },
+});
+
+/** Nearly a megabyte of prompt: rendering and tokenizing it is real work. */
+const hugePromptRequest = (model = "story") => ({ model, messages: [{ role: "user", content: "Once upon a time ".repeat(60_000) }], max_tokens: 8 });
+
+describe("cheap checks come before schema translation, grammar, rendering and tokenizing", () => {
+  let test: TestServer;
+  let database: Kysely<Database>;
+  let prepared = 0;
+
+  before(async () => {
+    test = await startTestServer({ configFile: writeConfig() });
+    database = await openStore({ dataDir: test.dataDir, databaseUrl: "" });
+    // Count the engine's expensive step on the running server.
+    for (const id of ["story", "other"]) {
+      const engine = test.server.catalog.get(id).engine;
+      const prepare = engine.prepare.bind(engine);
+      engine.prepare = (request) => {
+        prepared++;
+        return prepare(request);
+      };
+    }
+  });
+  after(async () => {
+    await database?.destroy();
+    await test?.close();
+  });
+
+  async function keyOf(plan: string | null, options: Omit<CreateKeyOptions, "accountId"> = {}): Promise<string> {
+    const account = await createAccount(database, { email: `cheap-${Math.random().toString(36).slice(2)}@example.com` });
+    if (plan !== null) await grantPlan(database, { accountId: account.id, plan: (await findPlan(database, plan))!, source: `test:${account.id}` });
+    return (await createApiKey(database, { name: "cheap", accountId: account.id, ...options })).key;
+  }
+
+  async function send(key: string, body: unknown) {
+    const startedAt = performance.now();
+    const response = await postJson(`${test.baseURL}/chat/completions`, body, { authorization: `Bearer ${key}` });
+    return { ...response, ms: performance.now() - startedAt };
+  }
+
+  it("refuses a zero-credit account's pathological schema and huge prompt with insufficient_quota, never preparing them", async () => {
+    const key = await keyOf(null);
+    const before = prepared;
+    for (const body of [schemaRequest(), hugePromptRequest(), { ...schemaRequest(), stream: true }]) {
+      const response = await send(key, body);
+      assert.equal(response.status, 429, response.text.slice(0, 300));
+      assert.equal(response.body.error.code, "insufficient_quota");
+      assert.equal(response.body.error.type, "insufficient_quota");
+      assert.ok(response.ms < 2_000, `refused in ${Math.round(response.ms)} ms`);
+    }
+    assert.equal(prepared, before, "the engine prepared nothing for an account that cannot pay");
+    const holds = await database.selectFrom("holds").select("id").execute();
+    assert.equal(holds.length, 0, "no hold was written for the refusals");
+  });
+
+  it("refuses a key that may not use the model with 403 before preparing anything", async () => {
+    const key = await keyOf("funded", { models: ["other"] });
+    const before = prepared;
+    for (const body of [schemaRequest(), hugePromptRequest()]) {
+      const response = await send(key, body);
+      assert.equal(response.status, 403, response.text.slice(0, 300));
+      assert.equal(response.body.error.code, "model_not_allowed");
+      assert.ok(response.ms < 2_000, `refused in ${Math.round(response.ms)} ms`);
+    }
+    assert.equal(prepared, before);
+  });
+
+  it("refuses a key over its requests per minute with 429 before preparing anything", async () => {
+    const key = await keyOf("funded", { rpm: 1 });
+    const first = await send(key, { model: "story", messages: [{ role: "user", content: "Hello" }], max_tokens: 4 });
+    assert.equal(first.status, 200, first.text);
+    const before = prepared;
+    for (const body of [schemaRequest(), hugePromptRequest()]) {
+      const response = await send(key, body);
+      assert.equal(response.status, 429, response.text.slice(0, 300));
+      assert.equal(response.body.error.code, "rate_limit_exceeded");
+      assert.ok(response.ms < 2_000, `refused in ${Math.round(response.ms)} ms`);
+    }
+    assert.equal(prepared, before);
+  });
+
+  it("still serves and bills a funded key's request, charging its exact tokens against the limits", async () => {
+    const key = await keyOf("funded", { tpm: 5_000 });
+    const response = await send(key, { model: "story", messages: [{ role: "user", content: "Hello" }], max_tokens: 20 });
+    assert.equal(response.status, 200, response.text);
+    const reserved = response.body.usage.prompt_tokens + 20;
+    assert.equal(Number(response.headers.get("x-ratelimit-remaining-tokens")), 5_000 - reserved, "the limit was charged the exact prompt + max_tokens");
+  });
+
+  it("refuses, once tokenized, a request whose exact count no longer fits the token limit", async () => {
+    // The lower bound (a few tokens per byte) fits 300 tokens; the exact prompt does not.
+    const key = await keyOf("funded", { tpm: 300 });
+    const response = await send(key, { model: "story", messages: [{ role: "user", content: "Once upon a time there was a girl. ".repeat(30) }], max_tokens: 8 });
+    assert.equal(response.status, 429, response.text.slice(0, 300));
+    assert.match(response.body.error.message, /Request too large/);
+    const small = await send(key, { model: "story", messages: [{ role: "user", content: "Hi" }], max_tokens: 8 });
+    assert.equal(small.status, 200, "the refused request's tokens were given back");
+  });
+});
