@@ -18,6 +18,7 @@ import { openStore } from "../src/store/open.ts";
 import { runCli, startServeProcess } from "./helpers/process.ts";
 import { startTestServer, storiesModel, temporaryDirectory, type TestServer } from "./helpers/server.ts";
 import { ConsoleClient, setupCodeOf, type ApiResponse } from "./helpers/console.ts";
+import { freshPostgresSchema } from "./helpers/databases.ts";
 
 const redisUrl = process.env.TURNPIKE_TEST_REDIS_URL ?? "redis://127.0.0.1:6379";
 
@@ -277,6 +278,30 @@ describe("--signup closed", () => {
     assert.equal(admin.body.role, "admin");
     assert.equal((await new ConsoleClient(test.url).signUp("late@example.com")).body.error.code, "signup_closed");
     assert.equal((await new ConsoleClient(test.url).signUpAdmin(test, "late@example.com")).body.error.code, "invalid_setup_code");
+  });
+});
+
+describe("the setup code on several nodes", () => {
+  it("lets each node sharing a PostgreSQL database print its own code, any of which works on every node, once", async () => {
+    const schema = await freshPostgresSchema();
+    const nodeA = await startTestServer({ flags: { database_url: schema.url } });
+    const nodeB = await startTestServer({ flags: { database_url: schema.url } });
+    try {
+      const codeA = setupCodeOf(nodeA);
+      const codeB = setupCodeOf(nodeB);
+      assert.notEqual(codeA, codeB);
+      const admin = await new ConsoleClient(nodeB.url).signUp("admin@example.com", undefined, codeA);
+      assert.equal(admin.status, 201, admin.text);
+      assert.equal(admin.body.role, "admin", "node A's code works on node B");
+      for (const [node, code] of [[nodeA, codeA], [nodeA, codeB], [nodeB, codeB]] as const) {
+        const late = await new ConsoleClient(node.url).signUp(`late-${randomBytes(3).toString("hex")}@example.com`, undefined, code);
+        assert.equal(late.body.error?.code, "invalid_setup_code", "every code stops working once an admin exists");
+      }
+    } finally {
+      await nodeB.close();
+      await nodeA.close();
+      await schema.drop();
+    }
   });
 });
 
