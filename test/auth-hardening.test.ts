@@ -242,6 +242,23 @@ describe("hosts and the first admin", () => {
   });
 });
 
+describe("hosts behind a trusted proxy", () => {
+  it("refuses a disallowed name in Host or in X-Forwarded-Host, whichever a client forged", async () => {
+    const test = await startTestServer({ flags: { trust_proxy: "1", public_url: "https://ai.example.com" } });
+    try {
+      const port = new URL(test.url).port;
+      const check = (host: string, forwardedHost?: string) =>
+        rawRequest(test.url, "GET", "/health", { host, ...(forwardedHost === undefined ? {} : { "x-forwarded-host": forwardedHost }) }).then((reply) => reply.status);
+      assert.equal(await check("ai.example.com"), 200);
+      assert.equal(await check(`127.0.0.1:${port}`, "ai.example.com"), 200, "a proxy that sends its upstream's address and the public name");
+      assert.equal(await check("rebind.attacker.example", "ai.example.com"), 421, "a forged X-Forwarded-Host does not launder a rebinding Host");
+      assert.equal(await check(`127.0.0.1:${port}`, "rebind.attacker.example"), 421);
+    } finally {
+      await test.close();
+    }
+  });
+});
+
 describe("a server listening on every interface", () => {
   it("answers by IP address and loopback only, and says at start-up how to add names", async () => {
     const test = await startTestServer({ flags: { host: "0.0.0.0" } });

@@ -10,8 +10,9 @@
  *   only for a page loaded from that very address, which a rebinding page is not;
  * - one of `--allowed-hosts` (comma-separated names; `.example.com` takes the domain and every
  *   name under it; `*` takes any Host and turns the check off).
- * Others get 421 `host_not_allowed`. Behind a trusted proxy the Host is the one the proxy was
- * asked for (`X-Forwarded-Host`).
+ * Others get 421 `host_not_allowed`. Every host a request names must pass: its `Host`, and behind
+ * a trusted proxy its `X-Forwarded-Host` too (a client can write that header itself, and many
+ * proxies pass it through, so it can never stand in for the Host).
  *
  * A browser's `Origin` is accepted when it is the public URL's origin, or the request's own
  * origin on a Host that passed the check above — never merely whatever Host the request names.
@@ -111,12 +112,13 @@ export function createHostPolicy(options: HostPolicyOptions): HostPolicy {
   };
 }
 
-/** `onRequest` hook: refuses (421) a request whose Host this server does not answer to. */
+/** `onRequest` hook: refuses (421) a request naming a host this server does not answer to. */
 export function allowedHosts(policy: HostPolicy) {
   return async function checkHost(request: FastifyRequest): Promise<void> {
-    const host = request.host;
+    // `request.host` is X-Forwarded-Host when a trusted proxy sent one, else the Host header.
     // HTTP/1.0 without a Host: no browser sends that, so it cannot be a rebinding page.
-    if (host === "" || host === undefined) return;
-    if (!policy.allowsHost(host)) throw new HostNotAllowedError(host);
+    for (const host of [request.headers.host, request.host]) {
+      if (host !== undefined && host !== "" && !policy.allowsHost(host)) throw new HostNotAllowedError(host);
+    }
   };
 }
