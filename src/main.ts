@@ -193,6 +193,8 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
   const publicUrl = settings.public_url !== "" ? settings.public_url.replace(/\/$/, "") : `http://${settings.host}:${settings.port}`;
   const proxies = trustProxyFrom(settings.trust_proxy);
   if (proxies.warning !== undefined) logger.warn(proxies.warning);
+  // Made before listening: a failure here leaves no server behind.
+  const setupCode = await issueSetupCode(database);
   const hosts = createHostPolicy({ publicUrl: settings.public_url, listenHost: settings.host, allowedHosts: settings.allowed_hosts });
   if (WILDCARD_LISTEN.has(settings.host.trim()) && settings.public_url === "" && settings.allowed_hosts === "") {
     logger.warn(
@@ -226,7 +228,6 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
   });
   const address = await app.server.listen({ host: settings.host, port: settings.port });
   logger.info({ url: address, data_dir: path.resolve(settings.data_dir), models: settings.models.map((model) => model.id), threads: settings.threads }, "turnpike listening");
-  const setupCode = await issueSetupCode(database);
   if (setupCode !== null) logger.info({ signup_url: `${publicUrl}/signup` }, "no admin account yet: sign up in the console with the one-time setup code printed at start-up to become the admin (or run `turnpike accounts create --admin`)");
 
   let closed: Promise<void> | undefined;
