@@ -24,7 +24,9 @@ import { sweepExpiredCredit, sweepHolds } from "./billing/ledger.ts";
 import { listPlans, syncConfigPlans } from "./billing/plans-store.ts";
 import { createStripeClient } from "./billing/stripe/stripe-client.ts";
 import { sweepSessions } from "./auth/sessions.ts";
-import { consoleSessions, originOf } from "./http/middleware/console-session/console-session.ts";
+import { consoleSessions } from "./http/middleware/console-session/console-session.ts";
+import { createHostPolicy, WILDCARD_LISTEN } from "./http/middleware/allowed-hosts/allowed-hosts.ts";
+import { forgetSetupCodes, issueSetupCode } from "./accounts/setup-code.ts";
 
 /** Where `npm run build:console` puts the console. */
 export const CONSOLE_DIRECTORY = fileURLToPath(new URL("../console/dist", import.meta.url));
@@ -55,6 +57,8 @@ export type RunningServer = {
   url: string;
   /** Resolves when every model finished loading (or failed to). */
   modelsSettled: Promise<void>;
+  /** The one-time code that makes the first admin in the console (`serve` prints it); null when an admin exists. */
+  setupCode: string | null;
   /** Graceful stop: refuse new work, let running requests finish (bounded), free everything. */
   close(): Promise<void>;
 };
@@ -189,6 +193,15 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
   const publicUrl = settings.public_url !== "" ? settings.public_url.replace(/\/$/, "") : `http://${settings.host}:${settings.port}`;
   const proxies = trustProxyFrom(settings.trust_proxy);
   if (proxies.warning !== undefined) logger.warn(proxies.warning);
+  // Made before listening: a failure here leaves no server behind.
+  const setupCode = await issueSetupCode(database);
+  const hosts = createHostPolicy({ publicUrl: settings.public_url, listenHost: settings.host, allowedHosts: settings.allowed_hosts });
+  if (WILDCARD_LISTEN.has(settings.host.trim()) && settings.public_url === "" && settings.allowed_hosts === "") {
+    logger.warn(
+      { host: settings.host },
+      "listening on every interface: requests are answered by IP address and localhost only; to reach this server by name, set --public-url (TURNPIKE_PUBLIC_URL) or --allowed-hosts (TURNPIKE_ALLOWED_HOSTS)",
+    );
+  }
   const app = buildApp({
     catalog,
     database,
@@ -204,7 +217,9 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     stripe: createStripeClient({ secretKey: process.env.STRIPE_SECRET_KEY }),
     stripeWebhookSecret: process.env.STRIPE_WEBHOOK_SECRET || undefined,
     publicUrl,
-    sessions: consoleSessions({ database, publicOrigin: originOf(settings.public_url || undefined) }),
+    sessions: consoleSessions({ database, hosts }),
+    hosts,
+    signup: settings.signup,
     consoleDirectory: CONSOLE_DIRECTORY,
     trustProxy: proxies.trustProxy,
     logger,
@@ -214,6 +229,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
   });
   const address = await app.server.listen({ host: settings.host, port: settings.port });
   logger.info({ url: address, data_dir: path.resolve(settings.data_dir), models: settings.models.map((model) => model.id), threads: settings.threads }, "turnpike listening");
+  if (setupCode !== null) logger.info({ signup_url: `${publicUrl}/signup` }, "no admin account yet: sign up in the console with the one-time setup code printed at start-up to become the admin (or run `turnpike accounts create --admin`)");
 
   let closed: Promise<void> | undefined;
   const close = () => {
@@ -241,11 +257,12 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
       await limits.close();
       await signInThrottle.close?.();
       await signUpThrottle.close?.();
+      if (setupCode !== null) await forgetSetupCodes(database, setupCode).catch((error: unknown) => logger.warn({ err: error }, "could not forget this node's setup code"));
       await forgetNodes(database, [nodeId]).catch((error: unknown) => logger.warn({ err: error }, "could not deregister this node; the others will once its heartbeat lapses"));
       await database.destroy();
     })();
     return closed;
   };
   const url = address.replace("[::1]", "127.0.0.1");
-  return { app, catalog, url, modelsSettled, close };
+  return { app, catalog, url, modelsSettled, setupCode, close };
 }

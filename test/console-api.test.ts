@@ -29,8 +29,8 @@ after(async () => {
 const chat = { model: "stories260K", messages: [{ role: "user" as const, content: "Hi" }], max_tokens: 2 };
 
 describe("sign-up and sessions", () => {
-  it("makes the first account admin and later ones users", async () => {
-    const first = await admin.signUp("admin@example.com");
+  it("makes the first account signed up with the setup code admin, and later ones users", async () => {
+    const first = await admin.signUpAdmin(test, "admin@example.com");
     assert.equal(first.status, 201, first.text);
     assert.equal(first.body.role, "admin");
     assert.match(first.body.csrf_token, /^[A-Za-z0-9_-]{20,}$/);

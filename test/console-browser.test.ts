@@ -12,7 +12,7 @@ import OpenAI from "openai";
 import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
 import { buildConsole } from "../console/build.ts";
 import { repoRoot, startTestServer, temporaryDirectory, type TestServer } from "./helpers/server.ts";
-import { writeConsoleConfig } from "./helpers/console.ts";
+import { setupCodeOf, writeConsoleConfig } from "./helpers/console.ts";
 
 const CHROMIUM = process.env.TURNPIKE_CHROMIUM ?? "/usr/bin/chromium";
 const screenshots = path.join(repoRoot, "test-output", "console");
@@ -37,10 +37,11 @@ async function shot(page: Page, name: string): Promise<void> {
   await page.screenshot({ path: path.join(screenshots, `${name}.png`), fullPage: true });
 }
 
-async function signUp(page: Page, email: string): Promise<void> {
+async function signUp(page: Page, email: string, setupCode?: string): Promise<void> {
   await page.goto("/signup");
   await page.getByLabel("Email address").fill(email);
   await page.getByLabel("Password").fill(password);
+  if (setupCode !== undefined) await page.getByLabel("Setup code").fill(setupCode);
   await page.getByRole("button", { name: "Create account" }).click();
   await page.getByRole("heading", { name: "API Keys" }).waitFor();
 }
@@ -68,16 +69,21 @@ describe("the web console in a browser", { skip: fs.existsSync(CHROMIUM) ? false
     await test?.close();
   });
 
-  it("signs up: the first account is the admin, the next a user", async () => {
+  it("signs up: the account made with the setup code is the admin, the next a user", async () => {
     await admin.goto("/");
     await admin.getByRole("heading", { name: "Welcome back" }).waitFor();
     await shot(admin, "01-sign-in");
     await admin.getByRole("link", { name: "Create an account" }).click();
     await admin.getByRole("heading", { name: "Create your account" }).waitFor();
+    await admin.getByLabel("Setup code").waitFor();
     await shot(admin, "02-sign-up");
-    await signUp(admin, "admin@example.com");
+    await signUp(admin, "admin@example.com", setupCodeOf(test));
     await admin.getByRole("link", { name: "Admin" }).waitFor();
 
+    await user.goto("/signup");
+    await user.getByRole("heading", { name: "Create your account" }).waitFor();
+    await user.waitForLoadState("networkidle");
+    assert.equal(await user.getByLabel("Setup code").count(), 0, "no setup code once an admin exists");
     await signUp(user, "user@example.com");
     await user.getByText("No API keys yet").waitFor();
     assert.equal(await user.getByRole("link", { name: "Admin" }).count(), 0, "users have no Admin page");

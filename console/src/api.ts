@@ -67,6 +67,7 @@ export const post = <T>(path: string, body: unknown = {}) => api<T>("POST", path
 
 export type {
   SessionObject as Session,
+  AuthSetupObject as AuthSetup,
   PlanObject as Plan,
   AccountObject as Account,
   ApiKeyObject as ApiKey,

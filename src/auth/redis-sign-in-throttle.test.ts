@@ -1,6 +1,7 @@
 /**
  * The shared sign-in throttle against this machine's real Redis: two instances (two nodes)
- * count together; with Redis unreachable a node counts on its own and says so.
+ * count together, simultaneous attempts on both never pass a limit, and with Redis unreachable a
+ * node counts on its own and says so.
  */
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
@@ -19,34 +20,45 @@ describe("sign-in throttle in Redis", () => {
     await nodeB.close();
   });
 
-  it("counts failures from every node against one limit", async () => {
-    await nodeA.recordFailure("a@x.io", "1.1.1.1");
-    await nodeB.recordFailure("a@x.io", "2.2.2.2");
-    assert.equal(await nodeA.retryAfterSeconds("a@x.io", "3.3.3.3"), 0);
-    await nodeA.recordFailure("a@x.io", "3.3.3.3");
-    const wait = await nodeB.retryAfterSeconds("a@x.io", "4.4.4.4");
+  it("counts attempts from every node against one limit", async () => {
+    assert.equal((await nodeA.reserve("a@x.io", "1.1.1.1")).allowed, true);
+    assert.equal((await nodeB.reserve("a@x.io", "2.2.2.2")).allowed, true);
+    assert.equal((await nodeA.reserve("a@x.io", "3.3.3.3")).allowed, true);
+    const refused = await nodeB.reserve("a@x.io", "4.4.4.4");
+    assert.equal(refused.allowed, false);
+    const wait = refused.allowed ? 0 : refused.retryAfterSeconds;
     assert.ok(wait > 55 && wait <= 60, `wait ${wait}`);
-    assert.equal(await nodeB.retryAfterSeconds("b@x.io", "4.4.4.4"), 0, "other accounts are not affected");
+    assert.equal((await nodeB.reserve("b@x.io", "4.4.4.4")).allowed, true, "other accounts are not affected");
     assert.equal(nodeA.degraded, false);
   });
 
-  it("counts an address trying many accounts, and clears an account on success", async () => {
-    for (let attempt = 0; attempt < 5; attempt++) await (attempt % 2 ? nodeA : nodeB).recordFailure(`user${attempt}@x.io`, "9.9.9.9");
-    assert.ok((await nodeA.retryAfterSeconds("fresh@x.io", "9.9.9.9")) > 0);
-    await nodeA.recordFailure("c@x.io", "8.8.8.8");
-    await nodeA.recordFailure("c@x.io", "8.8.8.8");
-    await nodeB.recordSuccess("c@x.io");
-    await nodeA.recordFailure("c@x.io", "8.8.8.8");
-    await nodeA.recordFailure("c@x.io", "8.8.8.8");
-    assert.equal(await nodeA.retryAfterSeconds("c@x.io", "7.7.7.7"), 0);
+  it("lets exactly the limit's worth of 40 simultaneous attempts on two nodes through", async () => {
+    const attempts = await Promise.all(Array.from({ length: 40 }, (_unused, index) => (index % 2 ? nodeA : nodeB).reserve("many@x.io", `10.0.0.${index}`)));
+    assert.equal(attempts.filter((attempt) => attempt.allowed).length, limits.perAccount);
+    const fromOneAddress = await Promise.all(Array.from({ length: 40 }, (_unused, index) => (index % 2 ? nodeA : nodeB).reserve(`user${index}@x.io`, "6.6.6.6")));
+    assert.equal(fromOneAddress.filter((attempt) => attempt.allowed).length, limits.perAddress);
+  });
+
+  it("counts an address trying many accounts, clears an account on success and gives back an undecided attempt", async () => {
+    for (let attempt = 0; attempt < 5; attempt++) await (attempt % 2 ? nodeA : nodeB).reserve(`user${attempt}@x.io`, "9.9.9.9");
+    assert.equal((await nodeA.reserve("fresh@x.io", "9.9.9.9")).allowed, false);
+    await nodeA.reserve("c@x.io", "8.8.8.8");
+    await nodeA.reserve("c@x.io", "8.8.8.8");
+    await nodeB.succeeded("c@x.io", "8.8.8.8");
+    await nodeA.reserve("c@x.io", "8.8.8.8");
+    await nodeA.reserve("c@x.io", "8.8.8.8");
+    assert.equal((await nodeA.reserve("c@x.io", "7.7.7.7")).allowed, true, "the success cleared the account's two earlier attempts");
+    assert.equal((await nodeA.reserve("c@x.io", "7.7.7.7")).allowed, false);
+    await nodeB.release("c@x.io", "7.7.7.7");
+    assert.equal((await nodeA.reserve("c@x.io", "7.7.7.7")).allowed, true, "the released attempt was given back");
   });
 
   it("falls back to counting alone when Redis is unreachable, and logs it once", async () => {
     const warnings: string[] = [];
     const lonely = new RedisSignInThrottle({ url: "redis://127.0.0.1:1", limits, keyPrefix, logger: { warn: (_details, message) => warnings.push(message), info: () => {} } });
     try {
-      for (let attempt = 0; attempt < 3; attempt++) await lonely.recordFailure("d@x.io", "1.1.1.1");
-      assert.ok((await lonely.retryAfterSeconds("d@x.io", "1.1.1.1")) > 0);
+      for (let attempt = 0; attempt < 3; attempt++) assert.equal((await lonely.reserve("d@x.io", "1.1.1.1")).allowed, true);
+      assert.equal((await lonely.reserve("d@x.io", "1.1.1.1")).allowed, false);
       assert.equal(lonely.degraded, true);
       assert.equal(warnings.length, 1);
       assert.match(warnings[0]!, /Redis unreachable/);

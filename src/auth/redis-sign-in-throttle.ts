@@ -1,13 +1,14 @@
 /**
  * The sign-in throttle shared by every node through Redis: one counter per account and per
- * address, each a key that expires with its window (INCR, then PEXPIRE NX on the first
- * failure). Keys hold SHA-256s of the email and address, never the values. While Redis is
- * unreachable the node counts in its own memory, says so once in its logs, and goes back to
- * Redis on the next call that gets through.
+ * address, each a key that expires with its window. A reservation is one Lua script (check both
+ * counters, then count on both, or on neither), so simultaneous attempts on any number of nodes
+ * can never pass a limit between a check and its count. Keys hold SHA-256s of the email and
+ * address, never the values. While Redis is unreachable the node counts in its own memory, says
+ * so once in its logs, and goes back to Redis on the next call that gets through.
  */
 import { createHash } from "node:crypto";
 import { Redis } from "ioredis";
-import { DEFAULT_THROTTLE_LIMITS, MemorySignInThrottle, type SignInThrottle, type ThrottleLimits } from "./sign-in-throttle.ts";
+import { DEFAULT_THROTTLE_LIMITS, MemorySignInThrottle, waitSeconds, type Attempt, type SignInThrottle, type ThrottleLimits } from "./sign-in-throttle.ts";
 
 export type RedisSignInThrottleOptions = {
   url: string;
@@ -17,20 +18,57 @@ export type RedisSignInThrottleOptions = {
   logger?: { warn(details: object, message: string): void; info(details: object, message: string): void };
 };
 
-type PipelineReplies = Array<[Error | null, unknown]> | null;
+/**
+ * KEYS: the account's and the address's counters. ARGV: the window (ms), then each key's limit.
+ * Returns 0 when the attempt was counted on both, or the milliseconds to wait (nothing counted).
+ */
+const RESERVE_SCRIPT = `
+local window = tonumber(ARGV[1])
+local wait = 0
+for index, key in ipairs(KEYS) do
+  local attempts = tonumber(redis.call('GET', key) or '0')
+  if attempts >= tonumber(ARGV[index + 1]) then
+    local ttl = redis.call('PTTL', key)
+    if ttl < 0 then
+      redis.call('PEXPIRE', key, window)
+      ttl = window
+    end
+    if ttl > wait then wait = ttl end
+  end
+end
+if wait > 0 then return wait end
+for _, key in ipairs(KEYS) do
+  if redis.call('INCR', key) == 1 then redis.call('PEXPIRE', key, window) end
+end
+return 0
+`;
 
-/** A pipeline's replies, or the first error among them. */
-function checked(replies: PipelineReplies): Array<[Error | null, unknown]> {
-  if (replies === null) throw new Error("Redis gave no reply");
-  const failed = replies.find(([error]) => error !== null);
-  if (failed) throw failed[0];
-  return replies;
-}
+/**
+ * KEYS: the account's and the address's counters. ARGV[1]: '1' clears the account's counter
+ * (a sign-in that succeeded), '0' gives it one attempt back. The address always gets one back.
+ */
+const GIVE_BACK_SCRIPT = `
+for index, key in ipairs(KEYS) do
+  if index == 1 and ARGV[1] == '1' then
+    redis.call('DEL', key)
+  elseif tonumber(redis.call('GET', key) or '0') > 0 then
+    redis.call('DECR', key)
+  end
+end
+return 0
+`;
+
+/** The commands `defineCommand` adds to the client (ioredis cannot type them). */
+type ScriptCommands = {
+  turnpikeThrottleReserve(accountKey: string, addressKey: string, windowMs: number, accountLimit: number, addressLimit: number): Promise<unknown>;
+  turnpikeThrottleGiveBack(accountKey: string, addressKey: string, clearAccount: "0" | "1"): Promise<unknown>;
+};
 
 const digest = (value: string) => createHash("sha256").update(value, "utf8").digest("base64url").slice(0, 32);
 
 export class RedisSignInThrottle implements SignInThrottle {
   readonly #redis: Redis;
+  readonly #scripts: ScriptCommands;
   readonly #limits: ThrottleLimits;
   readonly #prefix: string;
   readonly #fallback: MemorySignInThrottle;
@@ -45,6 +83,9 @@ export class RedisSignInThrottle implements SignInThrottle {
     this.#fallback = new MemorySignInThrottle(this.#limits);
     this.#logger = options.logger;
     this.#redis = new Redis(options.url, { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 1, commandTimeout: 500, connectTimeout: 1000 });
+    this.#redis.defineCommand("turnpikeThrottleReserve", { lua: RESERVE_SCRIPT, numberOfKeys: 2 });
+    this.#redis.defineCommand("turnpikeThrottleGiveBack", { lua: GIVE_BACK_SCRIPT, numberOfKeys: 2 });
+    this.#scripts = this.#redis as unknown as ScriptCommands;
     this.#redis.on("error", () => {});
     this.#connected = this.#redis.connect().catch(() => {});
   }
@@ -53,43 +94,31 @@ export class RedisSignInThrottle implements SignInThrottle {
     return this.#degraded;
   }
 
-  async retryAfterSeconds(email: string, address: string): Promise<number> {
-    const keys = this.#keys(email, address);
-    const replies = await this.#call(
-      () => {
-        const pipeline = this.#redis.pipeline();
-        for (const [key] of keys) pipeline.get(key).pttl(key);
-        return pipeline.exec().then(checked);
+  async reserve(email: string, address: string): Promise<Attempt> {
+    const [accountKey, addressKey] = this.#keys(email, address);
+    return this.#call(
+      async (): Promise<Attempt> => {
+        const reply = await this.#scripts.turnpikeThrottleReserve(accountKey, addressKey, this.#limits.windowMs, this.#limits.perAccount, this.#limits.perAddress);
+        if (typeof reply !== "number" || !Number.isFinite(reply) || reply < 0) throw new Error(`unexpected reply from the throttle script: ${JSON.stringify(reply)}`);
+        return reply === 0 ? { allowed: true } : { allowed: false, retryAfterSeconds: waitSeconds(reply) };
       },
-      () => this.#fallback.retryAfterSeconds(email, address),
-    );
-    if (typeof replies === "number") return replies;
-    let waitMs = 0;
-    keys.forEach(([, limit], index) => {
-      const failures = Number(replies?.[index * 2]?.[1] ?? 0);
-      const ttl = Number(replies?.[index * 2 + 1]?.[1] ?? -2);
-      if (failures >= limit) waitMs = Math.max(waitMs, ttl > 0 ? ttl : this.#limits.windowMs);
-    });
-    return waitMs === 0 ? 0 : Math.max(1, Math.ceil(waitMs / 1000));
-  }
-
-  async recordFailure(email: string, address: string): Promise<void> {
-    const keys = this.#keys(email, address);
-    await this.#call(
-      () => {
-        const pipeline = this.#redis.multi();
-        for (const [key] of keys) pipeline.incr(key).pexpire(key, this.#limits.windowMs, "NX");
-        return pipeline.exec().then(checked);
-      },
-      () => this.#fallback.recordFailure(email, address),
+      () => this.#fallback.reserve(email, address),
     );
   }
 
-  async recordSuccess(email: string): Promise<void> {
-    const [[key]] = this.#keys(email, "");
+  async succeeded(email: string, address: string): Promise<void> {
+    const [accountKey, addressKey] = this.#keys(email, address);
     await this.#call(
-      () => this.#redis.del(key),
-      () => this.#fallback.recordSuccess(email),
+      () => this.#scripts.turnpikeThrottleGiveBack(accountKey, addressKey, "1"),
+      () => this.#fallback.succeeded(email, address),
+    );
+  }
+
+  async release(email: string, address: string): Promise<void> {
+    const [accountKey, addressKey] = this.#keys(email, address);
+    await this.#call(
+      () => this.#scripts.turnpikeThrottleGiveBack(accountKey, addressKey, "0"),
+      () => this.#fallback.release(email, address),
     );
   }
 
@@ -97,11 +126,8 @@ export class RedisSignInThrottle implements SignInThrottle {
     this.#redis.disconnect();
   }
 
-  #keys(email: string, address: string): [[string, number], [string, number]] {
-    return [
-      [`${this.#prefix}account:${digest(email)}`, this.#limits.perAccount],
-      [`${this.#prefix}address:${digest(address)}`, this.#limits.perAddress],
-    ];
+  #keys(email: string, address: string): [string, string] {
+    return [`${this.#prefix}account:${digest(email)}`, `${this.#prefix}address:${digest(address)}`];
   }
 
   /** Runs `command` against Redis; when that fails, runs `fallback` in memory instead. */

@@ -48,6 +48,13 @@ export function registerServeCommand(program: Command): void {
       process.stderr.write(`turnpike: could not start: ${advice}${message}\n`);
       process.exit(1);
     }
+    if (server.setupCode !== null) {
+      // Like Jupyter's token: on the terminal (or the service's journal), never in the JSON log.
+      process.stderr.write(
+        `\nturnpike: no admin account yet. To become the admin, sign up at ${settings.public_url.replace(/\/$/, "") || server.url}/signup with this one-time setup code:\n\n    ${server.setupCode}\n\n` +
+          "It stops working once an admin exists. (Or create one with `turnpike accounts create --admin`.)\n\n",
+      );
+    }
     let stopping = false;
     const stop = (signal: NodeJS.Signals) => {
       if (stopping) {

@@ -26,7 +26,7 @@ import { registerModelsRoutes } from "./routes/models/route.ts";
 import { registerHealthRoutes } from "./routes/health/route.ts";
 import fastifyCookie from "@fastify/cookie";
 import { MemorySignInThrottle, SIGN_UP_LIMITS, type SignInThrottle } from "../auth/sign-in-throttle.ts";
-import { originOf } from "./middleware/console-session/console-session.ts";
+import { allowedHosts, createHostPolicy, type HostPolicy } from "./middleware/allowed-hosts/allowed-hosts.ts";
 import { registerAuthRoutes } from "./routes/auth/route.ts";
 import { registerAccountRoute } from "./routes/account/route.ts";
 import { registerKeysRoutes } from "./routes/keys/route.ts";
@@ -70,6 +70,10 @@ export type AppOptions = {
   signInThrottle?: SignInThrottle;
   /** Sign-ups allowed per address; the default (in memory) when absent. */
   signUpThrottle?: SignInThrottle;
+  /** The Host names answered and the origins accepted; without it, the public URL's, loopback and IP addresses. */
+  hosts?: HostPolicy;
+  /** `--signup` (default open). */
+  signup?: "open" | "closed";
 };
 
 export type App = {
@@ -129,6 +133,8 @@ export function buildApp(options: AppOptions): App {
       options.metrics.httpDuration.observe({ route }, elapsedMs / 1000);
     });
   });
+  const hosts = options.hosts ?? createHostPolicy({ publicUrl: options.publicUrl, listenHost: "", allowedHosts: "" });
+  server.addHook("onRequest", allowedHosts(hosts));
   server.addHook("onRequest", async function refuseWhileClosing(request) {
     if (closing && request.url !== "/health" && request.url !== "/ready") throw new ShuttingDownError();
   });
@@ -187,12 +193,12 @@ export function buildApp(options: AppOptions): App {
     grantPurchase: (purchase) => grantCheckoutPurchase(options.database, purchase),
   });
 
-  const publicOrigin = originOf(options.publicUrl);
   registerAuthRoutes(server, {
     database: options.database,
     throttle: options.signInThrottle ?? new MemorySignInThrottle(),
     signUpThrottle: options.signUpThrottle ?? new MemorySignInThrottle(SIGN_UP_LIMITS),
-    publicOrigin,
+    hosts,
+    signup: options.signup ?? "open",
   });
   registerAccountRoute(server, { database: options.database, authenticate: authenticateAccount });
   registerKeysRoutes(server, { database: options.database, catalog: options.catalog, authenticate: authenticateAccount });

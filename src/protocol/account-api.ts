@@ -11,6 +11,15 @@ export type ListOf<T> = { object: "list"; data: T[] };
 /** `POST /api/auth/signin|signup`, `GET /api/auth/session`. */
 export type SessionObject = { id: string; email: string; role: "admin" | "user"; csrf_token: string };
 
+/** `GET /api/auth/setup`: what the sign-up page should ask for. */
+export type AuthSetupObject = {
+  object: "auth_setup";
+  /** `--signup`: closed lets only the first admin sign up. */
+  signup: "open" | "closed";
+  /** No admin exists yet: signing up with the setup code `turnpike serve` printed makes the admin. */
+  setup_required: boolean;
+};
+
 export type PlanObject = {
   id: string;
   name: string;

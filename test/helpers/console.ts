@@ -58,10 +58,15 @@ export class ConsoleClient {
     return this.request("DELETE", url, undefined, headers);
   }
 
-  async signUp(email: string, password = "correct horse battery"): Promise<ApiResponse> {
-    const response = await this.post("/api/auth/signup", { email, password });
+  async signUp(email: string, password = "correct horse battery", setupCode?: string): Promise<ApiResponse> {
+    const response = await this.post("/api/auth/signup", { email, password, ...(setupCode === undefined ? {} : { setup_code: setupCode }) });
     if (response.status === 201) this.csrfToken = response.body.csrf_token;
     return response;
+  }
+
+  /** Signs up as the installation's first admin, with the setup code the server printed. */
+  async signUpAdmin(test: { server: { setupCode: string | null } }, email: string, password = "correct horse battery"): Promise<ApiResponse> {
+    return this.signUp(email, password, setupCodeOf(test));
   }
 
   async signIn(email: string, password = "correct horse battery"): Promise<ApiResponse> {
@@ -69,6 +74,12 @@ export class ConsoleClient {
     if (response.status === 200) this.csrfToken = response.body.csrf_token;
     return response;
   }
+}
+
+/** The one-time setup code a test server printed at start-up (it had no admin). */
+export function setupCodeOf(test: { server: { setupCode: string | null } }): string {
+  if (test.server.setupCode === null) throw new Error("the server printed no setup code: it has an admin already");
+  return test.server.setupCode;
 }
 
 /** A config file with priced stories260K and two plans. */

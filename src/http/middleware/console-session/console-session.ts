@@ -1,7 +1,8 @@
 /**
  * Console sessions on the wire: the `turnpike_session` cookie (HttpOnly, SameSite=Lax, Secure
  * over HTTPS), and CSRF protection for every state-changing `/api` call made with it: the
- * request's Origin must be this server, and `x-csrf-token` must carry the session's CSRF token.
+ * request's Origin must be one of this server's (the public URL's, or the request's own on a Host
+ * the server answers to: see allowed-hosts.ts), and `x-csrf-token` must carry the session's CSRF token.
  * Requests with an API key need neither: browsers never attach those on their own.
  */
 import type { FastifyReply, FastifyRequest } from "fastify";
@@ -10,6 +11,7 @@ import type { Database } from "../../../store/schema.ts";
 import { findSession, isValidCsrfToken } from "../../../auth/sessions.ts";
 import { ApiError } from "../../../protocol/errors.ts";
 import { AccountDisabledError, type SessionResolver } from "../account-auth/account-auth.ts";
+import type { HostPolicy } from "../allowed-hosts/allowed-hosts.ts";
 
 export const SESSION_COOKIE = "turnpike_session";
 export const CSRF_HEADER = "x-csrf-token";
@@ -43,22 +45,23 @@ export function clearSessionCookie(request: FastifyRequest, reply: FastifyReply)
 }
 
 /**
- * Refuses a browser request sent from another site: its Origin must be this server (or the
- * public URL), and without an Origin, `Sec-Fetch-Site` must not say `cross-site`.
+ * Refuses a browser request sent from another site: its Origin must be one `hosts` accepts (the
+ * public URL's, or the request's own on a Host this server answers to, never just any Host the
+ * request names), and without an Origin, `Sec-Fetch-Site` must not say `cross-site`.
  */
-export function checkSameOrigin(request: FastifyRequest, publicOrigin: string | null): void {
+export function checkSameOrigin(request: FastifyRequest, hosts: HostPolicy): void {
   const origin = request.headers.origin;
   if (origin === undefined) {
     if (request.headers["sec-fetch-site"] === "cross-site") throw new CsrfError("the request came from another site");
     return;
   }
   const own = `${request.protocol}://${request.host}`;
-  if (origin !== own && origin !== publicOrigin) throw new CsrfError(`the origin ${JSON.stringify(origin).slice(0, 100)} is not this server`);
+  if (!hosts.allowsOrigin(origin, own)) throw new CsrfError(`the origin ${JSON.stringify(origin).slice(0, 100)} is not this server`);
 }
 
 /** Refuses a state-changing call made with this session unless it is same-origin and carries the session's CSRF token. */
-export function checkCsrf(request: FastifyRequest, sessionToken: string, publicOrigin: string | null): void {
-  checkSameOrigin(request, publicOrigin);
+export function checkCsrf(request: FastifyRequest, sessionToken: string, hosts: HostPolicy): void {
+  checkSameOrigin(request, hosts);
   const presented = request.headers[CSRF_HEADER];
   if (!isValidCsrfToken(sessionToken, typeof presented === "string" ? presented : undefined)) {
     throw new CsrfError(`the ${CSRF_HEADER} header is missing or wrong`);
@@ -67,8 +70,8 @@ export function checkCsrf(request: FastifyRequest, sessionToken: string, publicO
 
 export type ConsoleSessionOptions = {
   database: Kysely<Database>;
-  /** `TURNPIKE_PUBLIC_URL`'s origin, also accepted as a request's Origin. */
-  publicOrigin: string | null;
+  /** The origins accepted on state-changing calls. */
+  hosts: HostPolicy;
 };
 
 /** The `SessionResolver` for `accountAuth`: the cookie's session, CSRF-checked for unsafe methods. */
@@ -79,7 +82,7 @@ export function consoleSessions(options: ConsoleSessionOptions): SessionResolver
     const session = await findSession(options.database, token);
     if (session === undefined) return null;
     if (session.disabled) throw new AccountDisabledError();
-    if (!SAFE_METHODS.has(request.method)) checkCsrf(request, token, options.publicOrigin);
+    if (!SAFE_METHODS.has(request.method)) checkCsrf(request, token, options.hosts);
     return { accountId: session.accountId, email: session.email, role: session.role, via: "session" };
   };
 }

@@ -1,31 +1,41 @@
 /**
  * Console sign-up, sign-in and sign-out:
- * - `POST /api/auth/signup` `{email, password}`: creates an account (the first one on an
- *   installation without an admin becomes admin) and signs it in.
- * - `POST /api/auth/signin` `{email, password}`: throttled per account and per address (429).
+ * - `POST /api/auth/signup` `{email, password, setup_code?}`: creates an account and signs it
+ *   in. With the setup code `turnpike serve` printed (while no admin exists) it becomes the
+ *   admin; a wrong or spent code is refused (403 `invalid_setup_code`). With `--signup closed`
+ *   only that first admin may sign up (others: 403 `signup_closed`). Counted per address (429).
+ * - `POST /api/auth/signin` `{email, password}`: throttled per account and per address (429);
+ *   the attempt is reserved before the password is checked. A hash with old scrypt parameters is
+ *   replaced on success.
  * - `POST /api/auth/signout`: ends the session.
  * - `GET /api/auth/session`: who is signed in, with the CSRF token for `x-csrf-token`.
+ * - `GET /api/auth/setup`: whether sign-up is open and whether the first admin is still to come.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Kysely } from "kysely";
 import { z } from "zod";
 import type { Database } from "../../../store/schema.ts";
 import { AccountExistsError, createAccount, isValidEmail, normalizeEmail } from "../../../accounts/accounts.ts";
-import { hashPassword, verifyPassword } from "../../../auth/passwords.ts";
-import type { SessionObject } from "../../../protocol/account-api.ts";
+import { forgetSetupCodes, isValidSetupCode, adminExists } from "../../../accounts/setup-code.ts";
+import { hashPassword, needsRehash, verifyPassword } from "../../../auth/passwords.ts";
+import type { AuthSetupObject, SessionObject } from "../../../protocol/account-api.ts";
 import { createSession, csrfTokenFor, deleteSession, findSession, renewSession } from "../../../auth/sessions.ts";
 import { SIGN_UP_SUBJECT, type SignInThrottle } from "../../../auth/sign-in-throttle.ts";
 import { ApiError, InvalidRequestError } from "../../../protocol/errors.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
 import { AccountDisabledError, AuthenticationRequiredError } from "../../middleware/account-auth/account-auth.ts";
 import { checkCsrf, checkSameOrigin, clearSessionCookie, sessionTokenOf, setSessionCookie } from "../../middleware/console-session/console-session.ts";
+import type { HostPolicy } from "../../middleware/allowed-hosts/allowed-hosts.ts";
 
 export type AuthRoutesOptions = {
   database: Kysely<Database>;
   throttle: SignInThrottle;
   /** Counts sign-ups per client address (`SIGN_UP_LIMITS`). */
   signUpThrottle: SignInThrottle;
-  publicOrigin: string | null;
+  /** The origins a sign-up or sign-in may come from. */
+  hosts: HostPolicy;
+  /** `--signup`: closed lets only the first admin (with the setup code) sign up. */
+  signup: "open" | "closed";
 };
 
 /** What the console knows about who is signed in. */
@@ -36,7 +46,11 @@ const credentialsSchema = z.object({
   password: z.string().min(1).max(1024),
 });
 
-const signUpSchema = credentialsSchema.extend({ password: z.string().min(8, "must have at least 8 characters").max(1024) });
+const signUpSchema = credentialsSchema.extend({
+  password: z.string().min(8, "must have at least 8 characters").max(1024),
+  /** The setup code `turnpike serve` printed, to become the first admin. */
+  setup_code: z.string().max(64).optional(),
+});
 
 class InvalidCredentialsError extends ApiError {
   constructor() {
@@ -66,6 +80,23 @@ class TooManySignInAttemptsError extends ApiError {
   }
 }
 
+class SignUpClosedError extends ApiError {
+  constructor() {
+    super("Sign-up is closed on this server. Ask an administrator for an account.", { status: 403, type: "permission_error", code: "signup_closed" });
+  }
+}
+
+class InvalidSetupCodeError extends ApiError {
+  constructor() {
+    super("This setup code is not valid: it is mistyped, or this server has an administrator already. Leave it empty to create a regular account.", {
+      status: 403,
+      type: "permission_error",
+      code: "invalid_setup_code",
+      param: "setup_code",
+    });
+  }
+}
+
 class EmailTakenError extends ApiError {
   constructor() {
     super("An account with this email exists already. Sign in instead.", { status: 409, type: "invalid_request_error", code: "account_exists", param: "email" });
@@ -88,13 +119,19 @@ export function registerAuthRoutes(app: FastifyInstance, options: AuthRoutesOpti
   const { database, throttle } = options;
 
   app.post("/api/auth/signup", async function signUp(request, reply): Promise<SessionReply> {
-    checkSameOrigin(request, options.publicOrigin);
+    checkSameOrigin(request, options.hosts);
     const body = parseWithSchema(signUpSchema, request.body);
     const email = normalizeEmail(body.email);
     if (!isValidEmail(email)) throw new InvalidRequestError("Invalid 'email': enter an email address like name@example.com.", "email");
-    const wait = await options.signUpThrottle.retryAfterSeconds(SIGN_UP_SUBJECT, request.ip);
-    if (wait > 0) throw new TooManySignUpsError(wait);
-    await options.signUpThrottle.recordFailure(SIGN_UP_SUBJECT, request.ip);
+    const setupCode = body.setup_code?.trim() || undefined;
+    if (setupCode === undefined && options.signup === "closed") throw new SignUpClosedError();
+    // Reserved before anything else is looked at, so guessing setup codes is throttled too.
+    const attempt = await options.signUpThrottle.reserve(SIGN_UP_SUBJECT, request.ip);
+    if (!attempt.allowed) throw new TooManySignUpsError(attempt.retryAfterSeconds);
+    if (setupCode !== undefined && !(await isValidSetupCode(database, setupCode))) {
+      request.log.info("sign-up with an invalid setup code refused");
+      throw new InvalidSetupCodeError();
+    }
     let account;
     try {
       account = await createAccount(database, { email, password: body.password, role: "user" });
@@ -102,32 +139,44 @@ export function registerAuthRoutes(app: FastifyInstance, options: AuthRoutesOpti
       if (error instanceof AccountExistsError) throw new EmailTakenError();
       throw error;
     }
-    // The first account of an installation without an admin runs it; the claim's primary key
-    // makes sure only one of several simultaneous first sign-ups does.
-    if (await claimFirstAdmin(database, account.id)) account = { ...account, role: "admin" as const };
+    // The setup code makes the first admin; the claim's primary key makes sure only one of
+    // several simultaneous sign-ups with it does (the others stay users).
+    if (setupCode !== undefined && (await claimFirstAdmin(database, account.id))) {
+      account = { ...account, role: "admin" as const };
+      await forgetSetupCodes(database);
+    }
     request.log.info({ account_id: account.id, role: account.role }, "account signed up");
     reply.code(201);
     return startSession(database, request, reply, account);
   });
 
   app.post("/api/auth/signin", async function signIn(request, reply): Promise<SessionReply> {
-    checkSameOrigin(request, options.publicOrigin);
+    checkSameOrigin(request, options.hosts);
     const body = parseWithSchema(credentialsSchema, request.body);
     const email = normalizeEmail(body.email);
-    const wait = await throttle.retryAfterSeconds(email, request.ip);
-    if (wait > 0) throw new TooManySignInAttemptsError(wait);
-    const row = await database.selectFrom("accounts").select(["id", "email", "role", "password_hash", "disabled_at"]).where("email", "=", email).executeTakeFirst();
-    const valid =
-      row?.password_hash != null
-        ? await verifyPassword(body.password, row.password_hash)
-        : await verifyPassword(body.password, await (decoyHash ??= hashPassword("decoy password"))).then(() => false);
+    // One atomic step: however many attempts arrive at once, at most the limit's worth get past it.
+    const attempt = await throttle.reserve(email, request.ip);
+    if (!attempt.allowed) throw new TooManySignInAttemptsError(attempt.retryAfterSeconds);
+    let row;
+    let valid: boolean;
+    try {
+      row = await database.selectFrom("accounts").select(["id", "email", "role", "password_hash", "disabled_at"]).where("email", "=", email).executeTakeFirst();
+      valid =
+        row?.password_hash != null
+          ? await verifyPassword(body.password, row.password_hash)
+          : await verifyPassword(body.password, await (decoyHash ??= hashPassword("decoy password"))).then(() => false);
+    } catch (error) {
+      // Not the client's fault (the database is away): the attempt does not count.
+      await throttle.release(email, request.ip);
+      throw error;
+    }
     if (!valid || row === undefined) {
-      await throttle.recordFailure(email, request.ip);
       request.log.info({ reason: row === undefined ? "unknown email" : "wrong password" }, "sign-in refused");
       throw new InvalidCredentialsError();
     }
-    await throttle.recordSuccess(email);
+    await throttle.succeeded(email, request.ip);
     if (row.disabled_at !== null) throw new AccountDisabledError();
+    if (row.password_hash != null && needsRehash(row.password_hash)) await rehash(database, request, row.id, row.password_hash, body.password);
     request.log.info({ account_id: row.id }, "signed in");
     return startSession(database, request, reply, row);
   });
@@ -135,7 +184,7 @@ export function registerAuthRoutes(app: FastifyInstance, options: AuthRoutesOpti
   app.post("/api/auth/signout", async function signOut(request, reply): Promise<{ signed_out: true }> {
     const token = sessionTokenOf(request);
     if (token !== undefined && (await findSession(database, token)) !== undefined) {
-      checkCsrf(request, token, options.publicOrigin);
+      checkCsrf(request, token, options.hosts);
       await deleteSession(database, token);
     }
     clearSessionCookie(request, reply);
@@ -153,6 +202,27 @@ export function registerAuthRoutes(app: FastifyInstance, options: AuthRoutesOpti
     if (renewed !== undefined) setSessionCookie(request, reply, token, renewed);
     return { id: session.accountId, email: session.email, role: session.role, csrf_token: csrfTokenFor(token) };
   });
+
+  app.get("/api/auth/setup", async function authSetup(_request, reply): Promise<AuthSetupObject> {
+    reply.header("cache-control", "no-store");
+    return { object: "auth_setup", signup: options.signup, setup_required: !(await adminExists(database)) };
+  });
+}
+
+/** Replaces a hash made with old scrypt parameters by one with today's (unless it changed meanwhile). */
+async function rehash(database: Kysely<Database>, request: FastifyRequest, accountId: string, previous: string, password: string): Promise<void> {
+  try {
+    const replaced = await database
+      .updateTable("accounts")
+      .set({ password_hash: await hashPassword(password) })
+      .where("id", "=", accountId)
+      .where("password_hash", "=", previous)
+      .executeTakeFirst();
+    if (Number(replaced.numUpdatedRows) > 0) request.log.info({ account_id: accountId }, "password hash upgraded to today's scrypt parameters");
+  } catch (error) {
+    // The sign-in stands; the next one tries again.
+    request.log.warn({ err: error, account_id: accountId }, "could not upgrade a password hash");
+  }
 }
 
 /** Makes the account admin if the installation has none and nobody claimed that before. */
