@@ -122,6 +122,8 @@ it("answers paths with NUL bytes, control characters and malformed encodings wit
     "/health%00",
     "/assets/%00.js",
     "/v1/models/%00",
+    "/v1/models/%25",
+    "/v1/models/a%25zz",
     "/api/keys/%00",
     "/%01",
     "/%7f",

@@ -21,6 +21,8 @@ const clientErrorMessages: Record<string, string> = {
 export function toApiError(error: unknown): ApiError {
   if (error instanceof ApiError) return error;
   if (isDatabaseUnavailable(error)) return new DatabaseUnavailableError();
+  // Only decodeURI/decodeURIComponent throw URIError: on a route, that is text from the URL.
+  if (error instanceof URIError) return new InvalidRequestError("The request URL is not valid: it holds a malformed percent-encoding.", null, "invalid_url");
   const fastifyError = error as Partial<FastifyError> | undefined;
   const status = fastifyError?.statusCode;
   if (typeof status === "number" && status >= 400 && status < 500) {
