@@ -291,6 +291,11 @@ function paidChatBody(random: Random): Record<string, unknown> {
     const field = random.pick(["temperature", "top_p", "logprobs", "top_logprobs", "n", "stop", "seed", "stream", "stream_options", "response_format", "tools", "tool_choice", "logit_bias", "presence_penalty", "user"]);
     body[field] = fieldValue(random, field);
   }
+  // Structured output and tools build grammars: a third of the paid requests try one.
+  if (random.chance(0.35)) {
+    if (random.chance(0.5)) body.response_format = { type: "json_schema", json_schema: { name: "answer", schema: randomSchema(random), strict: random.chance(0.5) } };
+    else body.tools = Array.from({ length: random.int(1, 3) }, () => ({ type: "function", function: { name: random.pick(["get_weather", "lookup", "f"]), parameters: randomSchema(random) } }));
+  }
   body.max_tokens = random.int(1, 3);
   delete body.max_completion_tokens;
   if (typeof body.n !== "number" || body.n > 2) body.n = random.int(1, 2);

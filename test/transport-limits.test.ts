@@ -162,6 +162,10 @@ describe("the connection cap", () => {
     }
     const refused = await healthOnce(port);
     assert.notEqual(refused, 200, "a connection past the cap is refused");
+    assert.ok(
+      test.logs().some((entry) => entry.msg === "refused connections: --max-connections open already" && entry.max_connections === cap),
+      "the operator's log says connections are being refused",
+    );
     for (const socket of held) socket.destroy();
     let status: number | string = refused;
     for (let attempt = 0; attempt < 50 && status !== 200; attempt++) {

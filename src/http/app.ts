@@ -33,7 +33,7 @@ import { registerKeysRoutes } from "./routes/keys/route.ts";
 import { registerAdminAccountsRoutes } from "./routes/admin-accounts/route.ts";
 import { registerConsoleRoutes } from "./routes/console/route.ts";
 import { registerApiModelsRoute } from "./routes/api-models/route.ts";
-import { limitApiBodies, serverTimeouts, type TransportLimits } from "./transport.ts";
+import { limitApiBodies, serverTimeouts, warnOfDroppedConnections, type TransportLimits } from "./transport.ts";
 import { securityHeaders } from "./middleware/security-headers/security-headers.ts";
 
 declare module "fastify" {
@@ -118,7 +118,10 @@ export function buildApp(options: AppOptions): App {
   server.addHook("onRequest", securityHeaders());
   server.addHook("onRoute", limitApiBodies(options.bodyLimit));
   // Connections past the cap are closed as soon as they are accepted (a monitoring probe needs a free slot too).
-  if (options.transport !== undefined && options.transport.maxConnections > 0) server.server.maxConnections = options.transport.maxConnections;
+  if (options.transport !== undefined && options.transport.maxConnections > 0) {
+    server.server.maxConnections = options.transport.maxConnections;
+    server.server.on("drop", warnOfDroppedConnections(options.logger, options.transport.maxConnections));
+  }
   // One log line and one count per request, however it ended: answered (streams included, which
   // Fastify's onResponse does not see; refusals while shutting down too) or cut by a client
   // that left (status 499).

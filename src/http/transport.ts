@@ -5,6 +5,7 @@
  * a buffer) before any authentication runs.
  */
 import type { RouteOptions } from "fastify";
+import type { Logger } from "pino";
 
 export type TransportLimits = {
   /** A request's headers and body must arrive whole within this (ms); a streamed response is not limited by it. */
@@ -61,5 +62,22 @@ export function limitApiBodies(bodyLimit: number): (route: RouteOptions) => void
     if (route.bodyLimit !== undefined) return;
     if (route.url.startsWith("/api/auth/")) route.bodyLimit = Math.min(AUTH_BODY_LIMIT, bodyLimit);
     else if (route.url.startsWith("/api/")) route.bodyLimit = Math.min(API_BODY_LIMIT, bodyLimit);
+  };
+}
+
+/**
+ * A listener for the server's `drop` event (a connection refused at `maxConnections`): one warning
+ * a minute at most, with how many were refused since the last one, so a flood cannot flood the log.
+ */
+export function warnOfDroppedConnections(logger: Logger, maxConnections: number, everyMs = 60_000): () => void {
+  let dropped = 0;
+  let lastWarnedAt = Number.NEGATIVE_INFINITY;
+  return function countDroppedConnection() {
+    dropped++;
+    const now = performance.now();
+    if (now - lastWarnedAt < everyMs) return;
+    lastWarnedAt = now;
+    logger.warn({ refused_connections: dropped, max_connections: maxConnections }, "refused connections: --max-connections open already");
+    dropped = 0;
   };
 }
