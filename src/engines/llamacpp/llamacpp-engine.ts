@@ -101,8 +101,12 @@ function unavailableDetail(modelId: string, reason: string): string {
     ? "the model file is missing"
     : /EACCES|EPERM|permission denied/i.test(printable)
       ? "the model file cannot be read"
-      : // A path starts after a space, a quote or a bracket (not inside a URL such as http://host/…).
-        printable.replace(/(^|[\s'"`(=])(?:[A-Za-z]:)?[\\/][^\s'"`)]*/g, "$1(a path)");
+      : printable
+          // A path starts after a space, a quote or a bracket (not inside a URL such as http://host/…).
+          .replace(/(^|[\s'"`(=])(?:[A-Za-z]:)?[\\/][^\s'"`),;:]*/g, "$1(a path)")
+          // A download URL may carry credentials: drop its user part and its query.
+          .replace(/(https?:\/\/)[^\s/@]*@/gi, "$1")
+          .replace(/(https?:\/\/[^\s?#]*)[?#][^\s)]*/gi, "$1");
   return (
     `Model '${modelId}' is not available: ${generic}. ` +
     "Serve a local GGUF file instead: turnpike serve --model /path/to/model.gguf (or set TURNPIKE_MODELS)."
