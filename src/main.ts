@@ -165,8 +165,9 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
       onProgress: progressReporter(entry.id, logger),
       onStatus: (status) => {
         const level = status.state === "unavailable" ? "error" : "info";
-        // Clients see a reason without paths; the log names where the model comes from.
-        const source = status.state === "unavailable" ? (entry.path ?? entry.hf) : undefined;
+        // Clients see a reason without paths; the log names where the model comes from (a
+        // download URL without credentials or query, which may hold a token).
+        const source = status.state === "unavailable" ? (entry.path ?? entry.hf?.replace(/\/\/[^/@]*@/, "//").replace(/[?#].*$/, "")) : undefined;
         logger[level]({ model: entry.id, state: status.state, detail: "detail" in status ? status.detail : undefined, source }, `model ${entry.id}: ${status.state}`);
       },
     });
