@@ -169,7 +169,10 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
       onProgress: progressReporter(entry.id, logger),
       onStatus: (status) => {
         const level = status.state === "unavailable" ? "error" : "info";
-        logger[level]({ model: entry.id, state: status.state, detail: "detail" in status ? status.detail : undefined }, `model ${entry.id}: ${status.state}`);
+        // Clients see a reason without paths; the log names where the model comes from (a
+        // download URL without credentials or query, which may hold a token).
+        const source = status.state === "unavailable" ? (entry.path ?? entry.hf?.replace(/\/\/[^/@]*@/, "//").replace(/[?#].*$/, "")) : undefined;
+        logger[level]({ model: entry.id, state: status.state, detail: "detail" in status ? status.detail : undefined, source }, `model ${entry.id}: ${status.state}`);
       },
     });
     engines.push({ id: entry.id, engine });
@@ -226,6 +229,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     bodyLimit: settings.body_limit,
     keepAliveIntervalMs: settings.keep_alive_interval * 1000,
     stallTimeoutMs: settings.stall_timeout * 1000,
+    transport: { requestTimeoutMs: settings.request_timeout * 1000, idleTimeoutMs: settings.idle_timeout * 1000, maxConnections: settings.max_connections },
   });
   const address = await app.server.listen({ host: settings.host, port: settings.port });
   logger.info({ url: address, data_dir: path.resolve(settings.data_dir), models: settings.models.map((model) => model.id), threads: settings.threads }, "turnpike listening");

@@ -33,6 +33,8 @@ import { registerKeysRoutes } from "./routes/keys/route.ts";
 import { registerAdminAccountsRoutes } from "./routes/admin-accounts/route.ts";
 import { registerConsoleRoutes } from "./routes/console/route.ts";
 import { registerApiModelsRoute } from "./routes/api-models/route.ts";
+import { limitApiBodies, serverTimeouts, warnOfDroppedConnections, type TransportLimits } from "./transport.ts";
+import { securityHeaders } from "./middleware/security-headers/security-headers.ts";
 
 declare module "fastify" {
   interface FastifyRequest {
@@ -60,6 +62,8 @@ export type AppOptions = {
   keepAliveIntervalMs: number;
   /** A stream whose client stopped reading is cut after this (`--stall-timeout`); 30 s when not given. */
   stallTimeoutMs?: number;
+  /** Transport limits (request/idle timeouts, connection cap); Node's defaults when absent. */
+  transport?: TransportLimits;
   /** Console sessions for `/api` (cookies); without it `/api` takes API keys only. */
   sessions?: SessionResolver;
   /** The built web console (`console/dist`), served at `/`; without it there is no console. */
@@ -106,6 +110,7 @@ export function buildApp(options: AppOptions): App {
     },
     clientErrorHandler: handleClientError,
     forceCloseConnections: "idle",
+    ...serverTimeouts(options.transport),
     // A hop count trusts that many proxies in front of us (Fastify's types lack the number form).
     trustProxy: typeof options.trustProxy === "number" ? trustHops(options.trustProxy) : (options.trustProxy ?? false),
   });
@@ -116,6 +121,13 @@ export function buildApp(options: AppOptions): App {
   server.decorateRequest("principal", null);
   server.decorateRequest("rateLimitsApplied", false);
   server.addHook("onRequest", requestIdHeader());
+  server.addHook("onRequest", securityHeaders());
+  server.addHook("onRoute", limitApiBodies(options.bodyLimit));
+  // Connections past the cap are closed as soon as they are accepted (a monitoring probe needs a free slot too).
+  if (options.transport !== undefined && options.transport.maxConnections > 0) {
+    server.server.maxConnections = options.transport.maxConnections;
+    server.server.on("drop", warnOfDroppedConnections(options.logger, options.transport.maxConnections));
+  }
   // One log line and one count per request, however it ended: answered (streams included, which
   // Fastify's onResponse does not see; refusals while shutting down too) or cut by a client
   // that left (status 499).

@@ -7,6 +7,7 @@ import type { Duplex } from "node:stream";
 import type { FastifyError, FastifyReply, FastifyRequest } from "fastify";
 import { ApiError, DatabaseUnavailableError, InternalServerError, InvalidRequestError, type ErrorBody } from "../protocol/errors.ts";
 import { isDatabaseUnavailable } from "../store/errors.ts";
+import { SECURITY_HEADERS } from "./middleware/security-headers/security-headers.ts";
 
 /** Fastify error codes whose messages are safe and useful to the client. */
 const clientErrorMessages: Record<string, string> = {
@@ -20,6 +21,8 @@ const clientErrorMessages: Record<string, string> = {
 export function toApiError(error: unknown): ApiError {
   if (error instanceof ApiError) return error;
   if (isDatabaseUnavailable(error)) return new DatabaseUnavailableError();
+  // Only decodeURI/decodeURIComponent throw URIError: on a route, that is text from the URL.
+  if (error instanceof URIError) return new InvalidRequestError("The request URL is not valid: it holds a malformed percent-encoding.", null, "invalid_url");
   const fastifyError = error as Partial<FastifyError> | undefined;
   const status = fastifyError?.statusCode;
   if (typeof status === "number" && status >= 400 && status < 500) {
@@ -47,7 +50,10 @@ export function toApiError(error: unknown): ApiError {
  * as every other response, then closes it.
  */
 export function handleClientError(error: Error & { code?: string }, socket: Duplex): void {
-  if (error.code === "ECONNRESET" || !socket.writable) {
+  // A response already under way on this connection (its request's body was still arriving
+  // when the request timeout struck) cannot be followed by another: the connection just ends.
+  const inFlight = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
+  if (error.code === "ECONNRESET" || !socket.writable || inFlight?.headersSent === true) {
     socket.destroy();
     return;
   }
@@ -58,9 +64,15 @@ export function handleClientError(error: Error & { code?: string }, socket: Dupl
         ? [408, "Request Timeout", "request_timeout", "The request did not arrive in time."]
         : [400, "Bad Request", "malformed_request", "The request is not valid HTTP."];
   const body = JSON.stringify({ error: { message, type: "invalid_request_error", param: null, code } });
+  const security = Object.entries(SECURITY_HEADERS)
+    .map(([name, value]) => `${name}: ${value}\r\n`)
+    .join("");
   socket.end(
-    `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n${security}Connection: close\r\n\r\n${body}`,
   );
+  // Node's server allows half-open connections: without this, a client that never closes its
+  // side would keep the socket (and its file descriptor) after the answer.
+  (socket as Duplex & { destroySoon?: () => void }).destroySoon?.();
 }
 
 /** The body for an error; used inside streams too (`data: {"error":…}`). */

@@ -90,12 +90,25 @@ function refuseHopelessPrompt(messages: GenerationRequest["messages"], contextLe
   );
 }
 
-/** What an operator reads when a model cannot be loaded: the reason and what to do instead. */
+/**
+ * What a client reads when a model cannot be loaded: the kind of failure and what to do instead,
+ * never a file-system path (any key holder sees it; the operator's log names the model's source).
+ */
 function unavailableDetail(modelId: string, reason: string): string {
   // Reasons can quote bytes of a broken file: keep the message printable, one sentence.
   const printable = reason.replace(/[^\x20-\x7e\u00a0-\uffff]|\ufffd/g, "?").replace(/[.\s]+$/, "");
+  const generic = /model file not found|ENOENT|no such file/i.test(printable)
+    ? "the model file is missing"
+    : /EACCES|EPERM|permission denied/i.test(printable)
+      ? "the model file cannot be read"
+      : printable
+          // A path starts after a space, a quote or a bracket (not inside a URL such as http://host/…).
+          .replace(/(^|[\s'"`(=])(?:[A-Za-z]:)?[\\/][^\s'"`),;:]*/g, "$1(a path)")
+          // A download URL may carry credentials: drop its user part and its query.
+          .replace(/(https?:\/\/)[^\s/@]*@/gi, "$1")
+          .replace(/(https?:\/\/[^\s?#]*)[?#][^\s)]*/gi, "$1");
   return (
-    `Model '${modelId}' is not available: ${printable}. ` +
+    `Model '${modelId}' is not available: ${generic}. ` +
     "Serve a local GGUF file instead: turnpike serve --model /path/to/model.gguf (or set TURNPIKE_MODELS)."
   );
 }

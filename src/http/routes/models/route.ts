@@ -11,7 +11,8 @@ export function registerModelsRoutes(app: FastifyInstance, options: ModelsRouteO
   });
   // Ids may hold slashes (`owner/model`), so the rest of the path is the id.
   app.get("/v1/models/*", { preHandler: options.authenticate }, async function retrieveModel(request): Promise<ModelObject> {
-    const id = decodeURIComponent((request.params as { "*": string })["*"]);
+    // Fastify has decoded the path already (`%2F` included): decoding again broke ids holding `%`.
+    const id = (request.params as { "*": string })["*"];
     return describeModel(options.catalog.get(id));
   });
 }
