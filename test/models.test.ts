@@ -42,6 +42,17 @@ describe("the model catalog", () => {
     assert.equal(plain.context_length, 1024);
   });
 
+  it("reads an id whose slash is percent-encoded, and one holding '%', decoding the path once", async () => {
+    const encoded = await fetch(`${test.url}/v1/models/team%2Fchat-model`, { headers: { authorization: `Bearer ${test.key}` } });
+    assert.equal(encoded.status, 200);
+    assert.equal(((await encoded.json()) as { id: string }).id, "team/chat-model");
+    const percent = await fetch(`${test.url}/v1/models/100%25`, { headers: { authorization: `Bearer ${test.key}` } });
+    assert.equal(percent.status, 404, "an unknown id, not a 500 from decoding '%' twice");
+    const body = (await percent.json()) as { error: { code: string; message: string } };
+    assert.equal(body.error.code, "model_not_found");
+    assert.match(body.error.message, /100%/);
+  });
+
   it("answers 404 model_not_found for an unknown id", async () => {
     await assert.rejects(
       test.client.models.retrieve("nope"),
