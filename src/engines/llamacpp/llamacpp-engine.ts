@@ -75,18 +75,18 @@ function measureVocabulary(model: LlamaModel): { vocabularySize: number; longest
 }
 
 /**
- * Refuses, before tokenizing, messages too long for the context whatever their tokens: the
- * tokenizer runs on the event loop (seconds for megabytes of text), and the body limit is far
- * above any context.
+ * Refuses, before anything is rendered or tokenized, a prompt too long for the context whatever
+ * its tokens: the template renders, and the tokenizer reads, every byte of message text, names,
+ * tool calls, tool definitions and schemas (`promptBound`), on the event loop (seconds for
+ * megabytes of text), and the body limit is far above any context.
  */
-function refuseHopelessPrompt(messages: GenerationRequest["messages"], contextLength: number, longestTokenBytes: number): void {
-  let bytes = 0;
-  for (const message of messages) bytes += Buffer.byteLength(message.content);
-  const atLeast = Math.ceil(bytes / longestTokenBytes);
-  if (atLeast < contextLength) return;
+function refuseHopelessPrompt(request: GenerationRequest, contextLength: number, longestTokenBytes: number): void {
+  const bound = promptBound(request, longestTokenBytes);
+  if (bound.atLeast < contextLength) return;
   throw new ContextLengthExceededError(
-    `This model's maximum context length is ${contextLength} tokens. However, your messages are at least ${atLeast} tokens ` +
-      `(${bytes} bytes of text, and no token of this model spans more than ${longestTokenBytes} bytes). Please reduce the length of the messages.`,
+    `This model's maximum context length is ${contextLength} tokens. However, your messages are at least ${bound.atLeast} tokens ` +
+      `(${bound.bytes} bytes of text in messages, tool calls, tool definitions and schemas, and no token of this model spans more than ${longestTokenBytes} bytes). ` +
+      "Please reduce the length of the messages or the tools.",
   );
 }
 
@@ -183,8 +183,11 @@ export class LlamaCppEngine implements Engine {
   async prepare(request: GenerationRequest): Promise<PreparedGeneration> {
     const loaded = this.#loaded;
     if (loaded === undefined || this.#status.state !== "ready") throw this.#notReadyError();
+    // Cheapest first: nothing the client sent is rendered, tokenized or compiled before it is
+    // known to fit. Then schema translation (within its work budget) and grammars, then the
+    // template and the tokenizer.
+    refuseHopelessPrompt(request, loaded.context.contextSize, loaded.longestTokenBytes);
     checkRequest(request, loaded.vocabularySize);
-    refuseHopelessPrompt(request.messages, loaded.context.contextSize, loaded.longestTokenBytes);
     // Throws a 400 for a response format or tool schema the grammar cannot enforce.
     const plan = await planReply(loaded.grammars, loaded.wrapper, request);
     const prompt = renderChatPrompt(loaded.model, loaded.wrapper, request.messages, plan.functions);
