@@ -5,7 +5,13 @@
  *
  * `renderedBytes` counts every byte of the request that a chat template may render: message
  * text and names, tool-call names, ids and arguments, tool names, descriptions and parameter
- * schemas, and the response format's schema.
+ * schemas, and the response format's schema. `verbatimBytes` counts only what templates render
+ * as it was sent (message text, tool-call names and arguments, tool names and descriptions):
+ * parameter schemas are often rendered in a shorter form (node-llama-cpp writes TypeScript-like
+ * signatures), names and ids may not be rendered at all, and a response format's schema may only
+ * shape the grammar. JSON texts (tool-call arguments, tool results) are counted as sent although
+ * a template may write them again more compactly: only JSON padded with whitespace, escapes or
+ * zeros renders much shorter.
  */
 import type { GenerationRequest } from "./engine.ts";
 
@@ -18,12 +24,14 @@ export const PROMPT_OVERHEAD_BYTES = 1024;
 
 /** Bounds on the prompt's tokens: every tokenization lies between them. */
 export type PromptBound = {
-  /** Fewer tokens are impossible: no token spans more bytes than the vocabulary's longest. */
+  /** Fewer tokens are impossible: no token spans more bytes than the vocabulary's longest (counts `verbatimBytes`). */
   atLeast: number;
   /** More tokens are impossible: no token is shorter than a byte, plus the template's overhead. */
   atMost: number;
-  /** Bytes of client text the template renders (without overheads). */
+  /** Bytes of client text the template may render (without overheads). */
   bytes: number;
+  /** Bytes of client text every template renders as sent (what `atLeast` counts). */
+  verbatimBytes: number;
 };
 
 /** UTF-8 bytes of a string, counted without encoding it (cheap on megabytes). */
@@ -48,6 +56,17 @@ export function renderedBytes(request: GenerationRequest): number {
   return bytes;
 }
 
+/** Bytes of client text every template renders as it was sent. Linear in the request's size. */
+export function verbatimBytes(request: GenerationRequest): number {
+  let bytes = 0;
+  for (const message of request.messages) {
+    bytes += utf8Bytes(message.content);
+    for (const call of message.toolCalls ?? []) bytes += utf8Bytes(call.name) + utf8Bytes(call.arguments);
+  }
+  for (const tool of request.tools ?? []) bytes += utf8Bytes(tool.name) + utf8Bytes(tool.description ?? "");
+  return bytes;
+}
+
 /** Template overhead the request may add, in bytes. */
 export function overheadBytes(request: GenerationRequest): number {
   const calls = request.messages.reduce((sum, message) => sum + (message.toolCalls?.length ?? 0), 0);
@@ -56,9 +75,11 @@ export function overheadBytes(request: GenerationRequest): number {
 
 /**
  * The bounds for a tokenizer whose longest token spans `longestTokenBytes` bytes of text.
- * `atLeast` counts only client text (the template may add nothing); `atMost` adds the overheads.
+ * `atLeast` counts only client text rendered as sent (the template may add nothing); `atMost`
+ * counts every byte a template may render, plus the overheads.
  */
 export function promptBound(request: GenerationRequest, longestTokenBytes: number): PromptBound {
   const bytes = renderedBytes(request);
-  return { bytes, atLeast: Math.ceil(bytes / Math.max(1, longestTokenBytes)), atMost: bytes + overheadBytes(request) };
+  const verbatim = verbatimBytes(request);
+  return { bytes, verbatimBytes: verbatim, atLeast: Math.ceil(verbatim / Math.max(1, longestTokenBytes)), atMost: bytes + overheadBytes(request) };
 }

@@ -76,8 +76,8 @@ function measureVocabulary(model: LlamaModel): { vocabularySize: number; longest
 
 /**
  * Refuses, before anything is rendered or tokenized, a prompt too long for the context whatever
- * its tokens: the template renders, and the tokenizer reads, every byte of message text, names,
- * tool calls, tool definitions and schemas (`promptBound`), on the event loop (seconds for
+ * its tokens: the template renders, and the tokenizer reads, every byte of message text, tool
+ * calls and tool descriptions (`promptBound`'s `atLeast`), on the event loop (seconds for
  * megabytes of text), and the body limit is far above any context.
  */
 function refuseHopelessPrompt(request: GenerationRequest, contextLength: number, longestTokenBytes: number): void {
@@ -85,7 +85,7 @@ function refuseHopelessPrompt(request: GenerationRequest, contextLength: number,
   if (bound.atLeast < contextLength) return;
   throw new ContextLengthExceededError(
     `This model's maximum context length is ${contextLength} tokens. However, your messages are at least ${bound.atLeast} tokens ` +
-      `(${bound.bytes} bytes of text in messages, tool calls, tool definitions and schemas, and no token of this model spans more than ${longestTokenBytes} bytes). ` +
+      `(${bound.verbatimBytes} bytes of text in messages, tool calls and tool descriptions, and no token of this model spans more than ${longestTokenBytes} bytes). ` +
       "Please reduce the length of the messages or the tools.",
   );
 }
