@@ -42,6 +42,12 @@ export const SCHEMA_LIMITS = {
   /** Items past `prefixItems` that `minItems`/`maxItems` may ask for: that repetition repeats three rules. */
   repetitionsAfterPrefix: 666,
   /**
+   * Alternatives one choice (`anyOf`, `oneOf`, `enum`, a type list) expands to, counted through
+   * the references and choices it holds: llama.cpp's grammar follows every path to a first
+   * character each time it reaches the choice (16^7 paths took seconds per token).
+   */
+  alternatives: 4096,
+  /**
    * Work the schemas of one request may cost, in steps of roughly a microsecond of event-loop
    * time (translation, the overlap checks of `oneOf`, building and compiling the grammar).
    */
@@ -136,6 +142,8 @@ type Context = {
   budget: SchemaBudget;
   /** `possibleTypes` of each (client) subschema already looked at, so every one is looked at once. */
   types: Map<object, Set<string> | undefined>;
+  /** `alternativesOf` each (client) subschema already looked at. */
+  alternatives: Map<object, number>;
 };
 
 const ROOT_DEFINITION = "__root";
@@ -181,6 +189,7 @@ export function toGrammarSchema(schema: JsonSchema, param: string, budget: Schem
     unguarded: new Set([ROOT_DEFINITION]),
     budget,
     types: new Map(),
+    alternatives: new Map(),
   };
   const rootSchema = Object.fromEntries(Object.entries(schema).filter(([key]) => key !== "$defs" && key !== "definitions"));
   const root = translate(rootSchema, param, context);
@@ -248,6 +257,13 @@ function translateSchema(schema: unknown, param: string, context: Context): Gbnf
     }
     onlyWith(schema, param, keyword, []);
     const translated = alternatives.map((alternative, index) => translate(alternative, `${param}.${keyword}[${index}]`, context));
+    const paths = alternativesOf(schema, context);
+    if (paths > SCHEMA_LIMITS.alternatives) {
+      refuse(
+        `${param}.${keyword}`,
+        `'${keyword}' expands to ${paths} alternatives through the choices and references it holds (at most ${SCHEMA_LIMITS.alternatives}); the grammar would follow each of them`,
+      );
+    }
     if (keyword === "oneOf") assertDisjoint(alternatives, param, context);
     return withDescription(translated.length === 1 ? translated[0]! : ({ oneOf: translated } as GbnfJsonSchema));
   }
@@ -537,6 +553,36 @@ function computePossibleTypes(schema: Record<string, unknown>, context: Context,
   if (schema.type === undefined) return undefined;
   const types = Array.isArray(schema.type) ? schema.type : [schema.type];
   return new Set(types.map((type) => (type === "integer" ? "number" : String(type))));
+}
+
+/**
+ * How many alternatives a (client) schema stands for at its first character: a choice adds up
+ * its alternatives', a reference is its definition's, a list of values or types counts each;
+ * anything else begins with a character of its own (1). Each subschema is counted once; a
+ * definition that refers back to itself counts 1 there (an object or array is in between).
+ */
+function alternativesOf(schema: unknown, context: Context, depth = 0): number {
+  if (!isObject(schema) || depth > SCHEMA_LIMITS.depth) return 1;
+  context.budget.spend(1, context.root);
+  const known = context.alternatives.get(schema);
+  if (known !== undefined) return known;
+  context.alternatives.set(schema, 1);
+  let count = 1;
+  if (typeof schema.$ref === "string") {
+    const match = /^#\/(\$defs|definitions)\/([^/]+)$/.exec(schema.$ref);
+    count = match === null ? 1 : alternativesOf(context.definitions[decodeURIComponent(match[2]!).replaceAll("~1", "/").replaceAll("~0", "~")], context, depth + 1);
+  } else if (Array.isArray(schema.anyOf ?? schema.oneOf)) {
+    count = 0;
+    for (const alternative of (schema.anyOf ?? schema.oneOf) as unknown[]) count = Math.min(Number.MAX_SAFE_INTEGER, count + alternativesOf(alternative, context, depth + 1));
+  } else if (Array.isArray(schema.allOf) && schema.allOf.length === 1) {
+    count = alternativesOf(schema.allOf[0], context, depth + 1);
+  } else if (Array.isArray(schema.enum)) {
+    count = Math.max(1, schema.enum.length);
+  } else if (Array.isArray(schema.type)) {
+    count = Math.max(1, schema.type.length);
+  }
+  context.alternatives.set(schema, count);
+  return count;
 }
 
 /** The values a property may take when they are a finite list (const/enum). */
