@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { ChatMLChatWrapper, GeneralChatWrapper, Llama3_1ChatWrapper, Llama2ChatWrapper, QwenChatWrapper, type ChatWrapper, type Llama } from "node-llama-cpp";
 import { createRuntimeLoader } from "./runtime.ts";
-import { callSyntaxOf, gbnfLiteral, GrammarFactory, prefixRules, replyGrammarText, toolParametersSchema } from "./grammar.ts";
+import { callSyntaxOf, contentFormat, gbnfLiteral, GrammarFactory, prefixRules, replyGrammarText, toolParametersSchema } from "./grammar.ts";
 import { SCHEMA_LIMITS, UnsupportedSchemaError } from "./json-schema.ts";
 
 describe("prefixRules", () => {
@@ -62,7 +62,7 @@ describe("reply grammars", () => {
       const syntax = callSyntaxOf(wrapper);
       for (const choice of ["auto", "required", { name: "get_time" }] as const) {
         for (const format of [undefined, { type: "json_object" as const }, { type: "json_schema" as const, name: "x", schema: { type: "object", properties: { a: { type: "boolean" } } } }]) {
-          const text = await replyGrammarText(factory, { tools, choice, parallel: true, syntax, format });
+          const text = await replyGrammarText(factory, { tools, choice, parallel: true, syntax, format: contentFormat(format) });
           await factory.grammar(text, "tools");
         }
       }
@@ -70,7 +70,7 @@ describe("reply grammars", () => {
   }
 
   it("writes integers as plain digits and drops node-llama-cpp's trailing newlines", async () => {
-    const text = await factory.contentRules({ type: "json_schema", name: "x", schema: { type: "object", properties: { n: { type: "integer" } } } }, "");
+    const text = await factory.contentRules(contentFormat({ type: "json_schema", name: "x", schema: { type: "object", properties: { n: { type: "integer" } } } }), "");
     assert.match(text!, /^integer-number-rule ::= "-"\? \("0" \| \[1-9\] \[0-9\]\{0,14\}\)$/m);
     assert.doesNotMatch(text!, /\\n\\n\\n\\n/);
   });
@@ -99,11 +99,11 @@ describe("reply grammars", () => {
     }
     for (const shape of shapes) {
       const label = JSON.stringify(shape).slice(0, 160);
-      const text = await factory.contentRules({ type: "json_schema", name: "x", schema: shape }, "");
+      const text = await factory.contentRules(contentFormat({ type: "json_schema", name: "x", schema: shape }), "");
       await factory.grammar(text!, "response_format").catch((error: unknown) => assert.fail(`${label}: ${String(error)}`));
       // As a property of tool parameters, beside a response format, as the reply grammar composes them.
       const tool = { name: "f", parameters: toolParametersSchema({ name: "f", parameters: { type: "object", properties: { a: shape, b: { type: "array", items: shape } } } }, 0) };
-      const reply = await replyGrammarText(factory, { tools: [tool], choice: "auto", parallel: true, syntax: callSyntaxOf(new QwenChatWrapper()), format: { type: "json_schema", name: "x", schema: shape } });
+      const reply = await replyGrammarText(factory, { tools: [tool], choice: "auto", parallel: true, syntax: callSyntaxOf(new QwenChatWrapper()), format: contentFormat({ type: "json_schema", name: "x", schema: shape }) });
       await factory.grammar(reply, "tools").catch((error: unknown) => assert.fail(`${label} in a tool: ${String(error)}`));
     }
   });
@@ -119,7 +119,7 @@ describe("reply grammars", () => {
     ];
     for (const [schema, keyword] of cases) {
       await assert.rejects(
-        factory.contentRules({ type: "json_schema", name: "x", schema }, ""),
+        async () => factory.contentRules(contentFormat({ type: "json_schema", name: "x", schema }), ""),
         (error: unknown) => error instanceof UnsupportedSchemaError && error.status === 400 && error.param === `response_format.json_schema.schema.${keyword}`,
         JSON.stringify(schema),
       );

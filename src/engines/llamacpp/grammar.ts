@@ -179,6 +179,19 @@ export function toolParametersSchema(tool: ToolDefinition, index: number, budget
   return schema;
 }
 
+/** A response format with its schema translated: what the reply's content must be. */
+export type ContentFormat = { type: "json_object" } | { type: "json_schema"; schema: GbnfJsonSchema };
+
+/**
+ * Translates a response format's schema, spending from `budget` (the request's); undefined for
+ * free text. Throws `UnsupportedSchemaError` naming the keyword the grammar cannot enforce.
+ */
+export function contentFormat(format: ResponseFormat | undefined, budget: SchemaBudget = new SchemaBudget()): ContentFormat | undefined {
+  if (format === undefined || format.type === "text") return undefined;
+  if (format.type === "json_object") return { type: "json_object" };
+  return { type: "json_schema", schema: toGrammarSchema(format.schema, RESPONSE_SCHEMA_PARAM, budget) };
+}
+
 /** A tool whose parameters schema is already translated. */
 export type GrammarTool = { name: string; parameters: GbnfJsonSchema };
 
@@ -238,16 +251,11 @@ export class GrammarFactory {
     }
   }
 
-  /**
-   * GBNF rules for the reply's content under `format` with root rule `${prefix}root`, or
-   * undefined for free text. Throws `UnsupportedSchemaError` for a schema it cannot enforce;
-   * the translation spends from `budget` (the request's).
-   */
-  async contentRules(format: ResponseFormat | undefined, prefix: string, budget: SchemaBudget = new SchemaBudget()): Promise<string | undefined> {
-    if (format === undefined || format.type === "text") return undefined;
+  /** GBNF rules for the reply's content under `format` with root rule `${prefix}root`, or undefined for free text. */
+  async contentRules(format: ContentFormat | undefined, prefix: string): Promise<string | undefined> {
+    if (format === undefined) return undefined;
     if (format.type === "json_object") return prefixRules(await this.#jsonObjectGrammarText(), prefix);
-    const schema = toGrammarSchema(format.schema, RESPONSE_SCHEMA_PARAM, budget);
-    return prefixRules(await this.#schemaGrammarText(schema, RESPONSE_SCHEMA_PARAM), prefix);
+    return prefixRules(await this.#schemaGrammarText(format.schema, RESPONSE_SCHEMA_PARAM), prefix);
   }
 
   /** GBNF for the arguments of tool `index` (its parameters already translated) with root `${prefix}root`. */
@@ -262,15 +270,14 @@ function remember<Value>(map: Map<string, Value>, key: string, value: Value, cap
 }
 
 export type ReplyGrammarOptions = {
-  format?: ResponseFormat;
+  /** The content's format, translated (`contentFormat`); undefined for free text. */
+  format?: ContentFormat;
   /** The tools the reply may call, their parameters translated (`toolParametersSchema`); empty for none. */
   tools: GrammarTool[];
   /** `auto`: a tool-call section or content; `required`: calls only; `{name}`: exactly one call of it. */
   choice: "auto" | "required" | { name: string };
   parallel: boolean;
   syntax: CallSyntax;
-  /** The request's schema work budget (the response format's translation spends from it). */
-  budget?: SchemaBudget;
 };
 
 /** The text that begins every tool-call section. */
@@ -301,7 +308,7 @@ export async function replyGrammarText(factory: GrammarFactory, options: ReplyGr
     rules.push("root ::= tool-calls");
     return rules.join("\n");
   }
-  const content = await factory.contentRules(options.format, "c-", options.budget);
+  const content = await factory.contentRules(options.format, "c-");
   if (content !== undefined) {
     rules.push(content, "root ::= tool-calls | c-root");
   } else {

@@ -5,7 +5,7 @@
  */
 import type { ChatModelFunctions, ChatWrapper, LlamaGrammar } from "node-llama-cpp";
 import type { GenerationRequest, StreamPart } from "../engine.ts";
-import { callSyntaxOf, replyGrammarText, RESPONSE_SCHEMA_PARAM, toolParametersSchema, type GrammarFactory, type GrammarTool } from "./grammar.ts";
+import { callSyntaxOf, contentFormat, replyGrammarText, RESPONSE_SCHEMA_PARAM, toolParametersSchema, type GrammarFactory, type GrammarTool } from "./grammar.ts";
 import { SchemaBudget } from "./json-schema.ts";
 import { ToolCallParser } from "./tool-call-parser.ts";
 
@@ -49,9 +49,11 @@ function plainReader(): ReplyReader {
 export async function planReply(factory: GrammarFactory, wrapper: ChatWrapper, request: GenerationRequest): Promise<ReplyPlan> {
   const tools = request.tools ?? [];
   const choice = request.toolChoice ?? "auto";
+  // Every schema is translated (within one budget) before any grammar is built.
   const budget = new SchemaBudget();
+  const format = contentFormat(request.responseFormat, budget);
   if (tools.length === 0 || choice === "none") {
-    const text = await factory.contentRules(request.responseFormat, "", budget);
+    const text = await factory.contentRules(format, "");
     return { grammar: text === undefined ? undefined : await factory.grammar(text, RESPONSE_SCHEMA_PARAM), specialTokensAsText: false, reader: plainReader };
   }
   const functions: Record<string, { description?: string; params: GrammarTool["parameters"] }> = {};
@@ -63,12 +65,11 @@ export async function planReply(factory: GrammarFactory, wrapper: ChatWrapper, r
   }
   const syntax = callSyntaxOf(wrapper);
   const grammarText = await replyGrammarText(factory, {
-    format: request.responseFormat,
+    ...(format !== undefined ? { format } : {}),
     tools: grammarTools,
     choice,
     parallel: request.parallelToolCalls ?? true,
     syntax,
-    budget,
   });
   const names = typeof choice === "object" ? [choice.name] : tools.map((tool) => tool.name);
   // Longer names first, so a name that is a prefix of another is not taken too early.
