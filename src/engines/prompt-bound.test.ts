@@ -62,6 +62,17 @@ describe("promptBound", () => {
     assert.equal(bound.atMost, renderedBytes(full) + PROMPT_OVERHEAD_BYTES + 2 * MESSAGE_OVERHEAD_BYTES + 2 * TOOL_OVERHEAD_BYTES);
   });
 
+  it("counts each ASCII byte against the longest token holding it, so long runs of spaces in a vocabulary do not loosen the bound", () => {
+    // A vocabulary whose longest token is 64 spaces, whose tokens holding letters span at most 8 bytes.
+    const asciiLongest = Array.from({ length: 128 }, (_, byte) => (byte === 32 ? 64 : /[a-z]/.test(String.fromCharCode(byte)) ? 8 : 0));
+    const words = request({ messages: [{ role: "user", content: "abcdefgh".repeat(1000) }] });
+    assert.equal(promptBound(words, 64).atLeast, 125);
+    assert.equal(promptBound(words, { longest: 64, asciiLongest }).atLeast, 1000);
+    // Spaces still count 1/64 each; bytes no token holds, and other than ASCII, count 1/longest.
+    const spaces = request({ messages: [{ role: "user", content: " ".repeat(640) + "é".repeat(32) + "\u0001".repeat(64) }] });
+    assert.equal(promptBound(spaces, { longest: 64, asciiLongest }).atLeast, 10 + 1 + 1);
+  });
+
   it("counts megabytes without rendering them, in milliseconds", () => {
     const huge = request({ messages: Array.from({ length: 2048 }, () => ({ role: "user" as const, content: "cat ".repeat(1000) })) });
     const started = process.cpuUsage();
@@ -89,6 +100,20 @@ describe("promptBound", () => {
     });
     after(async () => {
       await engine.close();
+    });
+
+    it("holds every random text's token count above atLeast", async () => {
+      const alphabet = ["a", "b", "e", "t", "s", " ", "  ", "\n", ".", ",", "-", "--", "é", "日", "😀", "story", " the", "Once", "\t", "{", '"'];
+      let seed = 7;
+      const random = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+      for (let sample = 0; sample < 40; sample++) {
+        const length = 1 + Math.floor(random() * 400);
+        const content = Array.from({ length }, () => alphabet[Math.floor(random() * alphabet.length)]!).join("");
+        const generation = request({ messages: [{ role: "user", content }] });
+        const bound = engine.boundPrompt(generation);
+        const prepared = await engine.prepare({ ...generation, maxTokens: 1 });
+        assert.ok(bound.atLeast <= prepared.promptTokens, `atLeast ${bound.atLeast} > ${prepared.promptTokens} tokens for ${JSON.stringify(content)}`);
+      }
     });
 
     for (const [what, generation] of requests) {

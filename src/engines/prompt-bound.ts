@@ -22,6 +22,20 @@ export const TOOL_OVERHEAD_BYTES = 256;
 /** Template bytes any prompt may add once (a default system prompt, the generation prompt). */
 export const PROMPT_OVERHEAD_BYTES = 1024;
 
+/**
+ * How many bytes of text a vocabulary's tokens span: `longest` for any token and, per ASCII
+ * byte value, the longest token whose text holds that byte (0: none does). A text of n bytes has
+ * at least n / `longest` tokens; counting each ASCII byte as 1 / its own longest token, and every
+ * other byte as 1 / `longest`, gives a tighter bound that still holds: every token's bytes add
+ * up to at most 1. (Vocabularies whose longest tokens are runs of spaces or dashes no longer
+ * make every text look short.)
+ */
+export type TokenSpans = {
+  longest: number;
+  /** 128 entries: for each ASCII byte, the most bytes a token holding it spans (0: no token holds it). */
+  asciiLongest?: ArrayLike<number>;
+};
+
 /** Bounds on the prompt's tokens: every tokenization lies between them. */
 export type PromptBound = {
   /** Fewer tokens are impossible: no token spans more bytes than the vocabulary's longest (counts `verbatimBytes`). */
@@ -56,15 +70,51 @@ export function renderedBytes(request: GenerationRequest): number {
   return bytes;
 }
 
+/** The texts every template renders as they were sent. */
+function verbatimTexts(request: GenerationRequest): string[] {
+  const texts: string[] = [];
+  for (const message of request.messages) {
+    texts.push(message.content);
+    for (const call of message.toolCalls ?? []) texts.push(call.name, call.arguments);
+  }
+  for (const tool of request.tools ?? []) texts.push(tool.name, tool.description ?? "");
+  return texts;
+}
+
 /** Bytes of client text every template renders as it was sent. Linear in the request's size. */
 export function verbatimBytes(request: GenerationRequest): number {
   let bytes = 0;
-  for (const message of request.messages) {
-    bytes += utf8Bytes(message.content);
-    for (const call of message.toolCalls ?? []) bytes += utf8Bytes(call.name) + utf8Bytes(call.arguments);
-  }
-  for (const tool of request.tools ?? []) bytes += utf8Bytes(tool.name) + utf8Bytes(tool.description ?? "");
+  for (const text of verbatimTexts(request)) bytes += utf8Bytes(text);
   return bytes;
+}
+
+/** Weight of each ASCII byte (1 / the longest token holding it), and of any other byte. */
+function byteWeights(spans: TokenSpans): { ascii: Float64Array; other: number } {
+  const longest = Math.max(1, spans.longest);
+  const ascii = new Float64Array(128);
+  for (let byte = 0; byte < 128; byte++) {
+    const span = spans.asciiLongest?.[byte] ?? 0;
+    // A byte no token holds may still be covered by some token (an unknown-character token): any.
+    ascii[byte] = 1 / (span > 0 ? Math.min(span, longest) : longest);
+  }
+  return { ascii, other: 1 / longest };
+}
+
+/** The fewest tokens `texts` can take: the sum of their bytes' weights (see `TokenSpans`). */
+function tokenFloor(texts: readonly string[], spans: TokenSpans): number {
+  const weights = byteWeights(spans);
+  let sum = 0;
+  for (const text of texts) {
+    for (let index = 0; index < text.length; index++) {
+      const code = text.charCodeAt(index);
+      if (code < 0x80) sum += weights.ascii[code]!;
+      else if (code < 0x800) sum += 2 * weights.other;
+      else if (code >= 0xd800 && code <= 0xdfff) sum += 2 * weights.other; // half of a 4-byte pair
+      else sum += 3 * weights.other;
+    }
+  }
+  // A float sum of millions of fractions may land a little above an integer it equals: round down by more than its error.
+  return Math.max(0, Math.ceil(sum * (1 - 1e-9) - 1e-6));
 }
 
 /** Template overhead the request may add, in bytes. */
@@ -74,12 +124,15 @@ export function overheadBytes(request: GenerationRequest): number {
 }
 
 /**
- * The bounds for a tokenizer whose longest token spans `longestTokenBytes` bytes of text.
- * `atLeast` counts only client text rendered as sent (the template may add nothing); `atMost`
- * counts every byte a template may render, plus the overheads.
+ * The bounds for a tokenizer whose tokens span `spans` (or whose longest token spans that many
+ * bytes of text). `atLeast` counts only client text rendered as sent (the template may add
+ * nothing); `atMost` counts every byte a template may render, plus the overheads.
  */
-export function promptBound(request: GenerationRequest, longestTokenBytes: number): PromptBound {
+export function promptBound(request: GenerationRequest, spans: number | TokenSpans): PromptBound {
+  const { longest, asciiLongest } = typeof spans === "number" ? { longest: spans, asciiLongest: undefined } : spans;
   const bytes = renderedBytes(request);
   const verbatim = verbatimBytes(request);
-  return { bytes, verbatimBytes: verbatim, atLeast: Math.ceil(verbatim / Math.max(1, longestTokenBytes)), atMost: bytes + overheadBytes(request) };
+  const coarse = Math.ceil(verbatim / Math.max(1, longest));
+  const atLeast = asciiLongest === undefined ? coarse : Math.max(coarse, tokenFloor(verbatimTexts(request), { longest, asciiLongest }));
+  return { bytes, verbatimBytes: verbatim, atLeast, atMost: bytes + overheadBytes(request) };
 }
