@@ -71,6 +71,11 @@ describe("promptBound", () => {
     // Spaces still count 1/64 each; bytes no token holds, and other than ASCII, count 1/longest.
     const spaces = request({ messages: [{ role: "user", content: " ".repeat(640) + "é".repeat(32) + "\u0001".repeat(64) }] });
     assert.equal(promptBound(spaces, { longest: 64, asciiLongest }).atLeast, 10 + 1 + 1);
+    // Asked only whether it reaches 100 tokens, it stops counting there (megabytes are not read to the end).
+    const huge = request({ messages: [{ role: "user", content: "abcdefgh".repeat(1_000_000) }] });
+    const partial = promptBound(huge, { longest: 64, asciiLongest }, 100).atLeast;
+    assert.ok(partial >= 100 && partial < 1_000_000, String(partial));
+    assert.equal(promptBound(huge, { longest: 64, asciiLongest }).atLeast, 1_000_000);
   });
 
   it("counts megabytes without rendering them, in milliseconds", () => {

@@ -100,12 +100,18 @@ function byteWeights(spans: TokenSpans): { ascii: Float64Array; other: number } 
   return { ascii, other: 1 / longest };
 }
 
-/** The fewest tokens `texts` can take: the sum of their bytes' weights (see `TokenSpans`). */
-function tokenFloor(texts: readonly string[], spans: TokenSpans): number {
+/**
+ * The fewest tokens `texts` can take: the sum of their bytes' weights (see `TokenSpans`). The
+ * count stops once it reaches `stopAt` (a smaller sum is still a lower bound).
+ */
+function tokenFloor(texts: readonly string[], spans: TokenSpans, stopAt: number): number {
   const weights = byteWeights(spans);
   let sum = 0;
   for (const text of texts) {
+    if (sum >= stopAt) break;
     for (let index = 0; index < text.length; index++) {
+      // Checked every 64 Ki characters: megabytes are not read past the point that settles it.
+      if ((index & 0xffff) === 0xffff && sum >= stopAt) break;
       const code = text.charCodeAt(index);
       if (code < 0x80) sum += weights.ascii[code]!;
       else if (code < 0x800) sum += 2 * weights.other;
@@ -126,13 +132,15 @@ export function overheadBytes(request: GenerationRequest): number {
 /**
  * The bounds for a tokenizer whose tokens span `spans` (or whose longest token spans that many
  * bytes of text). `atLeast` counts only client text rendered as sent (the template may add
- * nothing); `atMost` counts every byte a template may render, plus the overheads.
+ * nothing); `atMost` counts every byte a template may render, plus the overheads. When only
+ * "at least `enough` tokens?" matters, `atLeast` stops growing once it gets there.
  */
-export function promptBound(request: GenerationRequest, spans: number | TokenSpans): PromptBound {
+export function promptBound(request: GenerationRequest, spans: number | TokenSpans, enough: number = Number.POSITIVE_INFINITY): PromptBound {
   const { longest, asciiLongest } = typeof spans === "number" ? { longest: spans, asciiLongest: undefined } : spans;
   const bytes = renderedBytes(request);
   const verbatim = verbatimBytes(request);
   const coarse = Math.ceil(verbatim / Math.max(1, longest));
-  const atLeast = asciiLongest === undefined ? coarse : Math.max(coarse, tokenFloor(verbatimTexts(request), { longest, asciiLongest }));
+  const fine = asciiLongest === undefined || coarse >= enough ? 0 : tokenFloor(verbatimTexts(request), { longest, asciiLongest }, enough);
+  const atLeast = Math.max(coarse, fine);
   return { bytes, verbatimBytes: verbatim, atLeast, atMost: bytes + overheadBytes(request) };
 }

@@ -92,7 +92,7 @@ function measureVocabulary(model: LlamaModel): { vocabularySize: number; tokenSp
  * megabytes of text), and the body limit is far above any context.
  */
 function refuseHopelessPrompt(request: GenerationRequest, contextLength: number, spans: Required<TokenSpans>): void {
-  const bound = promptBound(request, spans);
+  const bound = promptBound(request, spans, contextLength);
   if (bound.atLeast < contextLength) return;
   throw new ContextLengthExceededError(
     `This model's maximum context length is ${contextLength} tokens. However, your messages are at least ${bound.atLeast} tokens ` +
