@@ -586,10 +586,12 @@ function alternativesOf(schema: unknown, context: Context, depth = 0): number {
 }
 
 /** The values a property may take when they are a finite list (const/enum). */
-function literalValues(schema: unknown): Set<unknown> | undefined {
+function literalValues(schema: unknown, context: Context): Set<unknown> | undefined {
   if (!isObject(schema)) return undefined;
   if (schema.const !== undefined) return new Set([schema.const]);
-  return Array.isArray(schema.enum) ? new Set(schema.enum) : undefined;
+  if (!Array.isArray(schema.enum)) return undefined;
+  context.budget.spend(schema.enum.length, context.root);
+  return new Set(schema.enum);
 }
 
 /** Whether two finite lists of values share none (objects compare by identity: never equal). */
@@ -624,14 +626,14 @@ function generatedFails(a: Record<string, unknown>, b: Record<string, unknown>, 
   return Object.keys(propertiesA).some((name) => {
     context.budget.spend(1, context.root);
     if (!Object.hasOwn(propertiesB, name)) return b.additionalProperties === false;
-    const left = literalValues(propertiesA[name]);
-    const right = literalValues(propertiesB[name]);
+    const left = literalValues(propertiesA[name], context);
+    const right = left === undefined ? undefined : literalValues(propertiesB[name], context);
     return left !== undefined && right !== undefined && shareNone(left, right, context);
   });
 }
 
 function assertDisjoint(alternatives: unknown[], param: string, context: Context): void {
-  const facts: AlternativeFacts[] = alternatives.map((schema) => ({ schema, types: possibleTypes(schema, context), values: literalValues(schema) }));
+  const facts: AlternativeFacts[] = alternatives.map((schema) => ({ schema, types: possibleTypes(schema, context), values: literalValues(schema, context) }));
   for (let left = 0; left < facts.length; left++) {
     for (let right = left + 1; right < facts.length; right++) {
       if (!provablyDisjoint(facts[left]!, facts[right]!, context)) {
