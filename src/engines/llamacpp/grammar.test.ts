@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { ChatMLChatWrapper, GeneralChatWrapper, Llama3_1ChatWrapper, Llama2ChatWrapper, QwenChatWrapper, type ChatWrapper, type Llama } from "node-llama-cpp";
 import { createRuntimeLoader } from "./runtime.ts";
-import { callSyntaxOf, contentFormat, gbnfLiteral, GrammarFactory, prefixRules, replyGrammarText, toolParametersSchema } from "./grammar.ts";
+import { callSyntaxOf, contentFormat, gbnfLiteral, GrammarFactory, grammarRefused, prefixRules, replyGrammarText, toolParametersSchema } from "./grammar.ts";
 import { SCHEMA_LIMITS, UnsupportedSchemaError } from "./json-schema.ts";
 
 describe("prefixRules", () => {
@@ -132,9 +132,13 @@ describe("reply grammars", () => {
       assert.equal(error.status, 400);
       assert.equal(error.code, "unsupported_parameter");
       assert.equal(error.param, "tools");
-      assert.match(error.message, /could not build a grammar/);
+      assert.match(error.message, /could not build a grammar for it \(Failed to parse grammar\)/);
       return true;
     });
+    // A reason that is not a plain sentence (it could hold a path) is left out.
+    const refusal = grammarRefused(new Error('Grammar file for type "json" was not found in "/opt/secret/grammars"'), "response_format");
+    assert.equal(refusal.status, 400);
+    assert.doesNotMatch(refusal.message, /secret/);
     // The failure is not cached under another request's name.
     await assert.rejects(factory.grammar('root ::= "a" ( "b" ){0,1999} | (', "response_format.json_schema.schema"), (error: unknown) => error instanceof UnsupportedSchemaError && error.param === "response_format.json_schema.schema");
   });

@@ -158,9 +158,11 @@ export function parametersParam(index: number): string {
  */
 export function grammarRefused(error: unknown, param: string): ApiError {
   if (error instanceof ApiError) return error;
-  const reason = (error instanceof Error ? error.message : String(error)).replace(/[^\x20-\x7e]/g, "?").slice(0, 200).replace(/[.\s]+$/, "");
+  // The reason is shown only when it is a plain sentence ("Failed to parse grammar"): never a path.
+  const reason = (error instanceof Error ? error.message : String(error)).replace(/[.\s]+$/, "");
+  const shown = /^[\w ,'()-]{1,120}$/.test(reason) ? ` (${reason})` : "";
   return new UnsupportedSchemaError(
-    `The JSON schema cannot be enforced on this model: llama.cpp could not build a grammar for it (${reason}); see the structured output limits in the README (at '${param}').`,
+    `The JSON schema cannot be enforced on this model: llama.cpp could not build a grammar for it${shown}; see the structured output limits in the README (at '${param}').`,
     param,
   );
 }
