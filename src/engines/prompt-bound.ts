@@ -5,7 +5,13 @@
  *
  * `renderedBytes` counts every byte of the request that a chat template may render: message
  * text and names, tool-call names, ids and arguments, tool names, descriptions and parameter
- * schemas, and the response format's schema.
+ * schemas, and the response format's schema. `verbatimBytes` counts only what templates render
+ * as it was sent (message text, tool-call names and arguments, tool names and descriptions):
+ * parameter schemas are often rendered in a shorter form (node-llama-cpp writes TypeScript-like
+ * signatures), names and ids may not be rendered at all, and a response format's schema may only
+ * shape the grammar. JSON texts (tool-call arguments, tool results) are counted as sent although
+ * a template may write them again more compactly: only JSON padded with whitespace, escapes or
+ * zeros renders much shorter.
  */
 import type { GenerationRequest } from "./engine.ts";
 
@@ -16,14 +22,30 @@ export const TOOL_OVERHEAD_BYTES = 256;
 /** Template bytes any prompt may add once (a default system prompt, the generation prompt). */
 export const PROMPT_OVERHEAD_BYTES = 1024;
 
+/**
+ * How many bytes of text a vocabulary's tokens span: `longest` for any token and, per ASCII
+ * byte value, the longest token whose text holds that byte (0: none does). A text of n bytes has
+ * at least n / `longest` tokens; counting each ASCII byte as 1 / its own longest token, and every
+ * other byte as 1 / `longest`, gives a tighter bound that still holds: every token's bytes add
+ * up to at most 1. (Vocabularies whose longest tokens are runs of spaces or dashes no longer
+ * make every text look short.)
+ */
+export type TokenSpans = {
+  longest: number;
+  /** 128 entries: for each ASCII byte, the most bytes a token holding it spans (0: no token holds it). */
+  asciiLongest?: ArrayLike<number>;
+};
+
 /** Bounds on the prompt's tokens: every tokenization lies between them. */
 export type PromptBound = {
-  /** Fewer tokens are impossible: no token spans more bytes than the vocabulary's longest. */
+  /** Fewer tokens are impossible: no token spans more bytes than the vocabulary's longest (counts `verbatimBytes`). */
   atLeast: number;
   /** More tokens are impossible: no token is shorter than a byte, plus the template's overhead. */
   atMost: number;
-  /** Bytes of client text the template renders (without overheads). */
+  /** Bytes of client text the template may render (without overheads). */
   bytes: number;
+  /** Bytes of client text every template renders as sent (what `atLeast` counts). */
+  verbatimBytes: number;
 };
 
 /** UTF-8 bytes of a string, counted without encoding it (cheap on megabytes). */
@@ -48,6 +70,59 @@ export function renderedBytes(request: GenerationRequest): number {
   return bytes;
 }
 
+/** The texts every template renders as they were sent. */
+function verbatimTexts(request: GenerationRequest): string[] {
+  const texts: string[] = [];
+  for (const message of request.messages) {
+    texts.push(message.content);
+    for (const call of message.toolCalls ?? []) texts.push(call.name, call.arguments);
+  }
+  for (const tool of request.tools ?? []) texts.push(tool.name, tool.description ?? "");
+  return texts;
+}
+
+/** Bytes of client text every template renders as it was sent. Linear in the request's size. */
+export function verbatimBytes(request: GenerationRequest): number {
+  let bytes = 0;
+  for (const text of verbatimTexts(request)) bytes += utf8Bytes(text);
+  return bytes;
+}
+
+/** Weight of each ASCII byte (1 / the longest token holding it), and of any other byte. */
+function byteWeights(spans: TokenSpans): { ascii: Float64Array; other: number } {
+  const longest = Math.max(1, spans.longest);
+  const ascii = new Float64Array(128);
+  for (let byte = 0; byte < 128; byte++) {
+    const span = spans.asciiLongest?.[byte] ?? 0;
+    // A byte no token holds may still be covered by some token (an unknown-character token): any.
+    ascii[byte] = 1 / (span > 0 ? Math.min(span, longest) : longest);
+  }
+  return { ascii, other: 1 / longest };
+}
+
+/**
+ * The fewest tokens `texts` can take: the sum of their bytes' weights (see `TokenSpans`). The
+ * count stops once it reaches `stopAt` (a smaller sum is still a lower bound).
+ */
+function tokenFloor(texts: readonly string[], spans: TokenSpans, stopAt: number): number {
+  const weights = byteWeights(spans);
+  let sum = 0;
+  for (const text of texts) {
+    if (sum >= stopAt) break;
+    for (let index = 0; index < text.length; index++) {
+      // Checked every 64 Ki characters: megabytes are not read past the point that settles it.
+      if ((index & 0xffff) === 0xffff && sum >= stopAt) break;
+      const code = text.charCodeAt(index);
+      if (code < 0x80) sum += weights.ascii[code]!;
+      else if (code < 0x800) sum += 2 * weights.other;
+      else if (code >= 0xd800 && code <= 0xdfff) sum += 2 * weights.other; // half of a 4-byte pair
+      else sum += 3 * weights.other;
+    }
+  }
+  // A float sum of millions of fractions may land a little above an integer it equals: round down by more than its error.
+  return Math.max(0, Math.ceil(sum * (1 - 1e-9) - 1e-6));
+}
+
 /** Template overhead the request may add, in bytes. */
 export function overheadBytes(request: GenerationRequest): number {
   const calls = request.messages.reduce((sum, message) => sum + (message.toolCalls?.length ?? 0), 0);
@@ -55,10 +130,17 @@ export function overheadBytes(request: GenerationRequest): number {
 }
 
 /**
- * The bounds for a tokenizer whose longest token spans `longestTokenBytes` bytes of text.
- * `atLeast` counts only client text (the template may add nothing); `atMost` adds the overheads.
+ * The bounds for a tokenizer whose tokens span `spans` (or whose longest token spans that many
+ * bytes of text). `atLeast` counts only client text rendered as sent (the template may add
+ * nothing); `atMost` counts every byte a template may render, plus the overheads. When only
+ * "at least `enough` tokens?" matters, `atLeast` stops growing once it gets there.
  */
-export function promptBound(request: GenerationRequest, longestTokenBytes: number): PromptBound {
+export function promptBound(request: GenerationRequest, spans: number | TokenSpans, enough: number = Number.POSITIVE_INFINITY): PromptBound {
+  const { longest, asciiLongest } = typeof spans === "number" ? { longest: spans, asciiLongest: undefined } : spans;
   const bytes = renderedBytes(request);
-  return { bytes, atLeast: Math.ceil(bytes / Math.max(1, longestTokenBytes)), atMost: bytes + overheadBytes(request) };
+  const verbatim = verbatimBytes(request);
+  const coarse = Math.ceil(verbatim / Math.max(1, longest));
+  const fine = asciiLongest === undefined || coarse >= enough ? 0 : tokenFloor(verbatimTexts(request), { longest, asciiLongest }, enough);
+  const atLeast = Math.max(coarse, fine);
+  return { bytes, verbatimBytes: verbatim, atLeast, atMost: bytes + overheadBytes(request) };
 }

@@ -5,7 +5,65 @@
  */
 import { z } from "zod";
 
+/**
+ * Caps on what a request may hold, checked before anything else looks at it: every input that
+ * reaches the chat template, the tokenizer or the grammar is bounded, so no request can make the
+ * server work long on the event loop before it is refused (the README lists them).
+ */
+export const REQUEST_LIMITS = {
+  /** Messages in one request. */
+  messages: 2048,
+  /** Content parts in one message. */
+  contentParts: 256,
+  /** Characters of a message's `name`, a tool call's `id`, a `tool_call_id`, a called function's name, `model`. */
+  name: 256,
+  /** Tool calls in one assistant message. */
+  toolCalls: 128,
+  /** Characters of one tool call's `arguments` (a JSON text). */
+  toolCallArguments: 262_144,
+  /** Tools in one request (OpenAI documents 128). */
+  tools: 128,
+  /** Characters of one tool's `description` (and of a `json_schema`'s). */
+  toolDescription: 16_384,
+  /** Bytes of one tool's `parameters`, or of a `response_format`'s schema, as JSON text. */
+  schemaBytes: 65_536,
+  /** Entries of `stop`, and characters of each. */
+  stopSequences: 4,
+  stopLength: 1024,
+  /** Entries of `logit_bias`. */
+  logitBias: 300,
+  /** `max_tokens` / `max_completion_tokens`, and `n` × the smaller of them. */
+  completionTokens: 1_048_576,
+} as const;
+
+/** A string of at most `max` characters. */
+const bounded = (max: number) => z.string().max(max);
+
+/**
+ * An object whose keys are counted before any value is read: a body of a million entries is
+ * refused after counting them (`Object.keys`, the quickest count V8 offers), not after
+ * validating each one.
+ */
+function countedRecord<Value extends z.ZodType>(value: Value, max: number, what: string) {
+  return z
+    .custom<Record<string, unknown>>((input) => input !== null && typeof input === "object" && !Array.isArray(input), { error: "Expected an object." })
+    .check((context) => {
+      if (Object.keys(context.value).length > max) context.issues.push({ code: "custom", message: `must have at most ${max} ${what}.`, input: context.value });
+    })
+    .pipe(z.record(z.string(), value));
+}
+
+/** JSON text bytes of a parsed value, or undefined when it nests too deeply to write back. */
+function jsonBytes(value: unknown): number | undefined {
+  try {
+    return Buffer.byteLength(JSON.stringify(value));
+  } catch {
+    return undefined;
+  }
+}
+
 const textPart = z.object({ type: z.literal("text"), text: z.string() });
+const name = bounded(REQUEST_LIMITS.name);
 const imagePart = z.object({
   type: z.literal("image_url"),
   image_url: z.object({ url: z.string(), detail: z.enum(["auto", "low", "high"]).nullish() }),
@@ -20,36 +78,41 @@ const refusalPart = z.object({ type: z.literal("refusal"), refusal: z.string() }
 const userContentPart = z.discriminatedUnion("type", [textPart, imagePart, audioPart, filePart], {
   error: "Each content part needs a 'type' of 'text', 'image_url', 'input_audio' or 'file'.",
 });
-const textContent = z.union([z.string(), z.array(textPart)], {
-  error: "Expected a string or an array of text content parts.",
+/** Content parts, their count checked before any part is read. */
+function parts<Part extends z.ZodType>(part: Part) {
+  return z.array(part).max(REQUEST_LIMITS.contentParts);
+}
+
+const textContent = z.union([z.string(), parts(textPart)], {
+  error: `Expected a string or an array of up to ${REQUEST_LIMITS.contentParts} text content parts.`,
 });
 
 const toolCall = z.object({
-  id: z.string(),
+  id: name,
   type: z.literal("function"),
-  function: z.object({ name: z.string(), arguments: z.string() }),
+  function: z.object({ name, arguments: bounded(REQUEST_LIMITS.toolCallArguments) }),
 });
 
-const systemMessage = z.object({ role: z.literal("system"), content: textContent, name: z.string().nullish() });
-const developerMessage = z.object({ role: z.literal("developer"), content: textContent, name: z.string().nullish() });
+const systemMessage = z.object({ role: z.literal("system"), content: textContent, name: name.nullish() });
+const developerMessage = z.object({ role: z.literal("developer"), content: textContent, name: name.nullish() });
 const userMessage = z.object({
   role: z.literal("user"),
-  content: z.union([z.string(), z.array(userContentPart)], {
-    error: "Expected a string or an array of content parts.",
+  content: z.union([z.string(), parts(userContentPart)], {
+    error: `Expected a string or an array of up to ${REQUEST_LIMITS.contentParts} content parts.`,
   }),
-  name: z.string().nullish(),
+  name: name.nullish(),
 });
 const assistantMessage = z.object({
   role: z.literal("assistant"),
-  content: z.union([z.string(), z.array(z.discriminatedUnion("type", [textPart, refusalPart]))]).nullish(),
+  content: z.union([z.string(), parts(z.discriminatedUnion("type", [textPart, refusalPart]))]).nullish(),
   refusal: z.string().nullish(),
-  name: z.string().nullish(),
-  tool_calls: z.array(toolCall).nullish(),
+  name: name.nullish(),
+  tool_calls: z.array(toolCall).max(REQUEST_LIMITS.toolCalls).nullish(),
 });
 const toolMessage = z.object({
   role: z.literal("tool"),
   content: textContent,
-  tool_call_id: z.string(),
+  tool_call_id: name,
 });
 
 export const chatMessageSchema = z.discriminatedUnion(
@@ -62,7 +125,12 @@ export const chatMessageSchema = z.discriminatedUnion(
 const functionName = z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, {
   error: "Expected a name of 1 to 64 letters, digits, underscores or dashes.",
 });
-const jsonSchema = z.record(z.string(), z.unknown(), { error: "Expected a JSON Schema object." });
+const jsonSchema = z.record(z.string(), z.unknown(), { error: "Expected a JSON Schema object." }).check((context) => {
+  const bytes = jsonBytes(context.value);
+  if (bytes === undefined || bytes > REQUEST_LIMITS.schemaBytes) {
+    context.issues.push({ code: "custom", message: `must be a JSON schema of at most ${REQUEST_LIMITS.schemaBytes} bytes as JSON text.`, input: context.value });
+  }
+});
 
 const responseFormat = z.discriminatedUnion(
   "type",
@@ -73,7 +141,7 @@ const responseFormat = z.discriminatedUnion(
       type: z.literal("json_schema"),
       json_schema: z.object({
         name: functionName,
-        description: z.string().nullish(),
+        description: bounded(REQUEST_LIMITS.toolDescription).nullish(),
         schema: jsonSchema.nullish(),
         strict: z.boolean().nullish(),
       }),
@@ -86,7 +154,7 @@ const functionTool = z.object({
   type: z.literal("function", { error: "Only tools of type 'function' are supported." }),
   function: z.object({
     name: functionName,
-    description: z.string().nullish(),
+    description: bounded(REQUEST_LIMITS.toolDescription).nullish(),
     parameters: jsonSchema.nullish(),
     strict: z.boolean().nullish(),
   }),
@@ -95,37 +163,41 @@ const functionTool = z.object({
 const toolChoice = z.union(
   [
     z.enum(["none", "auto", "required"]),
-    z.object({ type: z.literal("function"), function: z.object({ name: z.string() }) }),
+    z.object({ type: z.literal("function"), function: z.object({ name }) }),
   ],
   { error: "Expected 'none', 'auto', 'required' or {\"type\": \"function\", \"function\": {\"name\": ...}}." },
 );
 
 const probability = (min: number, max: number) => z.number().min(min).max(max).nullish();
 
+const completionTokens = z.number().int().min(1).max(REQUEST_LIMITS.completionTokens);
+
 export const chatCompletionRequestSchema = z.object({
-  messages: z.array(chatMessageSchema).min(1),
-  model: z.string().min(1),
+  messages: z.array(chatMessageSchema).min(1).max(REQUEST_LIMITS.messages),
+  model: z.string().min(1).max(REQUEST_LIMITS.name),
   frequency_penalty: probability(-2, 2),
   /** Token id (a decimal string) → bias added to its logit, -100..100 (-100 bans the token); keys and range are checked by the serving layer, the vocabulary by the engine. */
-  logit_bias: z.record(z.string(), z.number()).nullish(),
+  logit_bias: countedRecord(z.number(), REQUEST_LIMITS.logitBias, "entries").nullish(),
   logprobs: z.boolean().nullish(),
   top_logprobs: z.number().int().min(0).max(20).nullish(),
-  max_completion_tokens: z.number().int().min(1).nullish(),
+  max_completion_tokens: completionTokens.nullish(),
   /** Deprecated by OpenAI in favour of `max_completion_tokens`; both are honoured, the smaller wins. */
-  max_tokens: z.number().int().min(1).nullish(),
+  max_tokens: completionTokens.nullish(),
   /** Choices to generate, each billed. */
   n: z.number().int().min(1).max(8).nullish(),
   presence_penalty: probability(-2, 2),
   response_format: responseFormat.nullish(),
   seed: z.number().int().nullish(),
   stop: z
-    .union([z.string(), z.array(z.string()).max(4)], { error: "Expected a string or an array of up to 4 strings." })
+    .union([bounded(REQUEST_LIMITS.stopLength), z.array(bounded(REQUEST_LIMITS.stopLength)).max(REQUEST_LIMITS.stopSequences)], {
+      error: `Expected a string or an array of up to ${REQUEST_LIMITS.stopSequences} strings, each of at most ${REQUEST_LIMITS.stopLength} characters.`,
+    })
     .nullish(),
   stream: z.boolean().nullish(),
   stream_options: z.object({ include_usage: z.boolean().nullish() }).nullish(),
   temperature: probability(0, 2),
   top_p: probability(0, 1),
-  tools: z.array(functionTool).nullish(),
+  tools: z.array(functionTool).max(REQUEST_LIMITS.tools).nullish(),
   tool_choice: toolChoice.nullish(),
   parallel_tool_calls: z.boolean().nullish(),
   user: z.string().nullish(),
@@ -134,6 +206,21 @@ export const chatCompletionRequestSchema = z.object({
   function_call: z.unknown().optional(),
   audio: z.unknown().optional(),
   modalities: z.array(z.string()).nullish(),
+}).check((context) => {
+  // Every choice may use all of its completion tokens: their product is what a request can ask for.
+  const request = context.value;
+  const limits = [request.max_tokens, request.max_completion_tokens].filter((value): value is number => value != null);
+  if (limits.length === 0 || request.n == null) return;
+  const each = Math.min(...limits);
+  if (request.n * each > REQUEST_LIMITS.completionTokens) {
+    const param = request.max_completion_tokens === each ? "max_completion_tokens" : "max_tokens";
+    context.issues.push({
+      code: "custom",
+      path: [param],
+      message: `'n' × '${param}' must be at most ${REQUEST_LIMITS.completionTokens} tokens, got ${request.n} × ${each}.`,
+      input: each,
+    });
+  }
 });
 
 export type ChatCompletionRequest = z.infer<typeof chatCompletionRequestSchema>;

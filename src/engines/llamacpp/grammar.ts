@@ -8,7 +8,8 @@
  */
 import { LlamaText, SpecialTokensText, type ChatWrapper, type GbnfJsonSchema, type Llama, type LlamaGrammar } from "node-llama-cpp";
 import type { ResponseFormat, ToolDefinition } from "../engine.ts";
-import { toGrammarSchema, UnsupportedSchemaError } from "./json-schema.ts";
+import { ApiError } from "../../protocol/errors.ts";
+import { SchemaBudget, toGrammarSchema, UnsupportedSchemaError } from "./json-schema.ts";
 
 /** The literal text a chat template writes around tool calls (node-llama-cpp's `functions.call` settings). */
 export type CallSyntax = {
@@ -143,6 +144,59 @@ function adjustSchemaGrammar(grammar: string): string {
     .join("\n");
 }
 
+/** Where a response format's schema is, for errors. */
+export const RESPONSE_SCHEMA_PARAM = "response_format.json_schema.schema";
+
+/** Where a tool's parameters schema is, for errors. */
+export function parametersParam(index: number): string {
+  return `tools[${index}].function.parameters`;
+}
+
+/**
+ * A 400 naming `param` for a grammar llama.cpp (or node-llama-cpp's JSON-schema writer) would
+ * not build: the client's schema is the cause, never the server. Typed API errors pass through.
+ */
+export function grammarRefused(error: unknown, param: string): ApiError {
+  if (error instanceof ApiError) return error;
+  // The reason is shown only when it is a plain sentence ("Failed to parse grammar"): never a path.
+  const reason = (error instanceof Error ? error.message : String(error)).replace(/[.\s]+$/, "");
+  const shown = /^[\w ,'()-]{1,120}$/.test(reason) ? ` (${reason})` : "";
+  return new UnsupportedSchemaError(
+    `The JSON schema cannot be enforced on this model: llama.cpp could not build a grammar for it${shown}; see the structured output limits in the README (at '${param}').`,
+    param,
+  );
+}
+
+/**
+ * The parameters schema of tool `index`, translated for the grammar (an empty object schema when
+ * it has none). Throws `UnsupportedSchemaError` naming it when it cannot be enforced or is not
+ * an object schema.
+ */
+export function toolParametersSchema(tool: ToolDefinition, index: number, budget: SchemaBudget = new SchemaBudget()): GbnfJsonSchema {
+  const param = parametersParam(index);
+  const schema = toGrammarSchema(tool.parameters ?? { type: "object", properties: {} }, param, budget);
+  if (!("type" in schema) || schema.type !== "object") {
+    throw new UnsupportedSchemaError(`The parameters of a function must be a JSON schema of type 'object' (at '${param}').`, param);
+  }
+  return schema;
+}
+
+/** A response format with its schema translated: what the reply's content must be. */
+export type ContentFormat = { type: "json_object" } | { type: "json_schema"; schema: GbnfJsonSchema };
+
+/**
+ * Translates a response format's schema, spending from `budget` (the request's); undefined for
+ * free text. Throws `UnsupportedSchemaError` naming the keyword the grammar cannot enforce.
+ */
+export function contentFormat(format: ResponseFormat | undefined, budget: SchemaBudget = new SchemaBudget()): ContentFormat | undefined {
+  if (format === undefined || format.type === "text") return undefined;
+  if (format.type === "json_object") return { type: "json_object" };
+  return { type: "json_schema", schema: toGrammarSchema(format.schema, RESPONSE_SCHEMA_PARAM, budget) };
+}
+
+/** A tool whose parameters schema is already translated. */
+export type GrammarTool = { name: string; parameters: GbnfJsonSchema };
+
 /** Creates grammars and keeps the last ones built, by their source text (creation costs ~0.1 s). */
 export class GrammarFactory {
   readonly #llama: Llama;
@@ -155,52 +209,60 @@ export class GrammarFactory {
     this.#capacity = capacity;
   }
 
-  /** The GBNF of one JSON value valid against `schema` (already translated), its root named `root`. */
-  async #schemaGrammarText(schema: GbnfJsonSchema): Promise<string> {
+  /**
+   * The GBNF of one JSON value valid against `schema` (already translated), its root named
+   * `root`; a schema llama.cpp's parser refuses is a 400 naming `param`.
+   */
+  async #schemaGrammarText(schema: GbnfJsonSchema, param: string): Promise<string> {
     const key = JSON.stringify(schema);
     let text = this.#schemaTexts.get(key);
     if (text === undefined) {
+      // node-llama-cpp writes the grammar and has llama.cpp parse it: either may throw.
       text = this.#llama.createGrammarForJsonSchema(schema as never).then((grammar) => adjustSchemaGrammar(grammar.grammar));
+      const failed = text;
+      failed.catch(() => this.#schemaTexts.get(key) === failed && this.#schemaTexts.delete(key));
       remember(this.#schemaTexts, key, text, this.#capacity);
     }
-    return text;
+    try {
+      return await text;
+    } catch (error) {
+      throw grammarRefused(error, param);
+    }
   }
 
   async #jsonObjectGrammarText(): Promise<string> {
     return (await this.#llama.getGrammarFor("json")).grammar;
   }
 
-  /** A compiled grammar for GBNF text. */
-  grammar(text: string): Promise<LlamaGrammar> {
+  /**
+   * A compiled grammar for GBNF text; one llama.cpp refuses is a 400 naming `param` (the part of
+   * the request the grammar was built from).
+   */
+  async grammar(text: string, param: string): Promise<LlamaGrammar> {
     let grammar = this.#cache.get(text);
     if (grammar === undefined) {
       grammar = this.#llama.createGrammar({ grammar: text });
-      grammar.catch(() => this.#cache.delete(text));
+      const failed = grammar;
+      failed.catch(() => this.#cache.get(text) === failed && this.#cache.delete(text));
       remember(this.#cache, text, grammar, this.#capacity);
     }
-    return grammar;
-  }
-
-  /**
-   * GBNF rules for the reply's content under `format` with root rule `${prefix}root`, or
-   * undefined for free text. Throws `UnsupportedSchemaError` for a schema it cannot enforce.
-   */
-  async contentRules(format: ResponseFormat | undefined, prefix: string): Promise<string | undefined> {
-    if (format === undefined || format.type === "text") return undefined;
-    if (format.type === "json_object") return prefixRules(await this.#jsonObjectGrammarText(), prefix);
-    const schema = toGrammarSchema(format.schema, "response_format.json_schema.schema");
-    return prefixRules(await this.#schemaGrammarText(schema), prefix);
-  }
-
-  /** GBNF for a tool's arguments with root `${prefix}root`; refuses a parameters schema that is not an object. */
-  async argumentsRules(tool: ToolDefinition, index: number, prefix: string): Promise<string> {
-    const param = `tools[${index}].function.parameters`;
-    const parameters = tool.parameters ?? { type: "object", properties: {} };
-    const schema = toGrammarSchema(parameters, param);
-    if (!("type" in schema) || schema.type !== "object") {
-      throw new UnsupportedSchemaError(`The parameters of a function must be a JSON schema of type 'object' (at '${param}').`, param);
+    try {
+      return await grammar;
+    } catch (error) {
+      throw grammarRefused(error, param);
     }
-    return prefixRules(await this.#schemaGrammarText(schema), prefix);
+  }
+
+  /** GBNF rules for the reply's content under `format` with root rule `${prefix}root`, or undefined for free text. */
+  async contentRules(format: ContentFormat | undefined, prefix: string): Promise<string | undefined> {
+    if (format === undefined) return undefined;
+    if (format.type === "json_object") return prefixRules(await this.#jsonObjectGrammarText(), prefix);
+    return prefixRules(await this.#schemaGrammarText(format.schema, RESPONSE_SCHEMA_PARAM), prefix);
+  }
+
+  /** GBNF for the arguments of tool `index` (its parameters already translated) with root `${prefix}root`. */
+  async argumentsRules(parameters: GbnfJsonSchema, index: number, prefix: string): Promise<string> {
+    return prefixRules(await this.#schemaGrammarText(parameters, parametersParam(index)), prefix);
   }
 }
 
@@ -210,9 +272,10 @@ function remember<Value>(map: Map<string, Value>, key: string, value: Value, cap
 }
 
 export type ReplyGrammarOptions = {
-  format?: ResponseFormat;
-  /** The tools the reply may call; empty for none. */
-  tools: ToolDefinition[];
+  /** The content's format, translated (`contentFormat`); undefined for free text. */
+  format?: ContentFormat;
+  /** The tools the reply may call, their parameters translated (`toolParametersSchema`); empty for none. */
+  tools: GrammarTool[];
   /** `auto`: a tool-call section or content; `required`: calls only; `{name}`: exactly one call of it. */
   choice: "auto" | "required" | { name: string };
   parallel: boolean;
@@ -234,7 +297,7 @@ export async function replyGrammarText(factory: GrammarFactory, options: ReplyGr
   const rules: string[] = [];
   const alternatives: string[] = [];
   for (const [index, tool] of options.tools.entries()) {
-    const argumentsRules = await factory.argumentsRules(tool, index, `t${index}-`);
+    const argumentsRules = await factory.argumentsRules(tool.parameters, index, `t${index}-`);
     if (named !== undefined && tool.name !== named) continue;
     rules.push(argumentsRules);
     alternatives.push(`${gbnfLiteral(tool.name + syntax.paramsPrefix(tool.name))} t${index}-root`);

@@ -5,13 +5,13 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { z } from "zod";
 import { zodResponseFormat } from "openai/helpers/zod";
-import { SCHEMA_LIMITS, toGrammarSchema, UnsupportedSchemaError } from "./json-schema.ts";
+import { SCHEMA_LIMITS, SchemaBudget, toGrammarSchema, UnsupportedSchemaError } from "./json-schema.ts";
 
 const base = "response_format.json_schema.schema";
 
-function assertRefused(schema: Record<string, unknown>, param: string, mentions?: string): void {
+function assertRefused(schema: Record<string, unknown>, param: string, mentions?: string, budget?: SchemaBudget): void {
   assert.throws(
-    () => toGrammarSchema(schema, base),
+    () => toGrammarSchema(schema, base, budget),
     (error: unknown) => {
       assert.ok(error instanceof UnsupportedSchemaError, `expected UnsupportedSchemaError, got ${String(error)}`);
       assert.equal(error.status, 400);
@@ -177,12 +177,17 @@ describe("toGrammarSchema", () => {
 
     for (const keyword of ["minLength", "maxLength"]) {
       toGrammarSchema({ type: "string", [keyword]: SCHEMA_LIMITS.repetitions }, base);
-      assertRefused({ type: "string", [keyword]: SCHEMA_LIMITS.repetitions + 1 }, `${base}.${keyword}`, "above 2000");
+      assertRefused({ type: "string", [keyword]: SCHEMA_LIMITS.repetitions + 1 }, `${base}.${keyword}`, "above 1000");
     }
     for (const keyword of ["minItems", "maxItems"]) {
       toGrammarSchema({ type: "array", items: { type: "integer" }, [keyword]: SCHEMA_LIMITS.repetitions }, base);
-      assertRefused({ type: "array", items: { type: "integer" }, [keyword]: 100_000 }, `${base}.${keyword}`, "above 2000");
+      assertRefused({ type: "array", items: { type: "integer" }, [keyword]: 100_000 }, `${base}.${keyword}`, "above 1000");
     }
+    // Past a prefix, the repeated rule is bigger: llama.cpp allows fewer repetitions of it.
+    const prefixItems = [{ type: "string" }];
+    toGrammarSchema({ type: "array", prefixItems, maxItems: 1 + SCHEMA_LIMITS.repetitionsAfterPrefix }, base);
+    assertRefused({ type: "array", prefixItems, maxItems: 2 + SCHEMA_LIMITS.repetitionsAfterPrefix }, `${base}.maxItems`, "past 'prefixItems'");
+    assertRefused({ type: "array", prefixItems, minItems: 2 + SCHEMA_LIMITS.repetitionsAfterPrefix }, `${base}.minItems`, "past 'prefixItems'");
   });
 
   it("names the nested path of a refused keyword", () => {
@@ -191,5 +196,73 @@ describe("toGrammarSchema", () => {
       `${base}.properties.items.items.properties.email.format`,
     );
     assertRefused({ anyOf: [{ type: "string" }, { type: "string", pattern: "x" }] }, `${base}.anyOf[1].pattern`);
+  });
+
+  describe("work", () => {
+    /** Issue 9 row 1: `levels` definitions, each an anyOf of `fanOut` references to the next. */
+    function chain(fanOut: number, levels: number, beside: Record<string, unknown>): Record<string, unknown> {
+      const $defs: Record<string, unknown> = {};
+      for (let level = 0; level < levels; level++) {
+        $defs[`d${level}`] = level === levels - 1 ? { type: "string" } : { anyOf: Array.from({ length: fanOut }, () => ({ $ref: `#/$defs/d${level + 1}` })) };
+      }
+      return { $defs, type: "object", properties: { x: { oneOf: [{ $ref: "#/$defs/d0" }, beside] } } };
+    }
+
+    /** CPU milliseconds `run` takes. */
+    function cpuMs(run: () => void): number {
+      const before = process.cpuUsage();
+      run();
+      const used = process.cpuUsage(before);
+      return (used.user + used.system) / 1000;
+    }
+
+    it("checks oneOf over a chain of definitions with many references each in time linear in the schema (issue 9 row 1)", () => {
+      // Before: every path through the chain was followed, fanOut^levels of them (k=10: seconds).
+      const spent = cpuMs(() => {
+        assertRefused(chain(4, 6, { type: "string" }), `${base}.properties.x.oneOf`, "may both match");
+        toGrammarSchema(chain(4, 6, { type: "number" }), base);
+      });
+      assert.ok(spent < 1000, `took ${spent} ms of CPU`);
+    });
+
+    it("refuses a choice that expands to too many alternatives through its references, naming it", () => {
+      // 40 references to the next of 8 levels: 40^7 paths llama.cpp's grammar would follow.
+      const spent = cpuMs(() => {
+        assertRefused(chain(40, 8, { type: "string" }), `${base}.$defs.d4.anyOf`, "expands to 64000 alternatives");
+        assertRefused(chain(40, 8, { type: "number" }), `${base}.$defs.d4.anyOf`, "expands to");
+      });
+      assert.ok(spent < 1000, `took ${spent} ms of CPU`);
+      const enums = { anyOf: Array.from({ length: 5 }, (_, index) => ({ enum: Array.from({ length: 1000 }, (_, value) => `${index}-${value}`) })) };
+      assertRefused(enums, `${base}.anyOf`, "expands to 5000 alternatives");
+      toGrammarSchema({ anyOf: enums.anyOf.slice(0, 4) }, base);
+    });
+
+    it("refuses schemas whose overlap checks would pass the work budget, naming the schema", () => {
+      // 64 alternatives of 1000 distinct values each: 2016 pairs to compare.
+      const alternatives = Array.from({ length: SCHEMA_LIMITS.oneOfAlternatives }, (_, index) => ({ enum: Array.from({ length: 60 }, (_, value) => index * 1000 + value) }));
+      const spent = cpuMs(() => assertRefused({ oneOf: alternatives }, base, "too complex"));
+      assert.ok(spent < 1000, `took ${spent} ms of CPU`);
+    });
+
+    it("refuses many definitions used from many places (node-llama-cpp's bookkeeping is their product)", () => {
+      const $defs: Record<string, unknown> = {};
+      const properties: Record<string, unknown> = {};
+      for (let index = 0; index < 1500; index++) {
+        $defs[`d${index}`] = { type: "object", properties: { v: { type: "string" } } };
+        properties[`p${index}`] = { $ref: `#/$defs/d${index}` };
+      }
+      assertRefused({ $defs, type: "object", properties }, base, "too complex");
+    });
+
+    it("shares one budget across the schemas of a request, refusing the one that passes it", () => {
+      const budget = new SchemaBudget();
+      const long = { type: "object", properties: Object.fromEntries(Array.from({ length: 20 }, (_, index) => [`p${index}`, { type: "string", maxLength: SCHEMA_LIMITS.repetitions }])) };
+      toGrammarSchema(long, "tools[0].function.parameters", budget);
+      toGrammarSchema(long, "tools[1].function.parameters", budget);
+      assert.throws(
+        () => toGrammarSchema(long, "tools[2].function.parameters", budget),
+        (error: unknown) => error instanceof UnsupportedSchemaError && error.param === "tools[2].function.parameters" && /too complex/.test(error.message),
+      );
+    });
   });
 });

@@ -33,9 +33,68 @@ export const SCHEMA_LIMITS = {
   enumValues: 1000,
   /** `oneOf` alternatives: each pair is checked for overlap. */
   oneOfAlternatives: 64,
-  /** llama.cpp refuses repetition counts above 2000 (`MAX_REPETITION_THRESHOLD`). */
-  repetitions: 2000,
+  /**
+   * `minLength`/`maxLength`/`minItems`/`maxItems`. llama.cpp's parser refuses a repetition when
+   * its count times the rules it repeats passes 2000 (`MAX_REPETITION_THRESHOLD`); the rules
+   * node-llama-cpp writes repeat two rules, so 1000 is the most that always compiles.
+   */
+  repetitions: 1000,
+  /** Items past `prefixItems` that `minItems`/`maxItems` may ask for: that repetition repeats three rules. */
+  repetitionsAfterPrefix: 666,
+  /**
+   * Alternatives one choice (`anyOf`, `oneOf`, `enum`, a type list) expands to, counted through
+   * the references and choices it holds: llama.cpp's grammar follows every path to a first
+   * character each time it reaches the choice (16^7 paths took seconds per token).
+   */
+  alternatives: 4096,
+  /**
+   * Work the schemas of one request may cost, in steps of roughly a microsecond of event-loop
+   * time (translation, the overlap checks of `oneOf`, building and compiling the grammar).
+   */
+  work: 50_000,
 } as const;
+
+/**
+ * What each part of a schema costs against `SCHEMA_LIMITS.work`, in steps (measured on a small
+ * CPU: node-llama-cpp writes ~8 µs of grammar per subschema, compiles ~0.7 µs per repeated rule,
+ * and re-registers every definition at every object, array, alternative and reference).
+ */
+const WORK_COST = {
+  subschema: 8,
+  enumValue: 2,
+  repetition: 1,
+  /** Per (subschema × definition): node-llama-cpp's definition bookkeeping, ~0.1 µs each. */
+  definitionScope: 1 / 8,
+} as const;
+
+/**
+ * The work budget shared by every schema of one request (the response format's and each tool's
+ * parameters): past it, the schema being translated is refused with a 400 naming it.
+ */
+export class SchemaBudget {
+  #left: number;
+
+  constructor(steps: number = SCHEMA_LIMITS.work) {
+    this.#left = steps;
+  }
+
+  /** Steps left. */
+  get left(): number {
+    return this.#left;
+  }
+
+  /** Spends `steps` on the schema at `param` (its root); throws `UnsupportedSchemaError` past the budget. */
+  spend(steps: number, param: string): void {
+    this.#left -= steps;
+    if (this.#left < 0) {
+      refuse(
+        param,
+        `the request's schemas are too complex to turn into a grammar (more than ${SCHEMA_LIMITS.work} steps of work); ` +
+          "use fewer subschemas, definitions, 'oneOf' alternatives or smaller length and item bounds",
+      );
+    }
+  }
+}
 
 /** Keywords that never change which values are valid. */
 const ANNOTATIONS = new Set([
@@ -79,6 +138,12 @@ type Context = {
    * them would make a rule that starts with itself (left recursion), which never writes a value.
    */
   unguarded: Set<string>;
+  /** The request's work budget. */
+  budget: SchemaBudget;
+  /** `possibleTypes` of each (client) subschema already looked at, so every one is looked at once. */
+  types: Map<object, Set<string> | undefined>;
+  /** `alternativesOf` each (client) subschema already looked at. */
+  alternatives: Map<object, number>;
 };
 
 const ROOT_DEFINITION = "__root";
@@ -105,7 +170,7 @@ function typeOfValue(value: string | number | boolean | null): BasicType {
  * Translates `schema` (found at `param`, e.g. `response_format.json_schema.schema`).
  * Throws `UnsupportedSchemaError` naming the first keyword the grammar cannot enforce.
  */
-export function toGrammarSchema(schema: JsonSchema, param: string): GbnfJsonSchema {
+export function toGrammarSchema(schema: JsonSchema, param: string, budget: SchemaBudget = new SchemaBudget()): GbnfJsonSchema {
   if (!isObject(schema)) refuse(param, "a schema must be a JSON object");
   const definitions: Record<string, unknown> = {};
   for (const keyword of ["$defs", "definitions"] as const) {
@@ -114,11 +179,23 @@ export function toGrammarSchema(schema: JsonSchema, param: string): GbnfJsonSche
     if (!isObject(defs)) refuse(`${param}.${keyword}`, `'${keyword}' must be an object`);
     Object.assign(definitions, defs);
   }
-  const context: Context = { root: param, definitions, translated: {}, refersToRoot: false, subschemas: 0, depth: 0, unguarded: new Set([ROOT_DEFINITION]) };
+  const context: Context = {
+    root: param,
+    definitions,
+    translated: {},
+    refersToRoot: false,
+    subschemas: 0,
+    depth: 0,
+    unguarded: new Set([ROOT_DEFINITION]),
+    budget,
+    types: new Map(),
+    alternatives: new Map(),
+  };
   const rootSchema = Object.fromEntries(Object.entries(schema).filter(([key]) => key !== "$defs" && key !== "definitions"));
   const root = translate(rootSchema, param, context);
   const defs: Record<string, GbnfJsonSchema> = { ...context.translated };
   if (context.refersToRoot) defs[ROOT_DEFINITION] = root;
+  budget.spend(Math.ceil(context.subschemas * Object.keys(defs).length * WORK_COST.definitionScope), param);
   if (Object.keys(defs).length === 0) return root;
   if (context.refersToRoot) return { $ref: `#/$defs/${ROOT_DEFINITION}`, $defs: defs } as GbnfJsonSchema;
   return { oneOf: [root], $defs: defs } as GbnfJsonSchema;
@@ -126,6 +203,7 @@ export function toGrammarSchema(schema: JsonSchema, param: string): GbnfJsonSche
 
 function translate(schema: unknown, param: string, context: Context): GbnfJsonSchema {
   if (++context.subschemas > SCHEMA_LIMITS.subschemas) refuse(param, `a schema may have at most ${SCHEMA_LIMITS.subschemas} subschemas`);
+  context.budget.spend(WORK_COST.subschema, context.root);
   if (context.depth >= SCHEMA_LIMITS.depth) refuse(param, `a schema may nest at most ${SCHEMA_LIMITS.depth} levels deep`);
   context.depth++;
   try {
@@ -179,13 +257,20 @@ function translateSchema(schema: unknown, param: string, context: Context): Gbnf
     }
     onlyWith(schema, param, keyword, []);
     const translated = alternatives.map((alternative, index) => translate(alternative, `${param}.${keyword}[${index}]`, context));
+    const paths = alternativesOf(schema, context);
+    if (paths > SCHEMA_LIMITS.alternatives) {
+      refuse(
+        `${param}.${keyword}`,
+        `'${keyword}' expands to ${paths} alternatives through the choices and references it holds (at most ${SCHEMA_LIMITS.alternatives}); the grammar would follow each of them`,
+      );
+    }
     if (keyword === "oneOf") assertDisjoint(alternatives, param, context);
     return withDescription(translated.length === 1 ? translated[0]! : ({ oneOf: translated } as GbnfJsonSchema));
   }
 
   const types = declaredTypes(schema, param);
   if (schema.const !== undefined || schema.enum !== undefined) {
-    return withDescription(literals(schema, param, types));
+    return withDescription(literals(schema, param, types, context));
   }
   if (types === undefined) {
     // No type: only keywords that apply regardless of type could constrain; none are allowed here.
@@ -243,11 +328,12 @@ function declaredTypes(schema: Record<string, unknown>, param: string): BasicTyp
 }
 
 /** `const` / `enum`, optionally narrowed by `type`. */
-function literals(schema: Record<string, unknown>, param: string, types: BasicType[] | undefined): GbnfJsonSchema {
+function literals(schema: Record<string, unknown>, param: string, types: BasicType[] | undefined, context: Context): GbnfJsonSchema {
   const keyword = schema.const !== undefined ? "const" : "enum";
   onlyWith(schema, param, keyword, ["type", ...(keyword === "const" && schema.enum !== undefined ? ["enum"] : [])]);
   const values: unknown[] = keyword === "const" ? [schema.const] : Array.isArray(schema.enum) ? schema.enum : refuse(`${param}.enum`, "'enum' must be an array");
   if (values.length > SCHEMA_LIMITS.enumValues) refuse(`${param}.enum`, `'enum' may list at most ${SCHEMA_LIMITS.enumValues} values`);
+  context.budget.spend(values.length * WORK_COST.enumValue, context.root);
   for (const value of values) {
     if (!isPrimitive(value)) refuse(`${param}.${keyword}`, `'${keyword}' values that are objects or arrays are not supported`);
   }
@@ -269,7 +355,7 @@ function typed(schema: Record<string, unknown>, type: BasicType, param: string, 
   onlyWith(schema, param, "type", [...applicable]);
   switch (type) {
     case "string":
-      return stringSchema(schema, param);
+      return stringSchema(schema, param, context);
     case "number":
     case "integer":
       return numberSchema(schema, type, param);
@@ -283,18 +369,22 @@ function typed(schema: Record<string, unknown>, type: BasicType, param: string, 
   }
 }
 
-/** A length or item-count bound; the grammar repeats a rule that many times, so it is capped. */
-function repetitionBound(schema: Record<string, unknown>, keyword: string, param: string): number | undefined {
+/**
+ * A length or item-count bound; the grammar repeats a rule that many times (llama.cpp expands
+ * each repetition into that many rules), so it is capped and counted against the work budget.
+ */
+function repetitionBound(schema: Record<string, unknown>, keyword: string, param: string, context: Context): number | undefined {
   const value = schema[keyword];
   if (value === undefined) return undefined;
   if (typeof value !== "number" || !Number.isInteger(value) || value < 0) refuse(`${param}.${keyword}`, `'${keyword}' must be a non-negative integer`);
   if (value > SCHEMA_LIMITS.repetitions) refuse(`${param}.${keyword}`, `'${keyword}' above ${SCHEMA_LIMITS.repetitions} is not supported`);
+  context.budget.spend(value * WORK_COST.repetition, context.root);
   return value;
 }
 
-function stringSchema(schema: Record<string, unknown>, param: string): GbnfJsonSchema {
-  const minLength = repetitionBound(schema, "minLength", param);
-  const maxLength = repetitionBound(schema, "maxLength", param);
+function stringSchema(schema: Record<string, unknown>, param: string, context: Context): GbnfJsonSchema {
+  const minLength = repetitionBound(schema, "minLength", param, context);
+  const maxLength = repetitionBound(schema, "maxLength", param, context);
   if (minLength !== undefined && maxLength !== undefined && maxLength < minLength) refuse(`${param}.maxLength`, "'maxLength' is below 'minLength'");
   if (schema.format !== undefined) {
     if (typeof schema.format !== "string" || !STRING_FORMATS.has(schema.format)) {
@@ -350,8 +440,8 @@ function objectSchema(schema: Record<string, unknown>, param: string, context: C
 
 function arraySchema(schema: Record<string, unknown>, param: string, context: Context): GbnfJsonSchema {
   if (schema.uniqueItems === true) refuse(`${param}.uniqueItems`, "'uniqueItems' is not supported");
-  let minItems = repetitionBound(schema, "minItems", param);
-  let maxItems = repetitionBound(schema, "maxItems", param);
+  let minItems = repetitionBound(schema, "minItems", param, context);
+  let maxItems = repetitionBound(schema, "maxItems", param, context);
   if (minItems !== undefined && maxItems !== undefined && maxItems < minItems) refuse(`${param}.maxItems`, "'maxItems' is below 'minItems'");
   let prefixItems: GbnfJsonSchema[] | undefined;
   if (schema.prefixItems !== undefined) {
@@ -360,6 +450,12 @@ function arraySchema(schema: Record<string, unknown>, param: string, context: Co
     prefixItems = guarded(context, () => declared.map((item, index) => translate(item, `${param}.prefixItems[${index}]`, context)));
     // The grammar always writes every prefix item.
     if (maxItems !== undefined && maxItems < prefixItems.length) refuse(`${param}.maxItems`, "'maxItems' below the number of 'prefixItems' is not supported");
+    // The items after the prefix are one repetition of (separator, item): llama.cpp counts it three rules.
+    const beyond = maxItems !== undefined && maxItems > prefixItems.length ? "maxItems" : minItems !== undefined ? "minItems" : undefined;
+    const repeated = beyond === undefined ? 0 : (beyond === "maxItems" ? maxItems! : minItems!) - prefixItems.length;
+    if (beyond !== undefined && repeated > SCHEMA_LIMITS.repetitionsAfterPrefix) {
+      refuse(`${param}.${beyond}`, `'${beyond}' more than ${SCHEMA_LIMITS.repetitionsAfterPrefix} items past 'prefixItems' is not supported`);
+    }
     if (minItems === undefined || minItems < prefixItems.length) minItems = prefixItems.length;
   }
   let items: GbnfJsonSchema | undefined;
@@ -421,9 +517,23 @@ function anyValue(): GbnfJsonSchema {
   } as GbnfJsonSchema;
 }
 
-/** Possible JSON types of a (client) schema, or undefined when unknown. */
+/**
+ * Possible JSON types of a (client) schema, or undefined when unknown. Each subschema (and so
+ * each definition) is looked at once per schema: a chain of definitions that each refer to the
+ * next many times costs its size, not the product of its fan-outs. A definition that refers back
+ * to itself counts as unknown while it is being looked at.
+ */
 function possibleTypes(schema: unknown, context: Context, depth = 0): Set<string> | undefined {
-  if (!isObject(schema) || depth > 16) return undefined;
+  if (!isObject(schema) || depth > SCHEMA_LIMITS.depth) return undefined;
+  context.budget.spend(1, context.root);
+  if (context.types.has(schema)) return context.types.get(schema);
+  context.types.set(schema, undefined);
+  const types = computePossibleTypes(schema, context, depth);
+  context.types.set(schema, types);
+  return types;
+}
+
+function computePossibleTypes(schema: Record<string, unknown>, context: Context, depth: number): Set<string> | undefined {
   if (typeof schema.$ref === "string") {
     const match = /^#\/(\$defs|definitions)\/([^/]+)$/.exec(schema.$ref);
     return match === null ? undefined : possibleTypes(context.definitions[match[2]!], context, depth + 1);
@@ -445,44 +555,88 @@ function possibleTypes(schema: unknown, context: Context, depth = 0): Set<string
   return new Set(types.map((type) => (type === "integer" ? "number" : String(type))));
 }
 
-/** The values a property may take when they are a finite list (const/enum). */
-function literalValues(schema: unknown): unknown[] | undefined {
-  if (!isObject(schema)) return undefined;
-  if (schema.const !== undefined) return [schema.const];
-  return Array.isArray(schema.enum) ? schema.enum : undefined;
+/**
+ * How many alternatives a (client) schema stands for at its first character: a choice adds up
+ * its alternatives', a reference is its definition's, a list of values or types counts each;
+ * anything else begins with a character of its own (1). Each subschema is counted once; a
+ * definition that refers back to itself counts 1 there (an object or array is in between).
+ */
+function alternativesOf(schema: unknown, context: Context, depth = 0): number {
+  if (!isObject(schema) || depth > SCHEMA_LIMITS.depth) return 1;
+  context.budget.spend(1, context.root);
+  const known = context.alternatives.get(schema);
+  if (known !== undefined) return known;
+  context.alternatives.set(schema, 1);
+  let count = 1;
+  if (typeof schema.$ref === "string") {
+    const match = /^#\/(\$defs|definitions)\/([^/]+)$/.exec(schema.$ref);
+    count = match === null ? 1 : alternativesOf(context.definitions[decodeURIComponent(match[2]!).replaceAll("~1", "/").replaceAll("~0", "~")], context, depth + 1);
+  } else if (Array.isArray(schema.anyOf ?? schema.oneOf)) {
+    count = 0;
+    for (const alternative of (schema.anyOf ?? schema.oneOf) as unknown[]) count = Math.min(Number.MAX_SAFE_INTEGER, count + alternativesOf(alternative, context, depth + 1));
+  } else if (Array.isArray(schema.allOf) && schema.allOf.length === 1) {
+    count = alternativesOf(schema.allOf[0], context, depth + 1);
+  } else if (Array.isArray(schema.enum)) {
+    count = Math.max(1, schema.enum.length);
+  } else if (Array.isArray(schema.type)) {
+    count = Math.max(1, schema.type.length);
+  }
+  context.alternatives.set(schema, count);
+  return count;
 }
 
+/** The values a property may take when they are a finite list (const/enum). */
+function literalValues(schema: unknown, context: Context): Set<unknown> | undefined {
+  if (!isObject(schema)) return undefined;
+  if (schema.const !== undefined) return new Set([schema.const]);
+  if (!Array.isArray(schema.enum)) return undefined;
+  context.budget.spend(schema.enum.length, context.root);
+  return new Set(schema.enum);
+}
+
+/** Whether two finite lists of values share none (objects compare by identity: never equal). */
+function shareNone(left: Set<unknown>, right: Set<unknown>, context: Context): boolean {
+  const [small, large] = left.size <= right.size ? [left, right] : [right, left];
+  context.budget.spend(small.size, context.root);
+  for (const value of small) if (large.has(value)) return false;
+  return true;
+}
+
+/** What the overlap check needs of one alternative, worked out once. */
+type AlternativeFacts = { schema: unknown; types: Set<string> | undefined; values: Set<unknown> | undefined };
+
 /** Whether no value generated for `a` can also validate against `b` (and vice versa). */
-function provablyDisjoint(a: unknown, b: unknown, context: Context): boolean {
-  const typesA = possibleTypes(a, context);
-  const typesB = possibleTypes(b, context);
-  if (typesA !== undefined && typesB !== undefined && [...typesA].every((type) => !typesB.has(type))) return true;
-  const valuesA = literalValues(a);
-  const valuesB = literalValues(b);
-  if (valuesA !== undefined && valuesB !== undefined) return valuesA.every((value) => !valuesB.includes(value));
-  if (!isObject(a) || !isObject(b) || !isObject(a.properties) || !isObject(b.properties)) return false;
-  return generatedFails(a, b) && generatedFails(b, a);
+function provablyDisjoint(a: AlternativeFacts, b: AlternativeFacts, context: Context): boolean {
+  context.budget.spend(1, context.root);
+  if (a.types !== undefined && b.types !== undefined && [...a.types].every((type) => !b.types!.has(type))) return true;
+  if (a.values !== undefined && b.values !== undefined) return shareNone(a.values, b.values, context);
+  const left = a.schema;
+  const right = b.schema;
+  if (!isObject(left) || !isObject(right) || !isObject(left.properties) || !isObject(right.properties)) return false;
+  return generatedFails(left, right, context) && generatedFails(right, left, context);
 }
 
 /**
  * Whether every object the grammar writes for `a` fails `b`: the grammar writes every declared
  * property, so a property whose literal values differ, or one `b` does not allow, tells them apart.
  */
-function generatedFails(a: Record<string, unknown>, b: Record<string, unknown>): boolean {
+function generatedFails(a: Record<string, unknown>, b: Record<string, unknown>, context: Context): boolean {
   const propertiesA = a.properties as Record<string, unknown>;
   const propertiesB = b.properties as Record<string, unknown>;
   return Object.keys(propertiesA).some((name) => {
-    if (!(name in propertiesB)) return b.additionalProperties === false;
-    const left = literalValues(propertiesA[name]);
-    const right = literalValues(propertiesB[name]);
-    return left !== undefined && right !== undefined && left.every((value) => !right.includes(value));
+    context.budget.spend(1, context.root);
+    if (!Object.hasOwn(propertiesB, name)) return b.additionalProperties === false;
+    const left = literalValues(propertiesA[name], context);
+    const right = left === undefined ? undefined : literalValues(propertiesB[name], context);
+    return left !== undefined && right !== undefined && shareNone(left, right, context);
   });
 }
 
 function assertDisjoint(alternatives: unknown[], param: string, context: Context): void {
-  for (let left = 0; left < alternatives.length; left++) {
-    for (let right = left + 1; right < alternatives.length; right++) {
-      if (!provablyDisjoint(alternatives[left], alternatives[right], context)) {
+  const facts: AlternativeFacts[] = alternatives.map((schema) => ({ schema, types: possibleTypes(schema, context), values: literalValues(schema, context) }));
+  for (let left = 0; left < facts.length; left++) {
+    for (let right = left + 1; right < facts.length; right++) {
+      if (!provablyDisjoint(facts[left]!, facts[right]!, context)) {
         refuse(`${param}.oneOf`, `'oneOf' alternatives ${left} and ${right} may both match one value, so "exactly one" cannot be enforced; use 'anyOf'`);
       }
     }

@@ -17,7 +17,7 @@ import type {
   TokenUsage,
 } from "../engine.ts";
 import { SlotQueue } from "../slot-queue.ts";
-import { promptBound, type PromptBound } from "../prompt-bound.ts";
+import { promptBound, type PromptBound, type TokenSpans } from "../prompt-bound.ts";
 import { runChoices } from "../run-choices.ts";
 import { ContextLengthExceededError, InvalidRequestError, ModelNotReadyError } from "../../protocol/errors.ts";
 import { renderChatPrompt, type RenderedPrompt } from "./chat-prompt.ts";
@@ -51,8 +51,8 @@ type Loaded = {
   queue: SlotQueue<LlamaContextSequence>;
   /** Tokens in the model's vocabulary (ids 0..vocabularySize-1). */
   vocabularySize: number;
-  /** The most bytes of text any one token stands for: a prompt of n bytes has at least n / this tokens. */
-  longestTokenBytes: number;
+  /** The most bytes of text any one token stands for (a prompt of n bytes has at least n / this tokens), and per ASCII byte. */
+  tokenSpans: Required<TokenSpans>;
   /** Made on first use of log probabilities. */
   describeToken?: DescribeToken;
 };
@@ -63,30 +63,41 @@ function vocabularyPieces(model: LlamaModel): readonly string[] | undefined {
   return Array.isArray(tokens) && tokens.every((piece) => typeof piece === "string") ? tokens : undefined;
 }
 
-/** Counts the vocabulary (ids are 0..size-1) and finds its longest token in bytes of text. */
-function measureVocabulary(model: LlamaModel): { vocabularySize: number; longestTokenBytes: number } {
+/**
+ * Counts the vocabulary (ids are 0..size-1) and measures its tokens in bytes of text: the longest
+ * one, and for each ASCII byte the longest one holding it. Each token is read as it reads after
+ * another token: alone, a SentencePiece token drops the space it begins with (" story" reads
+ * "story"), which would make tokens look a byte shorter than they are.
+ */
+function measureVocabulary(model: LlamaModel): { vocabularySize: number; tokenSpans: Required<TokenSpans> } {
   let vocabularySize = 0;
-  let longestTokenBytes = 1;
+  let longest = 1;
+  const asciiLongest = new Array<number>(128).fill(0);
+  const before = model.tokenize("a");
   for (const token of model.iterateAllTokens()) {
     vocabularySize++;
-    longestTokenBytes = Math.max(longestTokenBytes, Buffer.byteLength(model.detokenize([token], true)));
+    const text = Buffer.from(model.detokenize([token], true, before));
+    const alone = Buffer.byteLength(model.detokenize([token], true));
+    const length = Math.max(text.length, alone);
+    longest = Math.max(longest, length);
+    for (const byte of text) if (byte < 128) asciiLongest[byte] = Math.max(asciiLongest[byte]!, length);
   }
-  return { vocabularySize, longestTokenBytes };
+  return { vocabularySize, tokenSpans: { longest, asciiLongest } };
 }
 
 /**
- * Refuses, before tokenizing, messages too long for the context whatever their tokens: the
- * tokenizer runs on the event loop (seconds for megabytes of text), and the body limit is far
- * above any context.
+ * Refuses, before anything is rendered or tokenized, a prompt too long for the context whatever
+ * its tokens: the template renders, and the tokenizer reads, every byte of message text, tool
+ * calls and tool descriptions (`promptBound`'s `atLeast`), on the event loop (seconds for
+ * megabytes of text), and the body limit is far above any context.
  */
-function refuseHopelessPrompt(messages: GenerationRequest["messages"], contextLength: number, longestTokenBytes: number): void {
-  let bytes = 0;
-  for (const message of messages) bytes += Buffer.byteLength(message.content);
-  const atLeast = Math.ceil(bytes / longestTokenBytes);
-  if (atLeast < contextLength) return;
+function refuseHopelessPrompt(request: GenerationRequest, contextLength: number, spans: Required<TokenSpans>): void {
+  const bound = promptBound(request, spans, contextLength);
+  if (bound.atLeast < contextLength) return;
   throw new ContextLengthExceededError(
-    `This model's maximum context length is ${contextLength} tokens. However, your messages are at least ${atLeast} tokens ` +
-      `(${bytes} bytes of text, and no token of this model spans more than ${longestTokenBytes} bytes). Please reduce the length of the messages.`,
+    `This model's maximum context length is ${contextLength} tokens. However, your messages are at least ${bound.atLeast} tokens ` +
+      `(${bound.verbatimBytes} bytes of text in messages, tool calls and tool descriptions, and no token of this model spans more than ${spans.longest} bytes). ` +
+      "Please reduce the length of the messages or the tools.",
   );
 }
 
@@ -190,14 +201,17 @@ export class LlamaCppEngine implements Engine {
   boundPrompt(request: GenerationRequest): PromptBound {
     const loaded = this.#loaded;
     if (loaded === undefined || this.#status.state !== "ready") throw this.#notReadyError();
-    return promptBound(request, loaded.longestTokenBytes);
+    return promptBound(request, loaded.tokenSpans);
   }
 
   async prepare(request: GenerationRequest): Promise<PreparedGeneration> {
     const loaded = this.#loaded;
     if (loaded === undefined || this.#status.state !== "ready") throw this.#notReadyError();
+    // Cheapest first: nothing the client sent is rendered, tokenized or compiled before it is
+    // known to fit. Then schema translation (within its work budget) and grammars, then the
+    // template and the tokenizer.
+    refuseHopelessPrompt(request, loaded.context.contextSize, loaded.tokenSpans);
     checkRequest(request, loaded.vocabularySize);
-    refuseHopelessPrompt(request.messages, loaded.context.contextSize, loaded.longestTokenBytes);
     // Throws a 400 for a response format or tool schema the grammar cannot enforce.
     const plan = await planReply(loaded.grammars, loaded.wrapper, request);
     const prompt = renderChatPrompt(loaded.model, loaded.wrapper, request.messages, plan.functions);

@@ -5,8 +5,8 @@
  */
 import type { ChatModelFunctions, ChatWrapper, LlamaGrammar } from "node-llama-cpp";
 import type { GenerationRequest, StreamPart } from "../engine.ts";
-import { callSyntaxOf, replyGrammarText, type GrammarFactory } from "./grammar.ts";
-import { toGrammarSchema } from "./json-schema.ts";
+import { callSyntaxOf, contentFormat, replyGrammarText, RESPONSE_SCHEMA_PARAM, toolParametersSchema, type GrammarFactory, type GrammarTool } from "./grammar.ts";
+import { SchemaBudget } from "./json-schema.ts";
 import { ToolCallParser } from "./tool-call-parser.ts";
 
 /** A stream part before it is given its choice's index. */
@@ -42,24 +42,31 @@ function plainReader(): ReplyReader {
 
 /**
  * Plans the reply. Throws `UnsupportedSchemaError` (400) for a response or parameters schema
- * the grammar cannot enforce.
+ * the grammar cannot enforce, one whose grammar llama.cpp refuses, or schemas that together
+ * pass the request's work budget (`SCHEMA_LIMITS.work`): every schema is translated, within the
+ * budget, before any grammar is built.
  */
 export async function planReply(factory: GrammarFactory, wrapper: ChatWrapper, request: GenerationRequest): Promise<ReplyPlan> {
   const tools = request.tools ?? [];
   const choice = request.toolChoice ?? "auto";
+  // Every schema is translated (within one budget) before any grammar is built.
+  const budget = new SchemaBudget();
+  const format = contentFormat(request.responseFormat, budget);
   if (tools.length === 0 || choice === "none") {
-    const text = await factory.contentRules(request.responseFormat, "");
-    return { grammar: text === undefined ? undefined : await factory.grammar(text), specialTokensAsText: false, reader: plainReader };
+    const text = await factory.contentRules(format, "");
+    return { grammar: text === undefined ? undefined : await factory.grammar(text, RESPONSE_SCHEMA_PARAM), specialTokensAsText: false, reader: plainReader };
   }
-  const functions: Record<string, { description?: string; params: ReturnType<typeof toGrammarSchema> }> = {};
+  const functions: Record<string, { description?: string; params: GrammarTool["parameters"] }> = {};
+  const grammarTools: GrammarTool[] = [];
   for (const [index, tool] of tools.entries()) {
-    const params = toGrammarSchema(tool.parameters ?? { type: "object", properties: {} }, `tools[${index}].function.parameters`);
+    const params = toolParametersSchema(tool, index, budget);
     functions[tool.name] = { ...(tool.description !== undefined ? { description: tool.description } : {}), params };
+    grammarTools.push({ name: tool.name, parameters: params });
   }
   const syntax = callSyntaxOf(wrapper);
   const grammarText = await replyGrammarText(factory, {
-    format: request.responseFormat,
-    tools,
+    ...(format !== undefined ? { format } : {}),
+    tools: grammarTools,
     choice,
     parallel: request.parallelToolCalls ?? true,
     syntax,
@@ -69,7 +76,7 @@ export async function planReply(factory: GrammarFactory, wrapper: ChatWrapper, r
   names.sort((left, right) => right.length - left.length);
   return {
     functions,
-    grammar: await factory.grammar(grammarText),
+    grammar: await factory.grammar(grammarText, "tools"),
     specialTokensAsText: true,
     reader: () => new ToolCallParser(syntax, names, choice !== "auto"),
   };
