@@ -6,6 +6,7 @@
  */
 import assert from "node:assert/strict";
 import fs from "node:fs";
+import net from "node:net";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { Kysely } from "kysely";
@@ -147,5 +148,63 @@ describe("cheap checks come before schema translation, grammar, rendering and to
     assert.match(response.body.error.message, /Request too large/);
     const small = await send(key, { model: "story", messages: [{ role: "user", content: "Hi" }], max_tokens: 8 });
     assert.equal(small.status, 200, "the refused request's tokens were given back");
+  });
+
+  /**
+   * Sends the headers of a large body and only its first bytes, then waits for an answer: one that
+   * comes proves the server decided without reading (let alone parsing) the body.
+   */
+  function answerBeforeBody(key: string, declaredBytes: number): Promise<{ status: number; text: string }> {
+    const url = new URL(test.baseURL);
+    return new Promise((resolve, reject) => {
+      const socket = net.connect(Number(url.port), url.hostname);
+      let received = "";
+      const timer = setTimeout(() => {
+        socket.destroy();
+        reject(new Error(`no answer before the body was sent (got ${JSON.stringify(received.slice(0, 200))})`));
+      }, 10_000);
+      socket.on("connect", () => {
+        socket.write(
+          `POST /v1/chat/completions HTTP/1.1\r\nHost: ${url.host}\r\nAuthorization: Bearer ${key}\r\n` +
+            `Content-Type: application/json\r\nContent-Length: ${declaredBytes}\r\n\r\n{"model":"story","messages":[`,
+        );
+      });
+      socket.on("data", (chunk) => {
+        received += chunk.toString("latin1");
+        const headerEnd = received.indexOf("\r\n\r\n");
+        const length = /content-length: (\d+)/i.exec(received)?.[1];
+        if (headerEnd < 0 || length === undefined || received.length < headerEnd + 4 + Number(length)) return;
+        clearTimeout(timer);
+        socket.destroy();
+        resolve({ status: Number(received.slice(9, 12)), text: received.slice(headerEnd + 4) });
+      });
+      socket.on("error", (error) => {
+        clearTimeout(timer);
+        reject(error);
+      });
+    });
+  }
+
+  it("refuses a large body from an unknown key or an account without credit before reading it", async () => {
+    const unknown = await answerBeforeBody("tp-not-a-key", 5_000_000);
+    assert.equal(unknown.status, 401, unknown.text);
+    assert.equal(JSON.parse(unknown.text).error.code, "invalid_api_key");
+    const before = prepared;
+    const broke = await answerBeforeBody(await keyOf(null), 5_000_000);
+    assert.equal(broke.status, 429, broke.text);
+    assert.equal(JSON.parse(broke.text).error.code, "insufficient_quota");
+    const spent = await answerBeforeBody(await keyOf("funded", { spendCap: 1 }).then(async (key) => {
+      await database.updateTable("api_keys").set({ spent: 1 }).where("name", "=", "cheap").where("spend_cap", "=", 1).execute();
+      return key;
+    }), 5_000_000);
+    assert.equal(spent.status, 429, spent.text);
+    assert.equal(prepared, before);
+  });
+
+  it("still reads a large body from a funded account (the refusal is the context's, after parsing)", async () => {
+    const key = await keyOf("funded");
+    const response = await send(key, hugePromptRequest());
+    assert.equal(response.status, 400, response.text.slice(0, 300));
+    assert.equal(response.body.error.code, "context_length_exceeded");
   });
 });

@@ -185,6 +185,34 @@ export class Metering {
     }
   }
 
+  /**
+   * Whether the key can pay for anything at all, asked before a large body is read and parsed
+   * (work that grows with what the client sent): throws 429 `insufficient_quota` when every model
+   * the key and its plan may use is priced and the account has no credit left or the key's spend
+   * cap is spent. Writes nothing; one read of the plan and one of the balance.
+   */
+  async checkCanPayAnything(key: ApiKeyRecord, models: readonly CatalogModel[]): Promise<void> {
+    if (key.accountId === null) return;
+    const plan = await this.planOf(key);
+    const usable = models.filter((model) => {
+      try {
+        this.checkModel(key, plan, model);
+        return true;
+      } catch {
+        return false;
+      }
+    });
+    // A free model (or none usable: the parse names the model, and permission says why) is not ours to refuse.
+    if (usable.length === 0 || usable.some((model) => worstCaseCost(model.pricing, 1, 1) <= 0)) return;
+    if (key.spendCap !== null && key.spendCap - key.spent <= 0) {
+      throw new InsufficientQuotaError("This API key reached its spend cap. Raise the cap or use another key.");
+    }
+    const account = await this.#options.database.selectFrom("accounts").select("balance").where("id", "=", key.accountId).executeTakeFirst();
+    if (account !== undefined && Number(account.balance) <= 0) {
+      throw new InsufficientQuotaError("You exceeded your current quota: the account has no credit left. Buy a plan or redeem a code.");
+    }
+  }
+
   /** Checks the key may use the model and reserves the request's worst case. Throws 403/429. */
   async admit(input: AdmitInput): Promise<Admission> {
     const { database } = this.#options;

@@ -2,7 +2,7 @@
  * `Authorization: Bearer <key>` for the `/v1` routes. Missing, unknown, revoked or expired keys
  * get 401 `invalid_api_key`; neither the error nor the logs ever hold the presented key.
  */
-import type { FastifyRequest, preHandlerHookHandler } from "fastify";
+import type { FastifyRequest, onRequestHookHandler } from "fastify";
 import type { Kysely } from "kysely";
 import { touchApiKey, verifyApiKey, type ApiKeyRecord } from "../../../auth/api-keys.ts";
 import type { Database } from "../../../store/schema.ts";
@@ -21,7 +21,8 @@ const TOUCH_INTERVAL_MS = 60_000;
 
 export type ApiKeyAuthOptions = { database: Kysely<Database> };
 
-export function apiKeyAuth(options: ApiKeyAuthOptions): preHandlerHookHandler {
+/** An `onRequest` hook: it reads only the headers, so a refused key's body is never parsed. */
+export function apiKeyAuth(options: ApiKeyAuthOptions): onRequestHookHandler {
   const lastTouched = new Map<string, number>();
   return async function authenticateApiKey(request: FastifyRequest) {
     const presented = bearerToken(request);

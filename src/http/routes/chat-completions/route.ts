@@ -4,7 +4,7 @@
  * slot serves the next request. A stream follows its client: generation pauses while the socket's
  * buffer is full, and a client that reads nothing for the stall timeout is cut like one that left.
  */
-import type { FastifyInstance, FastifyReply, FastifyRequest, preHandlerHookHandler } from "fastify";
+import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from "fastify";
 import type { RunningGeneration } from "../../../engines/engine.ts";
 import type { Catalog } from "../../../catalog/catalog.ts";
 import { SseWriter } from "../../sse.ts";
@@ -23,7 +23,8 @@ import {
 
 export type ChatCompletionsRouteOptions = {
   catalog: Catalog;
-  authenticate: preHandlerHookHandler;
+  /** Runs on the headers alone, before the body is read. */
+  authenticate: onRequestHookHandler;
   metering: Metering;
   limits: RequestLimits;
   metrics: Metrics;
@@ -74,8 +75,23 @@ function logCompletion(request: FastifyRequest, job: ChatCompletionJob, outcome:
   );
 }
 
+/**
+ * Bodies up to this size are read before any quota check: parsing them costs less than the check.
+ * Larger ones (up to `--body-limit`) are read only for a key that can pay for something.
+ */
+const SMALL_BODY_BYTES = 64 * 1024;
+
 export function registerChatCompletionsRoute(app: FastifyInstance, options: ChatCompletionsRouteOptions): void {
-  app.post("/v1/chat/completions", { preHandler: options.authenticate }, async function chatCompletions(request, reply) {
+  /** Refuses, on the headers alone, a large body from a key that could pay for nothing: reading and parsing it is the work that grows. */
+  const refuseUnpaidLargeBody: onRequestHookHandler = async function refuseUnpaidLargeBody(request) {
+    const length = Number(request.headers["content-length"]);
+    // No length (chunked): as large as the body limit allows.
+    if (Number.isFinite(length) && length <= SMALL_BODY_BYTES) return;
+    await options.metering.checkCanPayAnything(request.apiKey!, options.catalog.list());
+  };
+  // The key and, for large bodies, the quota are checked before the body is read: an unknown key
+  // or an account without credit never costs the server a parse of megabytes.
+  app.post("/v1/chat/completions", { onRequest: [options.authenticate, refuseUnpaidLargeBody] }, async function chatCompletions(request, reply) {
     const startedAt = performance.now();
     // Cheap checks first: permission, rate limits and quota before any schema, grammar, template or tokenizer runs.
     const { job, limited, admission } = await admitChatCompletion(options, {
