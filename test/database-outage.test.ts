@@ -306,6 +306,10 @@ describe("PostgreSQL failing under load", () => {
 
   it("stays up when connections are cut while requests use them, answers 503 or defers the charge, and keeps the books", async () => {
     const { accountId, client } = await meteredClient();
+    // An error nobody handles would end a real process; the test runner only reports it.
+    const uncaught: unknown[] = [];
+    const onUncaught = (error: unknown) => uncaught.push(error);
+    process.on("uncaughtException", onUncaught);
     const endings: Promise<Ending>[] = [];
     // Six cuts, each while a fresh wave of streamed and non-streamed requests is running.
     for (let cut = 0; cut < 6; cut++) {
@@ -314,6 +318,8 @@ describe("PostgreSQL failing under load", () => {
       proxy.cutAll();
     }
     const results = await Promise.all(endings);
+    process.off("uncaughtException", onUncaught);
+    assert.deepEqual(uncaught.map(String), [], "no error went unhandled: the process would have exited");
     const failures = results.flatMap((result) => (result.ok ? [] : [result.error]));
     for (const error of failures) assert.ok(isDatabaseUnavailableAnswer(error), `a failed request answers 503 database_unavailable, not ${String(error)}`);
     const served = results.flatMap((result) => (result.ok ? [result.usage] : []));
