@@ -236,7 +236,7 @@ describe("PostgreSQL failing under load", () => {
     test = await startTestServer({
       configFile,
       // Holds a cut left open are swept within seconds; a query unanswered for 2 s fails.
-      flags: { database_url: viaProxy.toString(), database_timeout: "2", sweep_interval: "0.5", hold_ttl: "15", queue_size: "100" },
+      flags: { database_url: viaProxy.toString(), database_timeout: "2", sweep_interval: "0.5", hold_ttl: "6", queue_size: "100" },
     });
   });
   after(async () => {
