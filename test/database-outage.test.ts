@@ -6,7 +6,6 @@
  */
 import assert from "node:assert/strict";
 import fs from "node:fs";
-import net from "node:net";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { setTimeout as delay } from "node:timers/promises";
@@ -20,75 +19,14 @@ import { costOf } from "../src/billing/pricing.ts";
 import { openStore } from "../src/store/open.ts";
 import { freshPostgresSchema, postgresUrl } from "./helpers/databases.ts";
 import { runCli } from "./helpers/process.ts";
+import { TcpProxy } from "./helpers/tcp-proxy.ts";
 import { modelsDir, startTestServer, storiesModel, temporaryDirectory, type TestServer } from "./helpers/server.ts";
 
 /** Credit units per million tokens: 1 per prompt token, 2 per completion token. */
 const pricing = { prompt: 1_000_000, cached_prompt: 1_000_000, completion: 2_000_000 };
 
-/**
- * A TCP proxy to PostgreSQL that can cut every connection, refuse new ones, come back, and turn
- * into a black hole (connections stay open, nothing gets through either way: a dead route or a
- * firewall dropping packets, with no reset).
- */
-class Proxy {
-  readonly #target = new URL(postgresUrl);
-  readonly #sockets = new Set<net.Socket>();
-  #server: net.Server | undefined;
-  #blackHole = false;
-  port = 0;
-
-  async open(): Promise<void> {
-    this.#server = net.createServer((client) => {
-      this.#track(client);
-      // A connection opened into the black hole is held open and never answered.
-      if (this.#blackHole) return;
-      const upstream = net.connect(Number(this.#target.port || 5432), this.#target.hostname);
-      this.#track(upstream);
-      const forward = (from: net.Socket, to: net.Socket) => from.on("data", (chunk: Buffer) => void (this.#blackHole || to.write(chunk)));
-      forward(client, upstream);
-      forward(upstream, client);
-      client.on("close", () => upstream.destroy());
-      upstream.on("close", () => client.destroy());
-    });
-    await new Promise<void>((resolve) => this.#server!.listen(this.port, "127.0.0.1", resolve));
-    this.port = (this.#server.address() as net.AddressInfo).port;
-  }
-
-  #track(socket: net.Socket): void {
-    this.#sockets.add(socket);
-    socket.on("close", () => this.#sockets.delete(socket));
-    socket.on("error", () => {});
-  }
-
-  /** Cuts every open connection, as a database restart would. */
-  cutAll(): void {
-    for (const socket of this.#sockets) socket.destroy();
-  }
-
-  /** From now on every byte is dropped, both ways, and no socket is closed. */
-  startBlackHole(): void {
-    this.#blackHole = true;
-  }
-
-  /**
-   * The route is back. The connections that lost bytes in the hole cannot be resumed: they are cut,
-   * as a restarted firewall or NAT would.
-   */
-  endBlackHole(): void {
-    this.#blackHole = false;
-    this.cutAll();
-  }
-
-  /** Cuts everything and refuses new connections until `open` again. */
-  async close(): Promise<void> {
-    this.cutAll();
-    await new Promise<void>((resolve) => (this.#server ? this.#server.close(() => resolve()) : resolve()));
-    this.#server = undefined;
-  }
-}
-
 describe("a PostgreSQL outage under a running server", () => {
-  const proxy = new Proxy();
+  const proxy = new TcpProxy(postgresUrl);
   let drop: () => Promise<void>;
   let directUrl: string;
   let configFile: string;
@@ -98,8 +36,6 @@ describe("a PostgreSQL outage under a running server", () => {
     const schema = await freshPostgresSchema();
     drop = schema.drop;
     directUrl = schema.url;
-    const viaProxy = new URL(schema.url);
-    viaProxy.host = `127.0.0.1:${proxy.port}`;
     configFile = path.join(temporaryDirectory(), "turnpike.json");
     fs.writeFileSync(
       configFile,
@@ -111,7 +47,7 @@ describe("a PostgreSQL outage under a running server", () => {
         plans: [{ id: "big", name: "Big", price: { amount: 100, currency: "usd" }, credit: 100_000 }],
       }),
     );
-    test = await startTestServer({ configFile, flags: { database_url: viaProxy.toString() } });
+    test = await startTestServer({ configFile, flags: { database_url: proxy.url(schema.url) } });
   });
   after(async () => {
     await test?.close();
@@ -214,7 +150,7 @@ describe("a PostgreSQL outage under a running server", () => {
 type Ending = { ok: true; usage: OpenAI.CompletionUsage } | { ok: false; error: unknown; afterMs: number };
 
 describe("PostgreSQL failing under load", () => {
-  const proxy = new Proxy();
+  const proxy = new TcpProxy(postgresUrl);
   let drop: () => Promise<void>;
   let directUrl: string;
   let test: TestServer;
@@ -223,8 +159,6 @@ describe("PostgreSQL failing under load", () => {
     const schema = await freshPostgresSchema();
     drop = schema.drop;
     directUrl = schema.url;
-    const viaProxy = new URL(schema.url);
-    viaProxy.host = `127.0.0.1:${proxy.port}`;
     const configFile = path.join(temporaryDirectory(), "turnpike.json");
     fs.writeFileSync(
       configFile,
@@ -236,7 +170,7 @@ describe("PostgreSQL failing under load", () => {
     test = await startTestServer({
       configFile,
       // Holds a cut left open are swept within seconds; a query unanswered for 2 s fails.
-      flags: { database_url: viaProxy.toString(), database_timeout: "2", sweep_interval: "0.5", hold_ttl: "6", queue_size: "100" },
+      flags: { database_url: proxy.url(schema.url), database_timeout: "2", sweep_interval: "0.5", hold_ttl: "6", queue_size: "100" },
     });
   });
   after(async () => {
