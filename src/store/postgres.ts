@@ -71,6 +71,7 @@ function guardedClient(onError: (error: Error) => void, timeoutMs: number | unde
     }
 
     // Kysely queries through the promise form; the callback and submittable forms pass through.
+    // (`never`: assignable to every overload's return type, which a spread call cannot name.)
     override query(...args: unknown[]): never {
       const result = (super.query as QueryFunction).apply(this, args);
       if (timeoutMs === undefined || !(result instanceof Promise)) return result as never;
