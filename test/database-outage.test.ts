@@ -259,7 +259,7 @@ describe("PostgreSQL failing under load", () => {
     }
     const results = await Promise.all(endings);
     process.off("uncaughtException", onUncaught);
-    assert.deepEqual(uncaught.map(String), [], "no error went unhandled: the process would have exited");
+    assert.deepEqual(uncaught.map((error) => (error as Error).stack), [], "no error went unhandled: the process would have exited");
     const failures = results.flatMap((result) => (result.ok ? [] : [result.error]));
     for (const error of failures) assert.ok(isDatabaseUnavailableAnswer(error), `a failed request answers 503 database_unavailable, not ${String(error)}`);
     const served = results.flatMap((result) => (result.ok ? [result.usage] : []));
