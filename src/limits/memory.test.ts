@@ -169,6 +169,17 @@ describe("MemoryRateLimiter", () => {
     assert.equal(limiter.size, 0, "an empty level forgets the bucket");
   });
 
+  test("observing with keepFuller never lowers a bucket", async () => {
+    const { limiter } = limiterWithClock();
+    await limiter.consume([{ key: "local:rpm", limit: 30, cost: 5 }]);
+    limiter.observe("local:rpm", 2 * 60_000, 30, true);
+    assert.deepEqual(limiter.snapshot(), [{ key: "local:rpm", level: 5 * 60_000, limit: 30 }], "the fuller local bucket stays");
+    limiter.observe("local:rpm", 8 * 60_000, 30, true);
+    assert.deepEqual(limiter.snapshot(), [{ key: "local:rpm", level: 8 * 60_000, limit: 30 }]);
+    limiter.observe("local:rpm", 0, 30, true);
+    assert.equal(limiter.size, 1);
+  });
+
   test("a snapshot lists the buckets that are not empty, drained to now", async () => {
     const { limiter, advance } = limiterWithClock();
     await limiter.consume([{ key: "a:rpm", limit: 60, cost: 10 }]);

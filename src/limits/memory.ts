@@ -91,12 +91,15 @@ export class MemoryRateLimiter implements RateLimiter {
   }
 
   /**
-   * Sets a bucket to a level measured elsewhere just now (what Redis answered), replacing what this limiter had.
-   * @param level unit-ms (units × WINDOW_MS); 0 forgets the bucket
+   * Sets a bucket to a level measured elsewhere just now (what Redis answered), replacing what this limiter had, or,
+   * with `keepFuller`, only where it is fuller than what this limiter has.
+   * @param level unit-ms (units × WINDOW_MS); 0 forgets the bucket (unless `keepFuller`)
    */
-  observe(key: string, level: number, limit: number): void {
+  observe(key: string, level: number, limit: number, keepFuller = false): void {
     const now = this.#clock();
     this.#sweepIfDue(now);
+    const bucket = this.#buckets.get(key);
+    if (keepFuller && bucket !== undefined && drain(bucket.level, now - bucket.at, bucket.limit) >= level) return;
     if (!(level > 0) || !(limit > 0)) {
       this.#buckets.delete(key);
       return;

@@ -187,8 +187,10 @@ export class RedisRateLimiter implements RateLimiter {
       const { allowed, levels } = parseConsumeReply(reply, checks.length);
       const decision = decide(checks, levels);
       if (decision.allowed !== allowed) throw new Error("the rate-limit script and decide() disagree");
-      // Mirrored, for the moment Redis goes away.
-      checks.forEach((check, index) => this.#fallback.observe(check.key, levels[index]! + (allowed ? check.cost * WINDOW_MS : 0), check.limit));
+      // Mirrored, for the moment Redis goes away. An answer that comes back after the switch to memory (sent before
+      // it) must not undo the charges made locally since: then only a fuller bucket is taken.
+      const degraded = this.#degraded;
+      checks.forEach((check, index) => this.#fallback.observe(check.key, levels[index]! + (allowed ? check.cost * WINDOW_MS : 0), check.limit, degraded));
       return decision;
     } catch (error) {
       this.#enterDegraded(error);
@@ -203,7 +205,7 @@ export class RedisRateLimiter implements RateLimiter {
     if (this.#degraded || this.#closed) return this.#fallback.refundNow(key, amount);
     try {
       const reply = await this.#scripts.turnpikeRateLimitRefund(this.#keyPrefix + key, amount, WINDOW_MS);
-      if (Array.isArray(reply) && typeof reply[0] === "number" && typeof reply[1] === "number") this.#fallback.observe(key, reply[0], reply[1]);
+      if (Array.isArray(reply) && typeof reply[0] === "number" && typeof reply[1] === "number") this.#fallback.observe(key, reply[0], reply[1], this.#degraded);
     } catch (error) {
       this.#enterDegraded(error);
       this.#fallback.refundNow(key, amount);
@@ -254,6 +256,7 @@ export class RedisRateLimiter implements RateLimiter {
     const buckets = this.#fallback.snapshot();
     this.#degraded = false;
     this.#stopProbing();
+    this.#logger?.info({ merged_buckets: buckets.length }, "Redis reachable again: rate limits are shared across nodes again");
     const merges: Promise<unknown>[] = [];
     for (let start = 0; start < buckets.length; start += MERGE_BATCH) {
       const batch = buckets.slice(start, start + MERGE_BATCH);
@@ -261,7 +264,6 @@ export class RedisRateLimiter implements RateLimiter {
     }
     try {
       await Promise.all(merges);
-      this.#logger?.info({ merged_buckets: buckets.length }, "Redis reachable again: rate limits are shared across nodes again");
     } catch (error) {
       // Gone again before the merge went through: the local buckets still hold it all.
       this.#enterDegraded(error);
