@@ -1,8 +1,9 @@
 /**
  * PostgreSQL going away under a running server, through a TCP proxy this test controls in
- * front of the real server: connections cut (a restart, a proxy, pg_terminate_backend), then the
- * database unreachable, then back. The server never exits, answers 503 database_unavailable
- * with a retry while the database is away, and serves again as soon as it is back.
+ * front of the real server: connections cut (a restart, a proxy, pg_terminate_backend), idle or
+ * while requests use them, the database unreachable, or a black hole that answers nothing, then
+ * back. The server never exits, answers 503 database_unavailable with a retry (within seconds)
+ * while the database is away, keeps the books exact, and serves again as soon as it is back.
  */
 import assert from "node:assert/strict";
 import fs from "node:fs";
@@ -192,7 +193,8 @@ describe("PostgreSQL failing under load", () => {
     }
   }
 
-  async function settle(client: OpenAI, index: number): Promise<Ending> {
+  /** Sends request `index` (even: non-streamed, odd: streamed) and tells how it ended. */
+  async function requestOutcome(client: OpenAI, index: number): Promise<Ending> {
     const started = Date.now();
     try {
       if (index % 2 === 0) {
@@ -253,7 +255,7 @@ describe("PostgreSQL failing under load", () => {
     const endings: Promise<Ending>[] = [];
     // Six cuts, each while a fresh wave of streamed and non-streamed requests is running.
     for (let cut = 0; cut < 6; cut++) {
-      for (let index = 0; index < 8; index++) endings.push(settle(client, cut * 8 + index));
+      for (let index = 0; index < 8; index++) endings.push(requestOutcome(client, cut * 8 + index));
       await delay(150 + cut * 40);
       proxy.cutAll();
     }
@@ -278,18 +280,18 @@ describe("PostgreSQL failing under load", () => {
     assert.ok(!test.logs().some((entry) => entry.msg === "unhandled error"), "a cut connection is not a bug");
 
     // And it serves as before.
-    const later = await settle(client, 0);
+    const later = await requestOutcome(client, 0);
     assert.ok(later.ok, String(!later.ok && later.error));
   });
 
   it("answers 503 within seconds while the database is a black hole, and serves again when it is back", async () => {
     const { client } = await meteredClient();
     // Warm the pool: requests then wait on open connections as well as on new ones.
-    await Promise.all(Array.from({ length: 4 }, (_unused, index) => settle(client, index * 2)));
+    await Promise.all(Array.from({ length: 4 }, (_unused, index) => requestOutcome(client, index * 2)));
     proxy.startBlackHole();
     let results: Ending[];
     try {
-      results = await Promise.all(Array.from({ length: 6 }, (_unused, index) => settle(client, index)));
+      results = await Promise.all(Array.from({ length: 6 }, (_unused, index) => requestOutcome(client, index)));
     } finally {
       proxy.endBlackHole();
     }
@@ -303,7 +305,7 @@ describe("PostgreSQL failing under load", () => {
     assert.equal((await fetch(`${test.url}/health`)).status, 200, "the process is up");
     let again: Ending = { ok: false, error: undefined, afterMs: 0 };
     for (let attempt = 0; attempt < 20 && !again.ok; attempt++) {
-      again = await settle(client, 0);
+      again = await requestOutcome(client, 0);
       if (!again.ok) await delay(200);
     }
     assert.ok(again.ok, `served again once the database is back: ${String(!again.ok && again.error)}`);
