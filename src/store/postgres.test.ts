@@ -75,4 +75,9 @@ describe("openPostgres", () => {
     const { rows } = await sql<{ one: number }>`select 1 as one`.execute(database);
     assert.equal(rows[0]!.one, 1);
   });
+
+  it("has PostgreSQL end statements and idle transactions that run past the timeout too", async () => {
+    const { rows } = await sql<{ statement: string; idle: string }>`select current_setting('statement_timeout') as statement, current_setting('idle_in_transaction_session_timeout') as idle`.execute(database);
+    assert.deepEqual(rows[0], { statement: "1s", idle: "1s" });
+  });
 });
