@@ -107,6 +107,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     databaseUrl: settings.database_url,
     onMigration: (name) => logger.info({ migration: name }, "applied database migration"),
     onConnectionError: (error) => logger.warn({ err: error }, "a database connection broke; the next query reconnects"),
+    queryTimeoutMs: settings.database_timeout * 1000,
   });
   await syncConfigPlans(database, settings.plans);
   let plans = await listPlans(database);

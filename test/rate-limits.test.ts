@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
+import { setTimeout as delay } from "node:timers/promises";
 import OpenAI from "openai";
 import type { Kysely } from "kysely";
 import { openStore } from "../src/store/open.ts";
@@ -17,6 +18,7 @@ import { createApiKey, hashKey, type CreateKeyOptions } from "../src/auth/api-ke
 import { grantPlan } from "../src/billing/grant-plan.ts";
 import { findPlan } from "../src/billing/plans-store.ts";
 import { startTestServer, storiesModel, temporaryDirectory, type TestServer } from "./helpers/server.ts";
+import { TcpProxy } from "./helpers/tcp-proxy.ts";
 
 const redisUrl = process.env.TURNPIKE_TEST_REDIS_URL ?? "redis://127.0.0.1:6379";
 
@@ -157,7 +159,7 @@ describe("rate limits (in memory)", () => {
   it("counts refusals in /metrics", async () => {
     const text = await (await fetch(`${h.test.url}/metrics`)).text();
     assert.match(text, /turnpike_refused_requests_total\{reason="rate_limit_exceeded"\} [1-9]/);
-    assert.match(text, /turnpike_rate_limiter_degraded 0/);
+    assert.match(text, /^turnpike_rate_limiter_degraded 0$/m);
     assert.match(text, /turnpike_tokens_total\{model="story",kind="completion"\} [1-9]/);
   });
 });
@@ -170,7 +172,7 @@ describe("rate limits (Redis)", () => {
       await ask(client);
       await refusal(ask(client));
       const text = await (await fetch(`${h.test.url}/metrics`)).text();
-      assert.match(text, /turnpike_rate_limiter_degraded 0/);
+      assert.match(text, /^turnpike_rate_limiter_degraded 0$/m);
       // The bucket lives in Redis, not in the node's memory.
       const keyId = (await h.database.selectFrom("api_keys").select("id").where("key_hash", "=", hashKey(client.apiKey!)).executeTakeFirstOrThrow()).id;
       const redis = new Redis(redisUrl);
@@ -192,11 +194,59 @@ describe("rate limits (Redis)", () => {
       await ask(client);
       await refusal(ask(client));
       const text = await (await fetch(`${h.test.url}/metrics`)).text();
-      assert.match(text, /turnpike_rate_limiter_degraded 1/);
+      assert.match(text, /^turnpike_rate_limiter_degraded 1$/m);
       assert.ok(h.test.logs().some((line) => line.level === 40 && /Redis unreachable/.test(String(line.msg))));
     } finally {
       await h.database.destroy();
       await h.test.close();
+    }
+  });
+
+  it("never grants a key more than its limit when Redis goes away and comes back without its data", async () => {
+    const proxy = new TcpProxy(redisUrl);
+    await proxy.open();
+    const h = await harness({ redis_url: proxy.url(redisUrl) });
+    const redis = new Redis(redisUrl);
+    try {
+      // 30 a minute: the bucket holds 30 and one more comes back every 2 s.
+      const { client } = await accountClient(h, "roomy", { rpm: 30 });
+      const keyId = (await h.database.selectFrom("api_keys").select("id").where("key_hash", "=", hashKey(client.apiKey!)).executeTakeFirstOrThrow()).id;
+      const degraded = async () => /^turnpike_rate_limiter_degraded 1$/m.test(await (await fetch(`${h.test.url}/metrics`)).text());
+      const burst = async (count: number) => {
+        let served = 0;
+        for (let index = 0; index < count; index++) {
+          try {
+            await ask(client, 1);
+            served++;
+          } catch (error) {
+            assert.ok(error instanceof OpenAI.RateLimitError, String(error));
+          }
+        }
+        return served;
+      };
+      const started = Date.now();
+      assert.equal(await burst(35), 30);
+
+      await proxy.close();
+      const whileAway = await burst(35);
+      assert.ok(await degraded(), "the node went on with limits of its own");
+
+      // Back, but empty: the node's bucket for the key is all there is.
+      await redis.del(`turnpike:rl:key:${keyId}:rpm`);
+      await proxy.open();
+      for (let attempt = 0; attempt < 200 && (await degraded()); attempt++) await delay(50);
+      assert.equal(await degraded(), false, "back on Redis");
+      const afterReturn = await burst(35);
+
+      const bound = 30 + Math.floor((Date.now() - started) / 2000);
+      const total = 30 + whileAway + afterReturn;
+      assert.ok(total <= bound, `served ${total} (30, then ${whileAway} while Redis was away, then ${afterReturn}); at most ${bound} allowed`);
+      assert.equal(await redis.exists(`turnpike:rl:key:${keyId}:rpm`), 1, "Redis holds the key's bucket again");
+    } finally {
+      redis.disconnect();
+      await h.database.destroy();
+      await h.test.close();
+      await proxy.close();
     }
   });
 });

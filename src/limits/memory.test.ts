@@ -156,4 +156,43 @@ describe("MemoryRateLimiter", () => {
     assert.equal(limiter.size, 2, "only the buckets that have not drained yet remain");
     assert.equal(limiter.degraded, false);
   });
+
+  test("a bucket observed from elsewhere goes on from that level and drains from the moment it was observed", async () => {
+    const { limiter, advance } = limiterWithClock();
+    limiter.observe("seen:rpm", 30 * 60_000, 30);
+    assert.equal((await limiter.consume([{ key: "seen:rpm", limit: 30, cost: 1 }])).allowed, false, "full, as observed");
+    advance(2_000);
+    const decision = await limiter.consume([{ key: "seen:rpm", limit: 30, cost: 1 }]);
+    assert.equal(decision.allowed, true, "one unit came back in 2 s");
+    assert.equal(decision.states[0]!.remaining, 0);
+    limiter.observe("seen:rpm", 0, 30);
+    assert.equal(limiter.size, 0, "an empty level forgets the bucket");
+  });
+
+  test("observing with keepFuller never lowers a bucket", async () => {
+    const { limiter } = limiterWithClock();
+    await limiter.consume([{ key: "local:rpm", limit: 30, cost: 5 }]);
+    limiter.observe("local:rpm", 2 * 60_000, 30, true);
+    assert.deepEqual(limiter.snapshot(), [{ key: "local:rpm", level: 5 * 60_000, limit: 30 }], "the fuller local bucket stays");
+    limiter.observe("local:rpm", 8 * 60_000, 30, true);
+    assert.deepEqual(limiter.snapshot(), [{ key: "local:rpm", level: 8 * 60_000, limit: 30 }]);
+    limiter.observe("local:rpm", 0, 30, true);
+    assert.equal(limiter.size, 1);
+  });
+
+  test("a snapshot lists the buckets that are not empty, drained to now", async () => {
+    const { limiter, advance } = limiterWithClock();
+    await limiter.consume([{ key: "a:rpm", limit: 60, cost: 10 }]);
+    await limiter.consume([{ key: "b:rpm", limit: 60, cost: 1 }]);
+    advance(5_000);
+    assert.deepEqual(limiter.snapshot(), [{ key: "a:rpm", level: 5 * 60_000, limit: 60 }]);
+  });
+
+  test("observing keeps memory bounded: buckets idle for a window are swept", async () => {
+    const { limiter, advance } = limiterWithClock();
+    for (let index = 0; index < 100; index += 1) limiter.observe(`seen:${index}`, 60_000, 60);
+    advance(60_001);
+    limiter.observe("seen:last", 60_000, 60);
+    assert.equal(limiter.size, 1);
+  });
 });

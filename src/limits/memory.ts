@@ -2,6 +2,9 @@
  * The in-process rate limiter: exact for one node, and the Redis backend's fallback. A bucket whose level has drained
  * to empty is the same as no bucket, so idle keys are swept once a window and memory stays bounded by the keys used
  * in the last minute.
+ *
+ * As the Redis backend's fallback it also mirrors what Redis last answered (`observe`), so that when Redis goes away
+ * the local buckets start where Redis left them, and hands its buckets back (`snapshot`) when Redis returns.
  */
 import type { LimitCheck, LimitDecision, RateLimiter } from "./rate-limiter.ts";
 import { WINDOW_MS, decide, drain, validateChecks, validateRefund } from "./token-bucket.ts";
@@ -85,6 +88,34 @@ export class MemoryRateLimiter implements RateLimiter {
       return;
     }
     this.#buckets.set(key, { level, at: now, limit: bucket.limit });
+  }
+
+  /**
+   * Sets a bucket to a level measured elsewhere just now (what Redis answered), replacing what this limiter had, or,
+   * with `keepFuller`, only where it is fuller than what this limiter has.
+   * @param level unit-ms (units × WINDOW_MS); 0 forgets the bucket (unless `keepFuller`)
+   */
+  observe(key: string, level: number, limit: number, keepFuller = false): void {
+    const now = this.#clock();
+    this.#sweepIfDue(now);
+    const bucket = this.#buckets.get(key);
+    if (keepFuller && bucket !== undefined && drain(bucket.level, now - bucket.at, bucket.limit) >= level) return;
+    if (!(level > 0) || !(limit > 0)) {
+      this.#buckets.delete(key);
+      return;
+    }
+    this.#buckets.set(key, { level, at: now, limit });
+  }
+
+  /** Every bucket that is not empty, drained to now: `level` in unit-ms, `limit` the last one charged against. */
+  snapshot(): Array<{ key: string; level: number; limit: number }> {
+    const now = this.#clock();
+    const buckets: Array<{ key: string; level: number; limit: number }> = [];
+    for (const [key, bucket] of this.#buckets) {
+      const level = drain(bucket.level, now - bucket.at, bucket.limit);
+      if (level > 0) buckets.push({ key, level, limit: bucket.limit });
+    }
+    return buckets;
   }
 
   close(): Promise<void> {

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { createServer, type Socket } from "node:net";
+import { connect, createServer, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { after, before, describe, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -316,7 +316,9 @@ describe("RedisRateLimiter recovery", { skip: redisServerMissing && "redis-serve
       assert.equal(logger.infos.length, 1);
       const decision = await limiter.consume(check);
       assert.equal(decision.allowed, true);
-      assert.equal(decision.states[0].remaining, 59, "charged in the new (empty) Redis, not in memory");
+      // The restarted Redis lost its data; it took this node's two requests (one through the old Redis, one from
+      // memory) when the limiter came back, and charged the third itself.
+      assert.equal(decision.states[0].remaining, 57, "charged in the new Redis, which starts from what this node knew");
       const client = new Redis(`redis://127.0.0.1:${port}`);
       try {
         assert.equal(await client.exists("turnpike:rl:recovery:rpm"), 1);
@@ -353,6 +355,95 @@ describe("RedisRateLimiter recovery", { skip: redisServerMissing && "redis-serve
       admin.disconnect();
       await limiter.close();
       await stopRedisServer(server);
+    }
+  });
+});
+
+/** A TCP proxy in front of the test Redis that can go away (cutting every connection) and come back. */
+class RedisProxy {
+  readonly #target = new URL(redisUrl);
+  readonly #sockets = new Set<Socket>();
+  #server: ReturnType<typeof createServer> | undefined;
+  port = 0;
+
+  async open(): Promise<void> {
+    const server = createServer((client) => {
+      const upstream = connect(Number(this.#target.port || 6379), this.#target.hostname);
+      for (const socket of [client, upstream]) {
+        this.#sockets.add(socket);
+        socket.on("close", () => this.#sockets.delete(socket));
+        socket.on("error", () => {});
+      }
+      client.pipe(upstream).pipe(client);
+      client.on("close", () => upstream.destroy());
+      upstream.on("close", () => client.destroy());
+    });
+    this.#server = server;
+    await new Promise<void>((resolve) => server.listen(this.port, "127.0.0.1", resolve));
+    const address = server.address();
+    if (address === null || typeof address === "string") throw new Error("no port");
+    this.port = address.port;
+  }
+
+  /** Cuts every connection and refuses new ones until `open` again. */
+  async close(): Promise<void> {
+    for (const socket of this.#sockets) socket.destroy();
+    const server = this.#server;
+    this.#server = undefined;
+    if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+}
+
+describe("RedisRateLimiter switching between Redis and memory", { skip: redisMissing }, () => {
+  const prefix = `turnpike:rl:test:switch:${process.pid}:${randomUUID()}:`;
+  const proxy = new RedisProxy();
+  let admin: Redis;
+  before(async () => {
+    admin = new Redis(redisUrl);
+    await proxy.open();
+  });
+  after(async () => {
+    await proxy.close();
+    const keys = await admin.keys(`${prefix}*`);
+    if (keys.length > 0) await admin.del(...keys);
+    await admin.quit();
+  });
+
+  test("never grants more than the limit across both switches, even when Redis comes back without its data", async () => {
+    const logger = recordingLogger();
+    const limiter = new RedisRateLimiter({ url: `redis://127.0.0.1:${proxy.port}`, keyPrefix: prefix, logger, probeIntervalMs: 100, commandTimeoutMs: 300 });
+    // 30 a minute: the bucket holds 30 and one more comes back every 2 s.
+    const check = [{ key: "switch:rpm", limit: 30, cost: 1 }];
+    const burst = async (count: number) => {
+      let allowed = 0;
+      for (let index = 0; index < count; index++) if ((await limiter.consume(check)).allowed) allowed++;
+      return allowed;
+    };
+    try {
+      const started = Date.now();
+      assert.equal(await burst(40), 30, "30 through Redis, then refused");
+      assert.equal(limiter.degraded, false);
+
+      // Redis goes away: the local bucket starts where Redis left it, not full.
+      await proxy.close();
+      const whileAway = await burst(40);
+      assert.equal(limiter.degraded, true);
+
+      // Redis comes back with its data lost: it starts from what this node knew, not full.
+      const lost = await admin.keys(`${prefix}*`);
+      if (lost.length > 0) await admin.del(...lost);
+      await proxy.open();
+      await waitFor(() => !limiter.degraded, 15_000, "the limiter to go back to Redis");
+      const afterReturn = await burst(40);
+      assert.equal(limiter.degraded, false);
+
+      // A token bucket of 30 per minute grants at most 30 plus one per 2 s elapsed.
+      const bound = 30 + Math.floor((Date.now() - started) / 2000);
+      const total = 30 + whileAway + afterReturn;
+      assert.ok(total <= bound, `granted ${total} (30 + ${whileAway} while Redis was away + ${afterReturn} after it came back); at most ${bound} allowed`);
+      assert.deepEqual([logger.warnings.length, logger.infos.length], [1, 1], "both switches logged");
+    } finally {
+      await limiter.close();
     }
   });
 });

@@ -4,6 +4,11 @@
  * nodes never interleave. When Redis cannot be reached the limiter answers from a local in-memory limiter (limits are
  * then per node), reports `degraded`, and returns to Redis once a probe gets through.
  *
+ * Neither switch grants more than the limit. Every answer from Redis is mirrored in the local limiter, so when Redis
+ * goes away each local bucket starts where Redis last left it (a key this node never saw starts empty). When Redis is
+ * back, this node's buckets are merged into it before any request is charged there again, each key keeping the fuller
+ * of the two: Redis may have lost its data (a restart without persistence) or not (a network cut).
+ *
  * Notes: a command that timed out may still run on Redis later, so that request is charged twice (in Redis and
  * locally), which errs on the strict side. A consume's keys go to one script, so this needs a single Redis (or a
  * primary), not Redis Cluster, unless every key of a call shares a hash tag.
@@ -71,11 +76,11 @@ end
 return reply
 `;
 
-/** KEYS[1]: the bucket. ARGV[1]: units to give back; ARGV[2]: the window in ms. Replies the new level. */
+/** KEYS[1]: the bucket. ARGV[1]: units to give back; ARGV[2]: the window in ms. Replies { new level, limit }. */
 const REFUND_SCRIPT = `
 local stored = redis.call('HMGET', KEYS[1], 'level', 'at', 'limit')
 if not (stored[1] and stored[2] and stored[3]) then
-  return 0
+  return { 0, 0 }
 end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -84,17 +89,47 @@ local level = math.max(0, tonumber(stored[1]) - math.max(0, now - tonumber(store
 level = math.max(0, level - tonumber(ARGV[1]) * tonumber(ARGV[2]))
 if level == 0 or limit <= 0 then
   redis.call('DEL', KEYS[1])
-  return 0
+  return { 0, limit }
 end
 redis.call('HSET', KEYS[1], 'level', level, 'at', now)
 redis.call('PEXPIRE', KEYS[1], math.ceil(level / limit))
-return level
+return { level, limit }
 `;
+
+/**
+ * KEYS[i]: a bucket. ARGV[2i-1], ARGV[2i]: the level (unit-ms, measured just now) and limit a node holds for it.
+ * Raises each bucket to that level where Redis's own (drained to now) is lower; a fuller bucket is left as it is.
+ * Replies how many buckets were raised.
+ */
+const MERGE_SCRIPT = `
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local raised = 0
+for i = 1, #KEYS do
+  local floor = tonumber(ARGV[2 * i - 1])
+  local limit = tonumber(ARGV[2 * i])
+  local stored = redis.call('HMGET', KEYS[i], 'level', 'at', 'limit')
+  local level = 0
+  if stored[1] and stored[2] and stored[3] then
+    level = math.max(0, tonumber(stored[1]) - math.max(0, now - tonumber(stored[2])) * tonumber(stored[3]))
+  end
+  if floor > level and limit > 0 then
+    redis.call('HSET', KEYS[i], 'level', floor, 'at', now, 'limit', limit)
+    redis.call('PEXPIRE', KEYS[i], math.ceil(floor / limit))
+    raised = raised + 1
+  end
+end
+return raised
+`;
+
+/** Buckets per merge command when going back to Redis. */
+const MERGE_BATCH = 500;
 
 /** The commands `defineCommand` adds to the client (ioredis cannot type them). */
 type ScriptCommands = {
   turnpikeRateLimitConsume(keyCount: number, ...keysThenArguments: (string | number)[]): Promise<unknown>;
   turnpikeRateLimitRefund(key: string, amount: number, windowMs: number): Promise<unknown>;
+  turnpikeRateLimitMerge(keyCount: number, ...keysThenArguments: (string | number)[]): Promise<unknown>;
 };
 
 export class RedisRateLimiter implements RateLimiter {
@@ -127,6 +162,7 @@ export class RedisRateLimiter implements RateLimiter {
     });
     this.#redis.defineCommand("turnpikeRateLimitConsume", { lua: CONSUME_SCRIPT });
     this.#redis.defineCommand("turnpikeRateLimitRefund", { lua: REFUND_SCRIPT, numberOfKeys: 1 });
+    this.#redis.defineCommand("turnpikeRateLimitMerge", { lua: MERGE_SCRIPT });
     this.#scripts = this.#redis as unknown as ScriptCommands;
     // Connection errors are seen through failed commands; without a listener ioredis prints each one.
     this.#redis.on("error", () => {});
@@ -151,6 +187,10 @@ export class RedisRateLimiter implements RateLimiter {
       const { allowed, levels } = parseConsumeReply(reply, checks.length);
       const decision = decide(checks, levels);
       if (decision.allowed !== allowed) throw new Error("the rate-limit script and decide() disagree");
+      // Mirrored, for the moment Redis goes away. An answer that comes back after the switch to memory (sent before
+      // it) must not undo the charges made locally since: then only a fuller bucket is taken.
+      const degraded = this.#degraded;
+      checks.forEach((check, index) => this.#fallback.observe(check.key, levels[index]! + (allowed ? check.cost * WINDOW_MS : 0), check.limit, degraded));
       return decision;
     } catch (error) {
       this.#enterDegraded(error);
@@ -164,7 +204,8 @@ export class RedisRateLimiter implements RateLimiter {
     await this.#firstConnection;
     if (this.#degraded || this.#closed) return this.#fallback.refundNow(key, amount);
     try {
-      await this.#scripts.turnpikeRateLimitRefund(this.#keyPrefix + key, amount, WINDOW_MS);
+      const reply = await this.#scripts.turnpikeRateLimitRefund(this.#keyPrefix + key, amount, WINDOW_MS);
+      if (Array.isArray(reply) && typeof reply[0] === "number" && typeof reply[1] === "number") this.#fallback.observe(key, reply[0], reply[1], this.#degraded);
     } catch (error) {
       this.#enterDegraded(error);
       this.#fallback.refundNow(key, amount);
@@ -193,20 +234,39 @@ export class RedisRateLimiter implements RateLimiter {
     this.#probeTimer.unref();
   }
 
-  /** While degraded, runs the consume script with no keys; when that succeeds, goes back to Redis. */
+  /**
+   * While degraded, runs the consume and merge scripts with no keys (which also loads them into Redis); when that
+   * succeeds, goes back to Redis, merging this node's buckets into it first.
+   */
   async #probe(): Promise<void> {
     if (!this.#degraded || this.#closed || this.#probing || this.#redis.status !== "ready") return;
     this.#probing = true;
     try {
       await this.#scripts.turnpikeRateLimitConsume(0, WINDOW_MS);
-      if (!this.#degraded || this.#closed) return;
-      this.#degraded = false;
-      this.#stopProbing();
-      this.#logger?.info({}, "Redis reachable again: rate limits are shared across nodes again");
+      await this.#scripts.turnpikeRateLimitMerge(0);
     } catch {
       // Still unreachable: the next interval or reconnection tries again.
+      return;
     } finally {
       this.#probing = false;
+    }
+    if (!this.#degraded || this.#closed) return;
+    // In one step with leaving degraded mode: the snapshot holds every local charge, and the merge commands are sent
+    // before any consume that follows, on the same connection, so Redis runs them first.
+    const buckets = this.#fallback.snapshot();
+    this.#degraded = false;
+    this.#stopProbing();
+    this.#logger?.info({ merged_buckets: buckets.length }, "Redis reachable again: rate limits are shared across nodes again");
+    const merges: Promise<unknown>[] = [];
+    for (let start = 0; start < buckets.length; start += MERGE_BATCH) {
+      const batch = buckets.slice(start, start + MERGE_BATCH);
+      merges.push(this.#scripts.turnpikeRateLimitMerge(batch.length, ...batch.map((bucket) => this.#keyPrefix + bucket.key), ...batch.flatMap((bucket) => [bucket.level, bucket.limit])));
+    }
+    try {
+      await Promise.all(merges);
+    } catch (error) {
+      // Gone again before the merge went through: the local buckets still hold it all.
+      this.#enterDegraded(error);
     }
   }
 

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { isDatabaseUnavailable } from "./errors.ts";
+import { DatabaseTimeoutError, isDatabaseUnavailable } from "./errors.ts";
 
 const withCode = (code: string, message = "x") => Object.assign(new Error(message), { code });
 
@@ -12,6 +12,10 @@ describe("isDatabaseUnavailable", () => {
       withCode("08006"),
       withCode("57P01", "terminating connection due to administrator command"),
       withCode("53300", "sorry, too many clients already"),
+      withCode("57014", "canceling statement due to statement timeout"),
+      withCode("25P03", "terminating connection due to idle-in-transaction timeout"),
+      new DatabaseTimeoutError(2_000),
+      new Error("Client has encountered a connection error and is not queryable"),
       new Error("Connection terminated unexpectedly"),
       new Error("timeout exceeded when trying to connect"),
       new AggregateError([withCode("ECONNREFUSED"), withCode("ECONNREFUSED")]),

@@ -3,15 +3,29 @@
  * bug: the first is the operator's outage, answered 503 with a retry, never a 500.
  */
 
+/** A PostgreSQL query that went unanswered past `--database-timeout`; its connection was dropped. */
+export class DatabaseTimeoutError extends Error {
+  override readonly name = "DatabaseTimeoutError";
+  /** Milliseconds the query waited. */
+  readonly timeoutMs: number;
+
+  constructor(timeoutMs: number, options?: ErrorOptions) {
+    super(`the database did not answer within ${timeoutMs / 1000} s`, options);
+    this.timeoutMs = timeoutMs;
+  }
+}
+
 /** Socket-level failures on the way to PostgreSQL. */
 const NETWORK_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH"]);
 
 /**
  * PostgreSQL SQLSTATEs of an unavailable server: class 08 (connection exception), 57P01–57P03
- * (admin or crash shutdown, cannot connect now), 53300 (too many connections).
+ * (admin or crash shutdown, cannot connect now), 53300 (too many connections), 57014 (a statement
+ * cancelled, as `statement_timeout` does to one that ran too long), 25P03 (a transaction left
+ * idle too long, ended by `idle_in_transaction_session_timeout`).
  */
 function isUnavailableSqlState(code: string): boolean {
-  return code.startsWith("08") || code === "57P01" || code === "57P02" || code === "57P03" || code === "53300";
+  return code.startsWith("08") || ["57P01", "57P02", "57P03", "53300", "57014", "25P03"].includes(code);
 }
 
 /** node-pg's own messages for a connection that died or never came. */
@@ -20,8 +34,10 @@ const PG_CONNECTION_MESSAGES = [/^Connection terminated/, /connection error and 
 /** SQLite's busy and locked result codes: another process holds the database past the busy timeout. */
 const SQLITE_BUSY = new Set([5, 6]);
 
+/** True for a database that is away, unreachable, too slow or too busy (answered 503), false for anything else. */
 export function isDatabaseUnavailable(error: unknown): boolean {
   if (typeof error !== "object" || error === null) return false;
+  if (error instanceof DatabaseTimeoutError) return true;
   const { code, errcode, message } = error as { code?: unknown; errcode?: unknown; message?: unknown };
   if (typeof code === "string" && (NETWORK_CODES.has(code) || (/^[0-9A-Z]{5}$/.test(code) && isUnavailableSqlState(code)))) return true;
   if (code === "ERR_SQLITE_ERROR" && typeof errcode === "number" && SQLITE_BUSY.has(errcode & 0xff)) return true;
