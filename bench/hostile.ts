@@ -1,7 +1,8 @@
 /**
  * Hostile input: does a flood of requests that are bound to be refused keep `/health` answering?
  * Starts Turnpike in-process (stories260K, 1 thread, a priced model from a config file) with a
- * key whose account has zero credit. For each kind of refused request (issue 9 rows 1, 2 and 7,
+ * key whose account has zero credit (the audit's attacker) and one whose account is funded (whose
+ * refusals need the request's validation to run). For each kind of refused request (issue 9 rows 1, 2 and 7,
  * an unknown key, no credit, bad JSON, ...) a child process floods the server from several
  * concurrent clients for a few seconds, while this process probes `/health` every ~10 ms.
  * Prints, per kind: refused requests/s, the statuses seen, `/health` p50/p99/max, and the
@@ -9,7 +10,7 @@
  * rate measured in the baseline row, over the refusals). The flood runs in a separate process
  * so its CPU is not counted.
  *
- *   node_modules/.bin/node bench/hostile.ts [--seconds 4] [--concurrency 4] [--kinds a,b,...]
+ *   node_modules/.bin/node bench/hostile.ts [--seconds 4] [--concurrency 4] [--kinds a,b,...] [--accounts zero,funded]
  *     [--out bench/results/hostile.json]
  */
 import { spawn } from "node:child_process";
@@ -25,6 +26,8 @@ import { startServer } from "../src/main.ts";
 import { openStore } from "../src/store/open.ts";
 import { createApiKey } from "../src/auth/api-keys.ts";
 import { createAccount } from "../src/accounts/accounts.ts";
+import { grantPlan } from "../src/billing/grant-plan.ts";
+import { findPlan } from "../src/billing/plans-store.ts";
 
 const benchDir = path.dirname(fileURLToPath(import.meta.url));
 const { values: flags } = parseArgs({
@@ -32,6 +35,8 @@ const { values: flags } = parseArgs({
     seconds: { type: "string", default: "4" },
     concurrency: { type: "string", default: "4" },
     kinds: { type: "string" },
+    // Which keys flood: zero (no credit: the audit's attacker), funded (the request is validated), or both.
+    accounts: { type: "string", default: "zero,funded" },
     model: { type: "string", default: path.resolve(benchDir, "../../shared/models/stories260K.gguf") },
     out: { type: "string", default: path.join(benchDir, "results", "hostile.json") },
     // Internal: run as the flooding child.
@@ -56,8 +61,11 @@ function chainSchema(fanOut: number, levels: number): Record<string, unknown> {
 const schemaFormat = (schema: Record<string, unknown>) => ({ ...valid, response_format: { type: "json_schema", json_schema: { name: "x", schema } } });
 const call = (index: number, argumentsText: string) => ({ id: `c${index}`, type: "function", function: { name: "f", arguments: argumentsText } });
 
-/** Each kind of refused request: its body (text) and whether it uses a key that does not exist. */
-const KINDS: Record<string, { body: () => string; unknownKey?: boolean; what: string }> = {
+/**
+ * Each kind of refused request: its body (text), and whether it uses a key that does not exist or
+ * is one only a zero-credit key has refused (a funded key's would be served, or refused the same way).
+ */
+const KINDS: Record<string, { body: () => string; unknownKey?: boolean; zeroOnly?: boolean; what: string }> = {
   "schema-chain": { what: "row 1: 7 $defs, each anyOf of 10 $refs to the next, under a oneOf (~2 KB)", body: () => JSON.stringify(schemaFormat(chainSchema(10, 8))) },
   "schema-budget": {
     what: "oneOf of 64 enums of 60 values (work budget)",
@@ -81,10 +89,10 @@ const KINDS: Record<string, { body: () => string; unknownKey?: boolean; what: st
   },
   "tools-10k": { what: "row 2: 10,000 tools", body: () => JSON.stringify({ ...valid, tools: Array.from({ length: 10_000 }, (_, index) => ({ type: "function", function: { name: `f${index}`, parameters: { type: "object", properties: { a: { type: "string" } } } } })) }) },
   "logit-bias-850k": { what: "row 2: 850,000 logit_bias entries (9.4 MB)", body: () => JSON.stringify({ ...valid, logit_bias: Object.fromEntries(Array.from({ length: 850_000 }, (_, index) => [String(index), 1])) }) },
-  "unknown-key": { what: "a valid request with a key that does not exist", body: () => JSON.stringify(valid), unknownKey: true },
-  "unknown-key-9mb": { what: "a 9 MB body with a key that does not exist", body: () => JSON.stringify({ ...valid, messages: [{ role: "user", content: "x".repeat(9_000_000) }] }), unknownKey: true },
-  "no-credit": { what: "a valid request from the zero-credit account", body: () => JSON.stringify(valid) },
-  "bad-json": { what: "a body that is not JSON", body: () => '{"model": "stories260K", "messages": [' },
+  "unknown-key": { what: "a valid request with a key that does not exist", body: () => JSON.stringify(valid), unknownKey: true, zeroOnly: true },
+  "unknown-key-9mb": { what: "a 9 MB body with a key that does not exist", body: () => JSON.stringify({ ...valid, messages: [{ role: "user", content: "x".repeat(9_000_000) }] }), unknownKey: true, zeroOnly: true },
+  "no-credit": { what: "a valid request from the zero-credit account", body: () => JSON.stringify(valid), zeroOnly: true },
+  "bad-json": { what: "a body that is not JSON", body: () => '{"model": "stories260K", "messages": [', zeroOnly: true },
 };
 
 /** The flooding child: builds the body, says it is ready, floods for `seconds`, prints its counts. */
@@ -172,7 +180,7 @@ async function main(): Promise<void> {
     configFile,
     JSON.stringify({
       models: [{ id: MODEL, path: path.resolve(flags.model), pricing: { prompt: 1_000_000, cached_prompt: 500_000, completion: 2_000_000 } }],
-      plans: [{ id: "small", name: "Small", price: { amount: 500, currency: "usd" }, credit: 2000, days: 30 }],
+      plans: [{ id: "large", name: "Large", price: { amount: 500, currency: "usd" }, credit: 1_000_000_000_000, days: 30 }],
     }),
   );
   const settings = loadSettings({
@@ -183,7 +191,11 @@ async function main(): Promise<void> {
   const database = await openStore({ dataDir, databaseUrl: settings.database_url });
   const account = await createAccount(database, { email: "broke@example.com" });
   const { key } = await createApiKey(database, { name: "broke", accountId: account.id });
+  const funded = await createAccount(database, { email: "funded@example.com" });
+  await grantPlan(database, { accountId: funded.id, plan: (await findPlan(database, "large"))!, source: "bench" });
+  const { key: fundedKey } = await createApiKey(database, { name: "funded", accountId: funded.id });
   await database.destroy();
+  const accounts = flags.accounts!.split(",") as Array<"zero" | "funded">;
   const server = await startServer(settings, pino({ level: "silent" }));
   await server.modelsSettled;
   const rows: Row[] = [];
@@ -206,9 +218,11 @@ async function main(): Promise<void> {
       probes: baseline.length,
       cpuMsPerRequest: NaN,
     });
-    for (const kind of kinds) {
+    const runs = accounts.flatMap((holder) => kinds.filter((kind) => holder === "zero" || !KINDS[kind]?.zeroOnly).map((kind) => ({ kind, holder })));
+    for (const { kind, holder } of runs) {
       if (!(kind in KINDS)) throw new Error(`unknown kind '${kind}' (kinds: ${Object.keys(KINDS).join(", ")})`);
-      const child = spawn(process.execPath, [fileURLToPath(import.meta.url), "--flood", kind, "--url", server.url, "--key", key, "--seconds", String(seconds), "--concurrency", String(concurrency)], {
+      const label = holder === "zero" ? kind : `${kind} (funded)`;
+      const child = spawn(process.execPath, [fileURLToPath(import.meta.url), "--flood", kind, "--url", server.url, "--key", holder === "zero" ? key : fundedKey, "--seconds", String(seconds), "--concurrency", String(concurrency)], {
         stdio: ["ignore", "pipe", "inherit"],
       });
       let output = "";
@@ -232,7 +246,7 @@ async function main(): Promise<void> {
       const elapsed = (performance.now() - started) / 1000;
       const serverCpu = cpuMs(process.cpuUsage(cpuStart)) - probingCpuPerSecond * elapsed;
       rows.push({
-        kind,
+        kind: label,
         what: KINDS[kind]!.what,
         bodyBytes,
         seconds: elapsed,
@@ -246,7 +260,7 @@ async function main(): Promise<void> {
         cpuMsPerRequest: Math.max(0, serverCpu) / Math.max(1, result.requests),
       });
       const row = rows.at(-1)!;
-      process.stderr.write(`${kind}: ${row.perSecond.toFixed(1)}/s, /health p99 ${row.healthP99.toFixed(1)} ms\n`);
+      process.stderr.write(`${label}: ${row.perSecond.toFixed(1)}/s, /health p99 ${row.healthP99.toFixed(1)} ms\n`);
     }
   } finally {
     await server.close();

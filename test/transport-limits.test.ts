@@ -1,8 +1,8 @@
 /**
  * Transport limits against a real server over real sockets: a request (headers or body) that
  * trickles in is cut with 408 `request_timeout` once `--request-timeout` has passed (Node checks
- * only every `connectionsCheckingInterval`, which Turnpike sets from the timeout), before any
- * authentication; a streamed response longer than the timeout is not cut; idle keep-alive
+ * only every `connectionsCheckingInterval`, which Turnpike sets from the timeout); one without a
+ * valid key is refused on its headers and cut all the same; a streamed response longer than the timeout is not cut; idle keep-alive
  * connections close after `--idle-timeout`; `--max-connections` refuses connections past the
  * cap and `/health` answers again once they are gone; `/api/auth/*` takes small bodies only.
  */
@@ -87,11 +87,19 @@ describe("request and idle timeouts", () => {
     await test?.close();
   });
 
-  it("cuts a body trickled at one byte a second with 408 request_timeout, before authentication", async () => {
-    const head = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n";
+  it("cuts a body trickled at one byte a second with 408 request_timeout", async () => {
+    const head = `POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${test.key}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n`;
     const exchange = await trickle(portOf(test), head, "x".repeat(1000), 1000, CUT_WITHIN_MS + 2000);
     assertTimeoutAnswer(exchange);
     assert.equal(await healthOnce(portOf(test)), 200);
+  });
+
+  it("answers a trickled body without a key 401 at once, and still cuts the connection within the request timeout", async () => {
+    const head = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n";
+    const exchange = await trickle(portOf(test), head, "x".repeat(1000), 1000, CUT_WITHIN_MS + 2000);
+    assert.match(exchange.text, /^HTTP\/1\.1 401 /, "refused on its headers, before the body arrived");
+    assert.ok(exchange.closed, `the connection was still open after ${Math.round(exchange.elapsedMs)} ms`);
+    assert.ok(exchange.elapsedMs < CUT_WITHIN_MS, `cut after ${Math.round(exchange.elapsedMs)} ms, later than ${CUT_WITHIN_MS} ms`);
   });
 
   it("cuts headers trickled at one byte every half second with 408 request_timeout", async () => {
