@@ -3,15 +3,13 @@
  * node-llama-cpp's generic tool section) always lies between its bounds.
  */
 import assert from "node:assert/strict";
-import os from "node:os";
-import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { GenerationRequest } from "./engine.ts";
 import { MESSAGE_OVERHEAD_BYTES, PROMPT_OVERHEAD_BYTES, promptBound, renderedBytes, TOOL_OVERHEAD_BYTES, verbatimBytes } from "./prompt-bound.ts";
-import { LlamaCppEngine } from "./llamacpp/llamacpp-engine.ts";
-import { createRuntimeLoader } from "./llamacpp/runtime.ts";
+import type { LlamaCppEngine } from "./llamacpp/llamacpp-engine.ts";
+import { loadTestEngine, sharedModel } from "./llamacpp/test-engine.ts";
 
-const storiesModel = path.resolve(import.meta.dirname, "../../../shared/models/stories260K.gguf");
+const storiesModel = sharedModel("stories260K.gguf");
 const sampling = { temperature: 1, topP: 1, frequencyPenalty: 0, presencePenalty: 0, stop: [] };
 
 function request(fields: Partial<GenerationRequest>): GenerationRequest {
@@ -90,18 +88,7 @@ describe("promptBound", () => {
   describe("on a real template", () => {
     let engine: LlamaCppEngine;
     before(async () => {
-      engine = new LlamaCppEngine({
-        modelId: "stories",
-        source: { path: storiesModel },
-        dataDir: os.tmpdir(),
-        llama: createRuntimeLoader({ threads: 1, gpu: "cpu" }),
-        contextSize: 2048,
-        parallel: 1,
-        queueSize: 1,
-        threads: 1,
-      });
-      await engine.load();
-      assert.equal(engine.status().state, "ready", JSON.stringify(engine.status()));
+      engine = await loadTestEngine(storiesModel, { modelId: "stories" });
     });
     after(async () => {
       await engine.close();

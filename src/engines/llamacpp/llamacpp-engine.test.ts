@@ -13,8 +13,9 @@ import { after, before, describe, it } from "node:test";
 import type { StreamPart } from "../engine.ts";
 import { LlamaCppEngine } from "./llamacpp-engine.ts";
 import { createRuntimeLoader } from "./runtime.ts";
+import { loadTestEngine, sharedModel } from "./test-engine.ts";
 
-const randomModel = path.resolve(import.meta.dirname, "../../../../shared/models/llama-2-tiny-random.gguf");
+const randomModel = sharedModel("llama-2-tiny-random.gguf");
 
 const request = {
   messages: [{ role: "user" as const, content: "Go" }],
@@ -26,18 +27,7 @@ const request = {
 describe("the llama.cpp engine", () => {
   let engine: LlamaCppEngine;
   before(async () => {
-    engine = new LlamaCppEngine({
-      modelId: "random",
-      source: { path: randomModel },
-      dataDir: os.tmpdir(),
-      llama: createRuntimeLoader({ threads: 1, gpu: "cpu" }),
-      contextSize: 4096,
-      parallel: 1,
-      queueSize: 1,
-      threads: 1,
-    });
-    await engine.load();
-    assert.equal(engine.status().state, "ready", JSON.stringify(engine.status()));
+    engine = await loadTestEngine(randomModel, { modelId: "random", contextSize: 4096 });
   });
   after(async () => {
     await engine.close();
