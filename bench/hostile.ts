@@ -27,7 +27,7 @@ import { openStore } from "../src/store/open.ts";
 import { createApiKey } from "../src/auth/api-keys.ts";
 import { createAccount } from "../src/accounts/accounts.ts";
 import { grantPlan } from "../src/billing/grant-plan.ts";
-import { findPlan } from "../src/billing/plans-store.ts";
+import { findPlan, syncConfigPlans } from "../src/billing/plans-store.ts";
 
 const benchDir = path.dirname(fileURLToPath(import.meta.url));
 const { values: flags } = parseArgs({
@@ -191,6 +191,7 @@ async function main(): Promise<void> {
   const database = await openStore({ dataDir, databaseUrl: settings.database_url });
   const account = await createAccount(database, { email: "broke@example.com" });
   const { key } = await createApiKey(database, { name: "broke", accountId: account.id });
+  await syncConfigPlans(database, settings.plans);
   const funded = await createAccount(database, { email: "funded@example.com" });
   await grantPlan(database, { accountId: funded.id, plan: (await findPlan(database, "large"))!, source: "bench" });
   const { key: fundedKey } = await createApiKey(database, { name: "funded", accountId: funded.id });

@@ -1,6 +1,7 @@
 /**
  * Builds the HTTP server without listening, so tests can start it on any port.
  */
+import { JsonBodyWorker, registerJsonBodyParser } from "./json-body/json-body-parser.ts";
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from "fastify";
 import type { Kysely } from "kysely";
 import type { Logger } from "pino";
@@ -117,6 +118,8 @@ export function buildApp(options: AppOptions): App {
   let closing = false;
   const shutdown = new AbortController();
 
+  // Large JSON bodies are parsed (chat requests validated too) in a worker thread.
+  registerJsonBodyParser(server, new JsonBodyWorker());
   server.decorateRequest("apiKey", null);
   server.decorateRequest("principal", null);
   server.decorateRequest("rateLimitsApplied", false);

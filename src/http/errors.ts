@@ -3,6 +3,7 @@
  * Fastify's own client errors (bad JSON, body too large) become `invalid_request_error`,
  * anything else is a logged 500 whose body says nothing of internals.
  */
+import { INVALID_JSON_MESSAGE } from "./json-body/json-body-protocol.ts";
 import type { Duplex } from "node:stream";
 import type { FastifyError, FastifyReply, FastifyRequest } from "fastify";
 import { ApiError, DatabaseUnavailableError, InternalServerError, InvalidRequestError, type ErrorBody } from "../protocol/errors.ts";
@@ -28,11 +29,7 @@ export function toApiError(error: unknown): ApiError {
   if (typeof status === "number" && status >= 400 && status < 500) {
     const code = fastifyError?.code ?? "";
     if (error instanceof SyntaxError || code === "FST_ERR_CTP_INVALID_JSON_BODY") {
-      return new InvalidRequestError(
-        "We could not parse the JSON body of your request. Send valid JSON with 'Content-Type: application/json'.",
-        null,
-        "invalid_json",
-      );
+      return new InvalidRequestError(INVALID_JSON_MESSAGE, null, "invalid_json");
     }
     const message = clientErrorMessages[code] ?? "The request could not be processed.";
     return new ApiError(message, {

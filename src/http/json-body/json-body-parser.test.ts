@@ -1,0 +1,99 @@
+/**
+ * Large JSON bodies are parsed, and chat requests validated, in a worker thread: the worker's
+ * answers on its own, and a real server whose main thread never parses a multi-megabyte body.
+ */
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { ApiError } from "../../protocol/errors.ts";
+import { JsonBodyWorker, MAX_WAITING_BODIES, WORKER_BODY_BYTES } from "./json-body-parser.ts";
+import { postJson, startTestServer, type TestServer } from "../../../test/helpers/server.ts";
+
+const bytes = (value: unknown) => Buffer.from(typeof value === "string" ? value : JSON.stringify(value));
+const chat = { model: "stories260K", messages: [{ role: "user", content: "Hi" }], max_tokens: 4 };
+
+async function refusal(promise: Promise<unknown>): Promise<ApiError> {
+  try {
+    await promise;
+  } catch (error) {
+    assert.ok(error instanceof ApiError, String(error));
+    return error;
+  }
+  assert.fail("expected a refusal");
+}
+
+describe("the JSON body worker", () => {
+  const worker = new JsonBodyWorker();
+  after(() => worker.close());
+
+  it("answers a chat request validated, unknown fields dropped", async () => {
+    const value = (await worker.parse(bytes({ ...chat, junk: "x".repeat(1000) }), "chat-completion")) as Record<string, unknown>;
+    assert.equal(value.model, "stories260K");
+    assert.equal(value.junk, undefined);
+  });
+
+  it("refuses what the schema refuses, naming the field, as an ApiError", async () => {
+    const error = await refusal(worker.parse(bytes({ ...chat, messages: Array.from({ length: 3000 }, () => ({ role: "user", content: "" })) }), "chat-completion"));
+    assert.equal(error.status, 400);
+    assert.equal(error.param, "messages");
+  });
+
+  it("refuses text that is not JSON, and prototype poisoning, as invalid_json", async () => {
+    assert.equal((await refusal(worker.parse(bytes('{"model": '), "none"))).code, "invalid_json");
+    assert.equal((await refusal(worker.parse(bytes('{"a": {"__proto__": {"x": 1}}}'), "none"))).code, "invalid_json");
+    assert.equal((await refusal(worker.parse(bytes('{"constructor": {"prototype": {"x": 1}}}'), "none"))).code, "invalid_json");
+    assert.deepEqual(await worker.parse(bytes('{"constructor": "fine"}'), "none"), { constructor: "fine" });
+  });
+
+  it("refuses bodies past its queue with 503 server_busy", async () => {
+    const body = bytes({ ...chat, messages: [{ role: "user", content: "x".repeat(2_000_000) }] });
+    const all = Array.from({ length: MAX_WAITING_BODIES + 4 }, () => worker.parse(Buffer.from(body), "chat-completion").then(() => "parsed", (error: ApiError) => error.code));
+    const outcomes = await Promise.all(all);
+    assert.equal(outcomes.filter((outcome) => outcome === "parsed").length, MAX_WAITING_BODIES);
+    assert.deepEqual(outcomes.slice(MAX_WAITING_BODIES), Array(4).fill("server_busy"));
+    assert.equal(worker.waiting, 0);
+  });
+});
+
+describe("a server's large bodies", () => {
+  let test: TestServer;
+  /** The longest text `JSON.parse` read on this (the server's main) thread since the last reset. */
+  let longestParsed = 0;
+  const parse = JSON.parse;
+  before(async () => {
+    test = await startTestServer();
+    JSON.parse = function measuredParse(text: string, reviver?: (this: unknown, key: string, value: unknown) => unknown) {
+      longestParsed = Math.max(longestParsed, String(text).length);
+      return parse(text, reviver);
+    };
+  });
+  after(async () => {
+    JSON.parse = parse;
+    await test?.close();
+  });
+
+  it("refuses 300,000 messages (8.7 MB) without parsing them on the main thread", async () => {
+    longestParsed = 0;
+    const body = JSON.stringify({ ...chat, messages: Array.from({ length: 300_000 }, () => ({ role: "user", content: "" })) });
+    const response = await postJson(`${test.baseURL}/chat/completions`, body, { authorization: `Bearer ${test.key}` });
+    assert.equal(response.status, 400, response.text.slice(0, 300));
+    assert.equal(response.body.error.param, "messages");
+    assert.ok(longestParsed < WORKER_BODY_BYTES, `the main thread parsed ${longestParsed} characters`);
+  });
+
+  it("answers a large body that is not JSON with invalid_json, and serves a large valid one", async () => {
+    const broken = await postJson(`${test.baseURL}/chat/completions`, `{"model": "stories260K", "messages": [${'"x",'.repeat(200_000)}`, { authorization: `Bearer ${test.key}` });
+    assert.equal(broken.status, 400);
+    assert.equal(broken.body.error.code, "invalid_json");
+    longestParsed = 0;
+    const completion = await test.client.chat.completions.create({
+      model: "stories260K",
+      max_tokens: 4,
+      messages: [{ role: "user", content: "Once upon a time" }],
+      // @ts-expect-error unknown fields are accepted and dropped: this one makes the body large
+      padding: "y".repeat(WORKER_BODY_BYTES),
+    });
+    assert.equal(completion.choices[0]!.message.role, "assistant");
+    assert.ok(completion.usage!.completion_tokens > 0);
+    assert.ok(longestParsed < WORKER_BODY_BYTES, `the main thread parsed ${longestParsed} characters`);
+  });
+});

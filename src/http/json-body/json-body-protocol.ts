@@ -1,0 +1,15 @@
+/** The messages between the JSON body parser and its worker. */
+import type { ApiErrorType } from "../../protocol/errors.ts";
+
+/** What the worker checks besides JSON syntax: nothing, or the chat completion request schema. */
+export type BodyValidation = "none" | "chat-completion";
+
+export type BodyJob = { id: number; bytes: Uint8Array; validate: BodyValidation };
+
+/** An `ApiError`'s fields, as they cross the thread boundary. */
+export type BodyError = { status: number; type: ApiErrorType; code: string; param: string | null; message: string };
+
+export type BodyAnswer = { id: number; value: unknown; error?: undefined } | { id: number; error: BodyError; value?: undefined };
+
+/** The answer to a body that is not JSON, the same on either thread. */
+export const INVALID_JSON_MESSAGE = "We could not parse the JSON body of your request. Send valid JSON with 'Content-Type: application/json'.";

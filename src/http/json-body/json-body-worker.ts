@@ -1,0 +1,43 @@
+/**
+ * The worker side of `json-body-parser.ts`: parses a large JSON body off the event loop and, for
+ * chat completions, validates it against the request schema there too, so a refused body (most
+ * large hostile ones: too many messages, tools or `logit_bias` entries) never comes back to the
+ * main thread at all. Answers `{id, value}` or `{id, error}` with the fields of an `ApiError`.
+ */
+import { parentPort } from "node:worker_threads";
+import { ApiError } from "../../protocol/errors.ts";
+import { chatCompletionRequestSchema } from "../../protocol/chat-completion-request.ts";
+import { parseWithSchema } from "../../protocol/parse.ts";
+import { INVALID_JSON_MESSAGE, type BodyJob, type BodyAnswer } from "./json-body-protocol.ts";
+
+/** Keys that would poison a prototype once the body is merged into an object (Fastify refuses them too). */
+function refusePoisoning(key: string, value: unknown): unknown {
+  if (key === "__proto__") throw new SyntaxError("forbidden prototype property");
+  if (key === "constructor" && value !== null && typeof value === "object" && Object.hasOwn(value, "prototype")) throw new SyntaxError("forbidden prototype property");
+  return value;
+}
+
+/** Fastify's default parser's check: only bodies that mention the keys pay for the reviver. */
+const MAY_POISON = /"(?:__proto__|constructor)"\s*:/;
+
+function answer(job: BodyJob): BodyAnswer {
+  const text = Buffer.from(job.bytes.buffer, job.bytes.byteOffset, job.bytes.byteLength).toString("utf8");
+  let parsed: unknown;
+  try {
+    parsed = MAY_POISON.test(text) ? JSON.parse(text, refusePoisoning) : JSON.parse(text);
+  } catch {
+    return { id: job.id, error: { status: 400, type: "invalid_request_error", code: "invalid_json", param: null, message: INVALID_JSON_MESSAGE } };
+  }
+  if (job.validate !== "chat-completion") return { id: job.id, value: parsed };
+  try {
+    // The validated request: unknown fields are dropped here, so they never cross back.
+    return { id: job.id, value: parseWithSchema(chatCompletionRequestSchema, parsed) };
+  } catch (error) {
+    if (!(error instanceof ApiError)) throw error;
+    return { id: job.id, error: { status: error.status, type: error.type, code: error.code, param: error.param, message: error.message } };
+  }
+}
+
+parentPort!.on("message", (job: BodyJob) => {
+  parentPort!.postMessage(answer(job));
+});
