@@ -87,10 +87,24 @@ const textContent = z.union([z.string(), parts(textPart)], {
   error: `Expected a string or an array of up to ${REQUEST_LIMITS.contentParts} text content parts.`,
 });
 
+/** Whether `text` is a JSON text (tool-call arguments must be one, as OpenAI requires). */
+function isJsonText(text: string): boolean {
+  try {
+    JSON.parse(text);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 const toolCall = z.object({
   id: name,
   type: z.literal("function"),
-  function: z.object({ name, arguments: bounded(REQUEST_LIMITS.toolCallArguments) }),
+  function: z.object({
+    name,
+    // Checked here, with the rest of the schema, so a large body's arguments are parsed in the body worker.
+    arguments: bounded(REQUEST_LIMITS.toolCallArguments).refine(isJsonText, { error: "the arguments of a tool call must be a JSON text." }),
+  }),
 });
 
 const systemMessage = z.object({ role: z.literal("system"), content: textContent, name: name.nullish() });

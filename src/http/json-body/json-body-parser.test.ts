@@ -96,4 +96,21 @@ describe("a server's large bodies", () => {
     assert.ok(completion.usage!.completion_tokens > 0);
     assert.ok(longestParsed < WORKER_BODY_BYTES, `the main thread parsed ${longestParsed} characters`);
   });
+
+  it("checks tool-call arguments are JSON in the worker for a large body, and on the main thread for a small one", async () => {
+    const call = (index: number, argumentsText: string) => ({ id: `c${index}`, type: "function", function: { name: "f", arguments: argumentsText } });
+    const withCalls = (calls: unknown[]) => ({ ...chat, messages: [{ role: "user", content: "x" }, { role: "assistant", content: null, tool_calls: calls }] });
+    longestParsed = 0;
+    const large = await postJson(`${test.baseURL}/chat/completions`, withCalls(Array.from({ length: 36 }, (_, index) => call(index, JSON.stringify({ a: "a".repeat(250_000) })))), { authorization: `Bearer ${test.key}` });
+    assert.equal(large.status, 400, large.text.slice(0, 300));
+    assert.equal(large.body.error.code, "context_length_exceeded", "valid arguments, far too long for the context");
+    assert.ok(longestParsed < WORKER_BODY_BYTES, `the main thread parsed ${longestParsed} characters`);
+    for (const body of [withCalls([call(0, "{}"), call(1, "{not json")]), withCalls([call(0, JSON.stringify({ a: "a".repeat(200_000) })), call(1, `{"a": "${"b".repeat(100_000)}`)])]) {
+      const response = await postJson(`${test.baseURL}/chat/completions`, body, { authorization: `Bearer ${test.key}` });
+      assert.equal(response.status, 400, response.text.slice(0, 300));
+      assert.equal(response.body.error.param, "messages[1].tool_calls[1].function.arguments");
+      assert.match(response.body.error.message, /JSON text/);
+    }
+  });
 });
+

@@ -26,6 +26,14 @@ export class ServerBusyError extends ApiError {
   }
 }
 
+/** Chat requests the worker validated: the route does not validate them again on the event loop. */
+const validatedChatRequests = new WeakSet<object>();
+
+/** Whether `body` is a chat completion request the body worker validated against the schema. */
+export function validatedInWorker(body: unknown): boolean {
+  return typeof body === "object" && body !== null && validatedChatRequests.has(body);
+}
+
 /** One worker thread parsing (and validating) large bodies in turn; started on first use. */
 export class JsonBodyWorker {
   #worker: Worker | undefined;
@@ -62,7 +70,10 @@ export class JsonBodyWorker {
       const pending = this.#pending.get(answer.id);
       if (pending === undefined) return;
       this.#pending.delete(answer.id);
-      if (answer.error === undefined) pending.resolve(answer.value);
+      if (answer.error === undefined) {
+        if (answer.validated && typeof answer.value === "object" && answer.value !== null) validatedChatRequests.add(answer.value);
+        pending.resolve(answer.value);
+      }
       else pending.reject(new ApiError(answer.error.message, { status: answer.error.status, type: answer.error.type, code: answer.error.code, param: answer.error.param }));
     });
     const fail = (error: unknown) => {

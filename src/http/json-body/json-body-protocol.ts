@@ -9,7 +9,8 @@ export type BodyJob = { id: number; bytes: Uint8Array; validate: BodyValidation 
 /** An `ApiError`'s fields, as they cross the thread boundary. */
 export type BodyError = { status: number; type: ApiErrorType; code: string; param: string | null; message: string };
 
-export type BodyAnswer = { id: number; value: unknown; error?: undefined } | { id: number; error: BodyError; value?: undefined };
+/** `validated`: the value is the chat completion schema's output. */
+export type BodyAnswer = { id: number; value: unknown; validated: boolean; error?: undefined } | { id: number; error: BodyError; value?: undefined };
 
 /** The answer to a body that is not JSON, the same on either thread. */
 export const INVALID_JSON_MESSAGE = "We could not parse the JSON body of your request. Send valid JSON with 'Content-Type: application/json'.";

@@ -28,10 +28,10 @@ function answer(job: BodyJob): BodyAnswer {
   } catch {
     return { id: job.id, error: { status: 400, type: "invalid_request_error", code: "invalid_json", param: null, message: INVALID_JSON_MESSAGE } };
   }
-  if (job.validate !== "chat-completion") return { id: job.id, value: parsed };
+  if (job.validate !== "chat-completion") return { id: job.id, value: parsed, validated: false };
   try {
     // The validated request: unknown fields are dropped here, so they never cross back.
-    return { id: job.id, value: parseWithSchema(chatCompletionRequestSchema, parsed) };
+    return { id: job.id, value: parseWithSchema(chatCompletionRequestSchema, parsed), validated: true };
   } catch (error) {
     if (!(error instanceof ApiError)) throw error;
     return { id: job.id, error: { status: error.status, type: error.type, code: error.code, param: error.param, message: error.message } };

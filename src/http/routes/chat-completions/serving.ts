@@ -3,6 +3,7 @@
  * (cheap), bound it before the engine's expensive `prepare` (see `admit.ts` for the order), and
  * turn engine parts into OpenAI completions or chunks.
  */
+import { validatedInWorker } from "../../json-body/json-body-parser.ts";
 import { randomBytes } from "node:crypto";
 import type { Catalog, CatalogModel } from "../../../catalog/catalog.ts";
 import type {
@@ -126,15 +127,8 @@ function toEngineMessages(messages: readonly ChatMessage[], inputs: ModelInputs)
       case "user":
         return images.length > 0 ? { role: "user", content, name: message.name ?? undefined, images } : { role: "user", content, name: message.name ?? undefined };
       case "assistant": {
-        const toolCalls = (message.tool_calls ?? []).map((call, callIndex): ToolCall => {
-          try {
-            JSON.parse(call.function.arguments);
-          } catch {
-            throw new InvalidRequestError(
-              "The arguments of a tool call must be a JSON text.",
-              `messages[${index}].tool_calls[${callIndex}].function.arguments`,
-            );
-          }
+        // The schema checked that each call's arguments are a JSON text.
+        const toolCalls = (message.tool_calls ?? []).map((call): ToolCall => {
           callIds.add(call.id);
           return { id: call.id, name: call.function.name, arguments: call.function.arguments };
         });
@@ -242,7 +236,8 @@ export type ParsedChatCompletion = Omit<ChatCompletionJob, "prepared"> & { reque
  * tokenizer runs here. Throws typed API errors.
  */
 export function parseChatCompletion(catalog: Catalog, body: unknown): ParsedChatCompletion {
-  const request = parseWithSchema(chatCompletionRequestSchema, body);
+  // A large body was validated already, off the event loop, by the body worker.
+  const request = validatedInWorker(body) ? (body as ChatCompletionRequest) : parseWithSchema(chatCompletionRequestSchema, body);
   const model = catalog.get(request.model);
   rejectUnsupported(request);
   const generationRequest = toGenerationRequest(request, { images: model.inputModalities.includes("image") });
