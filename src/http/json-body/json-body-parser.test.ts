@@ -2,24 +2,16 @@
  * Large JSON bodies are parsed, and chat requests validated, in a worker thread: the worker's
  * answers on its own, and a real server whose main thread never parses a multi-megabyte body.
  */
+import { refusal } from "../../../test/helpers/api-error.ts";
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import { ApiError } from "../../protocol/errors.ts";
+import type { ApiError } from "../../protocol/errors.ts";
 import { JsonBodyWorker, MAX_WAITING_BODIES, WORKER_BODY_BYTES } from "./json-body-parser.ts";
 import { postJson, startTestServer, type TestServer } from "../../../test/helpers/server.ts";
 
 const bytes = (value: unknown) => Buffer.from(typeof value === "string" ? value : JSON.stringify(value));
 const chat = { model: "stories260K", messages: [{ role: "user", content: "Hi" }], max_tokens: 4 };
 
-async function refusal(promise: Promise<unknown>): Promise<ApiError> {
-  try {
-    await promise;
-  } catch (error) {
-    assert.ok(error instanceof ApiError, String(error));
-    return error;
-  }
-  assert.fail("expected a refusal");
-}
 
 describe("the JSON body worker", () => {
   const worker = new JsonBodyWorker();

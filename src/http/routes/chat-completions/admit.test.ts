@@ -3,6 +3,7 @@
  * engine's `prepare`, and rate limits end up charged the exact count. A scripted engine counts
  * `prepare`; metering and limits are the real ones, on SQLite and PostgreSQL.
  */
+import { refusal } from "../../../../test/helpers/api-error.ts";
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { createAccount } from "../../../accounts/accounts.ts";
@@ -14,7 +15,7 @@ import type { Engine, GenerationRequest, PreparedGeneration } from "../../../eng
 import { promptBound } from "../../../engines/prompt-bound.ts";
 import { MemoryRateLimiter } from "../../../limits/memory.ts";
 import { RequestLimits } from "../../../limits/request-limits.ts";
-import { ApiError, InvalidRequestError } from "../../../protocol/errors.ts";
+import { InvalidRequestError } from "../../../protocol/errors.ts";
 import { backends, openTestDatabase, type TestDatabase } from "../../../../test/helpers/databases.ts";
 import { admitChatCompletion } from "./admit.ts";
 
@@ -68,15 +69,6 @@ function model(id: string, engine: Engine): CatalogModel {
 
 const ask = (content = "Hello there", extra: Record<string, unknown> = {}) => ({ model: "story", messages: [{ role: "user", content }], max_tokens: 10, ...extra });
 
-async function refusal(promise: Promise<unknown>): Promise<ApiError> {
-  try {
-    await promise;
-  } catch (error) {
-    assert.ok(error instanceof ApiError, String(error));
-    return error;
-  }
-  assert.fail("the request was admitted");
-}
 
 for (const backend of backends) {
   describe(`admitChatCompletion (${backend})`, () => {
