@@ -118,6 +118,32 @@ describe("a key creating a key", () => {
   });
 });
 
+describe("the rate limits of keys created by a key", () => {
+  it("are shared with the key that created them: three children of a 3-rpm key get 3 requests in all, not 3 each", async () => {
+    const parent = await createApiKey(database, { name: "limited parent", rpm: 3 });
+    const children: string[] = [];
+    for (let index = 0; index < 3; index++) {
+      const child = await withKey(parent.key).post("/api/keys", { name: `child ${index}`, rpm: 3 });
+      assert.equal(child.status, 201, child.text);
+      children.push(child.body.key as string);
+    }
+    const grandchild = await withKey(children[0]!).post("/api/keys", { name: "grandchild", rpm: 3 });
+    assert.equal(grandchild.status, 201, grandchild.text);
+    const statuses: number[] = [];
+    for (const key of [...children, grandchild.body.key as string, parent.key]) {
+      const client = new OpenAI({ baseURL: test.baseURL, apiKey: key, maxRetries: 0 });
+      for (let attempt = 0; attempt < 2; attempt++) {
+        const status = await client.chat.completions
+          .create({ model: "stories260K", messages: [{ role: "user", content: "Hi" }], max_tokens: 1 })
+          .then(() => 200, (error: unknown) => (error instanceof OpenAI.APIError ? (error.status ?? 0) : 0));
+        statuses.push(status);
+      }
+    }
+    assert.equal(statuses.filter((status) => status === 200).length, 3, `statuses: ${statuses.join(", ")}`);
+    assert.ok(statuses.every((status) => status === 200 || status === 429), `statuses: ${statuses.join(", ")}`);
+  });
+});
+
 describe("admin routes", () => {
   it("refuse a key of an admin account without admin scope, restricted or not", async () => {
     const restricted = await restrictedKey(admin);

@@ -34,7 +34,15 @@ export type ApiKeyRecord = {
   scope: KeyScope;
   /** The key that created this one over `/api`; null when a session or the CLI did. */
   parentKeyId: string | null;
+  /**
+   * The rate limits of the keys above this one (its creator, and so on up) that have any: a key
+   * and everything it created share its requests and tokens per minute. Absent or empty: none.
+   */
+  ancestorLimits?: readonly AncestorLimits[];
 };
+
+/** A key above another, with its own requests/tokens per minute (null: no such limit). */
+export type AncestorLimits = { id: string; rpm: number | null; tpm: number | null };
 
 export type CreatedApiKey = ApiKeyRecord & {
   /** The key itself: shown once, never stored. */
@@ -191,26 +199,27 @@ export async function revokeApiKey(database: Kysely<Database>, id: string, now =
 }
 
 /**
- * Whether a key's ancestors (the key that created it, and so on up) are all still usable: none
- * revoked, none expired, the chain no deeper than `MAX_KEY_CHAIN`. One query on the primary key.
+ * The keys above a key (the key that created it, and so on up) when all are still usable: none
+ * revoked, none expired, the chain no deeper than `MAX_KEY_CHAIN` and ending at a key without a
+ * parent; otherwise null. One query on the primary key. Gives the limits of those that have any.
  */
-async function ancestorsActive(database: Kysely<Database>, parentId: string, now: number): Promise<boolean> {
-  const result = await sql<{ total: number | string; broken: number | string | null; roots: number | string | null }>`
-    with recursive ancestors (id, parent_key_id, revoked_at, expires_at, depth) as (
-      select id, parent_key_id, revoked_at, expires_at, 1 from api_keys where id = ${parentId}
+async function activeAncestors(database: Kysely<Database>, parentId: string, now: number): Promise<AncestorLimits[] | null> {
+  const result = await sql<{ id: string; parent_key_id: string | null; revoked_at: number | string | null; expires_at: number | string | null; rpm: number | null; tpm: number | null }>`
+    with recursive ancestors (id, parent_key_id, revoked_at, expires_at, rpm, tpm, depth) as (
+      select id, parent_key_id, revoked_at, expires_at, rpm, tpm, 1 from api_keys where id = ${parentId}
       union all
-      select parent.id, parent.parent_key_id, parent.revoked_at, parent.expires_at, ancestors.depth + 1
+      select parent.id, parent.parent_key_id, parent.revoked_at, parent.expires_at, parent.rpm, parent.tpm, ancestors.depth + 1
       from api_keys parent join ancestors on parent.id = ancestors.parent_key_id
       where ancestors.depth < ${MAX_KEY_CHAIN}
     )
-    select count(*) as total,
-           sum(case when revoked_at is not null or (expires_at is not null and expires_at <= ${now}) then 1 else 0 end) as broken,
-           sum(case when parent_key_id is null then 1 else 0 end) as roots
-    from ancestors
+    select id, parent_key_id, revoked_at, expires_at, rpm, tpm from ancestors
   `.execute(database);
-  const row = result.rows[0];
+  const rows = result.rows;
+  const broken = rows.some((row) => row.revoked_at !== null || (row.expires_at !== null && Number(row.expires_at) <= now));
+  const roots = rows.filter((row) => row.parent_key_id === null).length;
   // A chain that does not reach a key without a parent (too deep, or a key missing) is refused.
-  return row !== undefined && Number(row.total) > 0 && Number(row.broken ?? 0) === 0 && Number(row.roots ?? 0) === 1;
+  if (rows.length === 0 || broken || roots !== 1) return null;
+  return rows.filter((row) => row.rpm !== null || row.tpm !== null).map((row) => ({ id: row.id, rpm: row.rpm, tpm: row.tpm }));
 }
 
 export type KeyCheck =
@@ -238,9 +247,10 @@ export async function verifyApiKey(database: Kysely<Database>, presented: string
   if (row.expires_at !== null && Number(row.expires_at) <= now) return { ok: false, reason: "expired" };
   if (row.account_disabled_at != null) return { ok: false, reason: "account_disabled" };
   // Only keys created by keys pay for a second query.
-  if (row.parent_key_id !== null && !(await ancestorsActive(database, row.parent_key_id, now))) return { ok: false, reason: "parent_inactive" };
+  const ancestors = row.parent_key_id === null ? [] : await activeAncestors(database, row.parent_key_id, now);
+  if (ancestors === null) return { ok: false, reason: "parent_inactive" };
   const { account_disabled_at: _disabled, ...key } = row;
-  return { ok: true, key: toRecord(key) };
+  return { ok: true, key: { ...toRecord(key), ancestorLimits: ancestors } };
 }
 
 /** Records that a key was used; callers throttle this (at most once a minute per key). */

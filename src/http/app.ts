@@ -161,7 +161,7 @@ export function buildApp(options: AppOptions): App {
     if (key === null || request.rateLimitsApplied || !request.url.startsWith("/v1/")) return payload;
     // A 429 from the limiter carries the headers already.
     if (reply.hasHeader("x-ratelimit-limit-requests") || reply.hasHeader("x-ratelimit-limit-tokens")) return payload;
-    if (key.rpm === null && key.tpm === null && key.accountId === null) return payload;
+    if (key.rpm === null && key.tpm === null && key.accountId === null && (key.ancestorLimits ?? []).length === 0) return payload;
     try {
       void reply.headers(await options.limits.peek({ key, plan: await options.metering.planOf(key) }));
     } catch (error) {

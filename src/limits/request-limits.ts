@@ -104,12 +104,20 @@ export class RequestLimits {
   }
 }
 
-/** The limits that apply: the key's own and its account's plan, each where set. */
+/**
+ * The limits that apply: the key's own, those of the keys above it (a key created by a key shares
+ * its creator's buckets, so children together never exceed their parent), and its account's plan.
+ */
 function scopesOf({ key, plan, tokens }: LimitInput): Scope[] {
   const scopes: Scope[] = [];
   const cost = Math.max(0, Math.ceil(tokens));
   if (key.rpm !== null) scopes.push({ kind: "requests", key: `key:${key.id}:rpm`, limit: key.rpm, cost: 1, who: "API key" });
   if (key.tpm !== null) scopes.push({ kind: "tokens", key: `key:${key.id}:tpm`, limit: key.tpm, cost, who: "API key" });
+  for (const ancestor of key.ancestorLimits ?? []) {
+    const who = "API key that created this one (its keys share its limits)";
+    if (ancestor.rpm !== null) scopes.push({ kind: "requests", key: `key:${ancestor.id}:rpm`, limit: ancestor.rpm, cost: 1, who });
+    if (ancestor.tpm !== null) scopes.push({ kind: "tokens", key: `key:${ancestor.id}:tpm`, limit: ancestor.tpm, cost, who });
+  }
   if (key.accountId !== null && plan !== null) {
     if (plan.rpm !== null) scopes.push({ kind: "requests", key: `account:${key.accountId}:rpm`, limit: plan.rpm, cost: 1, who: `plan '${plan.id}'` });
     if (plan.tpm !== null) scopes.push({ kind: "tokens", key: `account:${key.accountId}:tpm`, limit: plan.tpm, cost, who: `plan '${plan.id}'` });
