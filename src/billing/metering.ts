@@ -13,7 +13,7 @@ import type { Database } from "../store/schema.ts";
 import { InsufficientQuotaError, ModelNotAllowedError } from "../protocol/errors.ts";
 import { placeHold, settleHold } from "./ledger.ts";
 import { costOf, worstCaseCost } from "./pricing.ts";
-import { findAccountPlan } from "./plans-store.ts";
+import { findAccountPlan, findAccountStanding } from "./plans-store.ts";
 import type { Plan } from "./plans.ts";
 import { recordUsage } from "./usage.ts";
 import { isDatabaseUnavailable } from "../store/errors.ts";
@@ -57,6 +57,8 @@ export type AdmitInput = {
 export type QuotaCheckInput = {
   key: ApiKeyRecord;
   model: CatalogModel;
+  /** The account's balance as `standingOf` read it; null for operator keys (never metered). */
+  balance: number | null;
   /** The prompt has at least this many tokens (a bound known before tokenizing). */
   promptTokens: number;
   /** Completion tokens (all choices) the hold will reserve at least. */
@@ -159,25 +161,33 @@ export class Metering {
   }
 
   /**
+   * The key's plan and its account's balance, in one query (operator keys: no plan, no balance).
+   * The plan is what `planOf` gives; the balance feeds the cheap quota checks below.
+   */
+  async standingOf(key: ApiKeyRecord): Promise<{ plan: Plan | null; balance: number | null }> {
+    if (key.accountId === null) return { plan: null, balance: null };
+    const standing = await findAccountStanding(this.#options.database, key.accountId);
+    // A missing account is left to the hold, which says so.
+    return { plan: standing?.plan ?? null, balance: standing?.balance ?? null };
+  }
+
+  /**
    * A cheap quota pre-check, before the prompt is rendered or tokenized: throws the same 429
    * `insufficient_quota` the hold would when the account's balance (or the key's spend cap)
    * cannot cover even the least the hold will reserve (`worstCaseCost` of the lower bounds).
-   * Writes nothing: one read of the balance. Passing it proves nothing; the hold decides.
-   * Balance counts credit due to expire, which only lowers what the hold finds: never a wrong refusal.
+   * Reads and writes nothing: the balance comes from `standingOf`. Passing it proves nothing; the
+   * hold decides. Balance counts credit due to expire, which only lowers what the hold finds:
+   * never a wrong refusal.
    */
-  async checkQuota(input: QuotaCheckInput): Promise<void> {
-    const { key, model } = input;
+  checkQuota(input: QuotaCheckInput): void {
+    const { key, model, balance } = input;
     if (key.accountId === null) return;
     const least = worstCaseCost(model.pricing, input.promptTokens, input.completionTokens);
     if (least <= 0) return;
     if (key.spendCap !== null && key.spendCap - key.spent < least) {
       throw new InsufficientQuotaError("This API key reached its spend cap. Raise the cap or use another key.");
     }
-    const account = await this.#options.database.selectFrom("accounts").select("balance").where("id", "=", key.accountId).executeTakeFirst();
-    // A missing account is left to the hold, which says so.
-    if (account === undefined) return;
-    const balance = Number(account.balance);
-    if (balance < least) {
+    if (balance !== null && balance < least) {
       throw new InsufficientQuotaError(
         `You exceeded your current quota: this request costs at least ${least} credits and the account has ${Math.max(0, balance)}. ` +
           "Buy a plan, redeem a code, or shorten the request.",
@@ -189,11 +199,11 @@ export class Metering {
    * Whether the key can pay for anything at all, asked before a large body is read and parsed
    * (work that grows with what the client sent): throws 429 `insufficient_quota` when every model
    * the key and its plan may use is priced and the account has no credit left or the key's spend
-   * cap is spent. Writes nothing; one read of the plan and one of the balance.
+   * cap is spent. Writes nothing; one query (`standingOf`).
    */
   async checkCanPayAnything(key: ApiKeyRecord, models: readonly CatalogModel[]): Promise<void> {
     if (key.accountId === null) return;
-    const plan = await this.planOf(key);
+    const { plan, balance } = await this.standingOf(key);
     const usable = models.filter((model) => {
       try {
         this.checkModel(key, plan, model);
@@ -207,8 +217,7 @@ export class Metering {
     if (key.spendCap !== null && key.spendCap - key.spent <= 0) {
       throw new InsufficientQuotaError("This API key reached its spend cap. Raise the cap or use another key.");
     }
-    const account = await this.#options.database.selectFrom("accounts").select("balance").where("id", "=", key.accountId).executeTakeFirst();
-    if (account !== undefined && Number(account.balance) <= 0) {
+    if (balance !== null && balance <= 0) {
       throw new InsufficientQuotaError("You exceeded your current quota: the account has no credit left. Buy a plan or redeem a code.");
     }
   }

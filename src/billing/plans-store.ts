@@ -58,3 +58,21 @@ export async function findAccountPlan(database: Kysely<Database>, accountId: str
 export async function listPlans(database: Kysely<Database>): Promise<Plan[]> {
   return (await database.selectFrom("plans").selectAll().orderBy("price_amount").orderBy("id").execute()).map(toPlan);
 }
+
+/** An account's plan and balance, read together: what admission needs before it reserves anything. */
+export type AccountStanding = { plan: Plan | undefined; balance: number };
+
+/** The plan (undefined when none) and balance of an account, in one query; undefined when there is no such account. */
+export async function findAccountStanding(database: Kysely<Database>, accountId: string): Promise<AccountStanding | undefined> {
+  const row = await database
+    .selectFrom("accounts")
+    .leftJoin("plans", "plans.id", "accounts.plan_id")
+    .selectAll("plans")
+    .select("accounts.balance as account_balance")
+    .where("accounts.id", "=", accountId)
+    .executeTakeFirst();
+  if (row === undefined) return undefined;
+  const { account_balance: balance, ...plan } = row;
+  return { plan: plan.id === null ? undefined : toPlan(plan as PlanTable), balance: Number(balance) };
+}
+

@@ -58,13 +58,14 @@ export async function admitChatCompletion(dependencies: AdmitDependencies, input
   const { catalog, metering, limits } = dependencies;
   const { key } = input;
   const parsed = parseChatCompletion(catalog, input.body);
-  const plan = await metering.planOf(key);
+  // The plan and balance in one query: the quota pre-check below costs no round trip of its own.
+  const { plan, balance } = await metering.standingOf(key);
   metering.checkModel(key, plan, parsed.model);
   const least = cheapBound(parsed);
   const limited = await limits.admit({ key, plan, tokens: least.tokens });
   input.onLimited?.(limited);
   try {
-    await metering.checkQuota({ key, model: parsed.model, promptTokens: least.promptTokens, completionTokens: least.completionTokens });
+    metering.checkQuota({ key, model: parsed.model, balance, promptTokens: least.promptTokens, completionTokens: least.completionTokens });
     const job = await prepareParsed(parsed);
     // Every choice may use max_tokens.
     await limited.raise(job.prepared.promptTokens + job.prepared.maxTokens * job.prepared.choices);
