@@ -184,7 +184,8 @@ export interface Engine {
   prepare(request: GenerationRequest): Promise<PreparedGeneration>;
   /**
    * Bounds on the request's prompt tokens without rendering or tokenizing anything (see
-   * `prompt-bound.ts`): cheap, for refusals that must come before the expensive work.
+   * `prompt-bound.ts`): cheap, for refusals that must come before the expensive work. `atLeast`
+   * may stop counting once it reaches the context length (such a prompt cannot fit anyway).
    * Throws `ModelNotReadyError` when the engine is not ready.
    */
   boundPrompt(request: GenerationRequest): PromptBound;

@@ -83,8 +83,12 @@ function verbatimTexts(request: GenerationRequest): string[] {
 
 /** Bytes of client text every template renders as it was sent. Linear in the request's size. */
 export function verbatimBytes(request: GenerationRequest): number {
+  return bytesOf(verbatimTexts(request));
+}
+
+function bytesOf(texts: readonly string[]): number {
   let bytes = 0;
-  for (const text of verbatimTexts(request)) bytes += utf8Bytes(text);
+  for (const text of texts) bytes += utf8Bytes(text);
   return bytes;
 }
 
@@ -138,9 +142,10 @@ export function overheadBytes(request: GenerationRequest): number {
 export function promptBound(request: GenerationRequest, spans: number | TokenSpans, enough: number = Number.POSITIVE_INFINITY): PromptBound {
   const { longest, asciiLongest } = typeof spans === "number" ? { longest: spans, asciiLongest: undefined } : spans;
   const bytes = renderedBytes(request);
-  const verbatim = verbatimBytes(request);
+  const texts = verbatimTexts(request);
+  const verbatim = bytesOf(texts);
   const coarse = Math.ceil(verbatim / Math.max(1, longest));
-  const fine = asciiLongest === undefined || coarse >= enough ? 0 : tokenFloor(verbatimTexts(request), { longest, asciiLongest }, enough);
+  const fine = asciiLongest === undefined || coarse >= enough ? 0 : tokenFloor(texts, { longest, asciiLongest }, enough);
   const atLeast = Math.max(coarse, fine);
   return { bytes, verbatimBytes: verbatim, atLeast, atMost: bytes + overheadBytes(request) };
 }

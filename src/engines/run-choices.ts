@@ -36,6 +36,7 @@ export async function* runChoices<Slot>(
   /** Choices waiting for the consumer to take parts (or for the stop). */
   let waiting: Array<() => void> = [];
   const makeRoom = () => {
+    if (waiting.length === 0) return;
     const resumed = waiting;
     waiting = [];
     for (const resume of resumed) resume();

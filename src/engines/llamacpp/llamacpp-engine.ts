@@ -201,7 +201,8 @@ export class LlamaCppEngine implements Engine {
   boundPrompt(request: GenerationRequest): PromptBound {
     const loaded = this.#loaded;
     if (loaded === undefined || this.#status.state !== "ready") throw this.#notReadyError();
-    return promptBound(request, loaded.tokenSpans);
+    // Past the context, a larger lower bound changes nothing (the request cannot fit): stop counting there.
+    return promptBound(request, loaded.tokenSpans, loaded.context.contextSize);
   }
 
   async prepare(request: GenerationRequest): Promise<PreparedGeneration> {

@@ -73,8 +73,7 @@ export class JsonBodyWorker {
       if (answer.error === undefined) {
         if (answer.validated && typeof answer.value === "object" && answer.value !== null) validatedChatRequests.add(answer.value);
         pending.resolve(answer.value);
-      }
-      else pending.reject(new ApiError(answer.error.message, { status: answer.error.status, type: answer.error.type, code: answer.error.code, param: answer.error.param }));
+      } else pending.reject(new ApiError(answer.error.message, { status: answer.error.status, type: answer.error.type, code: answer.error.code, param: answer.error.param }));
     });
     const fail = (error: unknown) => {
       // A crashed worker (out of memory, say) fails what it held; the next body starts a new one.
