@@ -130,6 +130,7 @@ describe("the rate limits of keys created by a key", () => {
     const grandchild = await withKey(children[0]!).post("/api/keys", { name: "grandchild", rpm: 3 });
     assert.equal(grandchild.status, 201, grandchild.text);
     const statuses: number[] = [];
+    const startedAt = performance.now();
     for (const key of [...children, grandchild.body.key as string, parent.key]) {
       const client = new OpenAI({ baseURL: test.baseURL, apiKey: key, maxRetries: 0 });
       for (let attempt = 0; attempt < 2; attempt++) {
@@ -139,7 +140,10 @@ describe("the rate limits of keys created by a key", () => {
         statuses.push(status);
       }
     }
-    assert.equal(statuses.filter((status) => status === 200).length, 3, `statuses: ${statuses.join(", ")}`);
+    // The bucket refills one request every 20 s: a slow machine may earn one more meanwhile (10 were served before).
+    const refilled = Math.floor((performance.now() - startedAt) / 20_000);
+    const served = statuses.filter((status) => status === 200).length;
+    assert.ok(served >= 3 && served <= 3 + refilled, `statuses: ${statuses.join(", ")}`);
     assert.ok(statuses.every((status) => status === 200 || status === 429), `statuses: ${statuses.join(", ")}`);
   });
 });

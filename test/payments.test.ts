@@ -155,18 +155,23 @@ describe("Stripe payments", () => {
     assert.equal(await balance(), before);
   });
 
-  it("acknowledges an event for an unknown account or session and logs it, without a 500", async () => {
-    for (const [eventId, session] of [
-      ["evt_unknown_account", { accountId: "acct_nobody" }],
-      ["evt_unknown_session", { id: "cs_test_never_started" }],
+  it("acknowledges an event for an unknown account or session and logs it as an error, without a 500 or a grant", async () => {
+    // A session recorded for an account that is gone by the time Stripe says it was paid.
+    await recordSession("cs_test_ghost", "acct_nobody");
+    const before = await balance();
+    for (const [eventId, session, reason] of [
+      ["evt_unknown_account", { id: "cs_test_ghost", accountId: "acct_nobody" }, "unknown_account"],
+      ["evt_unknown_session", { id: "cs_test_never_started" }, "unknown_session"],
     ] as const) {
       const payload = checkoutCompleted(eventId, session);
       const response = await deliver(payload, stripe.webhooks.generateTestHeaderString({ payload, secret }));
       assert.equal(response.status, 200, response.text);
       assert.equal(response.body.granted, false);
       const logged = test.logs().find((line) => line.event_id === eventId && line.msg === "stripe purchase refused");
-      assert.equal(logged?.reason, "unknown_session");
+      assert.equal(logged?.reason, reason);
+      assert.equal(logged?.level, 50);
     }
+    assert.equal(await balance(), before);
   });
 
   it("answers checkout with a clear error when the account key is missing", async () => {

@@ -304,7 +304,6 @@ test("an event for a session Turnpike never started, or for an account that is g
   await recordedSession("cs_test_ghost_account", "starter", "acct_gone");
   const cases = [
     { eventId: "evt_unknown_session", accountId: buyer, sessionId: "cs_test_never_started", reason: "unknown_session" },
-    { eventId: "evt_unknown_account", accountId: "acct_nobody", sessionId: "cs_test_unknown_account", reason: "unknown_session" },
     { eventId: "evt_ghost_account", accountId: "acct_gone", sessionId: "cs_test_ghost_account", reason: "unknown_account" },
   ];
   for (const { eventId, accountId, sessionId, reason } of cases) {
