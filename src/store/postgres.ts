@@ -59,6 +59,9 @@ export function openPostgres(url: string, options: PostgresOptions = {}): Kysely
 
 type QueryFunction = (...args: unknown[]) => unknown;
 
+/** How much longer than the server's own statement timeout the client waits before it gives up on a connection. */
+const SERVER_FIRST_MS = 1_000;
+
 /**
  * A `pg.Client` that always listens for 'error', and whose promise queries fail after
  * `timeoutMs` without an answer, dropping the connection they were sent on.
@@ -75,7 +78,9 @@ function guardedClient(onError: (error: Error) => void, timeoutMs: number | unde
     override query(...args: unknown[]): never {
       const result = (super.query as QueryFunction).apply(this, args);
       if (timeoutMs === undefined || !(result instanceof Promise)) return result as never;
-      return answeredWithin(result, timeoutMs, () => this.connection.stream.destroy()) as never;
+      // PostgreSQL's own statement_timeout ends a slow statement first and keeps the connection;
+      // the client's timer, a little later, is for a server or route that answers nothing at all.
+      return answeredWithin(result, timeoutMs + SERVER_FIRST_MS, () => this.connection.stream.destroy()) as never;
     }
   };
 }

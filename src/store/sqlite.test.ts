@@ -17,7 +17,7 @@ test("a SELECT reads integers beyond 2^53 as (approximate) numbers instead of th
       ],
     );
     assert.equal(typeof rows[1]?.value, "number");
-    // RETURNING reads the same way.
+    // A write returning small values still reads as numbers (only plain SELECTs are read again on a big one).
     const { rows: returned } = await sql<{ value: number }>`update numbers set value = value + 1 where id = 'small' returning value`.execute(database);
     assert.deepEqual(returned.map((row) => row.value), [43]);
     const summed = await sql<{ total: number }>`select sum(value) as total from numbers`.execute(database);

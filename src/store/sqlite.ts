@@ -34,16 +34,17 @@ function adapt(database: DatabaseSync): SqliteDatabase {
       const values = (parameters: ReadonlyArray<unknown>) => parameters as SQLInputValue[];
       // A plain read that meets an integer beyond 2^53 (money is bounded far below; this is for
       // rows written before the bounds) reads it again with BigInts, made numbers: one bad value
-      // must not turn every query that reads it into a 500. Only plain SELECTs are read twice
-      // (reading them again changes nothing); the fast path stays free of BigInts.
-      const readsOnly = /^\s*select\b/i.test(sql);
+      // must not turn every query that reads it into a 500. Only statements starting with SELECT
+      // are read twice (reading them again changes nothing; a WITH or RETURNING read is not); the
+      // fast path stays free of BigInts and of this check.
+      const readsOnly = () => /^\s*select\b/i.test(sql);
       return {
         reader: statement.columns().length > 0,
         all: (parameters) => {
           try {
             return statement.all(...values(parameters));
           } catch (error) {
-            if (!readsOnly || !isOutOfRange(error)) throw error;
+            if (!isOutOfRange(error) || !readsOnly()) throw error;
             statement.setReadBigInts(true);
             try {
               return statement.all(...values(parameters)).map(withNumbers);
