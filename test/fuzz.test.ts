@@ -404,7 +404,8 @@ type Keys = { zero: string; credit: string; operator: string };
 function nextRequest(random: Random, index: number, routes: Route[], keys: Keys, bodyLimit: number): Request {
   // A few bodies right at the limits: chat's --body-limit, /api's 256 KiB, /api/auth's 16 KiB.
   if (index % 500 === 250) {
-    const over = (index / 500) % 2 === 1;
+    // Alternately one byte under and one over (250, 1250, ... under; 750, 1750, ... over).
+    const over = Math.floor(index / 500) % 2 === 1;
     const target = random.pick([
       { path: "/v1/chat/completions", limit: bodyLimit },
       { path: "/api/keys", limit: 256 * 1024 },
@@ -486,7 +487,8 @@ async function sendRaw(port: number, text: string): Promise<Outcome> {
     socket.on("close", () => {
       const split = received.indexOf("\r\n\r\n");
       const head = received.slice(0, split);
-      resolve({ status: Number(received.split(" ")[1] ?? 0), text: received.slice(split + 4), contentType: /content-type: ([^\r]*)/i.exec(head)?.[1] ?? "" });
+      // Anything but an HTTP status line (nothing at all, say) is status 0: never mistaken for a fine answer.
+      resolve({ status: Number(/^HTTP\/1\.[01] (\d{3}) /.exec(received)?.[1] ?? 0), text: received.slice(split + 4), contentType: /content-type: ([^\r]*)/i.exec(head)?.[1] ?? "" });
     });
   });
 }
