@@ -86,10 +86,9 @@ describe("cheap checks come before schema translation, grammar, rendering and to
   }
 
   async function send(key: string, body: unknown) {
-    const startedAt = performance.now();
-    const response = await postJson(`${test.baseURL}/chat/completions`, body, { authorization: `Bearer ${key}` });
-    return { ...response, ms: performance.now() - startedAt };
+    return postJson(`${test.baseURL}/chat/completions`, body, { authorization: `Bearer ${key}` });
   }
+
 
   it("refuses a zero-credit account's pathological schema and huge prompt with insufficient_quota, never preparing them", async () => {
     const key = await keyOf(null);
@@ -99,7 +98,6 @@ describe("cheap checks come before schema translation, grammar, rendering and to
       assert.equal(response.status, 429, response.text.slice(0, 300));
       assert.equal(response.body.error.code, "insufficient_quota");
       assert.equal(response.body.error.type, "insufficient_quota");
-      assert.ok(response.ms < 2_000, `refused in ${Math.round(response.ms)} ms`);
     }
     assert.equal(prepared, before, "the engine prepared nothing for an account that cannot pay");
     const holds = await database.selectFrom("holds").select("id").execute();
@@ -113,7 +111,6 @@ describe("cheap checks come before schema translation, grammar, rendering and to
       const response = await send(key, body);
       assert.equal(response.status, 403, response.text.slice(0, 300));
       assert.equal(response.body.error.code, "model_not_allowed");
-      assert.ok(response.ms < 2_000, `refused in ${Math.round(response.ms)} ms`);
     }
     assert.equal(prepared, before);
   });
@@ -127,7 +124,6 @@ describe("cheap checks come before schema translation, grammar, rendering and to
       const response = await send(key, body);
       assert.equal(response.status, 429, response.text.slice(0, 300));
       assert.equal(response.body.error.code, "rate_limit_exceeded");
-      assert.ok(response.ms < 2_000, `refused in ${Math.round(response.ms)} ms`);
     }
     assert.equal(prepared, before);
   });
@@ -147,7 +143,9 @@ describe("cheap checks come before schema translation, grammar, rendering and to
     assert.equal(response.status, 429, response.text.slice(0, 300));
     assert.match(response.body.error.message, /Request too large/);
     const small = await send(key, { model: "story", messages: [{ role: "user", content: "Hi" }], max_tokens: 8 });
-    assert.equal(small.status, 200, "the refused request's tokens were given back");
+    assert.equal(small.status, 200, small.text);
+    // Exactly this request's tokens are charged: the refused one's were all given back.
+    assert.equal(Number(small.headers.get("x-ratelimit-remaining-tokens")), 300 - small.body.usage.prompt_tokens - 8, "the refused request's tokens were given back");
   });
 
   /**
@@ -198,6 +196,8 @@ describe("cheap checks come before schema translation, grammar, rendering and to
       return key;
     }), 5_000_000);
     assert.equal(spent.status, 429, spent.text);
+    assert.equal(JSON.parse(spent.text).error.code, "insufficient_quota");
+    assert.match(JSON.parse(spent.text).error.message, /spend cap/);
     assert.equal(prepared, before);
   });
 

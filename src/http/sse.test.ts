@@ -95,18 +95,23 @@ describe("SseWriter backpressure", () => {
   it("reports a stalled client after the stall time, and sends no keep-alive into a full buffer", async () => {
     let state: string | undefined;
     let grew = -1;
+    let waitedMs = 0;
     const { client, done } = await stalledClient(async (sse) => {
       await fillUntilStalled(sse);
       assert.ok(sse.congested);
       const buffered = sse.buffered;
       sse.pulse(0, "keep-alive", performance.now() + 1e9);
       grew = sse.buffered - buffered;
+      const started = performance.now();
       state = await sse.waitForRoom(200);
+      waitedMs = performance.now() - started;
     });
     await done;
     client.destroy();
     assert.equal(grew, 0, "the keep-alive was not buffered");
     assert.equal(state, "stalled");
+    // Timers may fire a little early, never much: a lower bound is not flaky.
+    assert.ok(waitedMs >= 150, `reported stalled after ${Math.round(waitedMs)} ms, before the stall time`);
   });
 
   it("reports room once the client reads again", async () => {
