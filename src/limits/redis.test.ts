@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { connect, createServer, type Socket } from "node:net";
+import { createServer, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { after, before, describe, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -13,6 +13,7 @@ import { Redis } from "ioredis";
 import { MemoryRateLimiter } from "./memory.ts";
 import type { LimitCheck, LimiterLogger } from "./rate-limiter.ts";
 import { RedisRateLimiter } from "./redis.ts";
+import { TcpProxy } from "../../test/helpers/tcp-proxy.ts";
 
 const redisUrl = process.env.TURNPIKE_TEST_REDIS_URL ?? "redis://127.0.0.1:6379";
 const keyPrefix = `turnpike:rl:test:${process.pid}:${randomUUID()}:`;
@@ -359,44 +360,9 @@ describe("RedisRateLimiter recovery", { skip: redisServerMissing && "redis-serve
   });
 });
 
-/** A TCP proxy in front of the test Redis that can go away (cutting every connection) and come back. */
-class RedisProxy {
-  readonly #target = new URL(redisUrl);
-  readonly #sockets = new Set<Socket>();
-  #server: ReturnType<typeof createServer> | undefined;
-  port = 0;
-
-  async open(): Promise<void> {
-    const server = createServer((client) => {
-      const upstream = connect(Number(this.#target.port || 6379), this.#target.hostname);
-      for (const socket of [client, upstream]) {
-        this.#sockets.add(socket);
-        socket.on("close", () => this.#sockets.delete(socket));
-        socket.on("error", () => {});
-      }
-      client.pipe(upstream).pipe(client);
-      client.on("close", () => upstream.destroy());
-      upstream.on("close", () => client.destroy());
-    });
-    this.#server = server;
-    await new Promise<void>((resolve) => server.listen(this.port, "127.0.0.1", resolve));
-    const address = server.address();
-    if (address === null || typeof address === "string") throw new Error("no port");
-    this.port = address.port;
-  }
-
-  /** Cuts every connection and refuses new ones until `open` again. */
-  async close(): Promise<void> {
-    for (const socket of this.#sockets) socket.destroy();
-    const server = this.#server;
-    this.#server = undefined;
-    if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
-  }
-}
-
 describe("RedisRateLimiter switching between Redis and memory", { skip: redisMissing }, () => {
   const prefix = `turnpike:rl:test:switch:${process.pid}:${randomUUID()}:`;
-  const proxy = new RedisProxy();
+  const proxy = new TcpProxy(redisUrl);
   let admin: Redis;
   before(async () => {
     admin = new Redis(redisUrl);
@@ -411,7 +377,7 @@ describe("RedisRateLimiter switching between Redis and memory", { skip: redisMis
 
   test("never grants more than the limit across both switches, even when Redis comes back without its data", async () => {
     const logger = recordingLogger();
-    const limiter = new RedisRateLimiter({ url: `redis://127.0.0.1:${proxy.port}`, keyPrefix: prefix, logger, probeIntervalMs: 100, commandTimeoutMs: 300 });
+    const limiter = new RedisRateLimiter({ url: proxy.url(redisUrl), keyPrefix: prefix, logger, probeIntervalMs: 100, commandTimeoutMs: 2_000 });
     // 30 a minute: the bucket holds 30 and one more comes back every 2 s.
     const check = [{ key: "switch:rpm", limit: 30, cost: 1 }];
     const burst = async (count: number) => {
