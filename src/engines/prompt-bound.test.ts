@@ -105,6 +105,7 @@ describe("promptBound", () => {
         const bound = engine.boundPrompt(generation);
         const prepared = await engine.prepare({ ...generation, maxTokens: 1 });
         assert.ok(bound.atLeast <= prepared.promptTokens, `atLeast ${bound.atLeast} > ${prepared.promptTokens} tokens for ${JSON.stringify(content)}`);
+        assert.ok(bound.atLeast > 0, "a non-empty text has at least one token");
       }
     });
 
