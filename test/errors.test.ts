@@ -2,6 +2,7 @@
  * Every error answers in the OpenAI envelope with the right status and a string `code`,
  * never a 500, and the server keeps serving after a burst of bad requests.
  */
+import { assertError } from "./helpers/api-error.ts";
 import assert from "node:assert/strict";
 import net from "node:net";
 import { after, before, describe, it } from "node:test";
@@ -22,18 +23,6 @@ after(async () => {
 });
 
 const valid = { model: "stories260K", messages: [{ role: "user", content: "Hi" }], max_tokens: 4, temperature: 0 };
-
-function assertError(response: { status: number; body: any; text: string }, status: number, code: string, param?: string | null): void {
-  assert.equal(response.status, status, response.text);
-  assert.ok(response.body?.error, `an error envelope: ${response.text}`);
-  const error = response.body.error;
-  assert.deepEqual(Object.keys(error).sort(), ["code", "message", "param", "type"]);
-  assert.equal(typeof error.message, "string");
-  assert.ok(error.message.length > 0);
-  assert.equal(typeof error.code, "string");
-  assert.equal(error.code, code);
-  if (param !== undefined) assert.equal(error.param, param);
-}
 
 describe("request validation", () => {
   it("answers 400 invalid_json for a body that is not JSON", async () => {

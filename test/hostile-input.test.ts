@@ -5,6 +5,7 @@
  * answering meanwhile. Before the fix each of them stalled the process for seconds to a minute
  * (row 2) or answered 500 (row 7).
  */
+import { assertError } from "./helpers/api-error.ts";
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { postJson, startTestServer, type TestServer } from "./helpers/server.ts";
@@ -55,13 +56,6 @@ async function postWhileProbing(body: unknown): Promise<{ response: Awaited<Retu
     done = true;
     await probing;
   }
-}
-
-function assertError(response: { status: number; body: any; text: string }, status: number, code: string, param?: string | null): void {
-  assert.equal(response.status, status, response.text.slice(0, 500));
-  assert.deepEqual(Object.keys(response.body.error).sort(), ["code", "message", "param", "type"]);
-  assert.equal(response.body.error.code, code, response.text.slice(0, 500));
-  if (param !== undefined) assert.equal(response.body.error.param, param, response.text.slice(0, 500));
 }
 
 /** Issue 9 row 1: `levels` definitions, each an anyOf of `fanOut` references to the next, under a oneOf. */

@@ -4,6 +4,7 @@
  * `balance_limit_exceeded`, and the admin's account list never answers 500 on a big number
  * (issue 9, row 8: two grants of a plan with credit 2^53 - 1 made every GET /api/admin/accounts a 500).
  */
+import { assertError } from "./helpers/api-error.ts";
 import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
@@ -47,13 +48,6 @@ before(async () => {
 after(async () => {
   await test?.close();
 });
-
-function assertError(response: { status: number; body: any; text: string }, status: number, code: string, param?: string | null) {
-  assert.equal(response.status, status, response.text);
-  assert.equal(response.body.error.code, code);
-  if (param !== undefined) assert.equal(response.body.error.param, param);
-  assert.equal(typeof response.body.error.message, "string");
-}
 
 describe("money bounds", () => {
   it("refuses plans past the maxima at the admin API with a 400 naming the field", async () => {
