@@ -7,8 +7,8 @@ import { fileURLToPath } from "node:url";
 import { pino, type Logger } from "pino";
 import cliProgress from "cli-progress";
 import type { ResolvedSettings } from "./config/load.ts";
-import { Catalog, FREE, LLAMACPP_SUPPORTED_PARAMETERS, type CatalogModel } from "./catalog/catalog.ts";
-import { LlamaCppEngine } from "./engines/llamacpp/llamacpp-engine.ts";
+import { Catalog, FREE, type CatalogModel } from "./catalog/catalog.ts";
+import { createEngine, type EngineEnvironment } from "./engines/registry.ts";
 import { createRuntimeLoader } from "./engines/llamacpp/runtime.ts";
 import type { DownloadProgress } from "./engines/llamacpp/model-file.ts";
 import { openStore } from "./store/open.ts";
@@ -140,10 +140,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
   const metrics = new Metrics({
     rateLimiterDegraded: () => limits.degraded,
     deferredCharges: () => metering.deferred,
-    slots: () => engines.flatMap(({ id, engine }) => {
-      const stats = engine.queueStats();
-      return stats === undefined ? [] : [{ model: id, stats }];
-    }),
+    members: () => catalog.list().map((model) => ({ model: model.id, members: model.engine.members() })),
   });
   const signInThrottle: SignInThrottle = settings.redis_url === "" ? new MemorySignInThrottle() : new RedisSignInThrottle({ url: settings.redis_url, logger });
   const signUpThrottle: SignInThrottle =
@@ -156,43 +153,46 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     log: (level, message) => logger[level]({ source: "llama.cpp" }, message),
   });
   const startedAt = Math.floor(Date.now() / 1000);
-  const engines: Array<{ id: string; engine: LlamaCppEngine }> = [];
+  const reporters = new Map<string, (progress: DownloadProgress) => void>();
+  const environment: EngineEnvironment = {
+    dataDir: settings.data_dir,
+    llama: runtime,
+    contextSize: settings.context_size,
+    parallel: settings.parallel,
+    queueSize: settings.queue_size,
+    threads: settings.threads,
+    env: process.env,
+    onProgress: (modelId, progress) => {
+      let report = reporters.get(modelId);
+      if (report === undefined) reporters.set(modelId, (report = progressReporter(modelId, logger)));
+      report(progress);
+    },
+    onStatus: (modelId, status, source) => {
+      const level = status.state === "unavailable" ? "error" : status.state === "degraded" ? "warn" : "info";
+      logger[level]({ model: modelId, state: status.state, detail: "detail" in status ? status.detail : undefined, source }, `model ${modelId}: ${status.state}`);
+    },
+    onUpstreamEvent: (modelId, level, message, fields) => logger[level]({ model: modelId, ...fields }, message),
+  };
   const models: CatalogModel[] = settings.models.map((entry) => {
-    const engine = new LlamaCppEngine({
-      modelId: entry.id,
-      source: entry.path !== undefined ? { path: entry.path } : { remote: entry.hf! },
-      dataDir: settings.data_dir,
-      llama: runtime,
-      contextSize: entry.context_size ?? settings.context_size,
-      parallel: entry.parallel ?? settings.parallel,
-      queueSize: settings.queue_size,
-      threads: settings.threads,
-      onProgress: progressReporter(entry.id, logger),
-      onStatus: (status) => {
-        const level = status.state === "unavailable" ? "error" : "info";
-        // Clients see a reason without paths; the log names where the model comes from (a
-        // download URL without credentials or query, which may hold a token).
-        const source = status.state === "unavailable" ? (entry.path ?? entry.hf?.replace(/\/\/[^/@]*@/, "//").replace(/[?#].*$/, "")) : undefined;
-        logger[level]({ model: entry.id, state: status.state, detail: "detail" in status ? status.detail : undefined, source }, `model ${entry.id}: ${status.state}`);
-      },
-    });
-    engines.push({ id: entry.id, engine });
+    const engine = createEngine(entry, environment);
+    const capabilities = engine.capabilities();
     return {
       id: entry.id,
       ownedBy: entry.owned_by ?? "turnpike",
       created: startedAt,
       engine,
-      configuredContextLength: entry.context_size ?? settings.context_size,
+      configuredContextLength: entry.context_length ?? entry.context_size ?? settings.context_size,
       pricing: entry.pricing
         ? { prompt: entry.pricing.prompt, cachedPrompt: entry.pricing.cached_prompt ?? entry.pricing.prompt, completion: entry.pricing.completion }
         : FREE,
-      inputModalities: entry.input_modalities ?? ["text"],
+      inputModalities: capabilities.inputModalities,
       outputModalities: ["text"],
-      supportedParameters: LLAMACPP_SUPPORTED_PARAMETERS,
+      supportedParameters: capabilities.supportedParameters,
+      vendorFields: capabilities.vendorFields,
     };
   });
   const catalog = new Catalog(models);
-  const modelsSettled = Promise.all(engines.map(({ engine }) => engine.load())).then(() => undefined);
+  const modelsSettled = Promise.all(models.map(({ engine }) => engine.open())).then(() => undefined);
 
   const publicUrl = settings.public_url !== "" ? settings.public_url.replace(/\/$/, "") : `http://${settings.host}:${settings.port}`;
   const proxies = trustProxyFrom(settings.trust_proxy);

@@ -2,7 +2,7 @@
  * The models on offer: id, engine, context length, modalities, pricing, capabilities, status.
  * `/v1/models` and the console read it; the chat route finds engines through it.
  */
-import type { Engine, EngineStatus } from "../engines/engine.ts";
+import type { Engine, EngineMember, EngineStatus } from "../engines/engine.ts";
 import { ModelNotFoundError } from "../protocol/errors.ts";
 import type { ModelObject } from "../protocol/models.ts";
 
@@ -19,33 +19,13 @@ export type CatalogModel = {
   configuredContextLength: number;
   pricing: Pricing;
   /** What the model reads: `["text"]`, or `["text", "image"]` for a vision model (image_url parts are refused otherwise). */
-  inputModalities: string[];
-  outputModalities: string[];
-  supportedParameters: string[];
+  inputModalities: readonly string[];
+  outputModalities: readonly string[];
+  supportedParameters: readonly string[];
+  /** Vendor sampling fields requests may carry for this model (passed to its engine as sent). */
+  vendorFields: readonly string[];
 };
 
-/** The request parameters every llama.cpp model honours today. */
-export const LLAMACPP_SUPPORTED_PARAMETERS = [
-  "max_tokens",
-  "max_completion_tokens",
-  "temperature",
-  "top_p",
-  "frequency_penalty",
-  "presence_penalty",
-  "logit_bias",
-  "logprobs",
-  "top_logprobs",
-  "n",
-  "stop",
-  "seed",
-  "response_format",
-  "tools",
-  "tool_choice",
-  "parallel_tool_calls",
-  "stream",
-  "stream_options",
-  "user",
-];
 
 export const FREE: Pricing = { prompt: 0, cachedPrompt: 0, completion: 0 };
 
@@ -67,9 +47,9 @@ export class Catalog {
     return [...this.#models.values()];
   }
 
-  /** True when every model is ready to serve. */
+  /** True when every model is serving (ready, or degraded: some of its upstreams down). */
   allReady(): boolean {
-    return this.list().every((model) => model.engine.status().state === "ready");
+    return this.list().every((model) => isServing(model.engine.status()));
   }
 
   async close(): Promise<void> {
@@ -77,16 +57,25 @@ export class Catalog {
   }
 }
 
-function statusText(status: EngineStatus): ModelObject["status"] {
+/** Whether an engine in this state takes requests. */
+export function isServing(status: EngineStatus): boolean {
+  return status.state === "ready" || status.state === "degraded";
+}
+
+function statusText(status: EngineStatus, members: readonly EngineMember[]): ModelObject["status"] {
+  const healthy = members.filter((member) => member.healthy).length;
+  const counts = { members_healthy: healthy, members_total: members.length };
   switch (status.state) {
     case "ready":
-      return { state: "ready" };
+      return { state: "ready", ...counts };
+    case "degraded":
+      return { state: "degraded", ...counts };
     case "loading":
       return { state: "loading" };
     case "downloading":
       return status.progress === undefined ? { state: "downloading" } : { state: "downloading", progress: Number(status.progress.toFixed(4)) };
     case "unavailable":
-      return { state: "unavailable", detail: status.detail };
+      return { state: "unavailable", detail: status.detail, ...counts };
   }
 }
 
@@ -98,9 +87,9 @@ export function describeModel(model: CatalogModel): ModelObject {
     created: model.created,
     owned_by: model.ownedBy,
     context_length: model.engine.info()?.contextLength ?? model.configuredContextLength,
-    modalities: { input: model.inputModalities, output: model.outputModalities },
+    modalities: { input: [...model.inputModalities], output: [...model.outputModalities] },
     pricing: { prompt: model.pricing.prompt, cached_prompt: model.pricing.cachedPrompt, completion: model.pricing.completion },
-    supported_parameters: model.supportedParameters,
-    status: statusText(model.engine.status()),
+    supported_parameters: [...model.supportedParameters],
+    status: statusText(model.engine.status(), model.engine.members()),
   };
 }

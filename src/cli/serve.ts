@@ -19,7 +19,7 @@ export function registerServeCommand(program: Command): void {
   command.option("--config <file>", "a JSON file with the same settings (TURNPIKE_CONFIG)");
   for (const option of serveOptions) {
     const description = `${option.description} (${option.env}, default: ${option.defaultText})`;
-    if (option.kind === "models") command.option(option.flag, description, (value: string, previous: string[] = []) => [...previous, value]);
+    if (option.kind === "models" || option.kind === "upstreams") command.option(option.flag, description, (value: string, previous: string[] = []) => [...previous, value]);
     else command.option(option.flag, description);
   }
   command.action(async (raw: Record<string, string | string[] | undefined>) => {

@@ -26,7 +26,7 @@ export type ConfigSources = {
 };
 
 /** The frozen settings, with the model list resolved (the default model when none is given). */
-export type ResolvedSettings = Readonly<Omit<Settings, "models">> & { readonly models: readonly ModelEntry[] };
+export type ResolvedSettings = Readonly<Omit<Settings, "models" | "upstreams">> & { readonly models: readonly ModelEntry[] };
 
 /**
  * Parses `[id=]source` as `--model` takes it. The id defaults to the file name without `.gguf`.
@@ -40,6 +40,21 @@ export function parseModelFlag(value: string): ModelEntry {
   if (source.length === 0) throw new ConfigError(`Invalid model '${value}': give a .gguf path or hf:owner/repo/file.gguf.`);
   const remote = source.startsWith("hf:") || /^https?:\/\//.test(source);
   return remote ? { id, hf: source } : { id, path: source };
+}
+
+/**
+ * Parses `id=url[,url…]` as `--upstream` takes it: a model served by a pool of OpenAI-compatible
+ * servers whose kind is detected by probing.
+ */
+export function parseUpstreamFlag(value: string): { id: string; upstream: { urls: string[] } } {
+  const match = /^([A-Za-z0-9][A-Za-z0-9._:@\/-]*)=(.+)$/.exec(value.trim());
+  if (match === null) throw new ConfigError(`Invalid upstream '${value}': give id=http://host:port/v1 (several URLs comma-separated).`);
+  const urls = match[2]!
+    .split(",")
+    .map((url) => url.trim())
+    .filter((url) => url.length > 0);
+  // Validated with the rest of the settings (which fills in the pool's defaults).
+  return { id: match[1]!, upstream: { urls } };
 }
 
 function readConfigFile(file: string): Record<string, unknown> {
@@ -71,6 +86,12 @@ function convert(option: OptionSpec, raw: string, origin: string): unknown {
         .map((item) => item.trim())
         .filter((item) => item.length > 0)
         .map(parseModelFlag);
+    case "upstreams":
+      return raw
+        .split(";")
+        .map((item) => item.trim())
+        .filter((item) => item.length > 0)
+        .map(parseUpstreamFlag);
     case "integer":
     case "number": {
       const number = Number(raw);
@@ -100,9 +121,10 @@ export function loadSettings(sources: ConfigSources): ResolvedSettings {
     const fromFlag = sources.flags[option.key];
     if (fromFlag === undefined) continue;
     const flagName = option.flag.split(" ")[0];
-    if (option.kind === "models") {
+    if (option.kind === "models" || option.kind === "upstreams") {
       const values = Array.isArray(fromFlag) ? fromFlag : [fromFlag];
-      merged.models = values.map(parseModelFlag);
+      const parse: (value: string) => unknown = option.kind === "models" ? parseModelFlag : parseUpstreamFlag;
+      merged[option.key] = values.map((value) => parse(value));
     } else {
       merged[option.key] = convert(option, Array.isArray(fromFlag) ? fromFlag.at(-1)! : fromFlag, `${flagName}`);
     }
@@ -116,7 +138,8 @@ export function loadSettings(sources: ConfigSources): ResolvedSettings {
     const where = option ? ` (${option.flag.split(" ")[0]}, ${option.env})` : "";
     throw new ConfigError(`Invalid setting '${key}'${where}: ${issue.message}.`);
   }
-  const settings = result.data;
+  const { upstreams, ...settings } = result.data;
+  settings.models = [...settings.models, ...upstreams];
   const ids = new Set<string>();
   for (const model of settings.models) {
     if (ids.has(model.id)) throw new ConfigError(`Invalid setting 'models': the id '${model.id}' is used twice.`);

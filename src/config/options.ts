@@ -4,7 +4,7 @@
  */
 import os from "node:os";
 
-export type OptionKind = "string" | "integer" | "number" | "models";
+export type OptionKind = "string" | "integer" | "number" | "models" | "upstreams";
 
 export type OptionSpec = {
   /** Key in the settings and in the JSON config file. */
@@ -31,6 +31,15 @@ export const serveOptions: readonly OptionSpec[] = [
     kind: "models",
     defaultText: "the default model",
     description: "a model to serve: a .gguf path, or hf:owner/repo/file.gguf or an https:// URL downloaded once into <data-dir>/models; repeatable (comma-separated in the variable)",
+  },
+  {
+    key: "upstreams",
+    flag: "--upstream <id=url[,url…]>",
+    env: "TURNPIKE_UPSTREAMS",
+    kind: "upstreams",
+    defaultText: "none",
+    description:
+      "a model served by OpenAI-compatible servers (vLLM, SGLang, llama-server, Ollama, OpenAI), detected by probing: id=http://host:8000/v1, several URLs for a pool; repeatable (';'-separated in the variable)",
   },
   { key: "parallel", flag: "--parallel <n>", env: "TURNPIKE_PARALLEL", kind: "integer", defaultText: "4", description: "sequences generated at once per model" },
   { key: "threads", flag: "--threads <n>", env: "TURNPIKE_THREADS", kind: "integer", defaultText: "cores - 1 (at least 1)", description: "llama.cpp threads; 0 picks from the cores available" },
@@ -67,6 +76,7 @@ export const defaultSettings = {
   database_url: "",
   redis_url: "",
   models: [],
+  upstreams: [],
   parallel: 4,
   threads: 0,
   context_size: 4096,

@@ -1,9 +1,11 @@
 /**
- * The one interface every engine implements: the in-process llama.cpp engine today,
- * OpenAI-compatible upstreams (vLLM, SGLang, llama-server, Ollama) later.
+ * The one interface every engine implements: the in-process llama.cpp engine and the
+ * OpenAI-compatible upstreams (vLLM, SGLang, llama-server, Ollama, OpenAI) behind a pool.
  *
  * An engine knows nothing of HTTP, keys or billing. It turns a neutral generation request into
- * a stream of typed parts and honours an AbortSignal.
+ * a stream of typed parts and honours an AbortSignal. What it can do (context, parameters,
+ * modalities) and how busy it is (members) it says itself; billing relies on `prepare` giving a
+ * true upper bound of what the request may cost.
  */
 
 import type { PromptBound } from "./prompt-bound.ts";
@@ -14,9 +16,14 @@ export type EngineMessage = {
   content: string;
   /**
    * Images in this message, for engines whose model reads them (the caller refuses images for
-   * text-only models). Where they stood among the text parts is not kept.
+   * text-only models). Where they stood among the text parts: see `parts`.
    */
   images?: EngineImage[];
+  /**
+   * The content parts in the order they were sent (text and images), when the message had
+   * content parts; an engine that forwards messages (an upstream) sends these as they were.
+   */
+  parts?: EngineContentPart[];
   name?: string;
   /** For `tool` messages: the call this result answers. */
   toolCallId?: string;
@@ -36,6 +43,8 @@ export type ToolDefinition = {
   description?: string;
   /** A JSON Schema of type `object`; undefined means the function takes no arguments. */
   parameters?: JsonSchema;
+  /** OpenAI's strict mode: the arguments must follow the schema exactly. */
+  strict?: boolean;
 };
 
 /**
@@ -48,7 +57,10 @@ export type ToolChoice = "auto" | "none" | "required" | { name: string };
 export type ResponseFormat =
   | { type: "text" }
   | { type: "json_object" }
-  | { type: "json_schema"; name: string; schema: JsonSchema };
+  | { type: "json_schema"; name: string; schema: JsonSchema; strict?: boolean };
+
+/** One content part of a message, as sent: text, or an image. */
+export type EngineContentPart = { type: "text"; text: string } | { type: "image"; image: EngineImage };
 
 /** An image as the client sent it: a `data:` URL (checked to be base64 of a known image type) or an http(s) URL. */
 export type EngineImage = { url: string; detail?: "auto" | "low" | "high" };
@@ -92,10 +104,19 @@ export type GenerationRequest = {
    * (0..20); undefined: no log probabilities.
    */
   logprobs?: { top: number };
+  /**
+   * Engine-specific sampling fields passed through as sent (`top_k`, `min_p`, `repetition_penalty`,
+   * `reasoning_effort`, `chat_template_kwargs`), only those the model's entry allows (the caller
+   * refuses the others). Engines that cannot honour one refuse the request.
+   */
+  vendor?: Readonly<Record<string, unknown>>;
 };
 
-/** `cancelled`: the caller aborted; usage still counts what was generated before. */
-export type EngineFinishReason = "stop" | "length" | "tool_calls" | "cancelled";
+/**
+ * `cancelled`: the caller aborted; usage still counts what was generated before.
+ * `content_filter`: an upstream withheld the rest.
+ */
+export type EngineFinishReason = "stop" | "length" | "tool_calls" | "content_filter" | "cancelled";
 
 /** One alternative token and its log probability (natural log). */
 export type TokenLogprobAlternative = {
@@ -115,6 +136,8 @@ export type TokenLogprob = TokenLogprobAlternative & { topLogprobs: TokenLogprob
 export type StreamPart =
   /** `logprobs`: the tokens whose text this delta carries (when log probabilities were asked for). */
   | { type: "text-delta"; choice: number; text: string; logprobs?: TokenLogprob[] }
+  /** The model's reasoning (a thinking model's text before its answer), sent as `reasoning_content`. */
+  | { type: "reasoning-delta"; choice: number; text: string }
   /** A tool call begins: `index` counts the calls of this choice's reply from 0. */
   | { type: "tool-call-start"; choice: number; index: number; id: string; name: string }
   /** More of the call's arguments (JSON text); the deltas of one call concatenate to its arguments. */
@@ -126,11 +149,25 @@ export type TokenUsage = {
   promptTokens: number;
   /** Prompt tokens whose state was reused from a previous request (prefix cache). */
   cachedPromptTokens: number;
+  /** Completion tokens, reasoning included. */
   completionTokens: number;
+  /** The part of `completionTokens` spent on reasoning (0 or absent when the model did not reason). */
+  reasoningTokens?: number;
 };
+
+/**
+ * Where usage came from: `counted` by this process (the embedded engine), `upstream` as the
+ * upstream reported it, `estimated` from what was seen (a stream cut before the upstream said).
+ */
+export type UsageSource = "counted" | "upstream" | "estimated";
+
+/** A request's usage and where it came from. */
+export type GenerationUsage = TokenUsage & { source: UsageSource };
 
 export type EngineStatus =
   | { state: "ready" }
+  /** Serving, but some members of its pool are down. */
+  | { state: "degraded"; detail?: string }
   | { state: "loading"; detail?: string }
   /** A download in progress; `progress` is 0..1 when the size is known. */
   | { state: "downloading"; progress?: number; detail?: string }
@@ -141,7 +178,10 @@ export type EngineStatus =
  * `maxTokens` bound what it may cost: billing reserves them before calling `start`.
  */
 export type PreparedGeneration = {
+  /** The prompt's tokens: exact, or an upper bound (see `promptCount`). */
   readonly promptTokens: number;
+  /** `exact` when tokenized by the model's own tokenizer; `upper-bound` when bounded from above. */
+  readonly promptCount: "exact" | "upper-bound";
   /** The completion tokens each choice may use at most (its own limit or what the context leaves). */
   readonly maxTokens: number;
   /** How many choices will be generated: the request may use `choices × maxTokens` completion tokens. */
@@ -163,7 +203,7 @@ export type RunningGeneration = {
    * Exact counts so far for the whole request: the prompt once, the completion tokens of all
    * choices summed. Final once `parts` has ended (also when the consumer stopped early).
    */
-  usage(): TokenUsage;
+  usage(): GenerationUsage;
 };
 
 export type EngineModelInfo = {
@@ -171,11 +211,40 @@ export type EngineModelInfo = {
   contextLength: number;
 };
 
+/** What a model served by an engine can do, for `/v1/models` and the request checks. */
+export type EngineCapabilities = {
+  /** Request parameters it honours (a request using another gets a 400 naming it). */
+  supportedParameters: readonly string[];
+  /** What it reads besides text. */
+  inputModalities: readonly ("text" | "image")[];
+  /** Vendor sampling fields it passes through (see `GenerationRequest.vendor`). */
+  vendorFields: readonly string[];
+};
+
+/** One member of an engine's pool (the embedded engine is one member): how busy and whether healthy. */
+export type EngineMember = {
+  /** Stable, free of credentials (an upstream's origin, or `embedded`). */
+  id: string;
+  /** Requests running on it. */
+  busy: number;
+  /** Requests it may run at once. */
+  capacity: number;
+  /** Requests waiting for it (or for the pool). */
+  waiting: number;
+  healthy: boolean;
+};
+
 export interface Engine {
-  /** Current state; only a `ready` engine accepts `prepare`. */
+  /** Loads the model or reaches the upstreams. Never throws: failure leaves the engine `unavailable`. */
+  open(): Promise<void>;
+  /** Current state; only a `ready` or `degraded` engine accepts `prepare`. */
   status(): EngineStatus;
   /** Known once the engine is ready. */
   info(): EngineModelInfo | undefined;
+  /** What the model can do; fixed once the engine is open. */
+  capabilities(): EngineCapabilities;
+  /** The members of its pool, for `/v1/models`, metrics and routing decisions. */
+  members(): EngineMember[];
   /**
    * Renders and tokenizes the request, checks it fits the context and that the engine can honour
    * it (e.g. `logitBias` ids in the vocabulary, images only for a model that reads them).

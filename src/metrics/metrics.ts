@@ -4,13 +4,13 @@
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 
-export type SlotStats = { busy: number; waiting: number; capacity: number };
+import type { EngineMember } from "../engines/engine.ts";
 
 export type MetricsSources = {
   /** True while rate limits come from the local fallback because Redis is unreachable. */
   rateLimiterDegraded: () => boolean;
-  /** Each loaded model's generation slots: busy, total, and requests waiting for one. */
-  slots?: () => Array<{ model: string; stats: SlotStats }>;
+  /** Each model's engine members (the embedded engine is one): busy, capacity, waiting, healthy. */
+  members?: () => Array<{ model: string; members: EngineMember[] }>;
   /** Charges waiting for the database to come back. */
   deferredCharges?: () => number;
 };
@@ -22,6 +22,10 @@ export class Metrics {
   readonly completions: Counter<"model" | "finish_reason">;
   readonly tokens: Counter<"model" | "kind">;
   readonly rateLimited: Counter<"reason">;
+  /** Requests sent to upstream members, by outcome (`ok`, or the kind of error). */
+  readonly upstreamRequests: Counter<"model" | "member" | "outcome">;
+  /** Seconds from sending a request upstream to its first token. */
+  readonly upstreamTimeToFirstToken: Histogram<"model" | "member">;
 
   constructor(sources: MetricsSources) {
     collectDefaultMetrics({ register: this.registry, prefix: "turnpike_process_" });
@@ -37,7 +41,21 @@ export class Metrics {
     this.completions = new Counter({ name: "turnpike_chat_completions_total", help: "Chat completions finished", labelNames: ["model", "finish_reason"], registers });
     this.tokens = new Counter({ name: "turnpike_tokens_total", help: "Tokens processed (prompt, cached_prompt, completion)", labelNames: ["model", "kind"], registers });
     this.rateLimited = new Counter({ name: "turnpike_refused_requests_total", help: "Requests refused before generation", labelNames: ["reason"], registers });
-    const slotGauge = (name: string, help: string, value: (stats: SlotStats) => number) =>
+    this.upstreamRequests = new Counter({
+      name: "turnpike_upstream_requests_total",
+      help: "Requests sent to upstream members, by outcome (ok, or the kind of error)",
+      labelNames: ["model", "member", "outcome"],
+      registers,
+    });
+    this.upstreamTimeToFirstToken = new Histogram({
+      name: "turnpike_upstream_time_to_first_token_seconds",
+      help: "Time from sending a request to an upstream member to its first token",
+      labelNames: ["model", "member"],
+      buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+      registers,
+    });
+    /** A gauge per model, summed over its members (the embedded engine has one). */
+    const modelGauge = (name: string, help: string, value: (member: EngineMember) => number) =>
       new Gauge({
         name,
         help,
@@ -45,12 +63,26 @@ export class Metrics {
         registers,
         collect() {
           this.reset();
-          for (const { model, stats } of sources.slots?.() ?? []) this.set({ model }, value(stats));
+          for (const { model, members } of sources.members?.() ?? []) this.set({ model }, members.reduce((sum, member) => sum + value(member), 0));
         },
       });
-    slotGauge("turnpike_engine_slots_busy", "Sequences generating now, per model", (stats) => stats.busy);
-    slotGauge("turnpike_engine_slots", "Sequences a model can generate at once (--parallel)", (stats) => stats.capacity);
-    slotGauge("turnpike_engine_queue_waiting", "Requests waiting for a free sequence, per model", (stats) => stats.waiting);
+    modelGauge("turnpike_engine_slots_busy", "Requests generating now, per model (all members)", (member) => member.busy);
+    modelGauge("turnpike_engine_slots", "Requests a model can generate at once (--parallel, or the members' max_in_flight)", (member) => member.capacity);
+    modelGauge("turnpike_engine_queue_waiting", "Requests waiting for a free slot, per model", (member) => member.waiting);
+    /** A gauge per member of each model's pool. */
+    const memberGauge = (name: string, help: string, value: (member: EngineMember) => number) =>
+      new Gauge({
+        name,
+        help,
+        labelNames: ["model", "member"],
+        registers,
+        collect() {
+          this.reset();
+          for (const { model, members } of sources.members?.() ?? []) for (const member of members) this.set({ model, member: member.id }, value(member));
+        },
+      });
+    memberGauge("turnpike_engine_member_in_flight", "Requests running on each member of a model's pool", (member) => member.busy);
+    memberGauge("turnpike_engine_member_healthy", "1 while a member of a model's pool is healthy", (member) => (member.healthy ? 1 : 0));
     new Gauge({
       name: "turnpike_deferred_charges",
       help: "Charges of finished requests waiting for the database to come back (retried in the background)",

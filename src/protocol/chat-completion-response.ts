@@ -37,7 +37,8 @@ export type ChatCompletion = {
   system_fingerprint: string | null;
   choices: Array<{
     index: number;
-    message: { role: "assistant"; content: string | null; refusal: null; tool_calls?: ToolCallObject[] };
+    /** `reasoning_content`: a reasoning model's thinking, as vLLM, SGLang and DeepSeek send it. */
+    message: { role: "assistant"; content: string | null; refusal: null; reasoning_content?: string; tool_calls?: ToolCallObject[] };
     logprobs: ChoiceLogprobs | null;
     finish_reason: FinishReason;
   }>;
@@ -52,7 +53,7 @@ export type ChatCompletionChunk = {
   system_fingerprint: string | null;
   choices: Array<{
     index: number;
-    delta: { role?: "assistant"; content?: string | null; refusal?: null; tool_calls?: ToolCallDelta[] };
+    delta: { role?: "assistant"; content?: string | null; reasoning_content?: string; refusal?: null; tool_calls?: ToolCallDelta[] };
     logprobs: ChoiceLogprobs | null;
     finish_reason: FinishReason | null;
   }>;
@@ -61,12 +62,17 @@ export type ChatCompletionChunk = {
 };
 
 /** Builds the usage object from exact token counts. */
-export function makeUsage(promptTokens: number, completionTokens: number, cachedPromptTokens = 0): Usage {
+export function makeUsage(promptTokens: number, completionTokens: number, cachedPromptTokens = 0, reasoningTokens = 0): Usage {
   return {
     prompt_tokens: promptTokens,
     completion_tokens: completionTokens,
     total_tokens: promptTokens + completionTokens,
     prompt_tokens_details: { cached_tokens: cachedPromptTokens },
-    completion_tokens_details: { reasoning_tokens: 0 },
+    completion_tokens_details: { reasoning_tokens: reasoningTokens },
   };
+}
+
+/** The wire usage of engine token counts. */
+export function usageOf(usage: { promptTokens: number; completionTokens: number; cachedPromptTokens: number; reasoningTokens?: number }): Usage {
+  return makeUsage(usage.promptTokens, usage.completionTokens, usage.cachedPromptTokens, usage.reasoningTokens ?? 0);
 }

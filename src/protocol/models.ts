@@ -10,10 +10,12 @@ export type ModelObject = {
   /** Credit units per million tokens. */
   pricing: { prompt: number; cached_prompt: number; completion: number };
   supported_parameters: string[];
+  /** `ready`, `degraded` (some members of its pool are down) or `unavailable`; with the members healthy and in all. */
   status:
-    | { state: "ready" | "loading" }
+    | { state: "ready" | "degraded"; members_healthy: number; members_total: number }
+    | { state: "loading" }
     | { state: "downloading"; progress?: number }
-    | { state: "unavailable"; detail: string };
+    | { state: "unavailable"; detail: string; members_healthy: number; members_total: number };
 };
 
 export type ModelList = { object: "list"; data: ModelObject[] };

@@ -7,6 +7,12 @@ export function statusBadge(status: Model["status"]) {
   switch (status.state) {
     case "ready":
       return <Badge tone="green">Ready</Badge>;
+    case "degraded":
+      return (
+        <span title={`${status.members_healthy} of ${status.members_total} upstream servers healthy`}>
+          <Badge tone="amber">Degraded</Badge>
+        </span>
+      );
     case "loading":
       return <Badge tone="blue">Loading</Badge>;
     case "downloading":

@@ -123,7 +123,7 @@ describe("the llama.cpp engine with a broken file", () => {
       onStatus: (status) => statuses.push(status.state),
     });
     try {
-      await engine.load();
+      await engine.open();
       const status = engine.status();
       assert.equal(status.state, "unavailable");
       assert.deepEqual(statuses, ["loading", "unavailable"]);

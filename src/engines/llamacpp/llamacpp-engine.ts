@@ -8,11 +8,14 @@
 import { resolveChatWrapper, type ChatWrapper, type Llama, type LlamaContext, type LlamaContextSequence, type LlamaModel, type Token } from "node-llama-cpp";
 import type {
   Engine,
+  EngineCapabilities,
+  EngineMember,
   EngineModelInfo,
   EngineStatus,
   GenerationRequest,
   PreparedGeneration,
   RunningGeneration,
+  GenerationUsage,
   StreamPart,
   TokenUsage,
 } from "../engine.ts";
@@ -26,6 +29,32 @@ import { planReply, type ReplyPlan } from "./reply-plan.ts";
 import { generateChoice } from "./generate-choice.ts";
 import { tokenDescriber, type DescribeToken } from "./token-logprobs.ts";
 import { resolveModelFile, type DownloadProgress, type ModelFileSource } from "./model-file.ts";
+
+/** The request parameters every llama.cpp model honours. */
+export const LLAMACPP_SUPPORTED_PARAMETERS = [
+  "max_tokens",
+  "max_completion_tokens",
+  "temperature",
+  "top_p",
+  "frequency_penalty",
+  "presence_penalty",
+  "logit_bias",
+  "logprobs",
+  "top_logprobs",
+  "n",
+  "stop",
+  "seed",
+  "response_format",
+  "tools",
+  "tool_choice",
+  "parallel_tool_calls",
+  "stream",
+  "stream_options",
+  "user",
+] as const;
+
+/** Text in, text out, every parameter above, no vendor fields (node-llama-cpp 3.22 cannot load vision projectors). */
+const LLAMACPP_CAPABILITIES: EngineCapabilities = { supportedParameters: LLAMACPP_SUPPORTED_PARAMETERS, inputModalities: ["text"], vendorFields: [] };
 
 export type LlamaCppEngineOptions = {
   modelId: string;
@@ -148,8 +177,26 @@ export class LlamaCppEngine implements Engine {
     this.#options.onStatus?.(status);
   }
 
+  capabilities(): EngineCapabilities {
+    return LLAMACPP_CAPABILITIES;
+  }
+
+  /** One member, this process: its slots busy, waiting, and whether the model is loaded. */
+  members(): EngineMember[] {
+    const queue = this.#loaded?.queue;
+    return [
+      {
+        id: "embedded",
+        busy: queue?.busy ?? 0,
+        capacity: queue?.capacity ?? this.#options.parallel,
+        waiting: queue?.waiting ?? 0,
+        healthy: this.#status.state === "ready",
+      },
+    ];
+  }
+
   /** Downloads (if needed) and loads the model. Never throws: failure leaves the engine `unavailable`. */
-  async load(): Promise<void> {
+  async open(): Promise<void> {
     const options = this.#options;
     try {
       if ("remote" in options.source) this.#setStatus({ state: "downloading", detail: options.source.remote });
@@ -192,12 +239,6 @@ export class LlamaCppEngine implements Engine {
     return this.#loaded?.wrapper.wrapperName;
   }
 
-  /** Slots busy and requests waiting (for metrics). */
-  queueStats(): { busy: number; waiting: number; capacity: number } | undefined {
-    const queue = this.#loaded?.queue;
-    return queue && { busy: queue.busy, waiting: queue.waiting, capacity: queue.capacity };
-  }
-
   boundPrompt(request: GenerationRequest): PromptBound {
     const loaded = this.#loaded;
     if (loaded === undefined || this.#status.state !== "ready") throw this.#notReadyError();
@@ -230,6 +271,7 @@ export class LlamaCppEngine implements Engine {
     const maxTokens = request.maxTokens ?? room;
     return {
       promptTokens,
+      promptCount: "exact",
       maxTokens,
       choices: request.choices,
       start: (signal) => this.#start(loaded, prompt, plan, request, maxTokens, signal),
@@ -248,6 +290,7 @@ export class LlamaCppEngine implements Engine {
       case "unavailable":
         return new ModelNotReadyError(status.detail);
       case "ready":
+      case "degraded":
         return new ModelNotReadyError(`Model '${this.#options.modelId}' is shutting down.`);
     }
   }
@@ -309,7 +352,8 @@ export class LlamaCppEngine implements Engine {
     };
     // The prompt counts once (as OpenAI bills `n`), its cached part as the first choice found it;
     // not at all for a request that never got a slot (cut while it waited): nothing was evaluated.
-    const usage = (): TokenUsage => ({
+    const usage = (): GenerationUsage => ({
+      source: "counted",
       promptTokens: started ? prompt.tokens.length : 0,
       cachedPromptTokens: choiceUsages[0]!.cachedPromptTokens,
       completionTokens: choiceUsages.reduce((sum, choice) => sum + choice.completionTokens, 0),

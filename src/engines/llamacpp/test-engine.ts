@@ -26,7 +26,7 @@ export async function loadTestEngine(file: string, options: Partial<LlamaCppEngi
     threads: 1,
     ...options,
   });
-  await engine.load();
+  await engine.open();
   assert.equal(engine.status().state, "ready", JSON.stringify(engine.status()));
   return engine;
 }

@@ -11,8 +11,8 @@ import { createApiKey, type ApiKeyRecord, type CreateKeyOptions } from "../../..
 import { grantCredit } from "../../../billing/ledger.ts";
 import { Metering } from "../../../billing/metering.ts";
 import { Catalog, type CatalogModel } from "../../../catalog/catalog.ts";
-import type { Engine, GenerationRequest, PreparedGeneration } from "../../../engines/engine.ts";
-import { promptBound } from "../../../engines/prompt-bound.ts";
+import type { Engine } from "../../../engines/engine.ts";
+import { FakeEngine } from "../../../engines/fake/fake-engine.ts";
 import { MemoryRateLimiter } from "../../../limits/memory.ts";
 import { RequestLimits } from "../../../limits/request-limits.ts";
 import { InvalidRequestError } from "../../../protocol/errors.ts";
@@ -20,37 +20,6 @@ import { backends, openTestDatabase, type TestDatabase } from "../../../../test/
 import { admitChatCompletion } from "./admit.ts";
 
 const CONTEXT = 2048;
-
-/** An engine whose prompts are one token per 4 characters of message text, plus 10; `prepare` is counted. */
-class ScriptedEngine implements Engine {
-  prepared = 0;
-  /** When set, `prepare` throws it (a 400 for a schema, say). */
-  failure: Error | undefined;
-  status() {
-    return { state: "ready" as const };
-  }
-  info() {
-    return { contextLength: CONTEXT };
-  }
-  boundPrompt(request: GenerationRequest) {
-    // Its longest token spans 4 bytes: the bound's `atLeast` is exact for this engine's text.
-    return promptBound(request, 4);
-  }
-  async prepare(request: GenerationRequest): Promise<PreparedGeneration> {
-    this.prepared++;
-    if (this.failure !== undefined) throw this.failure;
-    const promptTokens = 10 + Math.ceil(request.messages.reduce((sum, message) => sum + message.content.length, 0) / 4);
-    return {
-      promptTokens,
-      maxTokens: request.maxTokens ?? CONTEXT - promptTokens,
-      choices: request.choices,
-      start: () => {
-        throw new Error("not started in these tests");
-      },
-    };
-  }
-  async close() {}
-}
 
 function model(id: string, engine: Engine): CatalogModel {
   return {
@@ -64,6 +33,7 @@ function model(id: string, engine: Engine): CatalogModel {
     inputModalities: ["text"],
     outputModalities: ["text"],
     supportedParameters: [],
+    vendorFields: [],
   };
 }
 
@@ -73,12 +43,12 @@ const ask = (content = "Hello there", extra: Record<string, unknown> = {}) => ({
 for (const backend of backends) {
   describe(`admitChatCompletion (${backend})`, () => {
     let store: TestDatabase;
-    let engine: ScriptedEngine;
+    let engine: FakeEngine;
     let dependencies: Parameters<typeof admitChatCompletion>[0];
 
     before(async () => {
       store = await openTestDatabase(backend);
-      engine = new ScriptedEngine();
+      engine = new FakeEngine({ contextLength: CONTEXT });
       dependencies = {
         catalog: new Catalog([model("story", engine), model("other", engine)]),
         metering: new Metering({ database: store.database, nodeId: () => "node-test", holdTtlMs: 60_000 }),
@@ -166,12 +136,12 @@ for (const backend of backends) {
 
     it("gives the tokens back when prepare refuses the request, keeping its request counted", async () => {
       const key = await keyOf(1_000_000, { tpm: 100, rpm: 2 });
-      engine.failure = new InvalidRequestError("bad schema", "response_format");
+      engine.prepareFailure = new InvalidRequestError("bad schema", "response_format");
       try {
         const error = await refusal(admit(key, ask()));
         assert.equal(error.status, 400);
       } finally {
-        engine.failure = undefined;
+        engine.prepareFailure = undefined;
       }
       const admitted = await admit(key, ask());
       assert.equal(admitted.limited.headers["x-ratelimit-remaining-tokens"], String(100 - 13 - 10), "all 100 tokens were there again");

@@ -26,7 +26,7 @@ import {
   type ResponseFormatParam,
 } from "../../../protocol/chat-completion-request.ts";
 import {
-  makeUsage,
+  usageOf,
   type ChatCompletion,
   type ChatCompletionChunk,
   type ChoiceLogprobs,
@@ -324,6 +324,7 @@ export async function completeChatCompletion(
 ): Promise<{ completion: ChatCompletion; outcome: CompletionOutcome }> {
   const choices = job.prepared.choices;
   const contents = Array.from({ length: choices }, () => "");
+  const reasonings = Array.from({ length: choices }, () => "");
   const logprobs = Array.from({ length: choices }, (): TokenLogprob[] => []);
   const toolCalls = Array.from({ length: choices }, (): ToolCallObject[] => []);
   const reasons = new Array<FinishReason | "cancelled" | undefined>(choices).fill(undefined);
@@ -332,6 +333,9 @@ export async function completeChatCompletion(
       case "text-delta":
         contents[part.choice] += part.text;
         if (part.logprobs !== undefined) logprobs[part.choice]!.push(...part.logprobs);
+        break;
+      case "reasoning-delta":
+        reasonings[part.choice] += part.text;
         break;
       case "tool-call-start":
         toolCalls[part.choice]![part.index] = { id: part.id, type: "function", function: { name: part.name, arguments: "" } };
@@ -364,13 +368,14 @@ export async function completeChatCompletion(
             // Only tool calls: no content, as OpenAI answers.
             content: calls.length > 0 && content === "" ? null : content,
             refusal: null,
+            ...(reasonings[index] !== "" ? { reasoning_content: reasonings[index]! } : {}),
             ...(calls.length > 0 ? { tool_calls: calls } : {}),
           },
           logprobs: job.logprobs ? toWireLogprobs(logprobs[index]!) : null,
           finish_reason: reason === undefined || reason === "cancelled" ? "stop" : reason,
         };
       }),
-      usage: makeUsage(usage.promptTokens, usage.completionTokens, usage.cachedPromptTokens),
+      usage: usageOf(usage),
     },
   };
 }
@@ -408,6 +413,10 @@ export async function* streamChatCompletion(
       yield chunk(part.choice, { content: part.text }, null, part.logprobs === undefined ? null : toWireLogprobs(part.logprobs));
       continue;
     }
+    if (part.type === "reasoning-delta") {
+      yield chunk(part.choice, { reasoning_content: part.text }, null);
+      continue;
+    }
     if (part.type === "tool-call-start") {
       yield chunk(part.choice, { tool_calls: [{ index: part.index, id: part.id, type: "function", function: { name: part.name, arguments: "" } }] }, null);
       continue;
@@ -431,7 +440,7 @@ export async function* streamChatCompletion(
       model: job.model.id,
       system_fingerprint: null,
       choices: [],
-      usage: makeUsage(usage.promptTokens, usage.completionTokens, usage.cachedPromptTokens),
+      usage: usageOf(usage),
     };
   }
 }

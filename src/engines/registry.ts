@@ -1,0 +1,51 @@
+/**
+ * Builds the engine a model entry names: `path`/`hf` → the embedded llama.cpp engine,
+ * `upstream` → a pool of OpenAI-compatible servers. The one place that knows every engine kind;
+ * `main.ts` and the catalog see only the `Engine` interface.
+ */
+import type { Llama } from "node-llama-cpp";
+import type { ModelEntry } from "../config/schema.ts";
+import type { Engine, EngineStatus } from "./engine.ts";
+import { LlamaCppEngine } from "./llamacpp/llamacpp-engine.ts";
+import type { DownloadProgress } from "./llamacpp/model-file.ts";
+import { createUpstreamEngine } from "./openai-compatible/create.ts";
+
+/** What every engine may need from the process: settings, the shared llama.cpp runtime, logs. */
+export type EngineEnvironment = {
+  dataDir: string;
+  /** The shared llama.cpp runtime (loaded once per process, on first use). */
+  llama: () => Promise<Llama>;
+  /** Defaults for embedded models. */
+  contextSize: number;
+  parallel: number;
+  queueSize: number;
+  threads: number;
+  /** Environment variables (upstream API keys are read from here, never logged). */
+  env: Readonly<Record<string, string | undefined>>;
+  onProgress: (modelId: string, progress: DownloadProgress) => void;
+  onStatus: (modelId: string, status: EngineStatus, source: string | undefined) => void;
+  /** Operator-facing events of upstream pools (a member down, an upstream refusing our key). */
+  onUpstreamEvent: (modelId: string, level: "info" | "warn" | "error", message: string, fields: Record<string, unknown>) => void;
+};
+
+/** The engine for a model entry, not yet open (`open()` loads it or reaches its upstreams). */
+export function createEngine(entry: ModelEntry, environment: EngineEnvironment): Engine {
+  if (entry.upstream !== undefined) return createUpstreamEngine(entry as ModelEntry & { upstream: NonNullable<ModelEntry["upstream"]> }, environment);
+  return new LlamaCppEngine({
+    modelId: entry.id,
+    source: entry.path !== undefined ? { path: entry.path } : { remote: entry.hf! },
+    dataDir: environment.dataDir,
+    llama: environment.llama,
+    contextSize: entry.context_size ?? environment.contextSize,
+    parallel: entry.parallel ?? environment.parallel,
+    queueSize: environment.queueSize,
+    threads: environment.threads,
+    onProgress: (progress) => environment.onProgress(entry.id, progress),
+    onStatus: (status) => {
+      // Clients see a reason without paths; the log names where the model comes from (a
+      // download URL without credentials or query, which may hold a token).
+      const source = status.state === "unavailable" ? (entry.path ?? entry.hf?.replace(/\/\/[^/@]*@/, "//").replace(/[?#].*$/, "")) : undefined;
+      environment.onStatus(entry.id, status, source);
+    },
+  });
+}
