@@ -194,3 +194,27 @@ export class InternalServerError extends ApiError {
     super(message, { status: 500, type: "server_error", code: "internal_error", cause });
   }
 }
+
+/**
+ * 503: the model's upstream servers refuse to serve us (our key is wrong or lacks access) or none
+ * is healthy: an operator's problem, logged loudly; the client may retry later.
+ */
+export class UpstreamUnavailableError extends ApiError {
+  constructor(message = "The model's upstream servers are unavailable at the moment. Retry shortly.", retryAfterSeconds = 5) {
+    super(message, { status: 503, type: "service_unavailable", code: "upstream_unavailable", headers: { "retry-after": String(retryAfterSeconds) } });
+  }
+}
+
+/** 502: every upstream server tried failed (refused, reset, answered 5xx or garbage) before any content was sent. */
+export class UpstreamError extends ApiError {
+  constructor(message = "The model's upstream servers failed to answer. Retry shortly.") {
+    super(message, { status: 502, type: "server_error", code: "upstream_error" });
+  }
+}
+
+/** 504: the upstream servers tried did not answer (connect, first token, or between chunks) in time. */
+export class UpstreamTimeoutError extends ApiError {
+  constructor(message = "The model's upstream servers did not answer in time. Retry shortly.") {
+    super(message, { status: 504, type: "server_error", code: "upstream_timeout" });
+  }
+}

@@ -1,0 +1,59 @@
+/**
+ * The seam between the upstream engine (which speaks to one member at a time: body, stream,
+ * retries) and its pool (which picks members, counts what runs on each, and watches their health).
+ */
+import type { UpstreamKind } from "../../config/schema.ts";
+import type { EngineMember } from "../engine.ts";
+
+/** One upstream server of a pool. */
+export type UpstreamMember = {
+  /** The base URL's origin and path without credentials (`http://10.0.0.5:8000/v1`): safe for logs and metrics. */
+  readonly id: string;
+  /** The base URL, ending in `/v1`. */
+  readonly baseUrl: string;
+};
+
+/**
+ * How a request to a member ended, for the pool's health accounting: `ok`; a failure that is the
+ * member's (`connect`: refused, reset, or no connection in time; `timeout`: no first token or a
+ * stalled stream; `status`: 429/5xx; `protocol`: garbage); or `neutral` (the client left, or the
+ * upstream refused the request itself with a 4xx: nothing wrong with the member).
+ */
+export type MemberOutcome =
+  | { kind: "ok"; timeToFirstTokenMs?: number }
+  | { kind: "connect" | "timeout" | "status" | "protocol"; status?: number; retryAfterMs?: number }
+  | { kind: "neutral" };
+
+/** A member lent to one request: release it exactly once, saying how it went. */
+export type PoolLease = {
+  readonly member: UpstreamMember;
+  release(outcome: MemberOutcome): void;
+};
+
+export type AcquireOptions = {
+  /**
+   * A hash of the request's prefix (system prompt, tools, first messages): the pool prefers the
+   * member that last served it (its prefix cache holds it), unless that one is much busier.
+   */
+  affinity?: string;
+  /** Members already tried for this request (not picked again while another can be). */
+  exclude?: ReadonlySet<string>;
+  signal: AbortSignal;
+};
+
+export interface UpstreamPool {
+  /**
+   * A member with room for one more request: the least busy healthy one (affinity aside).
+   * Waits in the model's queue while every healthy member is full; throws `EngineOverloadedError`
+   * (503 with retry-after) when the queue is full too, `UpstreamUnavailableError` when no member
+   * is healthy, and the signal's reason when aborted while waiting.
+   */
+  acquire(options: AcquireOptions): Promise<PoolLease>;
+  /** Each member's load and health (for `/v1/models`, metrics). */
+  members(): EngineMember[];
+  /** `ready`: every member healthy; `degraded`: some; `unavailable`: none. */
+  state(): "ready" | "degraded" | "unavailable";
+  /** The kind the members speak (given, or detected by `open`). */
+  readonly kind: UpstreamKind | undefined;
+  close(): void;
+}
