@@ -11,7 +11,7 @@ import net from "node:net";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { setTimeout as delay } from "node:timers/promises";
-import type { Kysely } from "kysely";
+import type { Kysely, Selectable } from "kysely";
 import { createAccount } from "../src/accounts/accounts.ts";
 import { createApiKey } from "../src/auth/api-keys.ts";
 import { grantPlan } from "../src/billing/grant-plan.ts";
@@ -102,7 +102,7 @@ describe("SSE backpressure", () => {
     });
     try {
       // The request's usage record appears once it ended (cut, or finished when nothing paused it).
-      let record: Database["usage_records"] | undefined;
+      let record: Selectable<Database["usage_records"]> | undefined;
       for (let attempt = 0; attempt < 1_200 && record === undefined; attempt++) {
         await delay(100);
         record = await database.selectFrom("usage_records").selectAll().where("account_id", "=", account.id).executeTakeFirst();

@@ -8,7 +8,7 @@
 import type { Kysely } from "kysely";
 import type { ApiKeyRecord } from "../auth/api-keys.ts";
 import type { CatalogModel } from "../catalog/catalog.ts";
-import type { TokenUsage } from "../engines/engine.ts";
+import type { GenerationUsage } from "../engines/engine.ts";
 import type { Database } from "../store/schema.ts";
 import { InsufficientQuotaError, ModelNotAllowedError } from "../protocol/errors.ts";
 import { placeHold, settleHold } from "./ledger.ts";
@@ -66,8 +66,8 @@ export type QuotaCheckInput = {
 };
 
 export type RequestOutcome = {
-  /** Tokens generated; null when the request failed (nothing is charged). */
-  usage: TokenUsage | null;
+  /** Tokens generated, with where the counts came from; null when nothing was generated (nothing is charged). */
+  usage: GenerationUsage | null;
   status: number;
   finishReason: string | null;
   latencyMs: number;
@@ -249,6 +249,8 @@ export class Metering {
           prompt_tokens: outcome.usage?.promptTokens ?? input.promptTokens,
           cached_prompt_tokens: outcome.usage?.cachedPromptTokens ?? 0,
           completion_tokens: outcome.usage?.completionTokens ?? 0,
+          reasoning_tokens: outcome.usage?.reasoningTokens ?? 0,
+          usage_source: outcome.usage?.source ?? null,
           cost: charged,
           latency_ms: Math.round(outcome.latencyMs),
           status: outcome.status,

@@ -1,14 +1,15 @@
 /**
  * Usage records: one per request, what the console's charts and tables read.
  */
-import { sql, type Kysely, type RawBuilder } from "kysely";
+import { sql, type Insertable, type Kysely, type RawBuilder } from "kysely";
 import type { Database, UsageRecordTable } from "../store/schema.ts";
 import { newId } from "./ledger.ts";
 import type { RecentRequest, UsageRow } from "../protocol/account-api.ts";
 
 export type { RecentRequest, UsageRow };
 
-export type UsageRecord = Omit<UsageRecordTable, "id">;
+/** A usage record to write; reasoning tokens default to 0 and the source to none (counted). */
+export type UsageRecord = Omit<Insertable<UsageRecordTable>, "id">;
 
 export async function recordUsage(database: Kysely<Database>, record: UsageRecord): Promise<void> {
   await database.insertInto("usage_records").values({ id: newId("use", record.created_at), ...record }).execute();

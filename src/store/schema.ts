@@ -3,6 +3,7 @@
  * `null` in an optional time means "never" (not revoked, no expiry, not used yet).
  * Money and credit are integers in their smallest unit.
  */
+import type { ColumnType } from "kysely";
 
 export type ApiKeyTable = {
   id: string;
@@ -128,6 +129,10 @@ export type UsageRecordTable = {
   prompt_tokens: number;
   cached_prompt_tokens: number;
   completion_tokens: number;
+  /** The part of `completion_tokens` spent on reasoning (0 by default). */
+  reasoning_tokens: ColumnType<number, number | undefined, number>;
+  /** Where the counts came from: `counted`, `upstream` or `estimated` (null: counted, before this was recorded). */
+  usage_source: ColumnType<string | null, string | null | undefined, string | null>;
   cost: number;
   latency_ms: number;
   /** HTTP status of the response (200 also for streams that ended in an error event). */

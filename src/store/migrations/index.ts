@@ -10,6 +10,7 @@ import { migration0004Sessions } from "./0004-sessions.ts";
 import { migration0005InstallationClaims } from "./0005-installation-claims.ts";
 import { migration0006KeyScopes } from "./0006-key-scopes.ts";
 import { migration0007CheckoutSessions } from "./0007-checkout-sessions.ts";
+import { migration0008UsageSource } from "./0008-usage-source.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-api-keys": migration0001ApiKeys,
@@ -19,4 +20,5 @@ export const migrations: Record<string, Migration> = {
   "0005-installation-claims": migration0005InstallationClaims,
   "0006-key-scopes": migration0006KeyScopes,
   "0007-checkout-sessions": migration0007CheckoutSessions,
+  "0008-usage-source": migration0008UsageSource,
 };

@@ -1,25 +1,18 @@
 /**
- * `POST /v1/chat/completions`: admit (cheap refusals first, see `admit.ts`), call the serving
- * functions, reply with JSON or SSE. A client that goes away aborts its generation; the freed
+ * `POST /v1/chat/completions`: admit (cheap refusals first, see `admit.ts`), run (`run.ts`: start,
+ * answer, settle), reply with JSON or SSE. A client that goes away aborts its generation; the freed
  * slot serves the next request. A stream follows its client: generation pauses while the socket's
  * buffer is full, and a client that reads nothing for the stall timeout is cut like one that left.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from "fastify";
-import type { RunningGeneration } from "../../../engines/engine.ts";
 import type { Catalog } from "../../../catalog/catalog.ts";
 import { SseWriter } from "../../sse.ts";
-import { errorBody, toApiError } from "../../errors.ts";
 import type { Metering } from "../../../billing/metering.ts";
 import type { RequestLimits } from "../../../limits/request-limits.ts";
 import type { Metrics } from "../../../metrics/metrics.ts";
-import { ClientClosedRequestError, ShuttingDownError } from "../../../protocol/errors.ts";
+import { ShuttingDownError } from "../../../protocol/errors.ts";
 import { admitChatCompletion } from "./admit.ts";
-import {
-  completeChatCompletion,
-  streamChatCompletion,
-  type ChatCompletionJob,
-  type CompletionOutcome,
-} from "./serving.ts";
+import { runCompletion, runStream } from "./run.ts";
 
 export type ChatCompletionsRouteOptions = {
   catalog: Catalog;
@@ -34,12 +27,6 @@ export type ChatCompletionsRouteOptions = {
   /** A stream whose client has not read what was sent for this long is cut (billed for what was generated). */
   stallTimeoutMs: number;
 };
-
-/** The status a cut request is recorded with: 503 when a shutdown stopped it, 499 when its client left. */
-function cutStatus(signal: AbortSignal): 499 | 503 | undefined {
-  if (!signal.aborted) return undefined;
-  return signal.reason instanceof ShuttingDownError ? 503 : 499;
-}
 
 /** Aborts when the client closes the connection before the response was finished. */
 function abortOnDisconnect(reply: FastifyReply, shutdownSignal: AbortSignal): AbortController {
@@ -56,23 +43,6 @@ function abortOnDisconnect(reply: FastifyReply, shutdownSignal: AbortSignal): Ab
   controller.signal.addEventListener("abort", () => shutdownSignal.removeEventListener("abort", onShutdown), { once: true });
   reply.raw.on("finish", () => shutdownSignal.removeEventListener("abort", onShutdown));
   return controller;
-}
-
-function logCompletion(request: FastifyRequest, job: ChatCompletionJob, outcome: CompletionOutcome | undefined, startedAt: number): void {
-  request.log.info(
-    {
-      model: job.model.id,
-      stream: job.stream,
-      choices: job.prepared.choices,
-      key_id: request.apiKey?.id,
-      prompt_tokens: outcome?.usage.promptTokens ?? job.prepared.promptTokens,
-      cached_prompt_tokens: outcome?.usage.cachedPromptTokens ?? 0,
-      completion_tokens: outcome?.usage.completionTokens ?? 0,
-      finish_reason: outcome?.finishReason ?? "error",
-      latency_ms: Math.round(performance.now() - startedAt),
-    },
-    "chat completion",
-  );
 }
 
 /**
@@ -94,111 +64,22 @@ export function registerChatCompletionsRoute(app: FastifyInstance, options: Chat
   app.post("/v1/chat/completions", { onRequest: [options.authenticate, refuseUnpaidLargeBody] }, async function chatCompletions(request, reply) {
     const startedAt = performance.now();
     // Cheap checks first: permission, rate limits and quota before any schema, grammar, template or tokenizer runs.
-    const { job, limited, admission } = await admitChatCompletion(options, {
+    const admitted = await admitChatCompletion(options, {
       body: request.body,
       key: request.apiKey!,
       requestId: request.id,
-      onLimited: (admitted) => {
-        void reply.headers(admitted.headers);
+      onLimited: (limited) => {
+        void reply.headers(limited.headers);
         request.rateLimitsApplied = true;
       },
       onRefundError: (error) => request.log.warn({ err: error }, "could not refund rate-limit tokens"),
     });
     // The exact charge may have changed the limits' state since they admitted the request.
-    void reply.headers(limited.headers);
-    /** Gives back the unused rate-limit tokens and settles the hold (nothing billed without usage). */
-    const release = async (outcome: CompletionOutcome | undefined, status: number) => {
-      const used = outcome === undefined ? 0 : outcome.usage.promptTokens + outcome.usage.completionTokens;
-      await limited.finish(used).catch((error: unknown) => request.log.warn({ err: error }, "could not refund rate-limit tokens"));
-      // A database outage does not throw here: the charge is retried in the background.
-      await admission
-        .settle({ usage: outcome?.usage ?? null, status, finishReason: outcome?.finishReason ?? null, latencyMs: performance.now() - startedAt })
-        .catch((error: unknown) => request.log.error({ err: error }, "could not settle the request's hold; the sweeper will release it uncharged"));
-    };
-    /** Bills the request and logs it as a completion; called once, however a started generation ended. */
-    const finish = async (outcome: CompletionOutcome | undefined, status: number) => {
-      await release(outcome, status);
-      logCompletion(request, job, outcome, startedAt);
-      const model = job.model.id;
-      options.metrics.completions.inc({ model, finish_reason: outcome?.finishReason ?? "error" });
-      if (outcome !== undefined) {
-        options.metrics.tokens.inc({ model, kind: "prompt" }, outcome.usage.promptTokens);
-        options.metrics.tokens.inc({ model, kind: "cached_prompt" }, outcome.usage.cachedPromptTokens);
-        options.metrics.tokens.inc({ model, kind: "completion" }, outcome.usage.completionTokens);
-      }
-    };
-    const controller = abortOnDisconnect(reply, options.shutdownSignal);
-    let generation: RunningGeneration;
-    try {
-      // Throws 503 (queue full) before anything is sent: a refusal, counted as one, not a completion.
-      generation = job.prepared.start(controller.signal);
-    } catch (error) {
-      await release(undefined, toApiError(error).status);
-      throw error;
-    }
-
-    if (!job.stream) {
-      let outcome: CompletionOutcome | undefined;
-      try {
-        const result = await completeChatCompletion(job, generation);
-        outcome = result.outcome;
-        if (controller.signal.aborted) {
-          const reason: unknown = controller.signal.reason;
-          if (reason instanceof ShuttingDownError) throw reason;
-        }
-        return result.completion;
-      } catch (error) {
-        // Tokens generated before a shutdown are still billed; an engine failure is not.
-        if (!controller.signal.aborted) throw error;
-        outcome ??= { finishReason: "cancelled", usage: generation.usage() };
-        const reason: unknown = controller.signal.reason;
-        throw reason instanceof ShuttingDownError ? reason : new ClientClosedRequestError();
-      } finally {
-        await finish(outcome, outcome === undefined ? 500 : cutStatus(controller.signal) ?? 200);
-      }
-    }
-
+    void reply.headers(admitted.limited.headers);
+    const input = { ...admitted, cut: abortOnDisconnect(reply, options.shutdownSignal), keyId: request.apiKey?.id, startedAt };
+    const dependencies = { metrics: options.metrics, logger: request.log, keepAliveIntervalMs: options.keepAliveIntervalMs, stallTimeoutMs: options.stallTimeoutMs };
+    if (!admitted.job.stream) return runCompletion(dependencies, input);
     reply.hijack();
-    const sse = new SseWriter(reply.raw, reply.getHeaders());
-    let admitted = false;
-    const stopKeepAlive = sse.keepAlive(options.keepAliveIntervalMs, () => (admitted ? "generating" : "waiting for a slot"));
-    const outcome: { value?: CompletionOutcome } = {};
-    let failed = false;
-    let stalled = false;
-    try {
-      await generation.admitted;
-      admitted = true;
-      for await (const chunk of streamChatCompletion(job, generation, outcome)) {
-        sse.data(chunk);
-        // Backpressure: the next part is pulled (and so generated) only once the client has
-        // read what was sent; one that stops reading is cut after the stall timeout.
-        if (!sse.congested) continue;
-        if ((await sse.waitForRoom(options.stallTimeoutMs, controller.signal)) !== "stalled") continue;
-        stalled = true;
-        controller.abort(new Error("the client stopped reading"));
-        break;
-      }
-      const reason: unknown = controller.signal.reason;
-      if (stalled) {
-        request.log.warn({ stall_timeout_s: options.stallTimeoutMs / 1000, buffered_bytes: sse.buffered }, "stream cut: the client stopped reading");
-        sse.destroy();
-      } else if (controller.signal.aborted && reason instanceof ShuttingDownError) {
-        sse.data(reason.toBody());
-        sse.end();
-      } else {
-        sse.done();
-      }
-    } catch (error) {
-      failed = !controller.signal.aborted;
-      if (failed) request.log.error({ err: error }, "stream failed");
-      const reason: unknown = controller.signal.reason;
-      sse.data(errorBody(controller.signal.aborted && reason instanceof ShuttingDownError ? reason : error));
-      sse.end();
-    } finally {
-      stopKeepAlive();
-      // A failed stream is not billed; one cut by the client or a shutdown pays for what was generated.
-      const final = failed ? undefined : (outcome.value ?? (controller.signal.aborted ? { finishReason: "cancelled" as const, usage: generation.usage() } : undefined));
-      await finish(final, failed ? 500 : cutStatus(controller.signal) ?? 200);
-    }
+    await runStream(dependencies, input, new SseWriter(reply.raw, reply.getHeaders()));
   });
 }

@@ -1,0 +1,165 @@
+/**
+ * Engine parts → OpenAI responses: the whole completion (one choice per `n`) or the streamed
+ * chunks (a role chunk per choice, deltas interleaved across choices, a finish chunk per choice,
+ * the usage chunk last when asked). Free of HTTP and billing: `run.ts` drives it.
+ */
+import type { GenerationUsage, RunningGeneration, TokenLogprob } from "../../../engines/engine.ts";
+import {
+  usageOf,
+  type ChatCompletion,
+  type ChatCompletionChunk,
+  type ChoiceLogprobs,
+  type FinishReason,
+  type ToolCallObject,
+} from "../../../protocol/chat-completion-response.ts";
+import type { ChatCompletionJob } from "./serving.ts";
+
+/** How a request ended: its finish reason (`cancelled` if any choice was cut) and its usage with the usage's source. */
+export type CompletionOutcome = { finishReason: FinishReason | "cancelled"; usage: GenerationUsage };
+
+/** The wire form of engine log probabilities. */
+function toWireLogprobs(tokens: readonly TokenLogprob[]): ChoiceLogprobs {
+  return {
+    content: tokens.map((token) => ({
+      token: token.token,
+      logprob: token.logprob,
+      bytes: token.bytes,
+      top_logprobs: token.topLogprobs.map((alternative) => ({ token: alternative.token, logprob: alternative.logprob, bytes: alternative.bytes })),
+    })),
+    refusal: null,
+  };
+}
+
+/** The request's finish reason for logs and billing: `cancelled` if any choice was cut short, else the first choice's. */
+function overallFinishReason(reasons: ReadonlyArray<FinishReason | "cancelled" | undefined>): FinishReason | "cancelled" {
+  if (reasons.some((reason) => reason === undefined || reason === "cancelled")) return "cancelled";
+  return reasons[0]!;
+}
+
+/** Runs a non-streamed request to its end and builds the response (one choice per `n`). */
+export async function completeChatCompletion(
+  job: ChatCompletionJob,
+  generation: RunningGeneration,
+): Promise<{ completion: ChatCompletion; outcome: CompletionOutcome }> {
+  const choices = job.prepared.choices;
+  const contents = Array.from({ length: choices }, () => "");
+  const reasonings = Array.from({ length: choices }, () => "");
+  const logprobs = Array.from({ length: choices }, (): TokenLogprob[] => []);
+  const toolCalls = Array.from({ length: choices }, (): ToolCallObject[] => []);
+  const reasons = new Array<FinishReason | "cancelled" | undefined>(choices).fill(undefined);
+  for await (const part of generation.parts) {
+    switch (part.type) {
+      case "text-delta":
+        contents[part.choice] += part.text;
+        if (part.logprobs !== undefined) logprobs[part.choice]!.push(...part.logprobs);
+        break;
+      case "reasoning-delta":
+        reasonings[part.choice] += part.text;
+        break;
+      case "tool-call-start":
+        toolCalls[part.choice]![part.index] = { id: part.id, type: "function", function: { name: part.name, arguments: "" } };
+        break;
+      case "tool-call-delta":
+        toolCalls[part.choice]![part.index]!.function.arguments += part.argumentsDelta;
+        break;
+      case "finish":
+        reasons[part.choice] = part.reason;
+        break;
+    }
+  }
+  const usage = generation.usage();
+  const outcome: CompletionOutcome = { finishReason: overallFinishReason(reasons), usage };
+  return {
+    outcome,
+    completion: {
+      id: job.id,
+      object: "chat.completion",
+      created: job.created,
+      model: job.model.id,
+      system_fingerprint: null,
+      choices: contents.map((content, index) => {
+        const reason = reasons[index];
+        const calls = toolCalls[index]!;
+        return {
+          index,
+          message: {
+            role: "assistant" as const,
+            // Only tool calls: no content, as OpenAI answers.
+            content: calls.length > 0 && content === "" ? null : content,
+            refusal: null,
+            ...(reasonings[index] !== "" ? { reasoning_content: reasonings[index]! } : {}),
+            ...(calls.length > 0 ? { tool_calls: calls } : {}),
+          },
+          logprobs: job.logprobs ? toWireLogprobs(logprobs[index]!) : null,
+          finish_reason: reason === undefined || reason === "cancelled" ? "stop" : reason,
+        };
+      }),
+      usage: usageOf(usage),
+    },
+  };
+}
+
+/**
+ * Turns engine parts into chunks: a first chunk with the role for each choice, content deltas
+ * (choices interleaved, each chunk naming its `index`), a chunk with each choice's finish reason,
+ * and (when asked) a last chunk with `choices: []` and the usage of all choices.
+ * `outcome` is filled in when every choice has finished. A cancelled choice gets no finish chunk.
+ */
+export async function* streamChatCompletion(
+  job: ChatCompletionJob,
+  generation: RunningGeneration,
+  outcome: { value?: CompletionOutcome },
+): AsyncGenerator<ChatCompletionChunk> {
+  const chunk = (
+    index: number,
+    delta: ChatCompletionChunk["choices"][0]["delta"],
+    finishReason: FinishReason | null,
+    logprobs: ChoiceLogprobs | null = null,
+  ): ChatCompletionChunk => ({
+    id: job.id,
+    object: "chat.completion.chunk",
+    created: job.created,
+    model: job.model.id,
+    system_fingerprint: null,
+    choices: [{ index, delta, logprobs, finish_reason: finishReason }],
+    ...(job.includeUsage ? { usage: null } : {}),
+  });
+  const choices = job.prepared.choices;
+  for (let index = 0; index < choices; index++) yield chunk(index, { role: "assistant", content: job.toolCallsOnly ? null : "", refusal: null }, null);
+  const reasons = new Array<FinishReason | "cancelled" | undefined>(choices).fill(undefined);
+  for await (const part of generation.parts) {
+    if (part.type === "text-delta") {
+      yield chunk(part.choice, { content: part.text }, null, part.logprobs === undefined ? null : toWireLogprobs(part.logprobs));
+      continue;
+    }
+    if (part.type === "reasoning-delta") {
+      yield chunk(part.choice, { reasoning_content: part.text }, null);
+      continue;
+    }
+    if (part.type === "tool-call-start") {
+      yield chunk(part.choice, { tool_calls: [{ index: part.index, id: part.id, type: "function", function: { name: part.name, arguments: "" } }] }, null);
+      continue;
+    }
+    if (part.type === "tool-call-delta") {
+      yield chunk(part.choice, { tool_calls: [{ index: part.index, function: { arguments: part.argumentsDelta } }] }, null);
+      continue;
+    }
+    reasons[part.choice] = part.reason;
+    if (part.reason !== "cancelled") yield chunk(part.choice, {}, part.reason);
+  }
+  const usage = generation.usage();
+  const finishReason = overallFinishReason(reasons);
+  outcome.value = { finishReason, usage };
+  if (finishReason === "cancelled") return;
+  if (job.includeUsage) {
+    yield {
+      id: job.id,
+      object: "chat.completion.chunk",
+      created: job.created,
+      model: job.model.id,
+      system_fingerprint: null,
+      choices: [],
+      usage: usageOf(usage),
+    };
+  }
+}

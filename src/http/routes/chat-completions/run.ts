@@ -1,0 +1,208 @@
+/**
+ * The lifecycle of one admitted chat request, free of Fastify: start the generation, answer with
+ * the whole completion or a stream of chunks, then settle once, however it ended: give back the
+ * unused rate-limit tokens, charge the hold for what was generated, count metrics, log.
+ *
+ * How a request ends decides its status and its bill, in one place (`endOf`):
+ * - finished: 200, billed;
+ * - cut by its client (it left, or stopped reading past the stall timeout): 499, billed for what was generated;
+ * - cut by a shutdown: 503, billed for what was generated, the stream ends with the shutdown error;
+ * - failed (an engine error, an upstream that broke mid-stream): billed for what the engine counted
+ *   (nothing, when it failed before generating), recorded with the error's status; a stream ends
+ *   with `data: {"error":…}` after whatever content was already sent, never mixed output.
+ * A refusal before anything started (a full queue) is no completion: its hold is released uncharged.
+ */
+import type { ChatCompletion } from "../../../protocol/chat-completion-response.ts";
+import type { RunningGeneration } from "../../../engines/engine.ts";
+import type { Metrics } from "../../../metrics/metrics.ts";
+import { ClientClosedRequestError, ShuttingDownError } from "../../../protocol/errors.ts";
+import { errorBody, toApiError } from "../../errors.ts";
+import type { RoomState } from "../../sse.ts";
+import { completeChatCompletion, streamChatCompletion, type CompletionOutcome } from "./assemble.ts";
+import type { AdmittedChatCompletion } from "./admit.ts";
+
+/** The log methods the run uses (pino's shape). */
+export type RunLogger = {
+  info(fields: Record<string, unknown>, message: string): void;
+  warn(fields: Record<string, unknown>, message: string): void;
+  error(fields: Record<string, unknown>, message: string): void;
+};
+
+export type RunDependencies = {
+  metrics: Metrics;
+  logger: RunLogger;
+  keepAliveIntervalMs: number;
+  /** A stream whose client has not read what was sent for this long is cut (billed for what was generated). */
+  stallTimeoutMs: number;
+};
+
+/** Where a stream's chunks go: the SSE writer, or a test's sink. */
+export type ChunkSink = {
+  data(payload: unknown): void;
+  /** Ends with `data: [DONE]`. */
+  done(): void;
+  /** Ends without `[DONE]` (after an error event). */
+  end(): void;
+  /** Drops the connection (a client that stopped reading). */
+  destroy(): void;
+  /** True while the client has not read enough of what was sent. */
+  readonly congested: boolean;
+  /** Bytes sent and not yet read by the client. */
+  readonly buffered: number;
+  waitForRoom(stallMs: number, signal?: AbortSignal): Promise<RoomState>;
+  /** Sends keep-alive comments while nothing else is sent; returns the stop. */
+  keepAlive(idleMs: number, text: () => string): () => void;
+};
+
+export type RunInput = AdmittedChatCompletion & {
+  /**
+   * Aborted when the request is cut: by its client (any reason but a `ShuttingDownError`) or by a
+   * shutdown (a `ShuttingDownError` reason). The run aborts it too when a stream's client stalls.
+   */
+  cut: AbortController;
+  /** For the completion's log line. */
+  keyId: string | undefined;
+  /** `performance.now()` when the request arrived. */
+  startedAt: number;
+};
+
+type End = { outcome: CompletionOutcome | undefined; status: number };
+
+/** A cut request's status: 503 when a shutdown stopped it, 499 when its client left. */
+function cutStatus(signal: AbortSignal): 499 | 503 {
+  return signal.reason instanceof ShuttingDownError ? 503 : 499;
+}
+
+/**
+ * How a started request ended (see the file's comment): its status and what it is billed. A
+ * failure is billed for what the engine counted; a cancelled one for what was generated.
+ */
+function endOf(signal: AbortSignal, generation: RunningGeneration, outcome: CompletionOutcome | undefined, failure: unknown): End {
+  if (failure !== undefined && !signal.aborted) {
+    const usage = generation.usage();
+    const generated = usage.completionTokens > 0 || usage.promptTokens > 0;
+    return { outcome: generated ? { finishReason: "cancelled", usage } : undefined, status: toApiError(failure).status };
+  }
+  if (signal.aborted) return { outcome: outcome ?? { finishReason: "cancelled", usage: generation.usage() }, status: cutStatus(signal) };
+  return { outcome, status: outcome === undefined ? 500 : 200 };
+}
+
+/** Gives back the unused rate-limit tokens and settles the hold (nothing billed without usage). */
+async function release(dependencies: RunDependencies, input: RunInput, end: End): Promise<void> {
+  const { outcome, status } = end;
+  const used = outcome === undefined ? 0 : outcome.usage.promptTokens + outcome.usage.completionTokens;
+  await input.limited.finish(used).catch((error: unknown) => dependencies.logger.warn({ err: error }, "could not refund rate-limit tokens"));
+  // A database outage does not throw here: the charge is retried in the background.
+  await input.admission
+    .settle({ usage: outcome?.usage ?? null, status, finishReason: outcome?.finishReason ?? null, latencyMs: performance.now() - input.startedAt })
+    .catch((error: unknown) => dependencies.logger.error({ err: error }, "could not settle the request's hold; the sweeper will release it uncharged"));
+}
+
+/** Bills the request, counts it and logs it as a completion; called once, however a started generation ended. */
+async function finish(dependencies: RunDependencies, input: RunInput, end: End): Promise<void> {
+  await release(dependencies, input, end);
+  const { job } = input;
+  const { outcome } = end;
+  const model = job.model.id;
+  dependencies.logger.info(
+    {
+      model,
+      stream: job.stream,
+      choices: job.prepared.choices,
+      key_id: input.keyId,
+      status: end.status,
+      prompt_tokens: outcome?.usage.promptTokens ?? job.prepared.promptTokens,
+      cached_prompt_tokens: outcome?.usage.cachedPromptTokens ?? 0,
+      completion_tokens: outcome?.usage.completionTokens ?? 0,
+      usage_source: outcome?.usage.source,
+      finish_reason: outcome?.finishReason ?? "error",
+      latency_ms: Math.round(performance.now() - input.startedAt),
+    },
+    "chat completion",
+  );
+  dependencies.metrics.completions.inc({ model, finish_reason: outcome?.finishReason ?? "error" });
+  if (outcome !== undefined) {
+    dependencies.metrics.tokens.inc({ model, kind: "prompt" }, outcome.usage.promptTokens);
+    dependencies.metrics.tokens.inc({ model, kind: "cached_prompt" }, outcome.usage.cachedPromptTokens);
+    dependencies.metrics.tokens.inc({ model, kind: "completion" }, outcome.usage.completionTokens);
+  }
+}
+
+/** Starts the generation; a refusal before anything started (a full queue: 503) releases the hold uncharged and is rethrown. */
+async function start(dependencies: RunDependencies, input: RunInput): Promise<RunningGeneration> {
+  try {
+    return input.job.prepared.start(input.cut.signal);
+  } catch (error) {
+    await release(dependencies, input, { outcome: undefined, status: toApiError(error).status });
+    throw error;
+  }
+}
+
+/**
+ * Runs a non-streamed request to its end and returns the completion. Throws the typed error of a
+ * failure, `ShuttingDownError` for a shutdown and `ClientClosedRequestError` for a client that left
+ * (nobody reads that answer; it keeps logs honest).
+ */
+export async function runCompletion(dependencies: RunDependencies, input: RunInput): Promise<ChatCompletion> {
+  const generation = await start(dependencies, input);
+  const signal = input.cut.signal;
+  let outcome: CompletionOutcome | undefined;
+  let failure: unknown;
+  try {
+    const result = await completeChatCompletion(input.job, generation);
+    outcome = result.outcome;
+    if (!signal.aborted) return result.completion;
+  } catch (error) {
+    failure = error;
+    if (!signal.aborted) throw error;
+  } finally {
+    await finish(dependencies, input, endOf(signal, generation, outcome, failure));
+  }
+  throw signal.reason instanceof ShuttingDownError ? signal.reason : new ClientClosedRequestError();
+}
+
+/**
+ * Streams a request's chunks into `sink`, following its client: the next part is pulled (and so
+ * generated) only once the client has read what was sent, and one that reads nothing for the
+ * stall timeout is cut like one that left. Never throws: every ending is written to the sink.
+ */
+export async function runStream(dependencies: RunDependencies, input: RunInput, sink: ChunkSink): Promise<void> {
+  const generation = await start(dependencies, input);
+  const { cut } = input;
+  let admitted = false;
+  const stopKeepAlive = sink.keepAlive(dependencies.keepAliveIntervalMs, () => (admitted ? "generating" : "waiting for a slot"));
+  const outcome: { value?: CompletionOutcome } = {};
+  let failure: unknown;
+  let stalled = false;
+  try {
+    await generation.admitted;
+    admitted = true;
+    for await (const chunk of streamChatCompletion(input.job, generation, outcome)) {
+      sink.data(chunk);
+      if (!sink.congested) continue;
+      if ((await sink.waitForRoom(dependencies.stallTimeoutMs, cut.signal)) !== "stalled") continue;
+      stalled = true;
+      cut.abort(new Error("the client stopped reading"));
+      break;
+    }
+    const reason: unknown = cut.signal.reason;
+    if (stalled) {
+      dependencies.logger.warn({ stall_timeout_s: dependencies.stallTimeoutMs / 1000, buffered_bytes: sink.buffered }, "stream cut: the client stopped reading");
+      sink.destroy();
+    } else if (cut.signal.aborted && reason instanceof ShuttingDownError) {
+      sink.data(reason.toBody());
+      sink.end();
+    } else {
+      sink.done();
+    }
+  } catch (error) {
+    failure = error;
+    const reason: unknown = cut.signal.reason;
+    if (!cut.signal.aborted) dependencies.logger.error({ err: error }, "stream failed");
+    sink.data(errorBody(cut.signal.aborted && reason instanceof ShuttingDownError ? reason : error));
+    sink.end();
+  } finally {
+    stopKeepAlive();
+    await finish(dependencies, input, endOf(cut.signal, generation, outcome.value, failure));
+  }
+}
