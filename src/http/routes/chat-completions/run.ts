@@ -80,8 +80,7 @@ function cutStatus(signal: AbortSignal): 499 | 503 {
 function endOf(signal: AbortSignal, generation: RunningGeneration, outcome: CompletionOutcome | undefined, failure: unknown): End {
   if (failure !== undefined && !signal.aborted) {
     const usage = generation.usage();
-    const generated = usage.completionTokens > 0 || usage.promptTokens > 0;
-    return { outcome: generated ? { finishReason: "cancelled", usage } : undefined, status: toApiError(failure).status };
+    return { outcome: usage.completionTokens > 0 ? { finishReason: "cancelled", usage } : undefined, status: toApiError(failure).status };
   }
   if (signal.aborted) return { outcome: outcome ?? { finishReason: "cancelled", usage: generation.usage() }, status: cutStatus(signal) };
   return { outcome, status: outcome === undefined ? 500 : 200 };
