@@ -89,7 +89,7 @@ export function describeModel(model: CatalogModel): ModelObject {
     context_length: model.engine.info()?.contextLength ?? model.configuredContextLength,
     modalities: { input: [...model.inputModalities], output: [...model.outputModalities] },
     pricing: { prompt: model.pricing.prompt, cached_prompt: model.pricing.cachedPrompt, completion: model.pricing.completion },
-    supported_parameters: [...model.supportedParameters],
+    supported_parameters: [...model.supportedParameters, ...model.vendorFields],
     status: statusText(model.engine.status(), model.engine.members()),
   };
 }

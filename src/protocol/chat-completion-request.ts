@@ -220,6 +220,17 @@ export const chatCompletionRequestSchema = z.object({
   function_call: z.unknown().optional(),
   audio: z.unknown().optional(),
   modalities: z.array(z.string()).nullish(),
+  // Vendor sampling fields: passed as sent to upstream engines whose model entry allows them (a 400 elsewhere).
+  /** OpenAI's effort for reasoning models (vLLM and SGLang pass it to the chat template). */
+  reasoning_effort: z.enum(["none", "minimal", "low", "medium", "high"]).nullish(),
+  /** Sample from the k likeliest tokens (-1 or 0: all). */
+  top_k: z.number().int().min(-1).max(1_000_000).nullish(),
+  /** Drop tokens less likely than this fraction of the likeliest. */
+  min_p: z.number().min(0).max(1).nullish(),
+  /** Penalty on repeated tokens (1: none). */
+  repetition_penalty: z.number().gt(0).max(10).nullish(),
+  /** Extra variables for the upstream's chat template (e.g. `{"enable_thinking": false}`). */
+  chat_template_kwargs: countedRecord(z.unknown(), 64, "entries").nullish(),
 }).check((context) => {
   // Every choice may use all of its completion tokens: their product is what a request can ask for.
   const request = context.value;

@@ -32,7 +32,7 @@ function model(id: string, engine: Engine): CatalogModel {
     pricing: { prompt: 1_000_000, cachedPrompt: 500_000, completion: 2_000_000 },
     inputModalities: ["text"],
     outputModalities: ["text"],
-    supportedParameters: [],
+    supportedParameters: engine.capabilities().supportedParameters,
     vendorFields: [],
   };
 }

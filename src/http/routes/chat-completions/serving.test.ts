@@ -7,7 +7,9 @@ import { describe, it } from "node:test";
 import { chatCompletionRequestSchema } from "../../../protocol/chat-completion-request.ts";
 import { InvalidRequestError, UnsupportedParameterError } from "../../../protocol/errors.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
-import { toGenerationRequest, type ModelInputs } from "./serving.ts";
+import { parseChatCompletion, toGenerationRequest, type ModelInputs } from "./serving.ts";
+import { Catalog } from "../../../catalog/catalog.ts";
+import { FakeEngine } from "../../../engines/fake/fake-engine.ts";
 
 const hello = [{ role: "user", content: "Hi" }];
 
@@ -239,7 +241,7 @@ describe("toGenerationRequest", () => {
       tool_choice: { type: "function", function: { name: "g" } },
       parallel_tool_calls: false,
     });
-    assert.deepEqual(request.responseFormat, { type: "json_schema", name: "x", schema: { type: "object" } });
+    assert.deepEqual(request.responseFormat, { type: "json_schema", name: "x", schema: { type: "object" }, strict: true });
     assert.deepEqual(request.tools, [{ name: "f", description: "F.", parameters: { type: "object" } }, { name: "g" }]);
     assert.deepEqual(request.toolChoice, { name: "g" });
     assert.equal(request.parallelToolCalls, false);
@@ -281,5 +283,55 @@ describe("toGenerationRequest", () => {
     assertInvalid({ logit_bias: { "-3": 1 } }, "invalid_logit_bias", "logit_bias");
     assertInvalid({ logit_bias: { "5": 101 } }, "invalid_logit_bias", "logit_bias");
     assertInvalid({ logit_bias: { "5": -100.5 } }, "invalid_logit_bias", "logit_bias");
+  });
+});
+
+describe("parseChatCompletion: what a model supports", () => {
+  const limited = new FakeEngine({ capabilities: { supportedParameters: ["max_tokens", "temperature", "stream"], vendorFields: ["top_k"] } });
+  const catalog = new Catalog([
+    {
+      id: "narrow",
+      ownedBy: "test",
+      created: 0,
+      engine: limited,
+      configuredContextLength: 2048,
+      pricing: { prompt: 0, cachedPrompt: 0, completion: 0 },
+      inputModalities: ["text"],
+      outputModalities: ["text"],
+      supportedParameters: limited.capabilities().supportedParameters,
+      vendorFields: limited.capabilities().vendorFields,
+    },
+  ]);
+  const parse = (fields: Record<string, unknown>) => parseChatCompletion(catalog, { model: "narrow", messages: hello, ...fields });
+
+  it("refuses a parameter the model's engine would ignore, naming it", () => {
+    for (const [param, value] of [["logprobs", true], ["n", 2], ["seed", 7], ["logit_bias", { "1": 5 }], ["stop", ["x"]], ["top_p", 0.5]] as const) {
+      assert.throws(
+        () => parse({ [param]: value }),
+        (error: unknown) => error instanceof UnsupportedParameterError && error.param === param && error.message.includes("does not support"),
+        param,
+      );
+    }
+  });
+
+  it("lets the neutral value of an unsupported parameter through (n: 1, logprobs: false, an empty stop list)", () => {
+    assert.equal(parse({ n: 1, logprobs: false, stop: [], temperature: 0.2 }).request.choices, 1);
+  });
+
+  it("passes the vendor fields the model allows and refuses the others, naming them", () => {
+    assert.deepEqual(parse({ top_k: 40 }).request.vendor, { top_k: 40 });
+    assert.equal(parse({}).request.vendor, undefined);
+    assert.throws(() => parse({ min_p: 0.1 }), (error: unknown) => error instanceof UnsupportedParameterError && error.param === "min_p");
+  });
+
+  it("keeps the content parts of a message with images in the order they were sent", () => {
+    const vision = new Catalog([{ ...catalog.get("narrow"), id: "vision", inputModalities: ["text", "image"] }]);
+    const url = `data:image/png;base64,${pngBase64}`;
+    const parsed = parseChatCompletion(vision, {
+      model: "vision",
+      messages: [{ role: "user", content: [{ type: "text", text: "Before" }, { type: "image_url", image_url: { url } }, { type: "text", text: "after" }] }],
+    });
+    assert.deepEqual(parsed.request.messages[0]!.parts, [{ type: "text", text: "Before" }, { type: "image", image: { url } }, { type: "text", text: "after" }]);
+    assert.equal(parsed.request.messages[0]!.content, "Beforeafter");
   });
 });

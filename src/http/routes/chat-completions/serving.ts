@@ -7,6 +7,7 @@ import { validatedInWorker } from "../../json-body/json-body-parser.ts";
 import { randomBytes } from "node:crypto";
 import type { Catalog, CatalogModel } from "../../../catalog/catalog.ts";
 import type {
+  EngineContentPart,
   EngineImage,
   EngineMessage,
   GenerationRequest,
@@ -67,6 +68,56 @@ function rejectUnsupported(request: ChatCompletionRequest): void {
   }
 }
 
+/** Request parameters a model may not support, each with the value that asks nothing of it. */
+const CHECKED_PARAMETERS: ReadonlyArray<[keyof ChatCompletionRequest, unknown]> = [
+  ["frequency_penalty", 0],
+  ["presence_penalty", 0],
+  ["logit_bias", undefined],
+  ["logprobs", false],
+  ["top_logprobs", undefined],
+  ["n", 1],
+  ["seed", undefined],
+  ["stop", undefined],
+  ["response_format", undefined],
+  ["tools", undefined],
+  ["tool_choice", undefined],
+  ["parallel_tool_calls", undefined],
+  ["temperature", undefined],
+  ["top_p", undefined],
+];
+
+/** Vendor sampling fields a request may carry (see `GenerationRequest.vendor`). */
+const VENDOR_PARAMETERS = ["top_k", "min_p", "repetition_penalty", "reasoning_effort", "chat_template_kwargs"] as const;
+
+/**
+ * Refuses what this model's engine would not honour (an upstream that silently ignores a field,
+ * say) with a 400 naming the parameter, and collects the vendor fields it allows.
+ */
+function checkModelSupports(request: ChatCompletionRequest, model: CatalogModel): Record<string, unknown> | undefined {
+  for (const [param, neutral] of CHECKED_PARAMETERS) {
+    const value = request[param];
+    if (value == null || value === neutral || (Array.isArray(value) && value.length === 0)) continue;
+    if (model.supportedParameters.includes(param)) continue;
+    throw new UnsupportedParameterError(
+      `Model '${model.id}' does not support '${param}'. GET /v1/models lists each model's supported_parameters.`,
+      param,
+    );
+  }
+  let vendor: Record<string, unknown> | undefined;
+  for (const param of VENDOR_PARAMETERS) {
+    const value = request[param];
+    if (value == null) continue;
+    if (!model.vendorFields.includes(param)) {
+      throw new UnsupportedParameterError(
+        `Model '${model.id}' does not take '${param}': vendor sampling fields pass only to models whose entry allows them. GET /v1/models lists each model's supported_parameters.`,
+        param,
+      );
+    }
+    (vendor ??= {})[param] = value;
+  }
+  return vendor;
+}
+
 /** What the model can read besides text. */
 export type ModelInputs = { images: boolean };
 
@@ -76,18 +127,21 @@ const TEXT_ONLY: ModelInputs = { images: false };
  * Flattens content to text and collects its images; refuses parts this model cannot read and
  * malformed images, naming the part.
  */
-function messageContent(message: ChatMessage, index: number, inputs: ModelInputs): { text: string; images: EngineImage[] } {
+function messageContent(message: ChatMessage, index: number, inputs: ModelInputs): { text: string; images: EngineImage[]; parts?: EngineContentPart[] } {
   const content = message.content;
   const images: EngineImage[] = [];
   if (content === null || content === undefined) return { text: "", images };
   if (typeof content === "string") return { text: content, images };
+  const parts: EngineContentPart[] = [];
   const text = content
     .map((part, partIndex) => {
       const param = `messages[${index}].content[${partIndex}]`;
       switch (part.type) {
         case "text":
+          parts.push({ type: "text", text: part.text });
           return part.text;
         case "refusal":
+          parts.push({ type: "text", text: part.refusal });
           return part.refusal;
         case "image_url": {
           if (!inputs.images) {
@@ -99,7 +153,9 @@ function messageContent(message: ChatMessage, index: number, inputs: ModelInputs
           }
           const problem = imageUrlProblem(part.image_url.url);
           if (problem !== undefined) throw new InvalidRequestError(`Invalid image in '${param}': ${problem}.`, param, "invalid_image_url");
-          images.push(part.image_url.detail == null ? { url: part.image_url.url } : { url: part.image_url.url, detail: part.image_url.detail });
+          const image: EngineImage = part.image_url.detail == null ? { url: part.image_url.url } : { url: part.image_url.url, detail: part.image_url.detail };
+          images.push(image);
+          parts.push({ type: "image", image });
           return "";
         }
         case "input_audio":
@@ -109,7 +165,7 @@ function messageContent(message: ChatMessage, index: number, inputs: ModelInputs
       }
     })
     .join("");
-  return { text, images };
+  return { text, images, parts };
 }
 
 /**
@@ -119,13 +175,15 @@ function messageContent(message: ChatMessage, index: number, inputs: ModelInputs
 function toEngineMessages(messages: readonly ChatMessage[], inputs: ModelInputs): EngineMessage[] {
   const callIds = new Set<string>();
   return messages.map((message, index): EngineMessage => {
-    const { text: content, images } = messageContent(message, index, inputs);
+    const { text: content, images, parts } = messageContent(message, index, inputs);
+    // The parts as sent matter only where an image stands among them (an upstream forwards them).
+    const ordered = images.length > 0 && parts !== undefined ? { parts } : {};
     switch (message.role) {
       case "system":
       case "developer":
         return { role: "system", content, name: message.name ?? undefined };
       case "user":
-        return images.length > 0 ? { role: "user", content, name: message.name ?? undefined, images } : { role: "user", content, name: message.name ?? undefined };
+        return images.length > 0 ? { role: "user", content, name: message.name ?? undefined, images, ...ordered } : { role: "user", content, name: message.name ?? undefined };
       case "assistant": {
         // The schema checked that each call's arguments are a JSON text.
         const toolCalls = (message.tool_calls ?? []).map((call): ToolCall => {
@@ -151,7 +209,12 @@ function toEngineMessages(messages: readonly ChatMessage[], inputs: ModelInputs)
 function toResponseFormat(format: ResponseFormatParam | null | undefined): ResponseFormat | undefined {
   if (format == null || format.type === "text") return undefined;
   if (format.type === "json_object" || format.json_schema.schema == null) return { type: "json_object" };
-  return { type: "json_schema", name: format.json_schema.name, schema: format.json_schema.schema };
+  return {
+    type: "json_schema",
+    name: format.json_schema.name,
+    schema: format.json_schema.schema,
+    ...(format.json_schema.strict != null ? { strict: format.json_schema.strict } : {}),
+  };
 }
 
 /** The tools and the tool choice; a choice that names no given tool is a 400 naming `tool_choice`. */
@@ -160,6 +223,7 @@ function toToolOptions(request: ChatCompletionRequest): Pick<GenerationRequest, 
     name: tool.function.name,
     ...(tool.function.description != null ? { description: tool.function.description } : {}),
     ...(tool.function.parameters != null ? { parameters: tool.function.parameters } : {}),
+    ...(tool.function.strict != null ? { strict: tool.function.strict } : {}),
   }));
   const seen = new Set<string>();
   for (const [index, tool] of tools.entries()) {
@@ -240,7 +304,9 @@ export function parseChatCompletion(catalog: Catalog, body: unknown): ParsedChat
   const request = validatedInWorker(body) ? (body as ChatCompletionRequest) : parseWithSchema(chatCompletionRequestSchema, body);
   const model = catalog.get(request.model);
   rejectUnsupported(request);
+  const vendor = checkModelSupports(request, model);
   const generationRequest = toGenerationRequest(request, { images: model.inputModalities.includes("image") });
+  if (vendor !== undefined) generationRequest.vendor = vendor;
   const choice = generationRequest.toolChoice;
   return {
     id: `chatcmpl-${randomBytes(18).toString("base64url")}`,
