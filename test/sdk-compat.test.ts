@@ -1,6 +1,7 @@
 /**
  * End-to-end: structured output and tool calls through the Vercel AI SDK (`@ai-sdk/openai-compatible`)
- * and LangChain (`@langchain/openai`), pointed at a real server with the stories260K model.
+ * and LangChain (`@langchain/openai`), pointed at a real server with the stories260K model, served
+ * in-process and, the same suite again, from an upstream (a second Turnpike node in front of the first).
  */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
@@ -9,15 +10,53 @@ import { concat } from "@langchain/core/utils/stream";
 import { ChatOpenAI } from "@langchain/openai";
 import { generateObject, generateText, stepCountIs, streamObject, streamText, tool } from "ai";
 import { z } from "zod";
-import { startTestServer, type TestServer } from "./helpers/server.ts";
+import fs from "node:fs";
+import path from "node:path";
+import { startTestServer, storiesModel, temporaryDirectory, type TestServer } from "./helpers/server.ts";
 
+/** The server the suite talks to: the embedded model, or a node serving it from another node. */
+type Target = { name: string; start(): Promise<{ test: TestServer; close(): Promise<void> }> };
+
+const targets: Target[] = [
+  {
+    name: "embedded",
+    start: async () => {
+      const test = await startTestServer();
+      return { test, close: () => test.close() };
+    },
+  },
+  {
+    name: "upstream",
+    start: async () => {
+      const upstream = await startTestServer({ flags: { models: [storiesModel], parallel: "2" } });
+      process.env.TURNPIKE_TEST_SDK_UPSTREAM_KEY = upstream.key;
+      const configDir = temporaryDirectory("turnpike-sdk-upstream-");
+      const configFile = path.join(configDir, "turnpike.json");
+      fs.writeFileSync(configFile, JSON.stringify({ models: [{ id: "stories260K", upstream: { urls: [upstream.baseURL], api_key_env: "TURNPIKE_TEST_SDK_UPSTREAM_KEY" } }] }));
+      const test = await startTestServer({ configFile });
+      return {
+        test,
+        close: async () => {
+          await test.close();
+          await upstream.close();
+          fs.rmSync(configDir, { recursive: true, force: true });
+        },
+      };
+    },
+  },
+];
+
+for (const target of targets) describe(`SDKs against a model served ${target.name === "embedded" ? "in-process" : "from an upstream"}`, () => {
 let test: TestServer;
+let running: { close(): Promise<void> } | undefined;
 
 before(async () => {
-  test = await startTestServer();
+  const started = await target.start();
+  test = started.test;
+  running = started;
 });
 after(async () => {
-  await test?.close();
+  await running?.close();
 });
 
 const pet = z.object({
@@ -139,4 +178,5 @@ describe("LangChain", () => {
     assert.equal(whole!.tool_calls?.length, 1);
     weatherInput.parse(whole!.tool_calls![0]!.args);
   });
+});
 });
