@@ -110,6 +110,12 @@ export type GenerationRequest = {
    * refuses the others). Engines that cannot honour one refuse the request.
    */
   vendor?: Readonly<Record<string, unknown>>;
+  /**
+   * The caller sends the client nothing until the reply is whole (a non-streamed request): an
+   * engine may then retry on another member even after generation began, discarding what the
+   * failed attempt made. Otherwise retries end with the first part yielded.
+   */
+  buffered?: boolean;
 };
 
 /**

@@ -307,6 +307,7 @@ export function parseChatCompletion(catalog: Catalog, body: unknown): ParsedChat
   const vendor = checkModelSupports(request, model);
   const generationRequest = toGenerationRequest(request, { images: model.inputModalities.includes("image") });
   if (vendor !== undefined) generationRequest.vendor = vendor;
+  if (request.stream !== true) generationRequest.buffered = true;
   const choice = generationRequest.toolChoice;
   return {
     id: `chatcmpl-${randomBytes(18).toString("base64url")}`,
