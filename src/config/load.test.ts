@@ -265,3 +265,75 @@ describe("parseModelFlag", () => {
     assert.throws(() => parseModelFlag("   "), ConfigError);
   });
 });
+
+describe("upstream models", () => {
+  it("reads --upstream id=url[,url] as a pool with the documented defaults, beside embedded models", () => {
+    const settings = loadSettings({ flags: { models: ["local=./a.gguf"], upstreams: ["qwen=http://127.0.0.1:8000/v1,http://127.0.0.1:8001/v1"] }, env: {} });
+    assert.deepEqual(
+      settings.models.map((model) => model.id),
+      ["local", "qwen"],
+    );
+    const upstream = settings.models[1]!.upstream!;
+    assert.deepEqual(upstream.urls, ["http://127.0.0.1:8000/v1", "http://127.0.0.1:8001/v1"]);
+    assert.equal(upstream.kind, undefined, "detected by probing");
+    assert.equal(upstream.max_in_flight, 64);
+    assert.equal(upstream.max_attempts, 3);
+  });
+
+  it("serves only the upstream models when no --model is given (no default download)", () => {
+    const settings = loadSettings({ flags: {}, env: { TURNPIKE_UPSTREAMS: "a=http://127.0.0.1:1/v1; b=http://127.0.0.1:2/v1" } });
+    assert.deepEqual(
+      settings.models.map((model) => model.id),
+      ["a", "b"],
+    );
+  });
+
+  it("reads the issue's config entry: kind, urls, model, api_key_env, max_in_flight, context length, image input, cached price", () => {
+    const settings = loadSettings({
+      flags: {},
+      env: {},
+      configFile: configFile({
+        models: [
+          {
+            id: "llama-3.1-8b",
+            upstream: { kind: "vllm", urls: ["http://10.0.0.5:8000/v1", "http://10.0.0.6:8000/v1"], model: "meta-llama/Llama-3.1-8B-Instruct", api_key_env: "VLLM_API_KEY", max_in_flight: 64 },
+            context_length: 131072,
+            input_modalities: ["text", "image"],
+            pricing: { prompt: 100, cached_prompt: 25, completion: 300 },
+          },
+        ],
+      }),
+    });
+    const [model] = settings.models;
+    assert.equal(model!.upstream!.kind, "vllm");
+    assert.equal(model!.context_length, 131072);
+    assert.deepEqual(model!.input_modalities, ["text", "image"]);
+  });
+
+  describe("refuses", () => {
+    it("an --upstream without an id", () => {
+      assertConfigError(() => loadSettings({ flags: { upstreams: ["http://127.0.0.1:8000/v1"] }, env: {} }), "http://127.0.0.1:8000/v1");
+    });
+
+    it("an upstream URL that is not http(s)", () => {
+      assertConfigError(() => loadSettings({ flags: { upstreams: ["x=ftp://host/v1"] }, env: {} }), "upstreams");
+    });
+
+    it("an unknown kind", () => {
+      assertConfigError(() => loadSettings({ flags: {}, env: {}, configFile: configFile({ models: [{ id: "x", upstream: { kind: "tgi", urls: ["http://h/v1"] } }] }) }), "kind");
+    });
+
+    it("an entry with both a path and an upstream", () => {
+      assertConfigError(() => loadSettings({ flags: {}, env: {}, configFile: configFile({ models: [{ id: "x", path: "./a.gguf", upstream: { urls: ["http://h/v1"] } }] }) }), "exactly one");
+    });
+
+    it("image input or vendor fields for an embedded model", () => {
+      assertConfigError(() => loadSettings({ flags: {}, env: {}, configFile: configFile({ models: [{ id: "x", path: "./a.gguf", input_modalities: ["text", "image"] }] }) }), "image");
+      assertConfigError(() => loadSettings({ flags: {}, env: {}, configFile: configFile({ models: [{ id: "x", path: "./a.gguf", vendor_fields: ["top_k"] }] }) }), "vendor");
+    });
+
+    it("the same id for an embedded and an upstream model", () => {
+      assertConfigError(() => loadSettings({ flags: { models: ["x=./a.gguf"], upstreams: ["x=http://h/v1"] }, env: {} }), "'x'", "twice");
+    });
+  });
+});
