@@ -39,13 +39,15 @@ function readCpuMs(pid: number | undefined): number | undefined {
 }
 
 /** Starts `node <args>` (this Node, so children run on the same version). */
-export function startChild(name: string, args: string[], options: { env?: NodeJS.ProcessEnv; cwd?: string } = {}): Child {
+export function startChild(name: string, args: string[], options: { env?: NodeJS.ProcessEnv; cwd?: string; captureStdout?: boolean } = {}): Child {
   const child = spawn(process.execPath, args, { cwd: options.cwd, env: { ...process.env, ...options.env }, stdio: ["ignore", "pipe", "pipe"] });
   let output = "";
   const keep = (chunk: Buffer) => {
     output = (output + chunk.toString("utf8")).slice(-STDERR_TAIL);
   };
   child.stderr!.on("data", keep);
+  // A child that logs to stdout (Turnpike's JSON log) has it kept too; others announce their port there.
+  if (options.captureStdout) child.stdout!.on("data", keep);
   const exited = new Promise<number | string>((resolve) => child.once("exit", (code, signal) => resolve(code ?? signal ?? "unknown")));
   return {
     name,
