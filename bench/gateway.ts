@@ -134,6 +134,7 @@ const variants = new Map<VariantId, Variant>();
 /** Every measured latency, per `mode/connections/variant`, all rounds together. */
 const latencies: Record<string, number[]> = {};
 let turnpikeFailure: Error | undefined;
+let metering: { balanceBefore: number; balanceAfter: number; charged: number; measuredRequests: number } | undefined;
 const cells: Cell[] = [];
 const started = Date.now();
 try {
@@ -192,6 +193,7 @@ try {
   const perRound = modes.reduce((sum, mode) => sum + measured(mode).length, 0) * connectionCounts.length;
   process.stderr.write(`measuring: ${rounds} rounds × ${perRound} runs of ${(warmupMs + durationMs) / 1000} s ≈ ${Math.ceil((rounds * perRound * (warmupMs + durationMs)) / 1000)} s\n`);
 
+  const balanceBefore = await turnpike?.meteredBalance();
   for (let round = 0; round < rounds; round++) {
     for (const mode of modes) {
       for (const connections of connectionCounts) {
@@ -246,6 +248,12 @@ try {
         }
       }
     }
+  }
+  // Proof that the metered variant was metered: the credit its requests moved.
+  const balanceAfter = await turnpike?.meteredBalance();
+  if (balanceBefore !== undefined && balanceAfter !== undefined) {
+    const meteredRequests = cells.filter((cell) => cell.variant === "turnpike-metered").reduce((sum, cell) => sum + cell.requests, 0);
+    metering = { balanceBefore, balanceAfter, charged: balanceBefore - balanceAfter, measuredRequests: meteredRequests };
   }
 } finally {
   await stopAll();
@@ -383,6 +391,12 @@ for (const mode of modes) {
   }
 }
 if (goals.length > 0) lines.push("", "Goals (issue): Turnpike adds ≤ 1 ms p50, keeps ≥ 70% of the bare proxy's req/s, ahead of Portkey.", ...goals);
+if (metering !== undefined) {
+  lines.push(
+    "",
+    `Metered account: ${metering.charged} credits charged for ${metering.measuredRequests} measured requests (plus warm-up and smoke tests); balance ${metering.balanceBefore} → ${metering.balanceAfter}.`,
+  );
+}
 const reasons = [...variants.values()].flatMap((variant) => Object.entries(variant.unavailable).map(([mode, reason]) => `- ${variant.id} (${mode}): unavailable: ${reason}`));
 if (reasons.length > 0) lines.push("", ...reasons);
 console.log(`\n${lines.join("\n")}`);
@@ -393,6 +407,7 @@ const report = {
   cpus: os.availableParallelism(),
   node: process.version,
   settings: { durationMs, warmupMs, rounds, connections: connectionCounts, modes, variants: selected, maxRequests },
+  metering,
   unavailable: Object.fromEntries([...variants.values()].map((variant) => [variant.id, variant.unavailable])),
   rows,
   summary,

@@ -23,6 +23,8 @@ export type TurnpikeUnderTest = {
   operatorKey: string;
   meteredKey: string;
   dataDir: string;
+  /** The metered account's balance in credit units, read with the CLI (undefined if that fails). */
+  meteredBalance: () => Promise<number | undefined>;
   cleanup: () => Promise<void>;
 };
 
@@ -87,6 +89,13 @@ export async function startTurnpike(root: string, upstreamOrigin: string, timeou
       operatorKey: operator.key,
       meteredKey: metered.key,
       dataDir,
+      meteredBalance: async () => {
+        try {
+          return (JSON.parse(await cli(root, ["accounts", "show", "--email", EMAIL, "--json", ...store])) as { balance: number }).balance;
+        } catch {
+          return undefined;
+        }
+      },
       cleanup: async () => {
         await started.stop();
         await cleanup();
