@@ -397,8 +397,16 @@ if (metering !== undefined) {
     `Metered account: ${metering.charged} credits charged for ${metering.measuredRequests} measured requests (plus warm-up and smoke tests); balance ${metering.balanceBefore} → ${metering.balanceAfter}.`,
   );
 }
-const reasons = [...variants.values()].flatMap((variant) => Object.entries(variant.unavailable).map(([mode, reason]) => `- ${variant.id} (${mode}): unavailable: ${reason}`));
-if (reasons.length > 0) lines.push("", ...reasons);
+// Each reason once, with the variants and modes it stopped.
+const reasons = new Map<string, Set<string>>();
+for (const variant of variants.values()) {
+  for (const [mode, reason] of Object.entries(variant.unavailable)) {
+    const stopped = reasons.get(reason) ?? new Set<string>();
+    stopped.add(`${variant.id} ${mode}`);
+    reasons.set(reason, stopped);
+  }
+}
+if (reasons.size > 0) lines.push("", ...[...reasons].map(([reason, stopped]) => `- unavailable (${[...stopped].join(", ")}): ${reason}`));
 console.log(`\n${lines.join("\n")}`);
 
 const report = {
