@@ -1,0 +1,426 @@
+/**
+ * What Turnpike adds as a gateway in front of an upstream, against peers, in one run. Every
+ * server runs in its own process; the load (a closed loop of keep-alive clients, autocannon's
+ * model) runs here. Variants:
+ *
+ *   direct             the zero-latency upstream itself (bench/gateway/upstream.ts)
+ *   bare-proxy         a bare undici pass-through proxy (bench/gateway/bare-proxy.ts): the floor
+ *   portkey            Portkey's open-source gateway (@portkey-ai/gateway), provider openai + custom host
+ *   turnpike-metered   Turnpike, a key of an account on a plan: auth, limits, hold, settle, usage record
+ *   turnpike-operator  Turnpike, an operator key: not metered
+ *
+ * Variants take turns within each round (the order rotates every round), for every mode (JSON,
+ * SSE) and connection count, so that the machine's load falls on all alike; ratios are taken
+ * within a round. A variant that cannot start is reported as unavailable, with its reason.
+ *
+ *   node bench/gateway.ts [--duration 2] [--warmup 0.5] [--connections 1,16,64] [--rounds 3]
+ *     [--modes json,stream] [--variants direct,bare-proxy,portkey,turnpike-metered,turnpike-operator]
+ *     [--turnpike-timeout 60] [--out bench/results/gateway.json]
+ */
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+import { request } from "undici";
+import { checkResponse, runLoad, type LoadTarget } from "./gateway/load.ts";
+import { freePort, readPortLine, startChild, waitForOk, type Child } from "./gateway/processes.ts";
+import { startTurnpike, type TurnpikeUnderTest } from "./gateway/turnpike.ts";
+
+const benchDir = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(benchDir, "..");
+const { values: flags } = parseArgs({
+  options: {
+    duration: { type: "string", default: "2" },
+    warmup: { type: "string", default: "0.5" },
+    connections: { type: "string", default: "1,16,64" },
+    rounds: { type: "string", default: "3" },
+    modes: { type: "string", default: "json,stream" },
+    variants: { type: "string", default: "direct,bare-proxy,portkey,turnpike-metered,turnpike-operator" },
+    "turnpike-timeout": { type: "string", default: "60" },
+    "max-requests": { type: "string", default: "2000000" },
+    out: { type: "string", default: path.join(benchDir, "results", "gateway.json") },
+  },
+});
+
+const VARIANT_IDS = ["direct", "bare-proxy", "portkey", "turnpike-metered", "turnpike-operator"] as const;
+type VariantId = (typeof VARIANT_IDS)[number];
+const MODES = ["json", "stream"] as const;
+type Mode = (typeof MODES)[number];
+
+function positive(name: string, value: string): number {
+  const number = Number(value);
+  if (!Number.isFinite(number) || number <= 0) throw new Error(`--${name} must be a positive number, got '${value}'`);
+  return number;
+}
+const durationMs = positive("duration", flags.duration) * 1000;
+const warmupMs = Number(flags.warmup) * 1000;
+const rounds = Math.floor(positive("rounds", flags.rounds));
+const maxRequests = Math.floor(positive("max-requests", flags["max-requests"]));
+const turnpikeTimeoutMs = positive("turnpike-timeout", flags["turnpike-timeout"]) * 1000;
+const connectionCounts = flags.connections.split(",").map((value) => Math.floor(positive("connections", value.trim())));
+const modes = flags.modes.split(",").map((value) => value.trim()) as Mode[];
+for (const mode of modes) if (!MODES.includes(mode)) throw new Error(`--modes takes ${MODES.join(",")}, got '${mode}'`);
+const selected = flags.variants.split(",").map((value) => value.trim()) as VariantId[];
+for (const variant of selected) if (!VARIANT_IDS.includes(variant)) throw new Error(`--variants takes ${VARIANT_IDS.join(",")}, got '${variant}'`);
+
+type Variant = {
+  id: VariantId;
+  /** Where requests go and with which headers (the body is the mode's). */
+  origin?: string;
+  headers?: Record<string, string>;
+  /** The process whose CPU is the variant's own (the upstream's for `direct`). */
+  process?: Child;
+  /** Why it is not measured, per mode or for all. */
+  unavailable: Partial<Record<Mode, string>>;
+};
+
+function requestBody(mode: Mode): string {
+  const body: Record<string, unknown> = { model: "bench", messages: [{ role: "user", content: "Say something about foxes." }], max_tokens: 16 };
+  if (mode === "stream") Object.assign(body, { stream: true, stream_options: { include_usage: true } });
+  return JSON.stringify(body);
+}
+
+function targetOf(variant: Variant, mode: Mode): LoadTarget {
+  return { origin: variant.origin!, path: "/v1/chat/completions", headers: { "content-type": "application/json", ...variant.headers }, body: requestBody(mode), stream: mode === "stream" };
+}
+
+/** One request per mode before measuring: a variant that answers wrongly is reported, not timed. */
+async function smokeTest(variant: Variant): Promise<void> {
+  for (const mode of modes) {
+    if (variant.unavailable[mode] !== undefined) continue;
+    const target = targetOf(variant, mode);
+    try {
+      const response = await request(`${target.origin}${target.path}`, { method: "POST", headers: target.headers, body: target.body, headersTimeout: 10_000, bodyTimeout: 10_000 });
+      const problem = checkResponse(response.statusCode, await response.body.text(), target.stream);
+      if (problem !== undefined) variant.unavailable[mode] = problem;
+    } catch (error) {
+      variant.unavailable[mode] = (error as Error).message;
+    }
+  }
+}
+
+const quantile = (sorted: number[], fraction: number) => (sorted.length === 0 ? NaN : sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * fraction))]!);
+const median = (values: number[]) => quantile([...values].sort((a, b) => a - b), 0.5);
+
+type Cell = {
+  round: number;
+  mode: Mode;
+  connections: number;
+  variant: VariantId;
+  requests: number;
+  errors: number;
+  errorSamples: string[];
+  seconds: number;
+  requestsPerSecond: number;
+  p50Ms: number;
+  p99Ms: number;
+  /** CPU the variant's own process spent in the measured phase (the upstream's for direct). */
+  variantCpuMs?: number;
+  upstreamCpuMs?: number;
+  /** This process's CPU (the load generator). */
+  clientCpuMs: number;
+};
+
+const children: Child[] = [];
+let turnpike: TurnpikeUnderTest | undefined;
+async function stopAll(): Promise<void> {
+  await turnpike?.cleanup().catch(() => undefined);
+  await Promise.all(children.map((child) => child.stop().catch(() => undefined)));
+}
+process.once("SIGINT", () => void stopAll().then(() => process.exit(130)));
+
+const variants = new Map<VariantId, Variant>();
+/** Every measured latency, per `mode/connections/variant`, all rounds together. */
+const latencies: Record<string, number[]> = {};
+let turnpikeFailure: Error | undefined;
+let metering: { balanceBefore: number; balanceAfter: number; charged: number; measuredRequests: number } | undefined;
+const cells: Cell[] = [];
+const started = Date.now();
+try {
+  // The upstream first: everything else points at it.
+  const upstream = startChild("upstream", [path.join(benchDir, "gateway/upstream.ts")]);
+  children.push(upstream);
+  const upstreamOrigin = `http://127.0.0.1:${await readPortLine(upstream, 15_000)}`;
+  await waitForOk(`${upstreamOrigin}/health`, upstream, 10_000);
+  const unavailableForAll = (reason: string): Variant["unavailable"] => Object.fromEntries(modes.map((mode) => [mode, reason]));
+
+  for (const id of selected) {
+    const variant: Variant = { id, unavailable: {} };
+    variants.set(id, variant);
+    process.stderr.write(`starting ${id}…\n`);
+    try {
+      if (id === "direct") Object.assign(variant, { origin: upstreamOrigin, headers: { authorization: "Bearer bench" }, process: upstream });
+      if (id === "bare-proxy") {
+        const proxy = startChild("bare-proxy", [path.join(benchDir, "gateway/bare-proxy.ts"), "--upstream", upstreamOrigin]);
+        children.push(proxy);
+        Object.assign(variant, { origin: `http://127.0.0.1:${await readPortLine(proxy, 15_000)}`, headers: { authorization: "Bearer bench" }, process: proxy });
+      }
+      if (id === "portkey") {
+        const entry = path.join(root, "node_modules/@portkey-ai/gateway/build/start-server.js");
+        if (!fs.existsSync(entry)) throw new Error(`${entry} is missing (npm install the devDependency @portkey-ai/gateway)`);
+        const port = await freePort();
+        const portkey = startChild("portkey", ["--import", path.join(benchDir, "gateway/portkey-preload.ts"), entry, `--port=${port}`, "--headless"], {
+          env: { NODE_ENV: "production" },
+          captureStdout: true,
+        });
+        children.push(portkey);
+        const origin = `http://127.0.0.1:${port}`;
+        // Its root answers 200 ("AI Gateway says hey!") once it listens.
+        await waitForOk(`${origin}/`, portkey, 30_000);
+        Object.assign(variant, {
+          origin,
+          headers: { authorization: "Bearer bench", "x-portkey-provider": "openai", "x-portkey-custom-host": `${upstreamOrigin}/v1` },
+          process: portkey,
+        });
+      }
+      if (id === "turnpike-metered" || id === "turnpike-operator") {
+        // Started once for both keys; a failure to start is the same for both.
+        if (turnpikeFailure !== undefined) throw turnpikeFailure;
+        turnpike ??= await startTurnpike(root, upstreamOrigin, turnpikeTimeoutMs);
+        const key = id === "turnpike-metered" ? turnpike.meteredKey : turnpike.operatorKey;
+        Object.assign(variant, { origin: turnpike.origin, headers: { authorization: `Bearer ${key}` }, process: turnpike.child });
+      }
+      await smokeTest(variant);
+    } catch (error) {
+      variant.unavailable = unavailableForAll((error as Error).message);
+      if (id.startsWith("turnpike")) turnpikeFailure = error as Error;
+    }
+    for (const [mode, reason] of Object.entries(variant.unavailable)) process.stderr.write(`  ${id} ${mode}: unavailable: ${reason}\n`);
+  }
+
+  const measured = (mode: Mode) => [...variants.values()].filter((variant) => variant.unavailable[mode] === undefined);
+  const perRound = modes.reduce((sum, mode) => sum + measured(mode).length, 0) * connectionCounts.length;
+  process.stderr.write(`measuring: ${rounds} rounds × ${perRound} runs of ${(warmupMs + durationMs) / 1000} s ≈ ${Math.ceil((rounds * perRound * (warmupMs + durationMs)) / 1000)} s\n`);
+
+  const balanceBefore = await turnpike?.meteredBalance();
+  for (let round = 0; round < rounds; round++) {
+    for (const mode of modes) {
+      for (const connections of connectionCounts) {
+        const list = measured(mode);
+        // Rotate the order each round (and per connection count), so no variant always runs first.
+        const offset = (round + connectionCounts.indexOf(connections)) % Math.max(1, list.length);
+        for (const variant of [...list.slice(offset), ...list.slice(0, offset)]) {
+          let variantCpu: number | undefined;
+          let upstreamCpu: number | undefined;
+          let clientCpu = process.cpuUsage();
+          const result = await runLoad(targetOf(variant, mode), {
+            connections,
+            warmupMs,
+            durationMs,
+            maxRequests,
+            onMeasureStart: () => {
+              variantCpu = variant.process?.cpuMs();
+              upstreamCpu = upstream.cpuMs();
+              clientCpu = process.cpuUsage();
+            },
+            onMeasureEnd: () => {
+              const variantNow = variant.process?.cpuMs();
+              const upstreamNow = upstream.cpuMs();
+              variantCpu = variantNow === undefined || variantCpu === undefined ? undefined : variantNow - variantCpu;
+              upstreamCpu = upstreamNow === undefined || upstreamCpu === undefined ? undefined : upstreamNow - upstreamCpu;
+              const client = process.cpuUsage(clientCpu);
+              clientCpu = { user: client.user, system: client.system };
+            },
+          });
+          const sorted = result.latenciesMs.sort((a, b) => a - b);
+          const cell: Cell = {
+            round,
+            mode,
+            connections,
+            variant: variant.id,
+            requests: result.requests,
+            errors: result.errors,
+            errorSamples: result.errorSamples,
+            seconds: result.seconds,
+            requestsPerSecond: result.seconds > 0 ? result.requests / result.seconds : 0,
+            p50Ms: quantile(sorted, 0.5),
+            p99Ms: quantile(sorted, 0.99),
+            variantCpuMs: variantCpu,
+            upstreamCpuMs: upstreamCpu,
+            clientCpuMs: (clientCpu.user + clientCpu.system) / 1000,
+          };
+          cells.push(cell);
+          (latencies[`${mode}/${connections}/${variant.id}`] ??= []).push(...sorted);
+          process.stderr.write(
+            `round ${round + 1}/${rounds} ${mode} c=${connections} ${variant.id}: ${cell.requestsPerSecond.toFixed(0)} req/s, p50 ${cell.p50Ms.toFixed(2)} ms, p99 ${cell.p99Ms.toFixed(2)} ms${cell.errors ? `, ${cell.errors} errors (${cell.errorSamples[0]})` : ""}\n`,
+          );
+        }
+      }
+    }
+  }
+  // Proof that the metered variant was metered: the credit its requests moved.
+  const balanceAfter = await turnpike?.meteredBalance();
+  if (balanceBefore !== undefined && balanceAfter !== undefined) {
+    const meteredRequests = cells.filter((cell) => cell.variant === "turnpike-metered").reduce((sum, cell) => sum + cell.requests, 0);
+    metering = { balanceBefore, balanceAfter, charged: balanceBefore - balanceAfter, measuredRequests: meteredRequests };
+  }
+} finally {
+  await stopAll();
+}
+
+
+type Row = {
+  mode: Mode;
+  connections: number;
+  variant: VariantId;
+  unavailable?: string;
+  requestsPerSecond?: number;
+  p50Ms?: number;
+  p99Ms?: number;
+  addedP50Ms?: number;
+  addedP99Ms?: number;
+  /** Median over rounds of this variant's req/s over the bare proxy's in the same round. */
+  vsBareProxy?: number;
+  vsPortkey?: number;
+  cpuUsPerRequest?: number;
+  errors?: number;
+};
+
+function roundRatio(mode: Mode, connections: number, variant: VariantId, base: VariantId): number | undefined {
+  const ratios: number[] = [];
+  for (let round = 0; round < rounds; round++) {
+    const find = (id: VariantId) => cells.find((cell) => cell.round === round && cell.mode === mode && cell.connections === connections && cell.variant === id);
+    const mine = find(variant);
+    const theirs = find(base);
+    if (mine && theirs && theirs.requestsPerSecond > 0) ratios.push(mine.requestsPerSecond / theirs.requestsPerSecond);
+  }
+  return ratios.length === 0 ? undefined : median(ratios);
+}
+
+const rows: Row[] = [];
+for (const mode of modes) {
+  for (const connections of connectionCounts) {
+    const sortedOf = (id: VariantId) => [...(latencies[`${mode}/${connections}/${id}`] ?? [])].sort((a, b) => a - b);
+    const direct = sortedOf("direct");
+    for (const id of selected) {
+      const variant = variants.get(id);
+      if (variant === undefined) continue;
+      const reason = variant.unavailable[mode];
+      if (reason !== undefined) {
+        rows.push({ mode, connections, variant: id, unavailable: reason });
+        continue;
+      }
+      const mine = cells.filter((cell) => cell.mode === mode && cell.connections === connections && cell.variant === id);
+      const sorted = sortedOf(id);
+      const requests = mine.reduce((sum, cell) => sum + cell.requests, 0);
+      const cpu = mine.every((cell) => cell.variantCpuMs !== undefined) ? mine.reduce((sum, cell) => sum + cell.variantCpuMs!, 0) : undefined;
+      const p50 = quantile(sorted, 0.5);
+      const p99 = quantile(sorted, 0.99);
+      rows.push({
+        mode,
+        connections,
+        variant: id,
+        requestsPerSecond: median(mine.map((cell) => cell.requestsPerSecond)),
+        p50Ms: p50,
+        p99Ms: p99,
+        addedP50Ms: direct.length > 0 ? p50 - quantile(direct, 0.5) : undefined,
+        addedP99Ms: direct.length > 0 ? p99 - quantile(direct, 0.99) : undefined,
+        vsBareProxy: roundRatio(mode, connections, id, "bare-proxy"),
+        vsPortkey: roundRatio(mode, connections, id, "portkey"),
+        cpuUsPerRequest: cpu === undefined || requests === 0 ? undefined : (cpu * 1000) / requests,
+        errors: mine.reduce((sum, cell) => sum + cell.errors, 0),
+      });
+    }
+  }
+}
+
+const format = (value: number | undefined, digits: number, sign = false) =>
+  value === undefined || Number.isNaN(value) ? "" : `${sign && value >= 0 ? "+" : ""}${value.toFixed(digits)}`;
+const lines: string[] = [];
+lines.push(`## Gateway overhead: ${rounds} rounds × ${durationMs / 1000} s per variant, ${os.availableParallelism()} CPUs, Node ${process.version}`, "");
+lines.push("| mode | conns | variant | req/s | p50 ms | p99 ms | +p50 ms | +p99 ms | ÷ bare proxy | ÷ Portkey | CPU µs/req | errors |");
+lines.push("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+for (const row of rows) {
+  if (row.unavailable !== undefined) {
+    lines.push(`| ${row.mode} | ${row.connections} | ${row.variant} | unavailable |  |  |  |  |  |  |  |  |`);
+    continue;
+  }
+  const self = (id: VariantId) => row.variant === id;
+  lines.push(
+    `| ${row.mode} | ${row.connections} | ${row.variant} | ${format(row.requestsPerSecond, 0)} | ${format(row.p50Ms, 2)} | ${format(row.p99Ms, 2)} | ` +
+      `${self("direct") ? "" : format(row.addedP50Ms, 2, true)} | ${self("direct") ? "" : format(row.addedP99Ms, 2, true)} | ` +
+      `${self("bare-proxy") ? "" : format(row.vsBareProxy, 2)} | ${self("portkey") ? "" : format(row.vsPortkey, 2)} | ${format(row.cpuUsPerRequest, 0)} | ${row.errors} |`,
+  );
+}
+
+// Max req/s per variant and mode (over the connection counts), and the issue's goals.
+lines.push("", "| mode | variant | max req/s | at conns | ÷ bare proxy | ÷ Portkey |", "| --- | --- | ---: | ---: | ---: | ---: |");
+const summary: Array<{ mode: Mode; variant: VariantId; unavailable?: string; maxRequestsPerSecond?: number; atConnections?: number; vsBareProxy?: number; vsPortkey?: number }> = [];
+for (const mode of modes) {
+  for (const id of selected) {
+    const mine = rows.filter((row) => row.mode === mode && row.variant === id);
+    const unavailable = mine.find((row) => row.unavailable !== undefined)?.unavailable;
+    if (unavailable !== undefined || mine.length === 0) {
+      summary.push({ mode, variant: id, unavailable });
+      lines.push(`| ${mode} | ${id} | unavailable: ${(unavailable ?? "not run").replace(/\|/g, "\\|").slice(0, 300)} |  |  |  |`);
+      continue;
+    }
+    const best = mine.reduce((top, row) => ((row.requestsPerSecond ?? 0) > (top.requestsPerSecond ?? 0) ? row : top));
+    const max = (base: VariantId) => rows.filter((row) => row.mode === mode && row.variant === base && row.requestsPerSecond !== undefined).reduce((top, row) => Math.max(top, row.requestsPerSecond!), 0);
+    const bare = max("bare-proxy");
+    const portkey = max("portkey");
+    const entry = {
+      mode,
+      variant: id,
+      maxRequestsPerSecond: best.requestsPerSecond,
+      atConnections: best.connections,
+      vsBareProxy: bare > 0 ? best.requestsPerSecond! / bare : undefined,
+      vsPortkey: portkey > 0 ? best.requestsPerSecond! / portkey : undefined,
+    };
+    summary.push(entry);
+    lines.push(
+      `| ${mode} | ${id} | ${format(entry.maxRequestsPerSecond, 0)} | ${entry.atConnections} | ${id === "bare-proxy" ? "" : format(entry.vsBareProxy, 2)} | ${id === "portkey" ? "" : format(entry.vsPortkey, 2)} |`,
+    );
+  }
+}
+
+const goals: string[] = [];
+const lowest = Math.min(...connectionCounts);
+for (const mode of modes) {
+  for (const id of ["turnpike-metered", "turnpike-operator"] as const) {
+    const row = rows.find((candidate) => candidate.mode === mode && candidate.variant === id && candidate.connections === lowest);
+    const best = summary.find((entry) => entry.mode === mode && entry.variant === id);
+    if (row === undefined || best === undefined || row.unavailable !== undefined) continue;
+    const verdict = (ok: boolean | undefined) => (ok === undefined ? "n/a" : ok ? "met" : "NOT met");
+    goals.push(
+      `- ${mode}, ${id}: +p50 ${format(row.addedP50Ms, 2, true)} ms at ${lowest} conn (goal ≤ 1 ms: ${verdict(row.addedP50Ms === undefined ? undefined : row.addedP50Ms <= 1)}); ` +
+        `max req/s ${format(best.vsBareProxy, 2)} × bare proxy (goal ≥ 0.70: ${verdict(best.vsBareProxy === undefined ? undefined : best.vsBareProxy >= 0.7)}); ` +
+        `${format(best.vsPortkey, 2)} × Portkey (goal > 1: ${verdict(best.vsPortkey === undefined ? undefined : best.vsPortkey > 1)})`,
+    );
+  }
+}
+if (goals.length > 0) lines.push("", "Goals (issue): Turnpike adds ≤ 1 ms p50, keeps ≥ 70% of the bare proxy's req/s, ahead of Portkey.", ...goals);
+if (metering !== undefined) {
+  lines.push(
+    "",
+    `Metered account: ${metering.charged} credits charged for ${metering.measuredRequests} measured requests (plus warm-up and smoke tests); balance ${metering.balanceBefore} → ${metering.balanceAfter}.`,
+  );
+}
+// Each reason once, with the variants and modes it stopped.
+const reasons = new Map<string, Set<string>>();
+for (const variant of variants.values()) {
+  for (const [mode, reason] of Object.entries(variant.unavailable)) {
+    const stopped = reasons.get(reason) ?? new Set<string>();
+    stopped.add(`${variant.id} ${mode}`);
+    reasons.set(reason, stopped);
+  }
+}
+if (reasons.size > 0) lines.push("", ...[...reasons].map(([reason, stopped]) => `- unavailable (${[...stopped].join(", ")}): ${reason}`));
+console.log(`\n${lines.join("\n")}`);
+
+const report = {
+  when: new Date().toISOString(),
+  seconds: (Date.now() - started) / 1000,
+  cpus: os.availableParallelism(),
+  node: process.version,
+  settings: { durationMs, warmupMs, rounds, connections: connectionCounts, modes, variants: selected, maxRequests },
+  metering,
+  unavailable: Object.fromEntries([...variants.values()].map((variant) => [variant.id, variant.unavailable])),
+  rows,
+  summary,
+  cells,
+};
+fs.mkdirSync(path.dirname(flags.out), { recursive: true });
+fs.writeFileSync(flags.out, `${JSON.stringify(report, null, 2)}\n`);
+console.log(`\nwrote ${flags.out}`);

@@ -1,0 +1,109 @@
+/**
+ * Turnpike as the gateway benchmark runs it: its own process (`bin/turnpike.js serve`), a temp
+ * data dir with SQLite, one upstream model in front of the benchmark's upstream, and two keys
+ * made with the CLI: an operator key (not metered) and a key of an account on a plan (metered:
+ * auth, rate limits, hold, settle, usage record).
+ */
+import { execFile } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { promisify } from "node:util";
+import { freePort, startChild, waitForOk, type Child } from "./processes.ts";
+
+const run = promisify(execFile);
+/** Limits far above what the benchmark can send, so that they are checked but never bite. */
+const GENEROUS_RPM = 1_000_000_000;
+const GENEROUS_TPM = 100_000_000_000;
+const EMAIL = "bench@example.com";
+
+export type TurnpikeUnderTest = {
+  child: Child;
+  origin: string;
+  operatorKey: string;
+  meteredKey: string;
+  dataDir: string;
+  /** The metered account's balance in credit units, read with the CLI (undefined if that fails). */
+  meteredBalance: () => Promise<number | undefined>;
+  cleanup: () => Promise<void>;
+};
+
+/** The config file's content: one upstream model (priced, so that metering moves credit) and one plan. */
+export function turnpikeConfig(upstreamOrigin: string, port: number, dataDir: string): Record<string, unknown> {
+  return {
+    host: "127.0.0.1",
+    port,
+    data_dir: dataDir,
+    log_level: "warn",
+    queue_size: 100_000,
+    max_connections: 0,
+    idle_timeout: 60,
+    models: [
+      {
+        id: "bench",
+        upstream: { kind: "openai", urls: [`${upstreamOrigin}/v1`], max_in_flight: 1024, health_interval: 60 },
+        context_length: 4096,
+        pricing: { prompt: 1000, completion: 2000 },
+      },
+    ],
+    plans: [{ id: "bench", name: "Bench", price: { amount: 0, currency: "usd" }, credit: 1_000_000_000_000, rpm: GENEROUS_RPM, tpm: GENEROUS_TPM }],
+  };
+}
+
+async function cli(root: string, args: string[]): Promise<string> {
+  try {
+    const { stdout } = await run(process.execPath, [path.join(root, "bin/turnpike.js"), ...args], { cwd: root, timeout: 60_000, env: { ...process.env, TURNPIKE_CONFIG: "" } });
+    return stdout;
+  } catch (error) {
+    const failed = error as Error & { stderr?: string };
+    throw new Error(`turnpike ${args.slice(0, 2).join(" ")} failed: ${(failed.stderr ?? failed.message).trim().split("\n").at(-1)}`);
+  }
+}
+
+/**
+ * Makes the keys with the CLI, starts `turnpike serve` and waits for `/ready`. Throws with the
+ * reason (Turnpike's own stderr when it exits) when it does not come up within `timeoutMs`.
+ */
+export async function startTurnpike(root: string, upstreamOrigin: string, timeoutMs: number): Promise<TurnpikeUnderTest> {
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "turnpike-gateway-bench-"));
+  const cleanup = async () => fs.rmSync(dataDir, { recursive: true, force: true });
+  let child: Child | undefined;
+  try {
+    const port = await freePort();
+    const configFile = path.join(dataDir, "config.json");
+    fs.writeFileSync(configFile, JSON.stringify(turnpikeConfig(upstreamOrigin, port, dataDir), null, 2));
+    const store = ["--data-dir", dataDir];
+    await cli(root, ["accounts", "create", "--email", EMAIL, "--json", ...store]);
+    await cli(root, ["plans", "grant", "--account", EMAIL, "--plan", "bench", "--config", configFile, ...store]);
+    const metered = JSON.parse(
+      await cli(root, ["keys", "create", "--name", "metered", "--account", EMAIL, "--rpm", String(GENEROUS_RPM), "--tpm", String(GENEROUS_TPM), "--json", ...store]),
+    ) as { key: string };
+    const operator = JSON.parse(await cli(root, ["keys", "create", "--name", "operator", "--json", ...store])) as { key: string };
+    child = startChild("turnpike", [path.join(root, "bin/turnpike.js"), "serve", "--config", configFile], { cwd: root, env: { TURNPIKE_CONFIG: "" }, captureStdout: true });
+    const origin = `http://127.0.0.1:${port}`;
+    await waitForOk(`${origin}/ready`, child, timeoutMs);
+    const started = child;
+    return {
+      child,
+      origin,
+      operatorKey: operator.key,
+      meteredKey: metered.key,
+      dataDir,
+      meteredBalance: async () => {
+        try {
+          return (JSON.parse(await cli(root, ["accounts", "show", "--email", EMAIL, "--json", ...store])) as { balance: number }).balance;
+        } catch {
+          return undefined;
+        }
+      },
+      cleanup: async () => {
+        await started.stop();
+        await cleanup();
+      },
+    };
+  } catch (error) {
+    await child?.stop();
+    await cleanup();
+    throw error;
+  }
+}
