@@ -79,7 +79,10 @@ export function registerChatCompletionsRoute(app: FastifyInstance, options: Chat
     const input = { ...admitted, cut: abortOnDisconnect(reply, options.shutdownSignal), keyId: request.apiKey?.id, startedAt };
     const dependencies = { metrics: options.metrics, logger: request.log, keepAliveIntervalMs: options.keepAliveIntervalMs, stallTimeoutMs: options.stallTimeoutMs };
     if (!admitted.job.stream) return runCompletion(dependencies, input);
-    reply.hijack();
-    await runStream(dependencies, input, new SseWriter(reply.raw, reply.getHeaders()));
+    await runStream(dependencies, input, () => {
+      // Once the generation started: a refusal before (a full queue) is still an ordinary error response.
+      reply.hijack();
+      return new SseWriter(reply.raw, reply.getHeaders());
+    });
   });
 }

@@ -157,7 +157,7 @@ describe("runCompletion and runStream", () => {
     const key = await funded();
     const input = await admitted(key, { n: 2, stream: true, stream_options: { include_usage: true } });
     const sink = new MemorySink();
-    await runStream(dependencies, input, sink);
+    await runStream(dependencies, input, () => sink);
     assert.equal(sink.ending, "done");
     const chunks = sink.chunks;
     assert.deepEqual(chunks.slice(0, 2).map((chunk) => [chunk.choices[0]!.index, chunk.choices[0]!.delta.role]), [[0, "assistant"], [1, "assistant"]]);
@@ -182,7 +182,7 @@ describe("runCompletion and runStream", () => {
     const key = await funded();
     const input = await admitted(key, { stream: true });
     const sink = new MemorySink();
-    const running = runStream(dependencies, input, sink);
+    const running = runStream(dependencies, input, () => sink);
     // Two tokens out, then the client goes.
     while (sink.chunks.length < 3) await new Promise((resolve) => setImmediate(resolve));
     input.cut.abort(new Error("client disconnected"));
@@ -202,7 +202,7 @@ describe("runCompletion and runStream", () => {
     const key = await funded();
     const input = await admitted(key, { stream: true });
     const sink = new MemorySink();
-    const running = runStream(dependencies, input, sink);
+    const running = runStream(dependencies, input, () => sink);
     while (sink.chunks.length < 2) await new Promise((resolve) => setImmediate(resolve));
     input.cut.abort(new ShuttingDownError());
     await running;
@@ -218,7 +218,7 @@ describe("runCompletion and runStream", () => {
     const key = await funded();
     const input = await admitted(key, { stream: true });
     const sink = new MemorySink();
-    await runStream(dependencies, input, sink);
+    await runStream(dependencies, input, () => sink);
     assert.equal(sink.ending, "end");
     assert.equal((sink.events.at(-1) as { error: { code: string } }).error.code, "upstream_error");
     const record = await recordOf(input.requestId);
@@ -245,7 +245,7 @@ describe("runCompletion and runStream", () => {
     const input = await admitted(key, { stream: true });
     // Congested from the second chunk on (the role chunk and one delta were read).
     const sink = new MemorySink(2);
-    await runStream(dependencies, input, sink);
+    await runStream(dependencies, input, () => sink);
     assert.equal(sink.ending, "destroy");
     const record = await recordOf(input.requestId);
     assert.equal(record.status, 499);
@@ -259,7 +259,7 @@ describe("runCompletion and runStream", () => {
     // Capacity 1, no queue: the first holds the slot, the second is refused at start.
     const first = await admitted(key, { stream: true });
     const firstSink = new MemorySink();
-    const running = runStream(dependencies, first, firstSink);
+    const running = runStream(dependencies, first, () => firstSink);
     while (firstSink.chunks.length < 2) await new Promise((resolve) => setImmediate(resolve));
     const second = await admitted(key, {});
     const error = await refusal(runCompletion(dependencies, second));
@@ -268,6 +268,12 @@ describe("runCompletion and runStream", () => {
     const record = await recordOf(second.requestId);
     assert.equal(record.status, 503);
     assert.equal(Number(record.cost), 0);
+    // A stream refused the same way throws before its sink is opened: it can still be answered as a plain 503.
+    const third = await admitted(key, { stream: true });
+    let opened = false;
+    const streamRefusal = await refusal(runStream(dependencies, third, () => ((opened = true), new MemorySink())));
+    assert.equal(streamRefusal.code, "engine_overloaded");
+    assert.equal(opened, false, "no stream was begun");
     gate.release();
     await running;
     assert.deepEqual(await holdsOf(key), []);

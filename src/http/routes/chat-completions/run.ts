@@ -163,10 +163,13 @@ export async function runCompletion(dependencies: RunDependencies, input: RunInp
 /**
  * Streams a request's chunks into `sink`, following its client: the next part is pulled (and so
  * generated) only once the client has read what was sent, and one that reads nothing for the
- * stall timeout is cut like one that left. Never throws: every ending is written to the sink.
+ * stall timeout is cut like one that left. `openSink` is called once the generation started: a
+ * refusal before (a full queue) throws, and can still be answered as a plain error. After that it
+ * never throws: every ending is written to the sink.
  */
-export async function runStream(dependencies: RunDependencies, input: RunInput, sink: ChunkSink): Promise<void> {
+export async function runStream(dependencies: RunDependencies, input: RunInput, openSink: () => ChunkSink): Promise<void> {
   const generation = await start(dependencies, input);
+  const sink = openSink();
   const { cut } = input;
   let admitted = false;
   const stopKeepAlive = sink.keepAlive(dependencies.keepAliveIntervalMs, () => (admitted ? "generating" : "waiting for a slot"));
