@@ -63,6 +63,12 @@ export type Dialect = {
   readonly maxTokensField: "max_tokens" | "max_completion_tokens";
   /** Whether it reports usage on every chunk when asked (`stream_options.continuous_usage_stats`). */
   readonly continuousUsage: boolean;
+  /**
+   * Whether sampling fields at OpenAI's defaults (temperature 1, top_p 1) are left out: OpenAI's
+   * reasoning models refuse them even at those values. Other kinds get them always (their own
+   * defaults differ: llama-server and Ollama sample at 0.8).
+   */
+  readonly omitDefaultSampling: boolean;
   /** Vendor fields it spells otherwise (Turnpike's name → the upstream's). */
   readonly vendorFieldNames: Readonly<Partial<Record<VendorField, string>>>;
 };
@@ -77,6 +83,7 @@ export const DIALECTS: Readonly<Record<UpstreamKind, Dialect>> = {
     namedToolChoice: true,
     maxTokensField: "max_tokens",
     continuousUsage: true,
+    omitDefaultSampling: false,
     vendorFieldNames: {},
   },
   sglang: {
@@ -86,6 +93,7 @@ export const DIALECTS: Readonly<Record<UpstreamKind, Dialect>> = {
     namedToolChoice: true,
     maxTokensField: "max_tokens",
     continuousUsage: false,
+    omitDefaultSampling: false,
     vendorFieldNames: {},
   },
   "llama-server": {
@@ -95,6 +103,7 @@ export const DIALECTS: Readonly<Record<UpstreamKind, Dialect>> = {
     namedToolChoice: false,
     maxTokensField: "max_tokens",
     continuousUsage: false,
+    omitDefaultSampling: false,
     vendorFieldNames: { repetition_penalty: "repeat_penalty" },
   },
   ollama: {
@@ -104,6 +113,7 @@ export const DIALECTS: Readonly<Record<UpstreamKind, Dialect>> = {
     namedToolChoice: false,
     maxTokensField: "max_tokens",
     continuousUsage: false,
+    omitDefaultSampling: false,
     vendorFieldNames: {},
   },
   openai: {
@@ -113,6 +123,7 @@ export const DIALECTS: Readonly<Record<UpstreamKind, Dialect>> = {
     namedToolChoice: true,
     maxTokensField: "max_completion_tokens",
     continuousUsage: false,
+    omitDefaultSampling: true,
     vendorFieldNames: {},
   },
 };
@@ -128,6 +139,7 @@ export const COMMON_DIALECT: Dialect = {
   namedToolChoice: false,
   maxTokensField: "max_tokens",
   continuousUsage: false,
+  omitDefaultSampling: false,
   vendorFieldNames: {},
 };
 

@@ -107,3 +107,14 @@ test("sampling, n, logprobs, logit_bias, response_format and vendor fields (rena
   assert.equal(body.repeat_penalty, 1.1);
   assert.equal(body.repetition_penalty, undefined);
 });
+
+test("OpenAI is not sent temperature or top_p at its defaults (its reasoning models refuse them); others always are", () => {
+  const defaults: GenerationRequest = { ...base, sampling: { ...base.sampling, temperature: 1, topP: 1 } };
+  const openai = buildRequestBody(defaults, { dialect: DIALECTS.openai, model: "o4-mini", maxTokens: 5 });
+  assert.equal("temperature" in openai, false);
+  assert.equal("top_p" in openai, false);
+  assert.equal(buildRequestBody(base, { dialect: DIALECTS.openai, model: "gpt", maxTokens: 5 }).temperature, 0.5);
+  const ollama = buildRequestBody(defaults, { dialect: DIALECTS.ollama, model: "llama3.2", maxTokens: 5 });
+  assert.equal(ollama.temperature, 1);
+  assert.equal(ollama.top_p, 1);
+});

@@ -84,9 +84,9 @@ function wireResponseFormat(format: ResponseFormat): Record<string, unknown> {
 
 /**
  * The JSON body for one request in the target's dialect. Fields at their defaults are left out
- * where every kind agrees on the default (`n` 1, no stop, no seed); sampling temperature and
- * top_p are always sent (kinds differ in their defaults: Ollama's and llama-server's are not
- * OpenAI's 1).
+ * where every kind agrees on the default (`n` 1, no stop, no seed); temperature and top_p are
+ * always sent (kinds differ in their defaults: Ollama's and llama-server's are not OpenAI's 1),
+ * except to OpenAI at its own defaults (its reasoning models refuse them).
  */
 export function buildRequestBody(request: GenerationRequest, target: RequestTarget): Record<string, unknown> {
   const { dialect } = target;
@@ -97,9 +97,9 @@ export function buildRequestBody(request: GenerationRequest, target: RequestTarg
     stream: true,
     stream_options: dialect.continuousUsage ? { include_usage: true, continuous_usage_stats: true } : { include_usage: true },
     [dialect.maxTokensField]: target.maxTokens,
-    temperature: sampling.temperature,
-    top_p: sampling.topP,
   };
+  if (!dialect.omitDefaultSampling || sampling.temperature !== 1) body.temperature = sampling.temperature;
+  if (!dialect.omitDefaultSampling || sampling.topP !== 1) body.top_p = sampling.topP;
   if (sampling.frequencyPenalty !== 0) body.frequency_penalty = sampling.frequencyPenalty;
   if (sampling.presencePenalty !== 0) body.presence_penalty = sampling.presencePenalty;
   if (sampling.seed !== undefined) body.seed = sampling.seed;

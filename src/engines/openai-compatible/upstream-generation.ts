@@ -145,6 +145,8 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
       for await (const event of decodeServerSentEvents(response.body)) {
         // What follows [DONE] is drained, not read, so the connection can be kept.
         if (done) continue;
+        // Named events other than errors (pings, vendor extras) are not chunks.
+        if (event.event !== undefined && event.event !== "message" && event.event !== "error") continue;
         if (event.data === "[DONE]") {
           done = true;
           continue;
@@ -187,8 +189,9 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
       options.onEvent("warn", "upstream attempt failed", { member, attempt: number, failure: verdict.outcome.kind, ...("status" in verdict.outcome ? { status: verdict.outcome.status } : {}) });
       if (reader.sawContent) {
         // Content is out: no retry, no second voice; the stream ends with the error.
-        const timedOut = controller.signal.reason instanceof AttemptTimeout;
-        throw timedOut ? midStreamFailure("timeout") : verdict.error instanceof UpstreamError ? verdict.error : midStreamFailure("failure");
+        // An error event keeps the upstream's (stripped) words; a broken connection or stream says so plainly.
+        if (error instanceof UpstreamStreamError && verdict.error instanceof UpstreamError) throw verdict.error;
+        throw midStreamFailure(controller.signal.reason instanceof AttemptTimeout ? "timeout" : "failure");
       }
       return settle(verdict);
     } finally {
