@@ -118,3 +118,9 @@ test("OpenAI is not sent temperature or top_p at its defaults (its reasoning mod
   assert.equal(ollama.temperature, 1);
   assert.equal(ollama.top_p, 1);
 });
+
+test("parallel_tool_calls is always said when tools are given (llama-server's default is false, OpenAI's true)", () => {
+  const body = buildRequestBody({ ...base, tools: [{ name: "f" }] }, { dialect: DIALECTS["llama-server"], model: "m", maxTokens: 5 });
+  assert.equal(body.parallel_tool_calls, true);
+  assert.equal("parallel_tool_calls" in buildRequestBody(base, { dialect: DIALECTS.vllm, model: "m", maxTokens: 5 }), false);
+});

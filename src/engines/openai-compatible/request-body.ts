@@ -115,7 +115,8 @@ export function buildRequestBody(request: GenerationRequest, target: RequestTarg
   if (request.tools !== undefined && request.tools.length > 0) {
     body.tools = request.tools.map(wireTool);
     if (request.toolChoice !== undefined) body.tool_choice = wireToolChoice(request.toolChoice);
-    if (request.parallelToolCalls !== undefined) body.parallel_tool_calls = request.parallelToolCalls;
+    // OpenAI's default is true; llama-server's is false: say it always.
+    body.parallel_tool_calls = request.parallelToolCalls ?? true;
   }
   if (request.responseFormat !== undefined && request.responseFormat.type !== "text") body.response_format = wireResponseFormat(request.responseFormat);
   // Only vendor fields: nothing the caller passes through may replace the fields above.
