@@ -19,6 +19,7 @@
  * exactly one `finish` part, given by `end()` (once usage is known) or `cancel()`.
  */
 import type { EngineFinishReason, GenerationUsage, StreamPart, TokenLogprob, TokenLogprobAlternative, TokenUsage } from "../engine.ts";
+import type { ServerSentEvent } from "./sse-decoder.ts";
 
 /** An error event inside the upstream's stream; `payload` is the parsed event (see `classifyStreamError`). */
 export class UpstreamStreamError extends Error {
@@ -322,4 +323,21 @@ export class ChunkReader {
       ...(running?.reasoningTokens !== undefined ? { reasoningTokens: running.reasoningTokens } : {}),
     };
   }
+}
+
+/**
+ * One SSE event of an upstream's stream, read: `[DONE]` ends the reply; named events other than
+ * `error` (pings, vendor extras) are skipped; anything else must be a JSON chunk. Throws what
+ * `ChunkReader.read` throws, and `UpstreamProtocolError` for data that is not JSON.
+ */
+export function readServerSentEvent(reader: ChunkReader, event: ServerSentEvent): { done: boolean; parts: StreamPart[] } {
+  if (event.data === "[DONE]") return { done: true, parts: [] };
+  if (event.event !== undefined && event.event !== "message" && event.event !== "error") return { done: false, parts: [] };
+  let payload: unknown;
+  try {
+    payload = JSON.parse(event.data);
+  } catch {
+    throw new UpstreamProtocolError("The upstream sent a chunk that is not JSON.");
+  }
+  return { done: false, parts: reader.read(payload) };
 }

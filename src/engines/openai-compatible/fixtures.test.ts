@@ -10,8 +10,8 @@ import assert from "node:assert/strict";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { GenerationUsage, StreamPart } from "../engine.ts";
-import { decodeServerSentEvents } from "./sse-decoder.ts";
-import { ChunkReader, UpstreamProtocolError, UpstreamStreamError } from "./chunk-reader.ts";
+import { decodeServerSentEvents, SseProtocolError } from "./sse-decoder.ts";
+import { ChunkReader, readServerSentEvent, UpstreamProtocolError, UpstreamStreamError } from "./chunk-reader.ts";
 import { classifyStreamError } from "./upstream-errors.ts";
 
 const FIXTURES = join(import.meta.dirname, "__fixtures__");
@@ -54,11 +54,12 @@ async function run(text: string): Promise<{ summary: Summary; parts: StreamPart[
   let ending = "cut";
   try {
     for await (const event of decodeServerSentEvents(bytesOf(text))) {
-      if (event.data === "[DONE]") {
+      const read = readServerSentEvent(reader, event);
+      if (read.done) {
         ending = "done";
         break;
       }
-      parts.push(...reader.read(JSON.parse(event.data)));
+      parts.push(...read.parts);
     }
     if (ending === "done" || reader.allFinished) {
       ending = "done";
@@ -66,7 +67,7 @@ async function run(text: string): Promise<{ summary: Summary; parts: StreamPart[
     }
   } catch (error) {
     if (error instanceof UpstreamStreamError) ending = classifyStreamError(error.payload).error.code;
-    else if (error instanceof UpstreamProtocolError) ending = "protocol";
+    else if (error instanceof UpstreamProtocolError || error instanceof SseProtocolError) ending = "protocol";
     else throw error;
   }
   const choices: ChoiceSummary[] = Array.from({ length: meta.choices }, () => ({ text: "", reasoning: "", toolCalls: [], finish: [] }));

@@ -26,6 +26,7 @@ import { detectContextLength } from "./context-length.ts";
 import { checkRequestForDialect, dialectFor } from "./dialects.ts";
 import type { UpstreamPool } from "./pool-types.ts";
 import { buildRequestBody } from "./request-body.ts";
+import { sanitizeUpstreamMessage } from "./upstream-errors.ts";
 import { UpstreamClient } from "./upstream-client.ts";
 import { startUpstreamGeneration, type UpstreamEventSink } from "./upstream-generation.ts";
 
@@ -114,7 +115,7 @@ export class OpenAiCompatibleEngine implements Engine {
       }
       this.#opened = "open";
     } catch (error) {
-      this.#fail(error instanceof Error ? error.message : String(error));
+      this.#fail(sanitizeUpstreamMessage(error instanceof Error ? error.message : String(error), this.#options.apiKey ? [this.#options.apiKey] : []));
     }
     this.#report();
   }

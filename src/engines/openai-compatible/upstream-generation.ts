@@ -11,7 +11,7 @@
 import type { GenerationUsage, RunningGeneration, StreamPart } from "../engine.ts";
 import { ApiError, UpstreamError, UpstreamTimeoutError } from "../../protocol/errors.ts";
 import type { MemberOutcome, PoolLease, UpstreamPool } from "./pool-types.ts";
-import { ChunkReader, UpstreamProtocolError, UpstreamStreamError } from "./chunk-reader.ts";
+import { ChunkReader, readServerSentEvent, UpstreamProtocolError, UpstreamStreamError } from "./chunk-reader.ts";
 import { decodeServerSentEvents, SseProtocolError } from "./sse-decoder.ts";
 import { classifyHttpError, classifyStreamError, midStreamFailure, type UpstreamVerdict } from "./upstream-errors.ts";
 import { UpstreamConnectionError, describeConnectionFailure, type UpstreamClient } from "./upstream-client.ts";
@@ -145,19 +145,12 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
       for await (const event of decodeServerSentEvents(response.body)) {
         // What follows [DONE] is drained, not read, so the connection can be kept.
         if (done) continue;
-        // Named events other than errors (pings, vendor extras) are not chunks.
-        if (event.event !== undefined && event.event !== "message" && event.event !== "error") continue;
-        if (event.data === "[DONE]") {
+        const read = readServerSentEvent(reader, event);
+        if (read.done) {
           done = true;
           continue;
         }
-        let payload: unknown;
-        try {
-          payload = JSON.parse(event.data);
-        } catch {
-          throw new UpstreamProtocolError("The upstream sent a chunk that is not JSON.");
-        }
-        const parts = reader.read(payload);
+        const parts = read.parts;
         if (reader.sawContent) {
           firstContentMs ??= performance.now() - startedAt;
           arm("idle");
