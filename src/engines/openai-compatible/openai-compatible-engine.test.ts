@@ -321,6 +321,11 @@ test("admitted resolves once a member is lent; aborting before reading releases 
   assert.deepEqual(pool.releases.map((release) => release.outcome.kind), ["neutral"]);
   assert.equal(server.requests.length, 0);
   assert.equal(generation.usage().promptTokens, 0, "nothing was sent: nothing to bill");
+  // Read anyway (as a route may): the choice ends cancelled, the lease is not released twice.
+  const { parts, error } = await collect(generation.parts);
+  assert.equal(error, undefined);
+  assert.deepEqual(parts.map((part) => part.type === "finish" && part.reason), ["cancelled"]);
+  assert.equal(pool.releases.length, 1);
   await engine.close();
 });
 
@@ -373,4 +378,31 @@ test("open learns the context length: vLLM's /v1/models, llama-server's /props; 
   assert.match((openai.engine.status() as { detail: string }).detail, /context_length/);
   await assert.rejects(openai.engine.prepare(request()), (error: unknown) => error instanceof ApiError && error.status === 503);
   await openai.engine.close();
+});
+
+test("status follows the pool; an unknown kind offers only what every kind honours", async () => {
+  const server = await upstream((_request, response) => sse(response, helloStream));
+  const pool = new ListPool([server.url, "http://127.0.0.1:9/v1"], undefined);
+  let state: "ready" | "degraded" | "unavailable" = "degraded";
+  pool.state = () => state;
+  pool.members = () => [
+    { id: server.url, busy: 0, capacity: 4, waiting: 0, healthy: true },
+    { id: "http://127.0.0.1:9/v1", busy: 0, capacity: 4, waiting: 0, healthy: false },
+  ];
+  const engine = new OpenAiCompatibleEngine({ modelId: "m", upstream: upstreamSchema.parse({ urls: [server.url] }), contextLength: 4096, pool, inputModalities: ["text", "image"] });
+  assert.equal(engine.status().state, "loading");
+  await engine.open();
+  assert.deepEqual(engine.status(), { state: "degraded", detail: "1 of 2 upstream servers are healthy" });
+  const capabilities = engine.capabilities();
+  assert.ok(!capabilities.supportedParameters.includes("n"));
+  assert.deepEqual(capabilities.vendorFields, []);
+  assert.deepEqual(capabilities.inputModalities, ["text", "image"]);
+  assert.equal(engine.members().length, 2);
+  // Images are bounded generously: a prompt with one image may take 16384 tokens more.
+  const withImage = request({ messages: [{ role: "user", content: "What is this?", images: [{ url: "data:image/png;base64,AAAA" }] }] });
+  assert.equal(engine.boundPrompt(withImage).atMost - engine.boundPrompt(request({ messages: [{ role: "user", content: "What is this?" }] })).atMost, 16_384);
+  state = "unavailable";
+  assert.equal(engine.status().state, "unavailable");
+  await assert.rejects(engine.prepare(request()), (error: unknown) => error instanceof ApiError && error.status === 503);
+  await engine.close();
 });

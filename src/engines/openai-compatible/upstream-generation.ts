@@ -103,10 +103,13 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
   const firstLease = options.pool.acquire({ affinity: options.affinity, exclude: tried, signal: stop });
   // A lease nobody will use (the caller left before reading parts) goes straight back.
   let releaseIfIdle: (() => void) | undefined;
+  let releasedIdle = false;
   firstLease.then(
     (lease) => {
       releaseIfIdle = () => {
-        if (!consumed) lease.release({ kind: "neutral" });
+        if (consumed) return;
+        releasedIdle = true;
+        lease.release({ kind: "neutral" });
       };
       if (stop.aborted) releaseIfIdle();
       else stop.addEventListener("abort", releaseIfIdle, { once: true });
@@ -223,6 +226,11 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
     consumed = true;
     if (releaseIfIdle !== undefined) stop.removeEventListener("abort", releaseIfIdle);
     let lease = await firstLease;
+    // Aborted before anyone read: the lease went back already, nothing was sent.
+    if (releasedIdle) {
+      yield* reader.cancel();
+      return;
+    }
     const maxWait = options.maxRetryWaitMs ?? 2000;
     for (let number = 1; ; number++) {
       tried.add(lease.member.id);
