@@ -127,6 +127,7 @@ function tokenLogprobs(wire: unknown): TokenLogprob[] | undefined {
   return tokens;
 }
 
+/** Reads one upstream stream (one attempt): feed it each chunk with `read`, then `end` or `cancel`. */
 export class ChunkReader {
   readonly #options: ChunkReaderOptions;
   readonly #choices: ChoiceState[];

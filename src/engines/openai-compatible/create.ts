@@ -33,6 +33,10 @@ const poolNotMerged: UpstreamPoolFactory = () => {
   throw new Error("upstream pools are not available in this build (the pool module is not merged yet)");
 };
 
+/**
+ * The engine for an upstream entry, not yet open. Throws at start-up when the entry's
+ * `api_key_env` names a variable that is not set (the message names the variable, never a value).
+ */
 export function createUpstreamEngine(
   entry: ModelEntry & { upstream: NonNullable<ModelEntry["upstream"]> },
   environment: EngineEnvironment,

@@ -68,6 +68,7 @@ export function normalizeBaseUrl(url: string): string {
   return trimmed.endsWith("/v1") ? trimmed : `${trimmed}/v1`;
 }
 
+/** The engine of a model served upstream: one pool, one keep-alive client, the kind's dialect. */
 export class OpenAiCompatibleEngine implements Engine {
   readonly #options: OpenAiCompatibleEngineOptions;
   readonly #client: UpstreamClient;

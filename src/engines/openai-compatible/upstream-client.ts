@@ -65,6 +65,7 @@ export function describeConnectionFailure(error: unknown): UpstreamConnectionErr
   return new UpstreamConnectionError("connect", code !== undefined && CONNECTION_CODES.has(code) ? `connection failed (${code})` : `connection failed (${code ?? "unknown error"})`);
 }
 
+/** The HTTP side of one pool: chat completion posts and JSON probes over one keep-alive agent. */
 export class UpstreamClient {
   readonly #agent: Dispatcher;
   readonly #apiKey: string | undefined;
