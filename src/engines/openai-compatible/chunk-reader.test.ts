@@ -1,0 +1,103 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { ChunkReader, UpstreamProtocolError, UpstreamStreamError } from "./chunk-reader.ts";
+
+const reader = (choices = 1, logprobs = false) => new ChunkReader({ choices, promptTokens: 50, logprobs, newCallId: () => "call_new" });
+const delta = (value: Record<string, unknown>, extra: Record<string, unknown> = {}) => ({ choices: [{ index: 0, delta: value, ...extra }] });
+
+test("tool-call deltas without index continue the last call; a new id starts another", () => {
+  const chunks = reader();
+  const parts = [
+    ...chunks.read(delta({ tool_calls: [{ id: "a", function: { name: "f", arguments: "{" } }] })),
+    ...chunks.read(delta({ tool_calls: [{ function: { arguments: '"x":1}' } }] })),
+    ...chunks.read(delta({ tool_calls: [{ id: "b", function: { name: "g", arguments: "{}" } }] })),
+  ];
+  assert.deepEqual(parts, [
+    { type: "tool-call-start", choice: 0, index: 0, id: "a", name: "f" },
+    { type: "tool-call-delta", choice: 0, index: 0, argumentsDelta: "{" },
+    { type: "tool-call-delta", choice: 0, index: 0, argumentsDelta: '"x":1}' },
+    { type: "tool-call-start", choice: 0, index: 1, id: "b", name: "g" },
+    { type: "tool-call-delta", choice: 0, index: 1, argumentsDelta: "{}" },
+  ]);
+});
+
+test("a call whose name comes after its first arguments starts once the name is known", () => {
+  const chunks = reader();
+  assert.deepEqual(chunks.read(delta({ tool_calls: [{ index: 0, id: "a", function: { arguments: '{"q"' } }] })), []);
+  assert.deepEqual(chunks.read(delta({ tool_calls: [{ index: 0, function: { name: "search", arguments: ":1}" } }] })), [
+    { type: "tool-call-start", choice: 0, index: 0, id: "a", name: "search" },
+    { type: "tool-call-delta", choice: 0, index: 0, argumentsDelta: '{"q"' },
+    { type: "tool-call-delta", choice: 0, index: 0, argumentsDelta: ":1}" },
+  ]);
+});
+
+test("arguments sent as an object are given as their JSON text; a call without id gets one", () => {
+  const parts = reader().read(delta({ tool_calls: [{ index: 0, function: { name: "f", arguments: { city: "Oslo" } } }] }));
+  assert.deepEqual(parts, [
+    { type: "tool-call-start", choice: 0, index: 0, id: "call_new", name: "f" },
+    { type: "tool-call-delta", choice: 0, index: 0, argumentsDelta: '{"city":"Oslo"}' },
+  ]);
+});
+
+test("an error event throws UpstreamStreamError, in OpenAI's shape and vLLM's flat one", () => {
+  assert.throws(() => reader().read({ error: { message: "boom", code: 500 } }), UpstreamStreamError);
+  assert.throws(() => reader().read({ object: "error", message: "boom", code: 400 }), UpstreamStreamError);
+});
+
+test("a chunk for a choice that was not asked for is a protocol error", () => {
+  assert.throws(() => reader(1).read({ choices: [{ index: 1, delta: { content: "x" } }] }), UpstreamProtocolError);
+  assert.throws(() => reader(1).read("not an object"), UpstreamProtocolError);
+});
+
+test("a refusal reads as content; an unknown finish reason as stop; only the first finish reason counts", () => {
+  const chunks = reader();
+  assert.deepEqual(chunks.read(delta({ refusal: "I can't help with that." })), [{ type: "text-delta", choice: 0, text: "I can't help with that." }]);
+  chunks.read(delta({}, { finish_reason: "eos" }));
+  chunks.read(delta({}, { finish_reason: "length" }));
+  assert.deepEqual(chunks.end().map((part) => part.type === "finish" && part.reason), ["stop"]);
+  assert.deepEqual(chunks.end(), [], "finishes are given once");
+});
+
+test("log probabilities are dropped unless asked for; null bytes and -inf are filled in", () => {
+  const logprobs = { content: [{ token: "é", logprob: null, bytes: null, top_logprobs: [{ token: "e", logprob: -2, bytes: null }] }] };
+  assert.deepEqual(reader(1, false).read(delta({ content: "é" }, { logprobs })), [{ type: "text-delta", choice: 0, text: "é" }]);
+  assert.deepEqual(reader(1, true).read(delta({ content: "é" }, { logprobs })), [
+    { type: "text-delta", choice: 0, text: "é", logprobs: [{ token: "é", logprob: -9999, bytes: [195, 169], topLogprobs: [{ token: "e", logprob: -2, bytes: [101] }] }] },
+  ]);
+});
+
+test("cancel ends unfinished choices as cancelled with what was counted; finished ones keep their reason", () => {
+  const chunks = reader(2);
+  chunks.read({ choices: [{ index: 0, delta: { content: "a" } }, { index: 1, delta: { content: "b" }, finish_reason: "stop" }] });
+  chunks.read({ choices: [{ index: 0, delta: { content: "c" } }] });
+  assert.equal(chunks.allFinished, false);
+  const finishes = chunks.cancel();
+  assert.deepEqual(finishes, [
+    { type: "finish", choice: 0, reason: "cancelled", usage: { promptTokens: 50, cachedPromptTokens: 0, completionTokens: 2 } },
+    { type: "finish", choice: 1, reason: "stop", usage: { promptTokens: 50, cachedPromptTokens: 0, completionTokens: 1 } },
+  ]);
+  assert.deepEqual(chunks.usage(), { source: "estimated", promptTokens: 50, cachedPromptTokens: 0, completionTokens: 3 });
+});
+
+test("usage on the finishing chunk (older llama-server) is the final count", () => {
+  const chunks = reader();
+  chunks.read(delta({ content: "hi" }));
+  chunks.read({ choices: [{ index: 0, delta: {}, finish_reason: "stop" }], usage: { prompt_tokens: 9, completion_tokens: 2, total_tokens: 11 } });
+  assert.deepEqual(chunks.usage(), { source: "upstream", promptTokens: 9, cachedPromptTokens: 0, completionTokens: 2 });
+});
+
+test("a running count lower than what was seen does not lower the estimate", () => {
+  const chunks = reader();
+  chunks.read({ ...delta({ content: "a" }), usage: { prompt_tokens: 7, completion_tokens: 1 } });
+  chunks.read(delta({ content: "b" }));
+  chunks.read(delta({ content: "c" }));
+  assert.deepEqual(chunks.usage(), { source: "estimated", promptTokens: 7, cachedPromptTokens: 0, completionTokens: 3 });
+});
+
+test("sawContent turns true with the first part, not with role-only chunks", () => {
+  const chunks = reader();
+  chunks.read(delta({ role: "assistant", content: "" }));
+  assert.equal(chunks.sawContent, false);
+  chunks.read(delta({ content: "x" }));
+  assert.equal(chunks.sawContent, true);
+});

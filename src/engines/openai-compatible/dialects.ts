@@ -1,0 +1,197 @@
+/**
+ * What each kind of upstream server honours of the chat completion request, and how it wants a
+ * few fields spelled. Conservative on purpose: a parameter a kind would silently ignore is left
+ * out, so Turnpike answers a clear 400 naming it instead of a reply that quietly differs from
+ * what was asked (and billed).
+ *
+ * Sources (read in their code and documentation, 2026-11):
+ * - vLLM: every OpenAI sampling field, `n`, `logit_bias`, logprobs, tools with named, `required`
+ *   and `none` choices, `parallel_tool_calls: false` (it keeps the first call), structured output;
+ *   extra sampling fields `top_k`, `min_p`, `repetition_penalty`, `chat_template_kwargs`,
+ *   `reasoning_effort`; `stream_options.continuous_usage_stats` (usage on every chunk).
+ * - SGLang: the same fields and extras; whether it honours `parallel_tool_calls: false` depends
+ *   on the tool parser, so that value is refused.
+ * - llama-server: OpenAI fields with logprobs and `logit_bias`, tools (with `--jinja`) whose
+ *   `tool_choice` is `auto`, `none` or `required` (a named choice is refused), one choice only
+ *   (`n` > 1 is refused); extras `top_k`, `min_p`, `chat_template_kwargs`, and `repeat_penalty`
+ *   (Turnpike's `repetition_penalty`, renamed on the way).
+ * - Ollama (`/v1`): temperature, top_p, penalties, seed, stop, response_format, tools; it
+ *   documents `tool_choice`, `logit_bias` and `n` as unsupported (ignored), logprobs only in
+ *   recent releases (refused here: older ones ignore them); `reasoning_effort` turns thinking on
+ *   or off.
+ * - OpenAI: everything; `reasoning_effort` for reasoning models.
+ */
+import type { UpstreamKind, VendorField } from "../../config/schema.ts";
+import type { GenerationRequest } from "../engine.ts";
+import { UnsupportedParameterError } from "../../protocol/errors.ts";
+
+/** The request parameters Turnpike knows (as the embedded engine lists them). */
+const ALL_PARAMETERS = [
+  "max_tokens",
+  "max_completion_tokens",
+  "temperature",
+  "top_p",
+  "frequency_penalty",
+  "presence_penalty",
+  "logit_bias",
+  "logprobs",
+  "top_logprobs",
+  "n",
+  "stop",
+  "seed",
+  "response_format",
+  "tools",
+  "tool_choice",
+  "parallel_tool_calls",
+  "stream",
+  "stream_options",
+  "user",
+] as const;
+
+export type RequestParameter = (typeof ALL_PARAMETERS)[number];
+
+/** How one kind of upstream speaks the chat completion API. */
+export type Dialect = {
+  readonly kind: UpstreamKind;
+  /** Parameters it honours (`/v1/models` lists them; a request using another gets a 400 naming it). */
+  readonly supportedParameters: readonly RequestParameter[];
+  /** Vendor sampling fields it understands (the default of an entry's `vendor_fields`). */
+  readonly vendorFields: readonly VendorField[];
+  /** Whether `tool_choice` may name a function (else only `auto`, `none`, `required`). */
+  readonly namedToolChoice: boolean;
+  /** The field carrying the completion limit (OpenAI: `max_completion_tokens`, which counts reasoning tokens too). */
+  readonly maxTokensField: "max_tokens" | "max_completion_tokens";
+  /** Whether it reports usage on every chunk when asked (`stream_options.continuous_usage_stats`). */
+  readonly continuousUsage: boolean;
+  /**
+   * Whether sampling fields at OpenAI's defaults (temperature 1, top_p 1) are left out: OpenAI's
+   * reasoning models refuse them even at those values. Other kinds get them always (their own
+   * defaults differ: llama-server and Ollama sample at 0.8).
+   */
+  readonly omitDefaultSampling: boolean;
+  /** Vendor fields it spells otherwise (Turnpike's name → the upstream's). */
+  readonly vendorFieldNames: Readonly<Partial<Record<VendorField, string>>>;
+};
+
+const without = (...excluded: RequestParameter[]): RequestParameter[] => ALL_PARAMETERS.filter((parameter) => !excluded.includes(parameter));
+
+export const DIALECTS: Readonly<Record<UpstreamKind, Dialect>> = {
+  vllm: {
+    kind: "vllm",
+    supportedParameters: [...ALL_PARAMETERS],
+    vendorFields: ["top_k", "min_p", "repetition_penalty", "reasoning_effort", "chat_template_kwargs"],
+    namedToolChoice: true,
+    maxTokensField: "max_tokens",
+    continuousUsage: true,
+    omitDefaultSampling: false,
+    vendorFieldNames: {},
+  },
+  sglang: {
+    kind: "sglang",
+    supportedParameters: without("parallel_tool_calls"),
+    vendorFields: ["top_k", "min_p", "repetition_penalty", "reasoning_effort", "chat_template_kwargs"],
+    namedToolChoice: true,
+    maxTokensField: "max_tokens",
+    continuousUsage: false,
+    omitDefaultSampling: false,
+    vendorFieldNames: {},
+  },
+  "llama-server": {
+    kind: "llama-server",
+    supportedParameters: without("n"),
+    vendorFields: ["top_k", "min_p", "repetition_penalty", "chat_template_kwargs"],
+    namedToolChoice: false,
+    maxTokensField: "max_tokens",
+    continuousUsage: false,
+    omitDefaultSampling: false,
+    vendorFieldNames: { repetition_penalty: "repeat_penalty" },
+  },
+  ollama: {
+    kind: "ollama",
+    supportedParameters: without("logit_bias", "logprobs", "top_logprobs", "n", "tool_choice", "parallel_tool_calls"),
+    vendorFields: ["reasoning_effort"],
+    namedToolChoice: false,
+    maxTokensField: "max_tokens",
+    continuousUsage: false,
+    omitDefaultSampling: false,
+    vendorFieldNames: {},
+  },
+  openai: {
+    kind: "openai",
+    supportedParameters: [...ALL_PARAMETERS],
+    vendorFields: ["reasoning_effort"],
+    namedToolChoice: true,
+    maxTokensField: "max_completion_tokens",
+    continuousUsage: false,
+    omitDefaultSampling: true,
+    vendorFieldNames: {},
+  },
+};
+
+/**
+ * What every kind honours: the dialect of a pool whose kind is not known yet (it is detected when
+ * the engine opens). Plain `max_tokens`, no continuous usage, no vendor fields.
+ */
+export const COMMON_DIALECT: Dialect = {
+  kind: "openai",
+  supportedParameters: ALL_PARAMETERS.filter((parameter) => Object.values(DIALECTS).every((dialect) => dialect.supportedParameters.includes(parameter))),
+  vendorFields: [],
+  namedToolChoice: false,
+  maxTokensField: "max_tokens",
+  continuousUsage: false,
+  omitDefaultSampling: false,
+  vendorFieldNames: {},
+};
+
+/** The dialect of a kind; the common one while the kind is unknown. */
+export function dialectFor(kind: UpstreamKind | undefined): Dialect {
+  return kind === undefined ? COMMON_DIALECT : DIALECTS[kind];
+}
+
+/**
+ * The parameters a request really uses: those whose value changes the reply. A default value
+ * (`n` 1, `parallel_tool_calls` true, `tool_choice` auto) asks nothing of the upstream, so a kind
+ * that ignores the field still answers as asked.
+ */
+export function parametersInUse(request: GenerationRequest): RequestParameter[] {
+  const used: RequestParameter[] = [];
+  const sampling = request.sampling;
+  if (sampling.frequencyPenalty !== 0) used.push("frequency_penalty");
+  if (sampling.presencePenalty !== 0) used.push("presence_penalty");
+  if (sampling.logitBias !== undefined && sampling.logitBias.size > 0) used.push("logit_bias");
+  if (request.logprobs !== undefined) used.push("logprobs");
+  if (request.logprobs !== undefined && request.logprobs.top > 0) used.push("top_logprobs");
+  if (request.choices > 1) used.push("n");
+  if (sampling.stop.length > 0) used.push("stop");
+  if (sampling.seed !== undefined) used.push("seed");
+  if (request.responseFormat !== undefined && request.responseFormat.type !== "text") used.push("response_format");
+  if (request.tools !== undefined && request.tools.length > 0) used.push("tools");
+  if (request.toolChoice !== undefined && request.toolChoice !== "auto") used.push("tool_choice");
+  if (request.parallelToolCalls === false) used.push("parallel_tool_calls");
+  return used;
+}
+
+/**
+ * Refuses what the upstream's kind cannot honour, naming the parameter (400
+ * `unsupported_parameter`): a parameter outside its capability map, a named `tool_choice` where
+ * only `auto`/`none`/`required` are understood, or a vendor field it does not take.
+ */
+export function checkRequestForDialect(request: GenerationRequest, dialect: Dialect, vendorFields: readonly string[]): void {
+  const where = dialect === COMMON_DIALECT ? "this model's upstream servers" : `this model's upstream servers (${dialect.kind})`;
+  for (const parameter of parametersInUse(request)) {
+    if (!dialect.supportedParameters.includes(parameter)) {
+      throw new UnsupportedParameterError(`'${parameter}' is not supported by ${where}: they would ignore it. GET /v1/models lists each model's supported parameters.`, parameter);
+    }
+  }
+  if (typeof request.toolChoice === "object" && !dialect.namedToolChoice) {
+    throw new UnsupportedParameterError(
+      `A 'tool_choice' naming a function is not supported by ${where}; use 'required' (with only that tool in 'tools') instead.`,
+      "tool_choice",
+    );
+  }
+  for (const field of Object.keys(request.vendor ?? {})) {
+    if (!vendorFields.includes(field)) {
+      throw new UnsupportedParameterError(`'${field}' is not supported by ${where}.`, field);
+    }
+  }
+}

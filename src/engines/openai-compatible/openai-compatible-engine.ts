@@ -1,0 +1,236 @@
+/**
+ * A model served by a pool of OpenAI-compatible servers (vLLM, SGLang, llama-server, Ollama,
+ * OpenAI). The pool picks members and watches their health; this engine bounds the prompt,
+ * checks the request against the kind's dialect, builds the body and runs the stream (see
+ * `upstream-generation.ts` for retries, timeouts and cancellation).
+ *
+ * Prompts are not tokenized here: `prepare` gives a true upper bound (`promptCount: "upper-bound"`,
+ * every byte a token, plus template overheads and a generous bound per image), and usage is
+ * settled from what the upstream reports.
+ */
+import type { UpstreamEntry, UpstreamKind, VendorField } from "../../config/schema.ts";
+import type {
+  Engine,
+  EngineCapabilities,
+  EngineMember,
+  EngineModelInfo,
+  EngineStatus,
+  GenerationRequest,
+  PreparedGeneration,
+  RunningGeneration,
+} from "../engine.ts";
+import { promptBound, type PromptBound } from "../prompt-bound.ts";
+import { ContextLengthExceededError, InvalidRequestError, ModelNotReadyError } from "../../protocol/errors.ts";
+import { affinityKey } from "./affinity.ts";
+import { detectContextLength } from "./context-length.ts";
+import { checkRequestForDialect, dialectFor } from "./dialects.ts";
+import type { UpstreamPool } from "./pool-types.ts";
+import { buildRequestBody } from "./request-body.ts";
+import { sanitizeUpstreamMessage } from "./upstream-errors.ts";
+import { UpstreamClient } from "./upstream-client.ts";
+import { startUpstreamGeneration, type UpstreamEventSink } from "./upstream-generation.ts";
+
+/**
+ * Tokens one image may take, at most, in the models upstreams serve: Qwen2-VL and Qwen2.5-VL at
+ * their default `max_pixels` reach 16384; LLaVA-NeXT, Gemma 3, Llama 3.2 Vision and GPT-4o stay
+ * far below.
+ */
+export const IMAGE_TOKEN_BOUND = 16_384;
+
+/**
+ * The most bytes of text one token may span in any vocabulary an upstream uses, for the prompt's
+ * lower bound (which only refuses hopeless prompts, so it must never be too high): long runs of
+ * spaces or dashes make some tokens a few dozen bytes; 128 leaves room.
+ */
+export const LONGEST_TOKEN_BYTES = 128;
+
+export type OpenAiCompatibleEngineOptions = {
+  modelId: string;
+  upstream: UpstreamEntry;
+  /** The entry's `context_length`; learnt from the upstream when absent. */
+  contextLength?: number;
+  /** What the model reads; default text only. */
+  inputModalities?: readonly ("text" | "image")[];
+  /** Vendor fields requests may pass; default: those the kind understands. */
+  vendorFields?: readonly VendorField[];
+  /** The bearer token (from `api_key_env`); never logged. */
+  apiKey?: string;
+  pool: UpstreamPool;
+  /** HTTP to the members; default: a keep-alive agent built from the entry. */
+  client?: UpstreamClient;
+  onStatus?: (status: EngineStatus) => void;
+  onEvent?: UpstreamEventSink;
+};
+
+/** Members' base URLs as configured: without a trailing slash, ending in `/v1`. */
+export function normalizeBaseUrl(url: string): string {
+  const trimmed = url.replace(/\/+$/, "");
+  return trimmed.endsWith("/v1") ? trimmed : `${trimmed}/v1`;
+}
+
+/** The engine of a model served upstream: one pool, one keep-alive client, the kind's dialect. */
+export class OpenAiCompatibleEngine implements Engine {
+  readonly #options: OpenAiCompatibleEngineOptions;
+  readonly #client: UpstreamClient;
+  readonly #closing = new AbortController();
+  #contextLength: number | undefined;
+  #opened: "no" | "opening" | "open" | "failed" = "no";
+  #failure = "";
+  #lastStatus: EngineStatus["state"] | undefined;
+
+  constructor(options: OpenAiCompatibleEngineOptions) {
+    this.#options = options;
+    this.#contextLength = options.contextLength;
+    this.#client =
+      options.client ??
+      new UpstreamClient({
+        connectTimeoutMs: options.upstream.connect_timeout * 1000,
+        connectionsPerOrigin: options.upstream.max_in_flight,
+        ...(options.apiKey !== undefined ? { apiKey: options.apiKey } : {}),
+      });
+  }
+
+  /** The kind the members speak: configured, or detected by the pool. */
+  get kind(): UpstreamKind | undefined {
+    return this.#options.upstream.kind ?? this.#options.pool.kind;
+  }
+
+  async open(): Promise<void> {
+    this.#opened = "opening";
+    this.#report();
+    try {
+      if (this.#contextLength === undefined) {
+        const found = await detectContextLength({
+          client: this.#client,
+          kind: this.kind,
+          baseUrls: this.#options.upstream.urls.map(normalizeBaseUrl),
+          model: this.#options.upstream.model ?? this.#options.modelId,
+          signal: AbortSignal.any([this.#closing.signal, AbortSignal.timeout(30_000)]),
+        });
+        if (found.contextLength === undefined) {
+          this.#fail(found.reason);
+          return;
+        }
+        if (found.note !== undefined) this.#options.onEvent?.("warn", `model ${this.#options.modelId}: ${found.note}`, {});
+        this.#contextLength = found.contextLength;
+      }
+      this.#opened = "open";
+    } catch (error) {
+      this.#fail(sanitizeUpstreamMessage(error instanceof Error ? error.message : String(error), this.#options.apiKey ? [this.#options.apiKey] : []));
+    }
+    this.#report();
+  }
+
+  #fail(reason: string): void {
+    this.#opened = "failed";
+    this.#failure = `Model '${this.#options.modelId}' is not available: ${reason}.`;
+    this.#report();
+  }
+
+  /** Tells `onStatus` when the state changed since it last heard. */
+  #report(): void {
+    const status = this.status();
+    if (status.state === this.#lastStatus) return;
+    this.#lastStatus = status.state;
+    this.#options.onStatus?.(status);
+  }
+
+  status(): EngineStatus {
+    if (this.#opened === "failed") return { state: "unavailable", detail: this.#failure };
+    if (this.#opened !== "open") return { state: "loading", detail: "reaching the upstream servers" };
+    const state = this.#options.pool.state();
+    if (state === "ready") return { state: "ready" };
+    const members = this.#options.pool.members();
+    const healthy = members.filter((member) => member.healthy).length;
+    if (state === "degraded") return { state: "degraded", detail: `${healthy} of ${members.length} upstream servers are healthy` };
+    return { state: "unavailable", detail: `Model '${this.#options.modelId}': none of its ${members.length} upstream servers is reachable at the moment.` };
+  }
+
+  info(): EngineModelInfo | undefined {
+    return this.#opened === "open" && this.#contextLength !== undefined ? { contextLength: this.#contextLength } : undefined;
+  }
+
+  capabilities(): EngineCapabilities {
+    const dialect = dialectFor(this.kind);
+    return {
+      supportedParameters: dialect.supportedParameters,
+      inputModalities: this.#options.inputModalities ?? ["text"],
+      vendorFields: this.#options.vendorFields ?? dialect.vendorFields,
+    };
+  }
+
+  members(): EngineMember[] {
+    return this.#options.pool.members();
+  }
+
+  #readyContext(): number {
+    this.#report();
+    const status = this.status();
+    if ((status.state === "ready" || status.state === "degraded") && this.#contextLength !== undefined) return this.#contextLength;
+    if (status.state === "loading") throw new ModelNotReadyError(`Model '${this.#options.modelId}' is starting. Retry in a moment.`, 5);
+    throw new ModelNotReadyError(status.state === "unavailable" ? status.detail : `Model '${this.#options.modelId}' is not ready.`, 5);
+  }
+
+  boundPrompt(request: GenerationRequest): PromptBound {
+    const contextLength = this.#readyContext();
+    const bound = promptBound(request, LONGEST_TOKEN_BYTES, contextLength);
+    const images = request.messages.reduce((sum, message) => sum + (message.images?.length ?? 0), 0);
+    return { ...bound, atMost: bound.atMost + images * IMAGE_TOKEN_BOUND };
+  }
+
+  async prepare(request: GenerationRequest): Promise<PreparedGeneration> {
+    const contextLength = this.#readyContext();
+    const capabilities = this.capabilities();
+    request.messages.forEach((message, index) => {
+      if ((message.images?.length ?? 0) > 0 && !capabilities.inputModalities.includes("image")) {
+        throw new InvalidRequestError("This model does not accept images; it reads text only.", `messages[${index}].content`, "model_does_not_support_images");
+      }
+    });
+    const dialect = dialectFor(this.kind);
+    checkRequestForDialect(request, dialect, capabilities.vendorFields);
+    const bound = this.boundPrompt(request);
+    if (bound.atLeast >= contextLength || (request.maxTokens !== undefined && bound.atLeast + request.maxTokens > contextLength)) {
+      const asked = request.maxTokens === undefined ? "" : ` and ${request.maxTokens} in the completion`;
+      throw new ContextLengthExceededError(
+        `This model's maximum context length is ${contextLength} tokens. However, your messages are at least ${bound.atLeast} tokens${asked}. ` +
+          "Please reduce the length of the messages or the completion.",
+      );
+    }
+    // The upstream refuses a prompt over its context, so no prompt it serves is longer than this.
+    const promptTokens = Math.min(bound.atMost, contextLength - 1);
+    const maxTokens = request.maxTokens ?? Math.max(1, contextLength - promptTokens);
+    const body = buildRequestBody(request, { dialect, model: this.#options.upstream.model ?? this.#options.modelId, maxTokens });
+    const affinity = affinityKey(request);
+    return {
+      promptTokens,
+      promptCount: "upper-bound",
+      maxTokens,
+      choices: request.choices,
+      start: (signal: AbortSignal): RunningGeneration =>
+        startUpstreamGeneration(
+          {
+            pool: this.#options.pool,
+            client: this.#client,
+            body,
+            choices: request.choices,
+            promptTokens,
+            logprobs: request.logprobs !== undefined,
+            affinity,
+            maxAttempts: this.#options.upstream.max_attempts,
+            firstTokenTimeoutMs: this.#options.upstream.first_token_timeout * 1000,
+            idleTimeoutMs: this.#options.upstream.idle_timeout * 1000,
+            secrets: this.#options.apiKey !== undefined && this.#options.apiKey !== "" ? [this.#options.apiKey] : [],
+            onEvent: (level, message, fields) => this.#options.onEvent?.(level, message, fields),
+            closing: this.#closing.signal,
+          },
+          signal,
+        ),
+    };
+  }
+
+  async close(): Promise<void> {
+    this.#closing.abort(new Error("engine closing"));
+    this.#options.pool.close();
+    await this.#client.close();
+  }
+}

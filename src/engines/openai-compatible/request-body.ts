@@ -1,0 +1,128 @@
+/**
+ * The body Turnpike posts to an upstream's `/chat/completions`: always streamed, always with usage
+ * asked for, and always with the completion limit the engine computed (billing reserved exactly
+ * that many tokens per choice, so the upstream must never be left to pick its own).
+ */
+import type { EngineContentPart, EngineMessage, GenerationRequest, ResponseFormat, ToolChoice, ToolDefinition } from "../engine.ts";
+import { VENDOR_FIELDS, type VendorField } from "../../config/schema.ts";
+import type { Dialect } from "./dialects.ts";
+
+/** Where the body goes: the upstream's name for the model and the per-choice completion bound. */
+export type RequestTarget = {
+  dialect: Dialect;
+  /** The model's name upstream. */
+  model: string;
+  /** Completion tokens each choice may use at most (`PreparedGeneration.maxTokens`). */
+  maxTokens: number;
+};
+
+type WireContentPart = { type: "text"; text: string } | { type: "image_url"; image_url: { url: string; detail?: string } };
+
+function wireParts(parts: readonly EngineContentPart[]): WireContentPart[] {
+  return parts.map((part) =>
+    part.type === "text"
+      ? { type: "text", text: part.text }
+      : { type: "image_url", image_url: part.image.detail === undefined ? { url: part.image.url } : { url: part.image.url, detail: part.image.detail } },
+  );
+}
+
+/** A message's content: its parts in the order sent, when it had parts; else its text. */
+function wireContent(message: EngineMessage): string | WireContentPart[] {
+  if (message.parts !== undefined && message.parts.length > 0) return wireParts(message.parts);
+  // Images without parts (a caller that did not keep the order): text first, then the images.
+  if (message.images !== undefined && message.images.length > 0) {
+    return wireParts([...(message.content === "" ? [] : [{ type: "text" as const, text: message.content }]), ...message.images.map((image) => ({ type: "image" as const, image }))]);
+  }
+  return message.content;
+}
+
+function wireMessage(message: EngineMessage): Record<string, unknown> {
+  const name = message.name !== undefined ? { name: message.name } : {};
+  switch (message.role) {
+    case "tool":
+      return { role: "tool", tool_call_id: message.toolCallId, content: wireContent(message) };
+    case "assistant": {
+      const calls = message.toolCalls ?? [];
+      if (calls.length === 0) return { role: "assistant", content: wireContent(message), ...name };
+      const content = wireContent(message);
+      return {
+        role: "assistant",
+        // OpenAI's shape for a turn of only calls: content null.
+        content: content === "" ? null : content,
+        ...name,
+        tool_calls: calls.map((call) => ({ id: call.id, type: "function", function: { name: call.name, arguments: call.arguments } })),
+      };
+    }
+    default:
+      return { role: message.role, content: wireContent(message), ...name };
+  }
+}
+
+function wireTool(tool: ToolDefinition): Record<string, unknown> {
+  return {
+    type: "function",
+    function: {
+      name: tool.name,
+      ...(tool.description !== undefined ? { description: tool.description } : {}),
+      ...(tool.parameters !== undefined ? { parameters: tool.parameters } : {}),
+      ...(tool.strict !== undefined ? { strict: tool.strict } : {}),
+    },
+  };
+}
+
+function wireToolChoice(choice: ToolChoice): unknown {
+  return typeof choice === "string" ? choice : { type: "function", function: { name: choice.name } };
+}
+
+function wireResponseFormat(format: ResponseFormat): Record<string, unknown> {
+  if (format.type !== "json_schema") return { type: format.type };
+  return {
+    type: "json_schema",
+    json_schema: { name: format.name, schema: format.schema, ...(format.strict !== undefined ? { strict: format.strict } : {}) },
+  };
+}
+
+/**
+ * The JSON body for one request in the target's dialect. Fields at their defaults are left out
+ * where every kind agrees on the default (`n` 1, no stop, no seed); temperature and top_p are
+ * always sent (kinds differ in their defaults: Ollama's and llama-server's are not OpenAI's 1),
+ * except to OpenAI at its own defaults (its reasoning models refuse them).
+ */
+export function buildRequestBody(request: GenerationRequest, target: RequestTarget): Record<string, unknown> {
+  const { dialect } = target;
+  const sampling = request.sampling;
+  const body: Record<string, unknown> = {
+    model: target.model,
+    messages: request.messages.map(wireMessage),
+    stream: true,
+    stream_options: dialect.continuousUsage ? { include_usage: true, continuous_usage_stats: true } : { include_usage: true },
+    [dialect.maxTokensField]: target.maxTokens,
+  };
+  if (!dialect.omitDefaultSampling || sampling.temperature !== 1) body.temperature = sampling.temperature;
+  if (!dialect.omitDefaultSampling || sampling.topP !== 1) body.top_p = sampling.topP;
+  if (sampling.frequencyPenalty !== 0) body.frequency_penalty = sampling.frequencyPenalty;
+  if (sampling.presencePenalty !== 0) body.presence_penalty = sampling.presencePenalty;
+  if (sampling.seed !== undefined) body.seed = sampling.seed;
+  if (sampling.stop.length > 0) body.stop = [...sampling.stop];
+  if (sampling.logitBias !== undefined && sampling.logitBias.size > 0) {
+    body.logit_bias = Object.fromEntries([...sampling.logitBias].map(([token, bias]) => [String(token), bias]));
+  }
+  if (request.choices > 1) body.n = request.choices;
+  if (request.logprobs !== undefined) {
+    body.logprobs = true;
+    if (request.logprobs.top > 0) body.top_logprobs = request.logprobs.top;
+  }
+  if (request.tools !== undefined && request.tools.length > 0) {
+    body.tools = request.tools.map(wireTool);
+    if (request.toolChoice !== undefined) body.tool_choice = wireToolChoice(request.toolChoice);
+    // OpenAI's default is true; llama-server's is false: say it always.
+    body.parallel_tool_calls = request.parallelToolCalls ?? true;
+  }
+  if (request.responseFormat !== undefined && request.responseFormat.type !== "text") body.response_format = wireResponseFormat(request.responseFormat);
+  // Only vendor fields: nothing the caller passes through may replace the fields above.
+  for (const [field, value] of Object.entries(request.vendor ?? {})) {
+    if (!(VENDOR_FIELDS as readonly string[]).includes(field) || value === undefined) continue;
+    body[dialect.vendorFieldNames[field as VendorField] ?? field] = value;
+  }
+  return body;
+}

@@ -1,0 +1,126 @@
+/**
+ * HTTP to one pool's upstreams: one undici `Agent` (a keep-alive connection pool per origin),
+ * the API key as a bearer token, and errors that say what failed without saying where or with
+ * what key. Timeouts for the first token and between chunks are the engine's (it knows when
+ * content began); the agent only bounds how long a connection may take to open.
+ */
+import { Agent, request, type Dispatcher } from "undici";
+
+export type UpstreamClientOptions = {
+  /** Milliseconds to open a connection before giving up on the member. */
+  connectTimeoutMs: number;
+  /** Connections per origin at most (the member's `max_in_flight`). */
+  connectionsPerOrigin: number;
+  /** Sent as `Authorization: Bearer …`; never logged or put in an error. */
+  apiKey?: string;
+};
+
+/** A request to a member failed before it answered: `connect` (refused, reset, unreachable, or too slow to connect) or `aborted`. */
+export class UpstreamConnectionError extends Error {
+  readonly kind: "connect" | "connect-timeout" | "aborted";
+  constructor(kind: "connect" | "connect-timeout" | "aborted", message: string) {
+    super(message);
+    this.name = "UpstreamConnectionError";
+    this.kind = kind;
+  }
+}
+
+/** An upstream's answer: status, headers, and the body as bytes (read it or `dump` it). */
+export type UpstreamResponse = {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: AsyncIterable<Uint8Array> & { text(): Promise<string>; dump(options?: { limit: number }): Promise<void> };
+};
+
+/** Error codes that mean "this member cannot be reached" (as opposed to "it answered badly"). */
+const CONNECTION_CODES = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "EPIPE",
+  "ETIMEDOUT",
+  "UND_ERR_SOCKET",
+  "UND_ERR_CLOSED",
+  "UND_ERR_CONNECT_TIMEOUT",
+]);
+
+function errorCode(error: unknown): string | undefined {
+  for (let current: unknown = error, depth = 0; current !== undefined && current !== null && depth < 4; depth++) {
+    const code = (current as { code?: unknown }).code;
+    if (typeof code === "string") return code;
+    current = (current as { cause?: unknown }).cause;
+  }
+  return undefined;
+}
+
+/** Why a request to a member failed, in words safe for logs (a code, no address). */
+export function describeConnectionFailure(error: unknown): UpstreamConnectionError {
+  if (error instanceof UpstreamConnectionError) return error;
+  const code = errorCode(error);
+  if (code === "UND_ERR_CONNECT_TIMEOUT") return new UpstreamConnectionError("connect-timeout", "could not connect in time");
+  if (code === "UND_ERR_ABORTED" || (error as { name?: unknown } | undefined)?.name === "AbortError") return new UpstreamConnectionError("aborted", "the request was aborted");
+  return new UpstreamConnectionError("connect", code !== undefined && CONNECTION_CODES.has(code) ? `connection failed (${code})` : `connection failed (${code ?? "unknown error"})`);
+}
+
+/** The HTTP side of one pool: chat completion posts and JSON probes over one keep-alive agent. */
+export class UpstreamClient {
+  readonly #agent: Dispatcher;
+  readonly #apiKey: string | undefined;
+
+  constructor(options: UpstreamClientOptions) {
+    this.#apiKey = options.apiKey;
+    this.#agent = new Agent({
+      connect: { timeout: options.connectTimeoutMs },
+      connections: options.connectionsPerOrigin,
+      keepAliveTimeout: 30_000,
+      // The engine times the first token and the gaps between chunks itself.
+      headersTimeout: 0,
+      bodyTimeout: 0,
+    });
+  }
+
+  #headers(json: boolean): Record<string, string> {
+    return {
+      accept: json ? "application/json" : "text/event-stream",
+      ...(json ? {} : { "content-type": "application/json" }),
+      ...(this.#apiKey !== undefined && this.#apiKey !== "" ? { authorization: `Bearer ${this.#apiKey}` } : {}),
+    };
+  }
+
+  /** POSTs a chat completion body to `{baseUrl}/chat/completions`. Throws `UpstreamConnectionError` when no answer came. */
+  async postChatCompletion(baseUrl: string, body: unknown, signal: AbortSignal): Promise<UpstreamResponse> {
+    return this.#send(`${baseUrl.replace(/\/+$/, "")}/chat/completions`, { method: "POST", headers: this.#headers(false), body: JSON.stringify(body) }, signal);
+  }
+
+  /** GETs (or POSTs `body` to) a JSON endpoint for probes; undefined on any failure or non-2xx answer. */
+  async getJson(url: string, signal: AbortSignal, body?: unknown): Promise<unknown> {
+    try {
+      const init = body === undefined ? { method: "GET" as const, headers: this.#headers(true) } : { method: "POST" as const, headers: { ...this.#headers(true), "content-type": "application/json" }, body: JSON.stringify(body) };
+      const response = await this.#send(url, init, signal);
+      if (response.status < 200 || response.status >= 300) {
+        await response.body.dump({ limit: 64 * 1024 }).catch(() => {});
+        return undefined;
+      }
+      return JSON.parse(await response.body.text()) as unknown;
+    } catch {
+      return undefined;
+    }
+  }
+
+  async #send(url: string, init: { method: "GET" | "POST"; headers: Record<string, string>; body?: string }, signal: AbortSignal): Promise<UpstreamResponse> {
+    try {
+      const response = await request(url, { ...init, dispatcher: this.#agent, signal });
+      return { status: response.statusCode, headers: response.headers, body: response.body };
+    } catch (error) {
+      throw describeConnectionFailure(signal.aborted ? Object.assign(new Error("aborted"), { name: "AbortError" }) : error);
+    }
+  }
+
+  /** Closes every connection (running requests are destroyed). */
+  async close(): Promise<void> {
+    await this.#agent.destroy().catch(() => {});
+  }
+}

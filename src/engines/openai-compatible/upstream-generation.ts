@@ -1,0 +1,257 @@
+/**
+ * One generation over a pool of upstreams: acquire a member, post the body, decode its stream
+ * into parts. Retries and failover happen only before the client received content (connection
+ * refused or reset, 408/429/5xx, a slow connect, no first token in time, an error event or a
+ * malformed stream): the lease goes back with the failure and the next member is tried, at most
+ * `maxAttempts` in all. Once content is out, a failure ends the stream with a typed error and
+ * nothing else is sent: a reply is never stitched from two upstreams.
+ *
+ * Cancellation aborts the upstream request at once; `usage()` then says what was counted.
+ */
+import type { GenerationUsage, RunningGeneration, StreamPart } from "../engine.ts";
+import { ApiError, UpstreamError, UpstreamTimeoutError } from "../../protocol/errors.ts";
+import type { MemberOutcome, PoolLease, UpstreamPool } from "./pool-types.ts";
+import { ChunkReader, readServerSentEvent, UpstreamProtocolError, UpstreamStreamError } from "./chunk-reader.ts";
+import { decodeServerSentEvents, SseProtocolError } from "./sse-decoder.ts";
+import { classifyHttpError, classifyStreamError, midStreamFailure, type UpstreamVerdict } from "./upstream-errors.ts";
+import { UpstreamConnectionError, describeConnectionFailure, type UpstreamClient } from "./upstream-client.ts";
+
+/** Operator-facing events (a member failing, our key refused): message and fields free of credentials. */
+export type UpstreamEventSink = (level: "info" | "warn" | "error", message: string, fields: Record<string, unknown>) => void;
+
+export type UpstreamGenerationOptions = {
+  pool: UpstreamPool;
+  client: UpstreamClient;
+  /** The request body (see `buildRequestBody`). */
+  body: Record<string, unknown>;
+  choices: number;
+  /** The prompt bound `prepare` gave (the estimate's prompt when the upstream never says). */
+  promptTokens: number;
+  logprobs: boolean;
+  /** The pool's affinity key for this request's prefix. */
+  affinity: string;
+  /** Members tried at most, the first included. */
+  maxAttempts: number;
+  /** Milliseconds from sending the request to the first content before the member counts as failed. */
+  firstTokenTimeoutMs: number;
+  /** Milliseconds between chunks, once content began, before the stream is ended with an error. */
+  idleTimeoutMs: number;
+  /** A `retry-after` up to this long is waited out before the next attempt; a longer one is not (default 2 s). */
+  maxRetryWaitMs?: number;
+  /** Strings never to show (the API key). */
+  secrets: readonly string[];
+  onEvent: UpstreamEventSink;
+  /** Aborted when the engine closes. */
+  closing: AbortSignal;
+};
+
+/** Why this engine aborted an attempt itself. */
+class AttemptTimeout extends Error {
+  readonly phase: "first-token" | "idle";
+  constructor(phase: "first-token" | "idle") {
+    super(phase === "first-token" ? "no first token in time" : "the stream went idle");
+    this.name = "AttemptTimeout";
+    this.phase = phase;
+  }
+}
+
+type AttemptResult = { kind: "done" } | { kind: "retry"; error: ApiError; retryAfterMs?: number };
+
+/** The body of an error answer, read up to 64 KiB (an upstream's error page can be large). */
+async function readErrorBody(body: AsyncIterable<Uint8Array>): Promise<string> {
+  const pieces: Buffer[] = [];
+  let size = 0;
+  for await (const piece of body) {
+    pieces.push(Buffer.from(piece));
+    size += piece.length;
+    if (size >= 64 * 1024) break;
+  }
+  return Buffer.concat(pieces).subarray(0, 64 * 1024).toString("utf8");
+}
+
+function sleep(milliseconds: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, milliseconds);
+    signal.addEventListener("abort", done, { once: true });
+  });
+}
+
+/** A lease whose release is idempotent (the first outcome wins). */
+function releasing(lease: PoolLease): (outcome: MemberOutcome) => void {
+  let released = false;
+  return (outcome) => {
+    if (released) return;
+    released = true;
+    lease.release(outcome);
+  };
+}
+
+/** Starts a generation: the first member is asked for at once (`admitted` resolves when one is lent). */
+export function startUpstreamGeneration(options: UpstreamGenerationOptions, signal: AbortSignal): RunningGeneration {
+  const stop = AbortSignal.any([signal, options.closing]);
+  const tried = new Set<string>();
+  const newReader = () => new ChunkReader({ choices: options.choices, promptTokens: options.promptTokens, logprobs: options.logprobs });
+  let reader = newReader();
+  let sent = false;
+  let consumed = false;
+
+  const firstLease = options.pool.acquire({ affinity: options.affinity, exclude: tried, signal: stop });
+  // A lease nobody will use (the caller left before reading parts) goes straight back.
+  let releaseIfIdle: (() => void) | undefined;
+  let releasedIdle = false;
+  firstLease.then(
+    (lease) => {
+      releaseIfIdle = () => {
+        if (consumed) return;
+        releasedIdle = true;
+        lease.release({ kind: "neutral" });
+      };
+      if (stop.aborted) releaseIfIdle();
+      else stop.addEventListener("abort", releaseIfIdle, { once: true });
+    },
+    () => {},
+  );
+  const admitted = firstLease.then(() => undefined);
+  admitted.catch(() => {});
+
+  async function* attempt(lease: PoolLease, number: number): AsyncGenerator<StreamPart, AttemptResult> {
+    const release = releasing(lease);
+    const member = lease.member.id;
+    reader = newReader();
+    const controller = new AbortController();
+    const onStop = () => controller.abort(stop.reason);
+    stop.addEventListener("abort", onStop, { once: true });
+    let timer: NodeJS.Timeout | undefined;
+    const arm = (phase: "first-token" | "idle") => {
+      clearTimeout(timer);
+      timer = setTimeout(() => controller.abort(new AttemptTimeout(phase)), phase === "first-token" ? options.firstTokenTimeoutMs : options.idleTimeoutMs);
+    };
+    const startedAt = performance.now();
+    let firstContentMs: number | undefined;
+    let done = false;
+    // A refusal thrown from inside the try (an HTTP 4xx) passes the catch untouched.
+    let refusal: ApiError | undefined;
+    try {
+      arm("first-token");
+      sent = true;
+      const response = await options.client.postChatCompletion(lease.member.baseUrl, options.body, controller.signal);
+      if (response.status < 200 || response.status >= 300) {
+        const verdict = classifyHttpError(response.status, await readErrorBody(response.body), response.headers, options.secrets);
+        release(verdict.outcome);
+        return settle(verdict);
+      }
+      for await (const event of decodeServerSentEvents(response.body)) {
+        // What follows [DONE] is drained, not read, so the connection can be kept.
+        if (done) continue;
+        const read = readServerSentEvent(reader, event);
+        if (read.done) {
+          done = true;
+          continue;
+        }
+        const parts = read.parts;
+        if (reader.sawContent) {
+          firstContentMs ??= performance.now() - startedAt;
+          arm("idle");
+        }
+        for (const part of parts) yield part;
+      }
+      if (!done && !reader.allFinished) throw new UpstreamProtocolError("The upstream's stream ended before the reply did.");
+      done = true;
+      clearTimeout(timer);
+      release({ kind: "ok", ...(firstContentMs !== undefined ? { timeToFirstTokenMs: firstContentMs } : {}) });
+      yield* reader.end();
+      return { kind: "done" };
+    } catch (error) {
+      clearTimeout(timer);
+      if (error === refusal) throw error;
+      if (stop.aborted) {
+        release({ kind: "neutral" });
+        yield* reader.cancel();
+        return { kind: "done" };
+      }
+      if (done) {
+        // Only the drain after [DONE] failed: the reply is whole.
+        release({ kind: "ok", ...(firstContentMs !== undefined ? { timeToFirstTokenMs: firstContentMs } : {}) });
+        yield* reader.end();
+        return { kind: "done" };
+      }
+      const verdict = classify(error, controller.signal.reason);
+      release(verdict.outcome);
+      options.onEvent("warn", "upstream attempt failed", { member, attempt: number, failure: verdict.outcome.kind, ...("status" in verdict.outcome ? { status: verdict.outcome.status } : {}) });
+      if (reader.sawContent) {
+        // Content is out: no retry, no second voice; the stream ends with the error.
+        // An error event keeps the upstream's (stripped) words; a broken connection or stream says so plainly.
+        if (error instanceof UpstreamStreamError && verdict.error instanceof UpstreamError) throw verdict.error;
+        throw midStreamFailure(controller.signal.reason instanceof AttemptTimeout ? "timeout" : "failure");
+      }
+      return settle(verdict);
+    } finally {
+      clearTimeout(timer);
+      stop.removeEventListener("abort", onStop);
+      // Closes the upstream request when the consumer stopped early (or anything above threw).
+      if (!done) controller.abort(new Error("generation ended"));
+      release({ kind: "neutral" });
+    }
+
+    function settle(verdict: UpstreamVerdict): AttemptResult {
+      if (verdict.action === "refuse") {
+        if (verdict.operatorAlert !== undefined) options.onEvent("error", `upstream ${member}: ${verdict.operatorAlert}`, { member });
+        refusal = verdict.error;
+        throw verdict.error;
+      }
+      return { kind: "retry", error: verdict.error, ...(verdict.retryAfterMs !== undefined ? { retryAfterMs: verdict.retryAfterMs } : {}) };
+    }
+  }
+
+  function classify(error: unknown, abortReason: unknown): UpstreamVerdict {
+    if (abortReason instanceof AttemptTimeout) {
+      return { action: "retry", outcome: { kind: "timeout" }, error: new UpstreamTimeoutError() };
+    }
+    if (error instanceof UpstreamStreamError) return classifyStreamError(error.payload, options.secrets);
+    if (error instanceof UpstreamProtocolError || error instanceof SseProtocolError) {
+      return { action: "retry", outcome: { kind: "protocol" }, error: new UpstreamError("The model's upstream server sent a malformed stream. Retry shortly.") };
+    }
+    if (error instanceof ApiError) return { action: "refuse", outcome: { kind: "neutral" }, error };
+    const failure = error instanceof UpstreamConnectionError ? error : describeConnectionFailure(error);
+    if (failure.kind === "connect-timeout") return { action: "retry", outcome: { kind: "connect" }, error: new UpstreamTimeoutError() };
+    return { action: "retry", outcome: { kind: "connect" }, error: new UpstreamError() };
+  }
+
+  async function* generate(): AsyncGenerator<StreamPart> {
+    consumed = true;
+    if (releaseIfIdle !== undefined) stop.removeEventListener("abort", releaseIfIdle);
+    let lease = await firstLease;
+    // Aborted before anyone read: the lease went back already, nothing was sent.
+    if (releasedIdle) {
+      yield* reader.cancel();
+      return;
+    }
+    const maxWait = options.maxRetryWaitMs ?? 2000;
+    for (let number = 1; ; number++) {
+      tried.add(lease.member.id);
+      const result = yield* attempt(lease, number);
+      if (result.kind === "done") return;
+      if (number >= options.maxAttempts) throw result.error;
+      if (result.retryAfterMs !== undefined && result.retryAfterMs <= maxWait) await sleep(result.retryAfterMs, stop);
+      try {
+        if (stop.aborted) throw stop.reason;
+        lease = await options.pool.acquire({ affinity: options.affinity, exclude: tried, signal: stop });
+      } catch (error) {
+        if (stop.aborted) {
+          yield* reader.cancel();
+          return;
+        }
+        // No member left to try: the failure that brought us here says most.
+        throw error instanceof ApiError && error.status === 503 ? result.error : error;
+      }
+    }
+  }
+
+  const usage = (): GenerationUsage => (sent ? reader.usage() : { source: "estimated", promptTokens: 0, cachedPromptTokens: 0, completionTokens: 0 });
+  return { admitted, parts: { [Symbol.asyncIterator]: generate }, usage };
+}
