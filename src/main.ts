@@ -175,7 +175,6 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
   };
   const models: CatalogModel[] = settings.models.map((entry) => {
     const engine = createEngine(entry, environment);
-    const capabilities = engine.capabilities();
     return {
       id: entry.id,
       ownedBy: entry.owned_by ?? "turnpike",
@@ -185,10 +184,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
       pricing: entry.pricing
         ? { prompt: entry.pricing.prompt, cachedPrompt: entry.pricing.cached_prompt ?? entry.pricing.prompt, completion: entry.pricing.completion }
         : FREE,
-      inputModalities: capabilities.inputModalities,
       outputModalities: ["text"],
-      supportedParameters: capabilities.supportedParameters,
-      vendorFields: capabilities.vendorFields,
     };
   });
   const catalog = new Catalog(models);

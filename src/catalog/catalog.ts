@@ -18,12 +18,7 @@ export type CatalogModel = {
   /** Context length to report until the engine is loaded and knows its own. */
   configuredContextLength: number;
   pricing: Pricing;
-  /** What the model reads: `["text"]`, or `["text", "image"]` for a vision model (image_url parts are refused otherwise). */
-  inputModalities: readonly string[];
   outputModalities: readonly string[];
-  supportedParameters: readonly string[];
-  /** Vendor sampling fields requests may carry for this model (passed to its engine as sent). */
-  vendorFields: readonly string[];
 };
 
 
@@ -81,15 +76,17 @@ function statusText(status: EngineStatus, members: readonly EngineMember[]): Mod
 
 /** The `/v1/models` entry for a model. */
 export function describeModel(model: CatalogModel): ModelObject {
+  // Read live: an upstream's kind (and so what it supports) may be known only once it was probed.
+  const capabilities = model.engine.capabilities();
   return {
     id: model.id,
     object: "model",
     created: model.created,
     owned_by: model.ownedBy,
     context_length: model.engine.info()?.contextLength ?? model.configuredContextLength,
-    modalities: { input: [...model.inputModalities], output: [...model.outputModalities] },
+    modalities: { input: [...capabilities.inputModalities], output: [...model.outputModalities] },
     pricing: { prompt: model.pricing.prompt, cached_prompt: model.pricing.cachedPrompt, completion: model.pricing.completion },
-    supported_parameters: [...model.supportedParameters, ...model.vendorFields],
+    supported_parameters: [...capabilities.supportedParameters, ...capabilities.vendorFields],
     status: statusText(model.engine.status(), model.engine.members()),
   };
 }

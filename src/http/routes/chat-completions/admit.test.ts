@@ -30,10 +30,7 @@ function model(id: string, engine: Engine): CatalogModel {
     configuredContextLength: CONTEXT,
     // 1 credit per prompt token, 2 per completion token.
     pricing: { prompt: 1_000_000, cachedPrompt: 500_000, completion: 2_000_000 },
-    inputModalities: ["text"],
     outputModalities: ["text"],
-    supportedParameters: engine.capabilities().supportedParameters,
-    vendorFields: [],
   };
 }
 

@@ -72,10 +72,7 @@ function model(id: string, engine: FakeEngine): CatalogModel {
     engine,
     configuredContextLength: 2048,
     pricing: PRICING,
-    inputModalities: ["text"],
     outputModalities: ["text"],
-    supportedParameters: engine.capabilities().supportedParameters,
-    vendorFields: [],
   };
 }
 

@@ -296,10 +296,7 @@ describe("parseChatCompletion: what a model supports", () => {
       engine: limited,
       configuredContextLength: 2048,
       pricing: { prompt: 0, cachedPrompt: 0, completion: 0 },
-      inputModalities: ["text"],
       outputModalities: ["text"],
-      supportedParameters: limited.capabilities().supportedParameters,
-      vendorFields: limited.capabilities().vendorFields,
     },
   ]);
   const parse = (fields: Record<string, unknown>) => parseChatCompletion(catalog, { model: "narrow", messages: hello, ...fields });
@@ -325,7 +322,7 @@ describe("parseChatCompletion: what a model supports", () => {
   });
 
   it("keeps the content parts of a message with images in the order they were sent", () => {
-    const vision = new Catalog([{ ...catalog.get("narrow"), id: "vision", inputModalities: ["text", "image"] }]);
+    const vision = new Catalog([{ ...catalog.get("narrow"), id: "vision", engine: new FakeEngine({ capabilities: { inputModalities: ["text", "image"] } }) }]);
     const url = `data:image/png;base64,${pngBase64}`;
     const parsed = parseChatCompletion(vision, {
       model: "vision",

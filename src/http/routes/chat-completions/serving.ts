@@ -94,10 +94,11 @@ const VENDOR_PARAMETERS = ["top_k", "min_p", "repetition_penalty", "reasoning_ef
  * say) with a 400 naming the parameter, and collects the vendor fields it allows.
  */
 function checkModelSupports(request: ChatCompletionRequest, model: CatalogModel): Record<string, unknown> | undefined {
+  const { supportedParameters, vendorFields } = model.engine.capabilities();
   for (const [param, neutral] of CHECKED_PARAMETERS) {
     const value = request[param];
     if (value == null || value === neutral || (Array.isArray(value) && value.length === 0)) continue;
-    if (model.supportedParameters.includes(param)) continue;
+    if (supportedParameters.includes(param)) continue;
     throw new UnsupportedParameterError(
       `Model '${model.id}' does not support '${param}'. GET /v1/models lists each model's supported_parameters.`,
       param,
@@ -107,7 +108,7 @@ function checkModelSupports(request: ChatCompletionRequest, model: CatalogModel)
   for (const param of VENDOR_PARAMETERS) {
     const value = request[param];
     if (value == null) continue;
-    if (!model.vendorFields.includes(param)) {
+    if (!vendorFields.includes(param)) {
       throw new UnsupportedParameterError(
         `Model '${model.id}' does not take '${param}': vendor sampling fields pass only to models whose entry allows them. GET /v1/models lists each model's supported_parameters.`,
         param,
@@ -305,7 +306,7 @@ export function parseChatCompletion(catalog: Catalog, body: unknown): ParsedChat
   const model = catalog.get(request.model);
   rejectUnsupported(request);
   const vendor = checkModelSupports(request, model);
-  const generationRequest = toGenerationRequest(request, { images: model.inputModalities.includes("image") });
+  const generationRequest = toGenerationRequest(request, { images: model.engine.capabilities().inputModalities.includes("image") });
   if (vendor !== undefined) generationRequest.vendor = vendor;
   if (request.stream !== true) generationRequest.buffered = true;
   const choice = generationRequest.toolChoice;
