@@ -249,6 +249,26 @@ test("once content is out a failure ends the stream with a typed error, never a 
   }
 });
 
+test("a buffered request (a non-streamed client) is retried even after a member failed mid-answer, showing only the whole reply", async () => {
+  const failing = await upstream((_request, response) => {
+    sse(response, [chunk({ content: "Hel" })], false);
+    setTimeout(() => response.socket?.destroy(), 20);
+  });
+  const good = await upstream((_request, response) => sse(response, helloStream));
+  const { engine, pool } = await engineOver([failing.url, good.url]);
+  const generation = (await engine.prepare(request({ buffered: true }))).start(new AbortController().signal);
+  const { parts, error } = await collect(generation.parts);
+  assert.equal(error, undefined);
+  assert.equal(textOf(parts), "Hello world", "the failed attempt's text is never shown");
+  assert.equal(good.requests.length, 1);
+  assert.deepEqual(
+    pool.releases.map((release) => [release.member, release.outcome.kind]),
+    [[failing.url, "connect"], [good.url, "ok"]],
+  );
+  assert.deepEqual(generation.usage(), { source: "upstream", promptTokens: 11, cachedPromptTokens: 0, completionTokens: 3 });
+  await engine.close();
+});
+
 test("cancelling closes the upstream request at once and ends the choice cancelled with what was counted", async () => {
   const server = await upstream((_request, response) => sse(response, [chunk({ role: "assistant", content: "" }), chunk({ content: "One" }), chunk({ content: " two" })], false));
   const { engine, pool } = await engineOver([server.url]);

@@ -215,6 +215,7 @@ export class OpenAiCompatibleEngine implements Engine {
             choices: request.choices,
             promptTokens,
             logprobs: request.logprobs !== undefined,
+            buffered: request.buffered === true,
             affinity,
             maxAttempts: this.#options.upstream.max_attempts,
             firstTokenTimeoutMs: this.#options.upstream.first_token_timeout * 1000,

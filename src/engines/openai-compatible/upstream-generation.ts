@@ -4,7 +4,10 @@
  * refused or reset, 408/429/5xx, a slow connect, no first token in time, an error event or a
  * malformed stream): the lease goes back with the failure and the next member is tried, at most
  * `maxAttempts` in all. Once content is out, a failure ends the stream with a typed error and
- * nothing else is sent: a reply is never stitched from two upstreams.
+ * nothing else is sent: a reply is never stitched from two upstreams. A `buffered` request (its
+ * client reads nothing before the reply is whole) holds each attempt's parts until the attempt
+ * succeeded, so it is retried even when a member fails mid-answer; what the failed attempt made
+ * is dropped, never shown.
  *
  * Cancellation aborts the upstream request at once; `usage()` then says what was counted.
  */
@@ -28,6 +31,8 @@ export type UpstreamGenerationOptions = {
   /** The prompt bound `prepare` gave (the estimate's prompt when the upstream never says). */
   promptTokens: number;
   logprobs: boolean;
+  /** The caller sends nothing before the reply is whole: parts are held per attempt, and a failure mid-answer is retried. */
+  buffered: boolean;
   /** The pool's affinity key for this request's prefix. */
   affinity: string;
   /** Members tried at most, the first included. */
@@ -132,6 +137,8 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
       timer = setTimeout(() => controller.abort(new AttemptTimeout(phase)), phase === "first-token" ? options.firstTokenTimeoutMs : options.idleTimeoutMs);
     };
     const startedAt = performance.now();
+    /** A buffered request's parts of this attempt, yielded once it succeeded. */
+    const held: StreamPart[] | undefined = options.buffered ? [] : undefined;
     let firstContentMs: number | undefined;
     let done = false;
     // A refusal thrown from inside the try (an HTTP 4xx) passes the catch untouched.
@@ -158,12 +165,14 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
           firstContentMs ??= performance.now() - startedAt;
           arm("idle");
         }
-        for (const part of parts) yield part;
+        if (held !== undefined) held.push(...parts);
+        else for (const part of parts) yield part;
       }
       if (!done && !reader.allFinished) throw new UpstreamProtocolError("The upstream's stream ended before the reply did.");
       done = true;
       clearTimeout(timer);
       release({ kind: "ok", ...(firstContentMs !== undefined ? { timeToFirstTokenMs: firstContentMs } : {}) });
+      if (held !== undefined) yield* held;
       yield* reader.end();
       return { kind: "done" };
     } catch (error) {
@@ -177,13 +186,14 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
       if (done) {
         // Only the drain after [DONE] failed: the reply is whole.
         release({ kind: "ok", ...(firstContentMs !== undefined ? { timeToFirstTokenMs: firstContentMs } : {}) });
+        if (held !== undefined) yield* held;
         yield* reader.end();
         return { kind: "done" };
       }
       const verdict = classify(error, controller.signal.reason);
       release(verdict.outcome);
       options.onEvent("warn", "upstream attempt failed", { member, attempt: number, failure: verdict.outcome.kind, ...("status" in verdict.outcome ? { status: verdict.outcome.status } : {}) });
-      if (reader.sawContent) {
+      if (reader.sawContent && held === undefined) {
         // Content is out: no retry, no second voice; the stream ends with the error.
         // An error event keeps the upstream's (stripped) words; a broken connection or stream says so plainly.
         if (error instanceof UpstreamStreamError && verdict.error instanceof UpstreamError) throw verdict.error;
