@@ -62,10 +62,14 @@ tag="$(sed -n 's/.*"tag": *"\([^"]*\)".*/\1/p' "$root/node_modules/node-llama-cp
 echo "build-llama-server: building llama.cpp ${tag:-?} (commit ${commit:0:12}) into $target_dir with $jobs jobs"
 
 mkdir -p "$cache_dir"
+# Folders of builds killed too hard to clean up after themselves (SIGKILL, power loss).
+find "$cache_dir" -mindepth 1 -maxdepth 1 -name '.build-*' -mmin +180 -exec rm -rf {} + 2>/dev/null || true
 # Everything happens in a temporary folder beside the target (same file system, so the final
 # rename is atomic); an interrupted build leaves only that folder, removed on exit.
 work="$(mktemp -d "$cache_dir/.build-$key.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 started=$SECONDS
 echo "build-llama-server: cloning the bundle"
@@ -84,7 +88,7 @@ cmake -S "$work/src" -B "$work/build" \
   -DLLAMA_BUILD_SERVER=ON \
   > "$work/configure.log" 2>&1 || { tail -n 40 "$work/configure.log" >&2; exit 1; }
 
-echo "build-llama-server: compiling the llama-server target (this takes 10-15 minutes on 2 cores)"
+echo "build-llama-server: compiling the llama-server target (6-15 minutes on 2 cores)"
 # Progress: cmake's "[ NN%]" lines, one in ten, so a CI log shows it moving without drowning.
 cmake --build "$work/build" --config Release --target llama-server -j "$jobs" 2>&1 \
   | tee "$work/build.log" \

@@ -6,11 +6,12 @@
  */
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
 import { after, before, describe, test } from "node:test";
 import { sharedModelsDir, skipWithoutLlamaServer, startLlamaServer, type RunningLlamaServer } from "./helpers/llama-server.ts";
-import { temporaryDirectory } from "./helpers/server.ts";
 
 const execFileAsync = promisify(execFile);
 const helperUrl = new URL("./helpers/llama-server.ts", import.meta.url).href;
@@ -217,7 +218,7 @@ describe("skipWithoutLlamaServer", () => {
   /** Runs skipWithoutLlamaServer() in a child with an empty cache, so the binary is missing. */
   async function skipVerdict(ci: string): Promise<{ code: number; stdout: string; stderr: string }> {
     const script = `const { skipWithoutLlamaServer } = await import(${JSON.stringify(helperUrl)}); console.log(JSON.stringify(skipWithoutLlamaServer()));`;
-    const env = { ...process.env, TURNPIKE_CACHE_DIR: temporaryDirectory("turnpike-empty-cache-"), CI: ci };
+    const env = { ...process.env, TURNPIKE_CACHE_DIR: fs.mkdtempSync(path.join(os.tmpdir(), "turnpike-empty-cache-")), CI: ci };
     return execFileAsync(process.execPath, ["--input-type=module", "-e", script], { env }).then(
       (result) => ({ code: 0, ...result }),
       (error: { code: number; stdout: string; stderr: string }) => error,

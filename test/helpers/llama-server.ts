@@ -44,7 +44,7 @@ export function findLlamaServer(): string | undefined {
   }
 }
 
-const howToBuild = "run scripts/build-llama-server.sh (10-15 minutes on 2 cores)";
+const howToBuild = "run scripts/build-llama-server.sh (6-15 minutes on 2 cores)";
 
 /**
  * For `describe(name, { skip: skipWithoutLlamaServer() }, ...)`: false when the binary is there.
