@@ -218,11 +218,16 @@ describe("skipWithoutLlamaServer", () => {
   /** Runs skipWithoutLlamaServer() in a child with an empty cache, so the binary is missing. */
   async function skipVerdict(ci: string): Promise<{ code: number; stdout: string; stderr: string }> {
     const script = `const { skipWithoutLlamaServer } = await import(${JSON.stringify(helperUrl)}); console.log(JSON.stringify(skipWithoutLlamaServer()));`;
-    const env = { ...process.env, TURNPIKE_CACHE_DIR: fs.mkdtempSync(path.join(os.tmpdir(), "turnpike-empty-cache-")), CI: ci };
-    return execFileAsync(process.execPath, ["--input-type=module", "-e", script], { env }).then(
-      (result) => ({ code: 0, ...result }),
-      (error: { code: number; stdout: string; stderr: string }) => error,
-    );
+    const emptyCache = fs.mkdtempSync(path.join(os.tmpdir(), "turnpike-empty-cache-"));
+    const env = { ...process.env, TURNPIKE_CACHE_DIR: emptyCache, CI: ci };
+    try {
+      return await execFileAsync(process.execPath, ["--input-type=module", "-e", script], { env }).then(
+        (result) => ({ code: 0, ...result }),
+        (error: { code: number; stdout: string; stderr: string }) => error,
+      );
+    } finally {
+      fs.rmSync(emptyCache, { recursive: true, force: true });
+    }
   }
 
   test("without the binary, skips outside CI with how to build it", async () => {
