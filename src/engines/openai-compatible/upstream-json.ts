@@ -23,6 +23,8 @@ export type JsonCallOptions = {
   signal?: AbortSignal;
   /** The most bytes of body read (default 4 MiB); a longer body is a `protocol` failure. */
   maxBytes?: number;
+  /** Parse the body as JSON (default true); false: `body` is the text as read (a health check's `OK`). */
+  json?: boolean;
 };
 
 /**
@@ -52,6 +54,7 @@ export async function callJson(url: string, options: JsonCallOptions): Promise<J
       return { ok: false, failure: "status", status: response.statusCode, retryAfterMs: retryAfterMs(response.headers["retry-after"]) };
     }
     if (text === undefined) return { ok: false, failure: "protocol" };
+    if (options.json === false) return { ok: true, status: response.statusCode, body: text };
     try {
       return { ok: true, status: response.statusCode, body: text === "" ? null : JSON.parse(text) };
     } catch {
