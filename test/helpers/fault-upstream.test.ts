@@ -69,6 +69,16 @@ describe("FaultUpstream", () => {
     assert.equal(upstream.requests[count - 1]!.closedByClient, true);
   });
 
+  it("delays the first token after the headers", async () => {
+    upstream.script({ kind: "complete", firstTokenDelayMs: 150 });
+    const started = Date.now();
+    const response = await request(`${upstream.baseUrl}/chat/completions`, { method: "POST", body: JSON.stringify(chat(true)), headers: { "content-type": "application/json" } });
+    const headersAfter = Date.now() - started;
+    await response.body.text();
+    assert.ok(headersAfter < 120, `headers came after ${headersAfter} ms`);
+    assert.ok(Date.now() - started >= 150);
+  });
+
   it("switches /health between 200 and 503", async () => {
     assert.equal((await request(`${upstream.origin}/health`)).statusCode, 200);
     upstream.healthy = false;

@@ -17,7 +17,7 @@ describe("callJson", () => {
           response.writeHead(200, { "content-type": "text/html" });
           response.end("<html>");
         },
-        "GET /slow": (_body, response) => void setTimeout(() => sendJson(response, 200, {}), 2000),
+        "GET /slow": (_body, response) => void setTimeout(() => sendJson(response, 200, {}), 2000).unref(),
         "GET /auth": (_body, response, request) => sendJson(response, 200, { authorization: request.headers.authorization ?? null }),
         "GET /busy": (_body, response) => sendJson(response, 503, {}, { "retry-after": "4" }),
       },
