@@ -76,7 +76,7 @@ describe("upstreamModelInfo", () => {
       },
     });
     assert.deepEqual(await upstreamModelInfo("ollama", upstream.baseUrl, "qwen2.5:7b"), { contextLength: 16384, source: "served" });
-    assert.deepEqual(asked, [{ model: "qwen2.5:7b" }]);
+    assert.deepEqual(asked, [{ model: "qwen2.5:7b", name: "qwen2.5:7b" }]);
     assert.deepEqual(ollamaContext({ model_info: { "llama.context_length": 131072 } }), { contextLength: 131072, source: "model" });
     assert.equal(ollamaContext({}), undefined);
   });

@@ -82,7 +82,8 @@ export async function upstreamModelInfo(kind: UpstreamKind, baseUrl: string, mod
     return served(isObject(settings) ? settings.n_ctx : undefined);
   }
   if (kind === "ollama") {
-    const answer = await callJson(`${root}/api/show`, { ...call, body: { model } });
+    // `name` for releases older than the `model` field.
+    const answer = await callJson(`${root}/api/show`, { ...call, body: { model, name: model } });
     return answer.ok && isObject(answer.body) ? ollamaContext(answer.body) : undefined;
   }
   // vLLM and SGLang list `max_model_len`; some OpenAI-compatible gateways `context_length` or `context_window`.

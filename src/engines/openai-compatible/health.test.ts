@@ -4,6 +4,7 @@
  * cooldown bringing it back, and a pool that opens with probes and recovers by itself.
  */
 import assert from "node:assert/strict";
+import net from "node:net";
 import { after, before, describe, it } from "node:test";
 import { FaultUpstream } from "../../../test/helpers/fault-upstream.ts";
 import { HealthChecker, healthUrl, probeMember } from "./health.ts";
@@ -84,9 +85,15 @@ describe("health probes", () => {
     assert.equal(upstream.probeAuthorizations.length, probes, "no probe after close");
   });
 
-  it("detects the kind on open when none is given", async () => {
-    const pool = createUpstreamPool({ urls: [upstream.baseUrl], maxInFlight: 1 });
-    await pool.open();
+  it("detects the kind on open when none is given, from the first member that answers", async () => {
+    const closed = net.createServer();
+    await new Promise<void>((resolve) => closed.listen(0, "127.0.0.1", resolve));
+    const deadUrl = `http://127.0.0.1:${(closed.address() as net.AddressInfo).port}`;
+    await new Promise<void>((resolve) => closed.close(() => resolve()));
+    const pool = createUpstreamPool({ urls: [deadUrl, upstream.baseUrl], maxInFlight: 1 });
+    const opening = pool.open();
+    assert.equal(pool.open(), opening, "opened once");
+    await opening;
     assert.equal(pool.kind, "openai", "the fault upstream offers /v1/models alone");
     pool.close();
   });

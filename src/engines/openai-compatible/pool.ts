@@ -78,6 +78,9 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPoolHa
   return new Pool(options);
 }
 
+/** Members asked at once when detecting the pool's kind. */
+const DETECT_AT_ONCE = 4;
+
 type Waiter = {
   options: AcquireOptions;
   resolve: (lease: PoolLease) => void;
@@ -96,6 +99,7 @@ class Pool implements UpstreamPoolHandle {
   #health: HealthChecker | undefined;
   #rotation = 0;
   #closed = false;
+  #opening: Promise<void> | undefined;
 
   constructor(options: UpstreamPoolOptions) {
     if (options.urls.length === 0) throw new TypeError("An upstream pool needs at least one URL.");
@@ -111,10 +115,16 @@ class Pool implements UpstreamPoolHandle {
     return this.#kind;
   }
 
-  async open(): Promise<void> {
-    if (this.#closed || this.#health !== undefined) return;
-    if (this.#kind === undefined) {
-      const detected = await Promise.all(this.#members.map((member) => detectKind(member.baseUrl, this.#options.apiKey).catch(() => undefined)));
+  open(): Promise<void> {
+    this.#opening ??= this.#open();
+    return this.#opening;
+  }
+
+  async #open(): Promise<void> {
+    // Members are asked a few at a time, in order, until one says what it is (a pool of 256 need not be asked at once).
+    for (let start = 0; this.#kind === undefined && start < this.#members.length && !this.#closed; start += DETECT_AT_ONCE) {
+      const batch = this.#members.slice(start, start + DETECT_AT_ONCE);
+      const detected = await Promise.all(batch.map((member) => detectKind(member.baseUrl, this.#options.apiKey).catch(() => undefined)));
       this.#kind = detected.find((kind) => kind !== undefined);
     }
     const intervalMs = this.#options.healthIntervalMs ?? 0;
