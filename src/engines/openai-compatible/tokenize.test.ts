@@ -37,7 +37,20 @@ describe("countPromptTokens", () => {
     ]);
   });
 
-  it("counts with llama-server's /apply-template then /tokenize", async () => {
+  it("counts with llama-server's /v1/chat/completions/input_tokens, images included", async () => {
+    const asked: unknown[] = [];
+    const upstream = await server({
+      "POST /v1/chat/completions/input_tokens": (body, response) => {
+        asked.push(body);
+        sendJson(response, 200, { input_tokens: 35, object: "response.input_tokens" });
+      },
+    });
+    const withImage = [{ role: "user", content: [{ type: "text", text: "What is this?" }, { type: "image_url", image_url: { url: "data:image/png;base64,AAAA" } }] }];
+    assert.deepEqual(await countPromptTokens({ kind: "llama-server", baseUrl: upstream.baseUrl, model: "m", messages: withImage, tools }), { tokens: 35 });
+    assert.deepEqual(asked, [{ model: "m", messages: withImage, tools }]);
+  });
+
+  it("counts with an older llama-server's /apply-template then /tokenize", async () => {
     const asked: unknown[] = [];
     const upstream = await server({
       "POST /apply-template": (body, response) => {

@@ -5,15 +5,18 @@
  * - vLLM: `POST /tokenize` (at the root) takes the chat form — `model`, `messages`, `tools`,
  *   `add_generation_prompt`, `chat_template_kwargs` — renders it with the model's template and
  *   answers `{count, max_model_len, tokens}`.
- * - llama-server: `POST /apply-template` takes `messages` (and `tools`, as
- *   `/v1/chat/completions` does) and answers `{prompt}`; `POST /tokenize` takes `content`,
- *   `add_special` and `parse_special` and answers `{tokens}`. The rendered prompt is tokenized
- *   as the server tokenizes a chat prompt: special tokens parsed, BOS added where the model adds it.
+ * - llama-server: recent builds take the whole chat body at `POST /v1/chat/completions/input_tokens`
+ *   and answer `{"input_tokens": N, "object": "response.input_tokens"}` (template, tools and media
+ *   counted as a completion would count them). Older builds: `POST /apply-template` takes
+ *   `messages` (and `tools`, as `/v1/chat/completions` does) and answers `{prompt}`;
+ *   `POST /tokenize` takes `content`, `add_special` and `parse_special` and answers `{tokens}`. The
+ *   rendered prompt is tokenized as the server tokenizes a chat prompt: special tokens parsed, BOS
+ *   added where the model adds it.
  * - SGLang: its `/tokenize` and `/v1/tokenize` take a `prompt` text only, no chat form: no count.
  * - Ollama and OpenAI: no tokenize endpoint: no count.
  *
- * Prompts with images are not counted (vLLM would fetch and process them; llama-server's template
- * holds a marker in their place): the upper bound covers them.
+ * Prompts with images are counted only by llama-server's `input_tokens` (vLLM would fetch and
+ * process them; `/apply-template` holds a marker in their place): else the upper bound covers them.
  */
 import type { UpstreamKind } from "../../config/schema.ts";
 import { callJson } from "./upstream-json.ts";
@@ -47,7 +50,9 @@ export function countsPromptsExactly(kind: UpstreamKind | undefined): boolean {
  * prompt holds images, or the server failed or took too long. Never throws for the upstream.
  */
 export async function countPromptTokens(options: CountPromptOptions): Promise<{ tokens: number } | undefined> {
-  if (!countsPromptsExactly(options.kind) || holdsImages(options.messages)) return undefined;
+  if (!countsPromptsExactly(options.kind)) return undefined;
+  const images = holdsImages(options.messages);
+  if (images && options.kind === "vllm") return undefined;
   const deadline = Date.now() + (options.timeoutMs ?? 2000);
   const call = (path: string, body: Record<string, unknown>) =>
     callJson(`${serverRoot(options.baseUrl)}${path}`, { body, apiKey: options.apiKey, timeoutMs: Math.max(1, deadline - Date.now()), signal: options.signal });
@@ -60,6 +65,15 @@ export async function countPromptTokens(options: CountPromptOptions): Promise<{ 
     return count(answer.body.count) ?? count(Array.isArray(answer.body.tokens) ? answer.body.tokens.length : undefined);
   }
 
+  const native = await callJson(`${serverRoot(options.baseUrl)}/v1/chat/completions/input_tokens`, {
+    body: { model: options.model, messages: options.messages, ...withTools, ...withKwargs },
+    apiKey: options.apiKey,
+    timeoutMs: Math.max(1, deadline - Date.now()),
+    signal: options.signal,
+  });
+  if (native.ok) return isRecord(native.body) ? count(native.body.input_tokens) : undefined;
+  // An older build answers 404 there; a server that did not answer in time will not answer the rest either.
+  if (native.failure !== "status" || images) return undefined;
   const rendered = await call("/apply-template", { messages: options.messages, ...withTools, ...withKwargs });
   const prompt = rendered.ok && isRecord(rendered.body) ? rendered.body.prompt : undefined;
   if (typeof prompt !== "string" || Date.now() >= deadline) return undefined;
