@@ -35,6 +35,11 @@ describe("detectKind", () => {
     assert.equal(await detectKind(upstream.baseUrl), "vllm");
   });
 
+  it("tells vLLM by its models' owner when /version is not there", async () => {
+    const upstream = await server({ "GET /v1/models": json({ object: "list", data: [{ id: "m", object: "model", owned_by: "vllm", max_model_len: 8192 }] }) });
+    assert.equal(await detectKind(upstream.baseUrl), "vllm");
+  });
+
   it("tells Ollama by /api/version at the root", async () => {
     const upstream = await server({ "GET /api/version": json({ version: "0.12.6" }) });
     assert.equal(await detectKind(upstream.baseUrl), "ollama");

@@ -7,7 +7,8 @@
  *   which is what one request gets; `total_slots`, `build_info`).
  * - SGLang: `GET /get_model_info` (`model_path`, `is_generation`), `GET /get_server_info` (its
  *   server args and `version`); `GET /v1/models` lists `max_model_len`.
- * - vLLM: `GET /version` (`{"version": ...}`); `GET /v1/models` lists `max_model_len`.
+ * - vLLM: `GET /version` (`{"version": ...}`); `GET /v1/models` lists `max_model_len` and
+ *   `owned_by: "vllm"`.
  * - Ollama: `GET /api/version` at the root (not under `/v1`); `POST /api/show {"model"}` gives
  *   `parameters` (text, with `num_ctx N` when the model file sets it) and `model_info`
  *   (`<architecture>.context_length`: the model's training context).
@@ -40,6 +41,7 @@ export async function detectKind(baseUrl: string, apiKey?: string, options: Dete
     const answer = await callJson(url, { apiKey, timeoutMs: options.timeoutMs ?? 2000, signal: options.signal, maxBytes: 1024 * 1024 });
     return answer.ok && isObject(answer.body) ? answer.body : undefined;
   };
+  const models = get(`${root}/v1/models`).then((list) => (Array.isArray(list?.data) ? list.data.filter(isObject) : undefined));
   const checks: Array<[UpstreamKind, () => Promise<boolean>]> = [
     ["llama-server", async () => {
       const props = await get(`${root}/props`);
@@ -50,9 +52,10 @@ export async function detectKind(baseUrl: string, apiKey?: string, options: Dete
       if (modelInfo !== undefined && "model_path" in modelInfo) return true;
       return (await get(`${root}/get_server_info`)) !== undefined;
     }],
-    ["vllm", async () => typeof (await get(`${root}/version`))?.version === "string"],
+    // vLLM lists its models as `owned_by: "vllm"`; `/version` alone is common to many servers.
+    ["vllm", async () => typeof (await get(`${root}/version`))?.version === "string" || ((await models)?.some((model) => model.owned_by === "vllm") ?? false)],
     ["ollama", async () => typeof (await get(`${root}/api/version`))?.version === "string"],
-    ["openai", async () => Array.isArray((await get(`${root}/v1/models`))?.data)],
+    ["openai", async () => (await models) !== undefined],
   ];
   const matches = await Promise.all(checks.map(([, check]) => check()));
   if (options.signal?.aborted) throw options.signal.reason;
