@@ -54,7 +54,8 @@ export type UpstreamPoolOptions = {
 /** What `createUpstreamPool` returns: the seam's pool, plus opening and per-member stats. */
 export type UpstreamPoolHandle = UpstreamPool & {
   /**
-   * Detects the kind when not given (asking members in order until one answers), probes every
+   * Detects the kind when not given (asking the first 8 members, 4 at a time, until one answers;
+   * unknown, probes use `/v1/models`), probes every
    * member once and starts the periodic probes. Never throws: an unreachable pool stays as it is
    * (its requests fail and trip the members).
    */
@@ -78,8 +79,9 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPoolHa
   return new Pool(options);
 }
 
-/** Members asked at once when detecting the pool's kind. */
+/** Members asked at once when detecting the pool's kind, and at most in all. */
 const DETECT_AT_ONCE = 4;
+const DETECT_AT_MOST = 8;
 
 type Waiter = {
   options: AcquireOptions;
@@ -121,9 +123,11 @@ class Pool implements UpstreamPoolHandle {
   }
 
   async #open(): Promise<void> {
-    // Members are asked a few at a time, in order, until one says what it is (a pool of 256 need not be asked at once).
-    for (let start = 0; this.#kind === undefined && start < this.#members.length && !this.#closed; start += DETECT_AT_ONCE) {
-      const batch = this.#members.slice(start, start + DETECT_AT_ONCE);
+    // Members are asked a few at a time, in order, until one says what it is; a pool of 256 dead
+    // members is not asked for minutes: past the first DETECT_AT_MOST, the kind stays unknown.
+    const asked = Math.min(this.#members.length, DETECT_AT_MOST);
+    for (let start = 0; this.#kind === undefined && start < asked && !this.#closed; start += DETECT_AT_ONCE) {
+      const batch = this.#members.slice(start, Math.min(asked, start + DETECT_AT_ONCE));
       const detected = await Promise.all(batch.map((member) => detectKind(member.baseUrl, this.#options.apiKey).catch(() => undefined)));
       this.#kind = detected.find((kind) => kind !== undefined);
     }
