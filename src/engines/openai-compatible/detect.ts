@@ -1,0 +1,120 @@
+/**
+ * What kind of server a base URL leads to, and how long a context it serves, found by asking the
+ * server's own endpoints (each with a short timeout; nothing here throws for the upstream's
+ * failures). The endpoints, as the servers document them:
+ *
+ * - llama-server: `GET /props` (`default_generation_settings.n_ctx`: the context of one slot,
+ *   which is what one request gets; `total_slots`, `build_info`).
+ * - SGLang: `GET /get_model_info` (`model_path`, `is_generation`), `GET /get_server_info` (its
+ *   server args and `version`); `GET /v1/models` lists `max_model_len`.
+ * - vLLM: `GET /version` (`{"version": ...}`); `GET /v1/models` lists `max_model_len` and
+ *   `owned_by: "vllm"`.
+ * - Ollama: `GET /api/version` at the root (not under `/v1`); `POST /api/show {"model"}` gives
+ *   `parameters` (text, with `num_ctx N` when the model file sets it) and `model_info`
+ *   (`<architecture>.context_length`: the model's training context).
+ * - OpenAI and other OpenAI-compatible servers: `GET /v1/models` alone.
+ */
+import type { UpstreamKind } from "../../config/schema.ts";
+import { callJson } from "./upstream-json.ts";
+import { serverRoot } from "./upstream-url.ts";
+
+export type DetectOptions = {
+  /** Milliseconds each probe may take (default 2000). */
+  timeoutMs?: number;
+  signal?: AbortSignal;
+};
+
+type Json = Record<string, unknown>;
+
+function isObject(value: unknown): value is Json {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/**
+ * The kind of server at `baseUrl`, or undefined when none of the probes is answered as a known
+ * server answers (unreachable, or not OpenAI-compatible). The probes run at once; the most
+ * specific match wins (llama-server, SGLang, vLLM, Ollama, then plain OpenAI-compatible).
+ */
+export async function detectKind(baseUrl: string, apiKey?: string, options: DetectOptions = {}): Promise<UpstreamKind | undefined> {
+  const root = serverRoot(baseUrl);
+  const get = async (url: string): Promise<Json | undefined> => {
+    const answer = await callJson(url, { apiKey, timeoutMs: options.timeoutMs ?? 2000, signal: options.signal, maxBytes: 1024 * 1024 });
+    return answer.ok && isObject(answer.body) ? answer.body : undefined;
+  };
+  const models = get(`${root}/v1/models`).then((list) => (Array.isArray(list?.data) ? list.data.filter(isObject) : undefined));
+  const checks: Array<[UpstreamKind, () => Promise<boolean>]> = [
+    ["llama-server", async () => {
+      const props = await get(`${root}/props`);
+      return props !== undefined && ("default_generation_settings" in props || "total_slots" in props || "build_info" in props);
+    }],
+    ["sglang", async () => {
+      const modelInfo = await get(`${root}/get_model_info`);
+      if (modelInfo !== undefined && "model_path" in modelInfo) return true;
+      return (await get(`${root}/get_server_info`)) !== undefined;
+    }],
+    // vLLM lists its models as `owned_by: "vllm"`; `/version` alone is common to many servers.
+    ["vllm", async () => typeof (await get(`${root}/version`))?.version === "string" || ((await models)?.some((model) => model.owned_by === "vllm") ?? false)],
+    ["ollama", async () => typeof (await get(`${root}/api/version`))?.version === "string"],
+    ["openai", async () => (await models) !== undefined],
+  ];
+  const matches = await Promise.all(checks.map(([, check]) => check()));
+  if (options.signal?.aborted) throw options.signal.reason;
+  return checks.find((_, index) => matches[index])?.[0];
+}
+
+/** The context an upstream serves for a model, and whether the server says it serves it. */
+export type UpstreamModelInfo = {
+  /** Tokens one request may hold: prompt plus completion. */
+  contextLength: number;
+  /**
+   * `served`: the server's own limit for requests. `model`: the model's maximum (its training
+   * context); the server may serve less and does not say (Ollama: see `ollamaContext`).
+   */
+  source: "served" | "model";
+};
+
+export type ModelInfoOptions = { apiKey?: string; timeoutMs?: number; signal?: AbortSignal };
+
+/** The context the server at `baseUrl` reports for `model`, or undefined when it reports none. */
+export async function upstreamModelInfo(kind: UpstreamKind, baseUrl: string, model: string, options: ModelInfoOptions = {}): Promise<UpstreamModelInfo | undefined> {
+  const call = { apiKey: options.apiKey, timeoutMs: options.timeoutMs ?? 5000, signal: options.signal, maxBytes: 16 * 1024 * 1024 };
+  const root = serverRoot(baseUrl);
+  if (kind === "llama-server") {
+    const answer = await callJson(`${root}/props`, call);
+    const settings = answer.ok && isObject(answer.body) ? answer.body.default_generation_settings : undefined;
+    return served(isObject(settings) ? settings.n_ctx : undefined);
+  }
+  if (kind === "ollama") {
+    // `name` for releases older than the `model` field.
+    const answer = await callJson(`${root}/api/show`, { ...call, body: { model, name: model } });
+    return answer.ok && isObject(answer.body) ? ollamaContext(answer.body) : undefined;
+  }
+  // vLLM and SGLang list `max_model_len`; some OpenAI-compatible gateways `context_length` or `context_window`.
+  const answer = await callJson(`${root}/v1/models`, call);
+  const data = answer.ok && isObject(answer.body) && Array.isArray(answer.body.data) ? answer.body.data.filter(isObject) : [];
+  const entry = data.find((candidate) => candidate.id === model) ?? (data.length === 1 ? data[0] : undefined);
+  if (entry === undefined) return undefined;
+  return served(entry.max_model_len ?? entry.context_length ?? entry.context_window);
+}
+
+/**
+ * Ollama's context for a model from `/api/show`. Ollama serves a request with `num_ctx` tokens:
+ * the model file's `num_ctx` when it sets one, else `OLLAMA_CONTEXT_LENGTH`, else its default
+ * (2048 in old releases, 4096 later, now chosen by VRAM: 4k under 24 GiB), which is usually far
+ * smaller than the model's `context_length`, and it silently drops what does not fit. Only the
+ * model file's `num_ctx` can be seen from here; without it the model's maximum is returned as
+ * `source: "model"`, and the caller should not trust it as the served context.
+ */
+export function ollamaContext(show: Record<string, unknown>): UpstreamModelInfo | undefined {
+  const parameters = typeof show.parameters === "string" ? show.parameters : "";
+  const numCtx = /^\s*num_ctx\s+(\d+)\s*$/m.exec(parameters)?.[1];
+  if (numCtx !== undefined) return served(Number(numCtx));
+  const info = isObject(show.model_info) ? show.model_info : {};
+  const key = Object.keys(info).find((name) => name.endsWith(".context_length"));
+  const length = key === undefined ? undefined : info[key];
+  return typeof length === "number" && Number.isInteger(length) && length > 0 ? { contextLength: length, source: "model" } : undefined;
+}
+
+function served(value: unknown): UpstreamModelInfo | undefined {
+  return typeof value === "number" && Number.isInteger(value) && value > 0 ? { contextLength: value, source: "served" } : undefined;
+}
