@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import net from "node:net";
 import { after, describe, it } from "node:test";
 import { FaultUpstream, sendJson, type RouteHandler } from "../../../test/helpers/fault-upstream.ts";
-import { detectKind, ollamaContext, upstreamModelInfo } from "./detect.ts";
+import { detectKind } from "./detect.ts";
 
 const json = (body: unknown): RouteHandler => (_body, response) => sendJson(response, 200, body);
 
@@ -57,38 +57,5 @@ describe("detectKind", () => {
     const port = (closed.address() as net.AddressInfo).port;
     await new Promise<void>((resolve) => closed.close(() => resolve()));
     assert.equal(await detectKind(`http://127.0.0.1:${port}/v1`, undefined, { timeoutMs: 300 }), undefined);
-  });
-});
-
-describe("upstreamModelInfo", () => {
-  it("reads vLLM's and SGLang's max_model_len from /v1/models", async () => {
-    const upstream = await server({}, 32768);
-    assert.deepEqual(await upstreamModelInfo("vllm", upstream.baseUrl, "served-model"), { contextLength: 32768, source: "served" });
-    assert.deepEqual(await upstreamModelInfo("sglang", upstream.baseUrl, "other-name"), { contextLength: 32768, source: "served" }, "the only model listed");
-  });
-
-  it("reads llama-server's per-slot n_ctx from /props", async () => {
-    const upstream = await server({ "GET /props": json({ default_generation_settings: { n_ctx: 4096 }, total_slots: 2 }) });
-    assert.deepEqual(await upstreamModelInfo("llama-server", upstream.baseUrl, "any"), { contextLength: 4096, source: "served" });
-  });
-
-  it("reads Ollama's num_ctx when the model file sets it, else the model's maximum", async () => {
-    const asked: unknown[] = [];
-    const upstream = await server({
-      "POST /api/show": (body, response) => {
-        asked.push(body);
-        sendJson(response, 200, { parameters: 'stop "<|im_end|>"\nnum_ctx 16384', model_info: { "general.architecture": "qwen2", "qwen2.context_length": 32768 } });
-      },
-    });
-    assert.deepEqual(await upstreamModelInfo("ollama", upstream.baseUrl, "qwen2.5:7b"), { contextLength: 16384, source: "served" });
-    assert.deepEqual(asked, [{ model: "qwen2.5:7b", name: "qwen2.5:7b" }]);
-    assert.deepEqual(ollamaContext({ model_info: { "llama.context_length": 131072 } }), { contextLength: 131072, source: "model" });
-    assert.equal(ollamaContext({}), undefined);
-  });
-
-  it("says nothing when the server reports no context", async () => {
-    const upstream = await server({});
-    assert.equal(await upstreamModelInfo("openai", upstream.baseUrl, "served-model"), undefined);
-    assert.equal(await upstreamModelInfo("llama-server", upstream.baseUrl, "served-model"), undefined);
   });
 });
