@@ -172,6 +172,12 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
       logger[level]({ model: modelId, state: status.state, detail: "detail" in status ? status.detail : undefined, source }, `model ${modelId}: ${status.state}`);
     },
     onUpstreamEvent: (modelId, level, message, fields) => logger[level]({ model: modelId, ...fields }, message),
+    onUpstreamOutcome: (modelId, memberId, outcome) => {
+      metrics.upstreamRequests.inc({ model: modelId, member: memberId, outcome: outcome.kind });
+      if (outcome.kind === "ok" && outcome.timeToFirstTokenMs !== undefined) {
+        metrics.upstreamTimeToFirstToken.observe({ model: modelId, member: memberId }, outcome.timeToFirstTokenMs / 1000);
+      }
+    },
   };
   const models: CatalogModel[] = settings.models.map((entry) => {
     const engine = createEngine(entry, environment);

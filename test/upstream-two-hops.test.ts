@@ -107,7 +107,7 @@ describe("a Turnpike node as the upstream of another", () => {
       { type: "function", function: { name: "get_weather", description: "Weather in a city.", parameters: { type: "object", properties: { city: { type: "string", maxLength: 12 } }, required: ["city"] } } },
     ];
     for (const stream of [false, true]) {
-      const request = { model: "story-via-a", messages: ask.messages, max_tokens: 60, tools, tool_choice: "required" as const };
+      const request = { model: "story-via-a", messages: ask.messages, max_tokens: 200, temperature: 0, tools, tool_choice: "required" as const, parallel_tool_calls: false };
       let calls: Array<{ name: string; arguments: string }>;
       if (!stream) {
         const completion = await nodeB.client.chat.completions.create(request);
@@ -118,7 +118,7 @@ describe("a Turnpike node as the upstream of another", () => {
         const completion = await runner.finalChatCompletion();
         calls = (completion.choices[0]!.message.tool_calls ?? []).map((call) => ({ name: (call as OpenAI.ChatCompletionMessageFunctionToolCall).function.name, arguments: (call as OpenAI.ChatCompletionMessageFunctionToolCall).function.arguments }));
       }
-      assert.ok(calls.length >= 1, `a tool call came back (stream: ${stream})`);
+      assert.equal(calls.length, 1, `one tool call came back (stream: ${stream})`);
       assert.equal(calls[0]!.name, "get_weather");
       assert.equal(typeof (JSON.parse(calls[0]!.arguments) as { city: unknown }).city, "string");
     }
@@ -131,7 +131,7 @@ describe("a Turnpike node as the upstream of another", () => {
       max_tokens: 80,
       response_format: {
         type: "json_schema",
-        json_schema: { name: "pet", strict: true, schema: { type: "object", properties: { name: { type: "string", maxLength: 10 }, age: { type: "integer", minimum: 0, maximum: 20 } }, required: ["name", "age"], additionalProperties: false } },
+        json_schema: { name: "pet", strict: true, schema: { type: "object", properties: { name: { type: "string", maxLength: 10 }, age: { type: "integer" } }, required: ["name", "age"], additionalProperties: false } },
       },
     });
     const parsed = JSON.parse(completion.choices[0]!.message.content!) as { name: unknown; age: unknown };

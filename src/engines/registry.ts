@@ -9,6 +9,7 @@ import type { Engine, EngineStatus } from "./engine.ts";
 import { LlamaCppEngine } from "./llamacpp/llamacpp-engine.ts";
 import type { DownloadProgress } from "./llamacpp/model-file.ts";
 import { createUpstreamEngine } from "./openai-compatible/create.ts";
+import type { MemberOutcome } from "./openai-compatible/pool-types.ts";
 
 /** What every engine may need from the process: settings, the shared llama.cpp runtime, logs. */
 export type EngineEnvironment = {
@@ -26,6 +27,8 @@ export type EngineEnvironment = {
   onStatus: (modelId: string, status: EngineStatus, source: string | undefined) => void;
   /** Operator-facing events of upstream pools (a member down, an upstream refusing our key). */
   onUpstreamEvent: (modelId: string, level: "info" | "warn" | "error", message: string, fields: Record<string, unknown>) => void;
+  /** How each request to an upstream member ended (for per-member metrics). */
+  onUpstreamOutcome: (modelId: string, memberId: string, outcome: MemberOutcome) => void;
 };
 
 /** The engine for a model entry, not yet open (`open()` loads it or reaches its upstreams). */

@@ -48,6 +48,13 @@ test("an unknown kind tries /v1/models, then /props, then /api/show", async () =
   assert.deepEqual(asked, ["http://x/v1/models", "http://x/props", 'http://x/api/show {"model":"m"}']);
 });
 
+test("an OpenAI-compatible gateway: context_length (or context_window) of the model in /v1/models", async () => {
+  const answers = { "http://g/v1/models": { data: [{ id: "story", context_length: 2048 }] } };
+  assert.deepEqual(await detectContextLength({ client: client(answers), kind: "openai", baseUrls: ["http://g/v1"], model: "story", signal }), { contextLength: 2048 });
+  const windowed = { "http://g/v1/models": { data: [{ id: "story", context_window: 8192 }] } };
+  assert.deepEqual(await detectContextLength({ client: client(windowed), kind: "openai", baseUrls: ["http://g/v1"], model: "story", signal }), { contextLength: 8192 });
+});
+
 test("OpenAI, or no answer at all: the entry must say", async () => {
   const openai = await detectContextLength({ client: client({}), kind: "openai", baseUrls: ["https://api.openai.com/v1"], model: "gpt", signal });
   assert.equal(openai.contextLength, undefined);

@@ -3,7 +3,8 @@
  * vLLM and SGLang list `max_model_len` in `/v1/models`; llama-server says its per-slot context in
  * `/props` (`default_generation_settings.n_ctx`); Ollama's `/api/show` gives `num_ctx` when the
  * model sets one (Ollama cuts longer prompts silently: without it, its default of 4096 is assumed
- * and the operator told to set `context_length`); OpenAI says nothing: the entry must.
+ * and the operator told to set `context_length`); OpenAI-compatible gateways (a Turnpike node,
+ * OpenRouter, LiteLLM) list `context_length` or `context_window`; OpenAI itself says nothing: the entry must.
  */
 import type { UpstreamKind } from "../../config/schema.ts";
 import type { UpstreamClient } from "./upstream-client.ts";
@@ -35,9 +36,9 @@ export function originOf(baseUrl: string): string {
 async function fromModelsList(probe: ContextLengthProbe, baseUrl: string): Promise<number | undefined> {
   const list = (await probe.client.getJson(`${baseUrl}/models`, probe.signal)) as { data?: unknown } | undefined;
   if (!Array.isArray(list?.data)) return undefined;
-  const models = list.data as { id?: unknown; max_model_len?: unknown }[];
+  const models = list.data as { id?: unknown; max_model_len?: unknown; context_length?: unknown; context_window?: unknown }[];
   const model = models.find((entry) => entry.id === probe.model) ?? (models.length === 1 ? models[0] : undefined);
-  return positive(model?.max_model_len);
+  return positive(model?.max_model_len) ?? positive(model?.context_length) ?? positive(model?.context_window);
 }
 
 async function fromLlamaServerProps(probe: ContextLengthProbe, baseUrl: string): Promise<number | undefined> {
@@ -64,7 +65,6 @@ async function fromOllamaShow(probe: ContextLengthProbe, baseUrl: string): Promi
 
 /** The context length the upstreams serve the model with, from the first member that says. */
 export async function detectContextLength(probe: ContextLengthProbe): Promise<ContextLengthFound> {
-  if (probe.kind === "openai") return { contextLength: undefined, reason: "OpenAI does not publish context lengths: set the model entry's context_length" };
   for (const baseUrl of probe.baseUrls) {
     if (probe.signal.aborted) break;
     if (probe.kind === "ollama") {
@@ -76,6 +76,7 @@ export async function detectContextLength(probe: ContextLengthProbe): Promise<Co
       const fromList = await fromModelsList(probe, baseUrl);
       if (fromList !== undefined) return { contextLength: fromList };
     }
+    if (probe.kind === "openai") continue;
     if (probe.kind === undefined || probe.kind === "llama-server") {
       const fromProps = await fromLlamaServerProps(probe, baseUrl);
       if (fromProps !== undefined) return { contextLength: fromProps };
@@ -85,5 +86,6 @@ export async function detectContextLength(probe: ContextLengthProbe): Promise<Co
       if (found !== undefined) return found;
     }
   }
+  if (probe.kind === "openai") return { contextLength: undefined, reason: "the upstream does not publish the model's context length (OpenAI does not): set the model entry's context_length" };
   return { contextLength: undefined, reason: "no upstream server said the model's context length: set the model entry's context_length, or check the servers are up" };
 }

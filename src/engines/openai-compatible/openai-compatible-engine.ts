@@ -29,6 +29,7 @@ import { buildRequestBody } from "./request-body.ts";
 import { sanitizeUpstreamMessage } from "./upstream-errors.ts";
 import { UpstreamClient } from "./upstream-client.ts";
 import { startUpstreamGeneration, type UpstreamEventSink } from "./upstream-generation.ts";
+import { normalizeBaseUrl } from "./upstream-url.ts";
 
 /**
  * Tokens one image may take, at most, in the models upstreams serve: Qwen2-VL and Qwen2.5-VL at
@@ -62,12 +63,6 @@ export type OpenAiCompatibleEngineOptions = {
   onEvent?: UpstreamEventSink;
 };
 
-/** Members' base URLs as configured: without a trailing slash, ending in `/v1`. */
-export function normalizeBaseUrl(url: string): string {
-  const trimmed = url.replace(/\/+$/, "");
-  return trimmed.endsWith("/v1") ? trimmed : `${trimmed}/v1`;
-}
-
 /** The engine of a model served upstream: one pool, one keep-alive client, the kind's dialect. */
 export class OpenAiCompatibleEngine implements Engine {
   readonly #options: OpenAiCompatibleEngineOptions;
@@ -99,6 +94,8 @@ export class OpenAiCompatibleEngine implements Engine {
     this.#opened = "opening";
     this.#report();
     try {
+      // The kind first (probed when not configured): the context length is asked for in its dialect.
+      await this.#options.pool.open?.();
       if (this.#contextLength === undefined) {
         const found = await detectContextLength({
           client: this.#client,

@@ -43,6 +43,11 @@ export type AcquireOptions = {
 
 export interface UpstreamPool {
   /**
+   * Detects the kind when not given, probes every member once and starts the periodic probes.
+   * Never throws. Optional: a pool made for a test may have nothing to open.
+   */
+  open?(): Promise<void>;
+  /**
    * A member with room for one more request: the least busy healthy one (affinity aside).
    * Waits in the model's queue while every healthy member is full; throws `EngineOverloadedError`
    * (503 with retry-after) when the queue is full too, `UpstreamUnavailableError` when no member

@@ -1,0 +1,272 @@
+/**
+ * A pool of upstream servers serving one model: which member takes the next request, how many
+ * wait when all are full, and what each member's health is.
+ *
+ * Routing: the member with the fewest requests in flight among those that can take one (healthy
+ * with room, or recovering with no trial running); ties go round-robin. With an `affinity` (a hash
+ * of the request's prefix), the member that served it last is preferred while it is not much
+ * busier: while its in-flight count exceeds the least busy one's by at most
+ * `affinitySlack(max_in_flight)` = max(2, ⌈25% of max_in_flight⌉), its prefix cache saves more than
+ * the extra wait costs. What served an affinity is remembered in an LRU map (4096 entries by
+ * default). Members in `exclude` (already tried for this request) are taken only when no other
+ * member has room. While active probes run, a recovering member is sent no client request as long
+ * as a healthy one has room: the probe brings it back.
+ *
+ * When every serving member is full, requests wait in one bounded FIFO queue; a released lease
+ * goes to the oldest waiter. A full queue: `EngineOverloadedError` (503, retry-after 1). No member
+ * serving (all cooling down): `UpstreamUnavailableError` with retry-after = the shortest cooldown
+ * left. A waiter whose signal aborts leaves the queue and gets the signal's reason.
+ */
+import type { UpstreamEntry, UpstreamKind } from "../../config/schema.ts";
+import { EngineOverloadedError, ShuttingDownError, UpstreamUnavailableError } from "../../protocol/errors.ts";
+import type { EngineMember } from "../engine.ts";
+import { detectKind } from "./detect.ts";
+import { HealthChecker } from "./health.ts";
+import { LruMap } from "./lru-map.ts";
+import { PoolMember, type MemberHealthOptions, type MemberStats } from "./member.ts";
+import type { AcquireOptions, MemberOutcome, PoolLease, UpstreamMember, UpstreamPool } from "./pool-types.ts";
+
+export type UpstreamPoolOptions = {
+  /** One base URL per member (`/v1` is added when missing). */
+  urls: readonly string[];
+  /** The kind the members speak; detected by `open` when absent. */
+  kind?: UpstreamKind;
+  /** Requests one member runs at once (`max_in_flight`). */
+  maxInFlight: number;
+  /** Requests that may wait when every serving member is full (default 256). */
+  queueSize?: number;
+  /** Sent as a bearer token to probes (and detection); never logged. */
+  apiKey?: string;
+  /** Milliseconds between active health probes (`health_interval` × 1000); 0 or absent: none. */
+  healthIntervalMs?: number;
+  /** Milliseconds one probe may take (default: 5 s, SGLang 25 s). */
+  probeTimeoutMs?: number;
+  /** Affinity hashes remembered (default 4096). */
+  affinityEntries?: number;
+  /** Passive health: threshold, cooldowns, clock. */
+  health?: MemberHealthOptions;
+  /** Each released lease's outcome (for metrics). */
+  onOutcome?: (member: UpstreamMember, outcome: MemberOutcome) => void;
+  /** A member went out (`healthy` false) or came back, by requests or by probes (for logs). */
+  onHealthChange?: (member: UpstreamMember, healthy: boolean) => void;
+};
+
+/** What `createUpstreamPool` returns: the seam's pool, plus opening and per-member stats. */
+export type UpstreamPoolHandle = UpstreamPool & {
+  /**
+   * Detects the kind when not given (asking the first 8 members, 4 at a time, until one answers;
+   * unknown, probes use `/v1/models`), probes every
+   * member once and starts the periodic probes. Never throws: an unreachable pool stays as it is
+   * (its requests fail and trip the members).
+   */
+  open(): Promise<void>;
+  /** Each member's counters, for metrics. */
+  stats(): Array<MemberStats & { id: string }>;
+};
+
+/** How many more requests in flight the member that served an affinity may have than the least busy one and still be preferred. */
+export function affinitySlack(maxInFlight: number): number {
+  return Math.max(2, Math.ceil(maxInFlight * 0.25));
+}
+
+/** The pool options an upstream model entry gives (probes every `health_interval` seconds). */
+export function poolOptionsFromEntry(entry: UpstreamEntry, apiKey?: string): UpstreamPoolOptions {
+  return { urls: entry.urls, kind: entry.kind, maxInFlight: entry.max_in_flight, apiKey, healthIntervalMs: entry.health_interval * 1000 };
+}
+
+/** A pool over `options.urls`; call `open` to detect its kind and start the health probes. */
+export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPoolHandle {
+  return new Pool(options);
+}
+
+/** Members asked at once when detecting the pool's kind, and at most in all. */
+const DETECT_AT_ONCE = 4;
+const DETECT_AT_MOST = 8;
+
+type Waiter = {
+  options: AcquireOptions;
+  resolve: (lease: PoolLease) => void;
+  reject: (error: unknown) => void;
+  onAbort: () => void;
+};
+
+class Pool implements UpstreamPoolHandle {
+  readonly #options: UpstreamPoolOptions;
+  readonly #members: PoolMember[];
+  readonly #waiters: Waiter[] = [];
+  readonly #affinity: LruMap<string, PoolMember>;
+  readonly #queueSize: number;
+  readonly #wasHealthy = new Map<PoolMember, boolean>();
+  #kind: UpstreamKind | undefined;
+  #health: HealthChecker | undefined;
+  #rotation = 0;
+  #closed = false;
+  #opening: Promise<void> | undefined;
+
+  constructor(options: UpstreamPoolOptions) {
+    if (options.urls.length === 0) throw new TypeError("An upstream pool needs at least one URL.");
+    this.#options = options;
+    this.#kind = options.kind;
+    this.#members = options.urls.map((url) => new PoolMember(url, options.maxInFlight, options.health));
+    for (const member of this.#members) this.#wasHealthy.set(member, true);
+    this.#affinity = new LruMap(options.affinityEntries ?? 4096);
+    this.#queueSize = options.queueSize ?? 256;
+  }
+
+  get kind(): UpstreamKind | undefined {
+    return this.#kind;
+  }
+
+  open(): Promise<void> {
+    this.#opening ??= this.#open();
+    return this.#opening;
+  }
+
+  async #open(): Promise<void> {
+    // Members are asked a few at a time, in order, until one says what it is; a pool of 256 dead
+    // members is not asked for minutes: past the first DETECT_AT_MOST, the kind stays unknown.
+    const asked = Math.min(this.#members.length, DETECT_AT_MOST);
+    for (let start = 0; this.#kind === undefined && start < asked && !this.#closed; start += DETECT_AT_ONCE) {
+      const batch = this.#members.slice(start, Math.min(asked, start + DETECT_AT_ONCE));
+      const detected = await Promise.all(batch.map((member) => detectKind(member.baseUrl, this.#options.apiKey).catch(() => undefined)));
+      this.#kind = detected.find((kind) => kind !== undefined);
+    }
+    const intervalMs = this.#options.healthIntervalMs ?? 0;
+    if (this.#closed || intervalMs <= 0) return;
+    this.#health = new HealthChecker({
+      kind: this.#kind,
+      members: this.#members,
+      intervalMs,
+      apiKey: this.#options.apiKey,
+      timeoutMs: this.#options.probeTimeoutMs,
+      onProbe: (member) => this.#changed(member),
+    });
+    await this.#health.probeAll();
+    if (!this.#closed) this.#health.start();
+  }
+
+  acquire(options: AcquireOptions): Promise<PoolLease> {
+    if (this.#closed) return Promise.reject(new ShuttingDownError());
+    if (options.signal.aborted) return Promise.reject(options.signal.reason);
+    const member = this.#pick(options);
+    if (member !== undefined) return Promise.resolve(this.#lease(member));
+    if (!this.#members.some((candidate) => candidate.serves())) return Promise.reject(this.#unavailable());
+    if (this.#waiters.length >= this.#queueSize) {
+      const running = this.#members.reduce((sum, candidate) => sum + candidate.inFlight, 0);
+      return Promise.reject(new EngineOverloadedError(`The model is busy: ${running} requests are running upstream and ${this.#waiters.length} are waiting. Retry shortly.`));
+    }
+    return new Promise((resolve, reject) => {
+      const waiter: Waiter = {
+        options,
+        resolve,
+        reject,
+        onAbort: () => {
+          const index = this.#waiters.indexOf(waiter);
+          if (index !== -1) this.#waiters.splice(index, 1);
+          reject(options.signal.reason);
+        },
+      };
+      options.signal.addEventListener("abort", waiter.onAbort, { once: true });
+      this.#waiters.push(waiter);
+    });
+  }
+
+  members(): EngineMember[] {
+    // The queue is the pool's: counted once (on the first member), so sums over members stay true.
+    return this.#members.map((member, index) => ({
+      id: member.id,
+      busy: member.inFlight,
+      capacity: member.capacity,
+      waiting: index === 0 ? this.#waiters.length : 0,
+      healthy: member.health === "healthy",
+    }));
+  }
+
+  state(): "ready" | "degraded" | "unavailable" {
+    const healthy = this.#members.filter((member) => member.health === "healthy").length;
+    if (healthy === this.#members.length) return "ready";
+    return healthy === 0 ? "unavailable" : "degraded";
+  }
+
+  stats(): Array<MemberStats & { id: string }> {
+    return this.#members.map((member) => ({ id: member.id, ...member.stats() }));
+  }
+
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#health?.stop();
+    for (const waiter of this.#waiters.splice(0)) {
+      waiter.options.signal.removeEventListener("abort", waiter.onAbort);
+      waiter.reject(new ShuttingDownError());
+    }
+  }
+
+  /** The member for this request now, or none (all full, or none serving). */
+  #pick(options: AcquireOptions): PoolMember | undefined {
+    const open = this.#members.filter((member) => member.canTake());
+    if (open.length === 0) return undefined;
+    const untried = options.exclude === undefined ? open : open.filter((member) => !options.exclude!.has(member.id));
+    let candidates = untried.length > 0 ? untried : open;
+    if (this.#health !== undefined) {
+      const healthy = candidates.filter((member) => member.health === "healthy");
+      if (healthy.length > 0) candidates = healthy;
+    }
+    const least = Math.min(...candidates.map((member) => member.inFlight));
+    let chosen: PoolMember | undefined;
+    if (options.affinity !== undefined) {
+      const previous = this.#affinity.get(options.affinity);
+      if (previous !== undefined && candidates.includes(previous) && previous.inFlight - least <= affinitySlack(previous.capacity)) chosen = previous;
+    }
+    if (chosen === undefined) {
+      const tied = candidates.filter((member) => member.inFlight === least);
+      chosen = tied[this.#rotation++ % tied.length]!;
+    }
+    if (options.affinity !== undefined) this.#affinity.set(options.affinity, chosen);
+    return chosen;
+  }
+
+  #lease(member: PoolMember): PoolLease {
+    const trial = member.begin();
+    let released = false;
+    return {
+      member,
+      release: (outcome: MemberOutcome) => {
+        if (released) return;
+        released = true;
+        member.finish(outcome, trial);
+        this.#options.onOutcome?.(member, outcome);
+        this.#changed(member);
+      },
+    };
+  }
+
+  /** A member's load or health changed: tell whoever listens, and serve the waiters that now can be. */
+  #changed(member: PoolMember): void {
+    const healthy = member.health === "healthy";
+    if (this.#wasHealthy.get(member) !== healthy) {
+      this.#wasHealthy.set(member, healthy);
+      this.#options.onHealthChange?.(member, healthy);
+    }
+    while (this.#waiters.length > 0) {
+      const waiter = this.#waiters[0]!;
+      const chosen = this.#pick(waiter.options);
+      if (chosen === undefined) break;
+      this.#waiters.shift();
+      waiter.options.signal.removeEventListener("abort", waiter.onAbort);
+      waiter.resolve(this.#lease(chosen));
+    }
+    if (this.#waiters.length > 0 && !this.#members.some((candidate) => candidate.serves())) {
+      const error = this.#unavailable();
+      for (const waiter of this.#waiters.splice(0)) {
+        waiter.options.signal.removeEventListener("abort", waiter.onAbort);
+        waiter.reject(error);
+      }
+    }
+  }
+
+  #unavailable(): UpstreamUnavailableError {
+    const soonestMs = Math.min(...this.#members.map((member) => member.cooldownLeftMs));
+    return new UpstreamUnavailableError(undefined, Math.max(1, Math.ceil(soonestMs / 1000)));
+  }
+}

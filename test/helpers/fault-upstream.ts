@@ -1,0 +1,250 @@
+/**
+ * A fault-injecting OpenAI-compatible upstream for tests: a real HTTP server on 127.0.0.1 that
+ * answers `/v1/chat/completions` the way a script says. It exists only for the failures a real
+ * server (vLLM, llama-server...) will not produce on demand: hanging before headers, a stream cut
+ * after k chunks, 5xx or 429 with `retry-after`, a slow first token, garbage chunks, 401. Normal
+ * answers (streamed with a usage chunk, or one JSON body) are fixed and small.
+ *
+ * It counts the chat requests it received and tells whether the client closed a request's
+ * connection before the answer was complete (to check that cancellation reaches the upstream).
+ * `/health` answers 200 or 503 as the test switches it; `/v1/models` lists the one model.
+ */
+import http from "node:http";
+import type net from "node:net";
+
+/** What the server does with one chat request. */
+export type FaultStep =
+  /** A normal answer: `text` pieces as chunks (streamed) or joined (not streamed); `firstTokenDelayMs` after the headers. */
+  | { kind: "complete"; text?: string[]; firstTokenDelayMs?: number; chunkDelayMs?: number }
+  /** Reads the request and never answers (no headers). */
+  | { kind: "hang" }
+  /** Streams `afterChunks` chunks, then destroys the socket (no finish, no `[DONE]`). */
+  | { kind: "cut"; afterChunks: number }
+  /** Answers `status` with an OpenAI error body (and `retry-after` when given: seconds or a date). */
+  | { kind: "status"; status: number; retryAfter?: string; message?: string }
+  /** Streams `afterChunks` good chunks, then a chunk that is not JSON, then ends. */
+  | { kind: "garbage"; afterChunks?: number };
+
+/** A chat request the server received. */
+export type ReceivedRequest = {
+  body: Record<string, unknown>;
+  authorization: string | undefined;
+  /** True once the client closed the connection before the answer was complete. */
+  closedByClient: boolean;
+  /** Resolves when the client closes the connection before the answer was complete. */
+  clientClosed: Promise<void>;
+};
+
+/** A handler for a route the test adds (`"POST /tokenize"`): it writes the whole answer. */
+export type RouteHandler = (body: unknown, response: http.ServerResponse, request: http.IncomingMessage) => void;
+
+export type FaultUpstreamOptions = {
+  /** The model it serves (default `fault-model`). */
+  model?: string;
+  /** The normal answer's pieces (default `["Hello", " there", "!"]`). */
+  text?: string[];
+  /** `max_model_len` in `/v1/models`, when given. */
+  maxModelLen?: number;
+  /** More routes, by `"METHOD /path"`; they win over the built-in ones. */
+  routes?: Record<string, RouteHandler>;
+};
+
+const DEFAULT_TEXT = ["Hello", " there", "!"];
+const PROMPT_TOKENS = 7;
+
+export class FaultUpstream {
+  readonly #server: http.Server;
+  readonly #sockets = new Set<net.Socket>();
+  readonly #options: FaultUpstreamOptions;
+  readonly #script: FaultStep[] = [];
+  /** What requests do once the script is used up. */
+  mode: FaultStep = { kind: "complete" };
+  /** `/health` answers 200 while true, 503 (as llama-server does while loading) otherwise. */
+  healthy = true;
+  /** Chat requests received, in order. */
+  readonly requests: ReceivedRequest[] = [];
+  /** The `authorization` header of each `/health` and `/v1/models` request. */
+  readonly probeAuthorizations: (string | undefined)[] = [];
+  #port = 0;
+
+  private constructor(options: FaultUpstreamOptions) {
+    this.#options = options;
+    this.#server = http.createServer((request, response) => void this.#handle(request, response));
+    this.#server.on("connection", (socket) => {
+      this.#sockets.add(socket);
+      socket.on("close", () => this.#sockets.delete(socket));
+    });
+  }
+
+  /** Starts a server on 127.0.0.1 and a free port. */
+  static async start(options: FaultUpstreamOptions = {}): Promise<FaultUpstream> {
+    const upstream = new FaultUpstream(options);
+    await new Promise<void>((resolve) => upstream.#server.listen(0, "127.0.0.1", resolve));
+    upstream.#port = (upstream.#server.address() as net.AddressInfo).port;
+    return upstream;
+  }
+
+  /** `http://127.0.0.1:<port>`: where `/health` lives. */
+  get origin(): string {
+    return `http://127.0.0.1:${this.#port}`;
+  }
+
+  /** `http://127.0.0.1:<port>/v1`. */
+  get baseUrl(): string {
+    return `${this.origin}/v1`;
+  }
+
+  /** The steps for the next chat requests, in order; then `mode` again. */
+  script(...steps: FaultStep[]): void {
+    this.#script.push(...steps);
+  }
+
+  /** Resolves once `count` chat requests have arrived; rejects after `timeoutMs`. */
+  async waitForRequests(count: number, timeoutMs = 2000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    while (this.requests.length < count) {
+      if (Date.now() > deadline) throw new Error(`Expected ${count} requests upstream, got ${this.requests.length}`);
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+  }
+
+  /** Cuts every connection and stops listening. */
+  async close(): Promise<void> {
+    for (const socket of this.#sockets) socket.destroy();
+    await new Promise<void>((resolve) => this.#server.close(() => resolve()));
+  }
+
+  async #handle(request: http.IncomingMessage, response: http.ServerResponse): Promise<void> {
+    const raw = await readBody(request);
+    let body: unknown;
+    try {
+      body = raw === "" ? undefined : JSON.parse(raw);
+    } catch {
+      body = raw;
+    }
+    const path = new URL(request.url ?? "/", "http://x").pathname;
+    const route = this.#options.routes?.[`${request.method} ${path}`];
+    if (route !== undefined) return route(body, response, request);
+    if (request.method === "GET" && path === "/health") return this.#health(request, response);
+    if (request.method === "GET" && path === "/v1/models") return this.#models(request, response);
+    if (request.method === "POST" && path === "/v1/chat/completions") return this.#chat(request, response, (body ?? {}) as Record<string, unknown>);
+    sendJson(response, 404, { error: { message: `No route ${request.method} ${path}`, type: "invalid_request_error", code: "not_found" } });
+  }
+
+  #health(request: http.IncomingMessage, response: http.ServerResponse): void {
+    this.probeAuthorizations.push(request.headers.authorization);
+    if (this.healthy) sendJson(response, 200, { status: "ok" });
+    else sendJson(response, 503, { error: { code: 503, message: "Loading model", type: "unavailable_error" } });
+  }
+
+  #models(request: http.IncomingMessage, response: http.ServerResponse): void {
+    this.probeAuthorizations.push(request.headers.authorization);
+    if (!this.healthy) return sendJson(response, 503, { error: { message: "unavailable", type: "service_unavailable", code: "unavailable" } });
+    const model: Record<string, unknown> = { id: this.#model, object: "model", created: 0, owned_by: "fault" };
+    if (this.#options.maxModelLen !== undefined) model.max_model_len = this.#options.maxModelLen;
+    sendJson(response, 200, { object: "list", data: [model] });
+  }
+
+  get #model(): string {
+    return this.#options.model ?? "fault-model";
+  }
+
+  async #chat(request: http.IncomingMessage, response: http.ServerResponse, body: Record<string, unknown>): Promise<void> {
+    const step = this.#script.shift() ?? this.mode;
+    let finished = false;
+    let markClosed: () => void = () => {};
+    const received: ReceivedRequest = {
+      body,
+      authorization: request.headers.authorization,
+      closedByClient: false,
+      clientClosed: new Promise<void>((resolve) => (markClosed = resolve)),
+    };
+    this.requests.push(received);
+    response.on("close", () => {
+      if (finished || response.writableFinished) return;
+      received.closedByClient = true;
+      markClosed();
+    });
+    /** The server ends the exchange itself: not the client's doing. */
+    const endByServer = (destroy: boolean) => {
+      finished = true;
+      if (destroy) response.socket?.destroy();
+      else response.end();
+    };
+
+    if (step.kind === "hang") return;
+    if (step.kind === "status") {
+      const headers: Record<string, string> = step.retryAfter === undefined ? {} : { "retry-after": step.retryAfter };
+      finished = true;
+      return sendJson(response, step.status, { error: { message: step.message ?? `Injected status ${step.status}`, type: "server_error", code: String(step.status) } }, headers);
+    }
+
+    const id = `chatcmpl-fault-${this.requests.length}`;
+    const text = (step.kind === "complete" ? step.text : undefined) ?? this.#options.text ?? DEFAULT_TEXT;
+    const completionTokens = text.length;
+    const usage = { prompt_tokens: PROMPT_TOKENS, completion_tokens: completionTokens, total_tokens: PROMPT_TOKENS + completionTokens };
+    if (body.stream !== true) {
+      if (step.kind === "complete" && step.firstTokenDelayMs) await sleep(step.firstTokenDelayMs);
+      if (response.destroyed) return;
+      finished = true;
+      return sendJson(response, 200, {
+        id,
+        object: "chat.completion",
+        created: 0,
+        model: this.#model,
+        choices: [{ index: 0, message: { role: "assistant", content: text.join("") }, logprobs: null, finish_reason: "stop" }],
+        usage,
+      });
+    }
+
+    response.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
+    const chunk = (delta: Record<string, unknown>, finishReason: string | null = null) => ({
+      id,
+      object: "chat.completion.chunk",
+      created: 0,
+      model: this.#model,
+      choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }],
+    });
+    const write = (data: string) => new Promise<void>((resolve) => (response.destroyed ? resolve() : response.write(`data: ${data}\n\n`, () => resolve())));
+    await write(JSON.stringify(chunk({ role: "assistant", content: "" })));
+    if (step.kind === "complete" && step.firstTokenDelayMs) await sleep(step.firstTokenDelayMs);
+
+    const limit = step.kind === "cut" ? step.afterChunks : step.kind === "garbage" ? (step.afterChunks ?? 0) : text.length;
+    for (const [index, piece] of text.slice(0, limit).entries()) {
+      if (response.destroyed) return;
+      if (index > 0 && step.kind === "complete" && step.chunkDelayMs) await sleep(step.chunkDelayMs);
+      await write(JSON.stringify(chunk({ content: piece })));
+    }
+    if (response.destroyed) return;
+    if (step.kind === "cut") return endByServer(true);
+    if (step.kind === "garbage") {
+      await write("{not json at all");
+      return endByServer(false);
+    }
+    await write(JSON.stringify(chunk({}, "stop")));
+    const options = body.stream_options as { include_usage?: boolean } | undefined;
+    if (options?.include_usage === true) await write(JSON.stringify({ id, object: "chat.completion.chunk", created: 0, model: this.#model, choices: [], usage }));
+    await write("[DONE]");
+    endByServer(false);
+  }
+}
+
+function readBody(request: http.IncomingMessage): Promise<string> {
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    request.on("data", (chunk: Buffer) => chunks.push(chunk));
+    request.on("end", () => resolve(Buffer.concat(chunks).toString("utf8")));
+    request.on("error", () => resolve(""));
+  });
+}
+
+/** Writes a JSON answer. */
+export function sendJson(response: http.ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+  const text = JSON.stringify(body);
+  response.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text), ...headers });
+  response.end(text);
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
