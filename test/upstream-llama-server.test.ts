@@ -210,7 +210,8 @@ describe("llama-server as an upstream of Turnpike", { skip: skipWithoutLlamaServ
     assert.match(llama.logs(), new RegExp(`cancel task, id_task = ${busy.id_task}\\b`), "llama-server saw the request cancelled");
     const release = new RegExp(`${task} \\| stop processing: n_tokens = (\\d+)`).exec(llama.logs());
     assert.ok(release !== null, "llama-server logged the slot's release");
-    const generatedByLlama = Number(release[1]) - busy.n_prompt_tokens_processed! - busy.n_prompt_tokens_cache!;
+    const promptByLlama = busy.n_prompt_tokens_processed! + busy.n_prompt_tokens_cache!;
+    const generatedByLlama = Number(release[1]) - promptByLlama;
     assert.ok(generatedByLlama < maxTokens / 2, `llama-server generated ${generatedByLlama} of ${maxTokens} tokens (${decodedWhenLeft} when the client left)`);
 
     const { check, records } = await settledRecords(accountId);
@@ -221,6 +222,9 @@ describe("llama-server as an upstream of Turnpike", { skip: skipWithoutLlamaServ
     assert.ok(record.usage_source === "estimated" || record.usage_source === "upstream", `usage source ${record.usage_source}`);
     assert.ok(record.completion_tokens >= received, `billed ${record.completion_tokens} completion tokens, the client received ${received}`);
     assert.ok(record.completion_tokens <= generatedByLlama, `billed ${record.completion_tokens} completion tokens, llama-server generated ${generatedByLlama}`);
+    // The prompt as llama-server counted it (its running counts on every chunk), not the engine's upper bound.
+    assert.equal(record.prompt_tokens, promptByLlama);
+    assert.equal(record.cached_prompt_tokens, busy.n_prompt_tokens_cache);
     assert.ok(Number(record.cost) > 0);
     assert.equal(check.balance, credit - Number(record.cost));
   });

@@ -101,3 +101,22 @@ test("sawContent turns true with the first part, not with role-only chunks", () 
   chunks.read(delta({ content: "x" }));
   assert.equal(chunks.sawContent, true);
 });
+
+test("llama-server's timings on content chunks are a running count: a cut stream gets its real prompt and cached tokens", () => {
+  const chunks = reader();
+  const timings = (evaluated: number, cached: number, predicted: number) => ({ cache_n: cached, prompt_n: evaluated, prompt_ms: 6.2, predicted_n: predicted, predicted_ms: 1.2 });
+  chunks.read(delta({ role: "assistant", content: null }));
+  chunks.read({ ...delta({ content: "a" }), timings: timings(9, 30, 1) });
+  chunks.read({ ...delta({ content: "b" }), timings: timings(9, 30, 2) });
+  chunks.read(delta({ content: "c" }));
+  assert.deepEqual(chunks.usage(), { source: "estimated", promptTokens: 39, cachedPromptTokens: 30, completionTokens: 3 });
+  assert.deepEqual(chunks.cancel(), [{ type: "finish", choice: 0, reason: "cancelled", usage: { promptTokens: 39, cachedPromptTokens: 30, completionTokens: 3 } }]);
+});
+
+test("llama-server's final usage wins over its timings; timings on the finishing chunk are not a running count", () => {
+  const chunks = reader();
+  chunks.read({ ...delta({ content: "a" }), timings: { prompt_n: 9, cache_n: 0, predicted_n: 1 } });
+  chunks.read({ choices: [{ index: 0, delta: {}, finish_reason: "length" }], timings: { prompt_n: 9, cache_n: 0, predicted_n: 5 } });
+  chunks.read({ choices: [], usage: { prompt_tokens: 9, completion_tokens: 2, prompt_tokens_details: { cached_tokens: 0 } }, timings: { prompt_n: 9, cache_n: 0, predicted_n: 2 } });
+  assert.deepEqual(chunks.usage(), { source: "upstream", promptTokens: 9, cachedPromptTokens: 0, completionTokens: 2 });
+});

@@ -15,7 +15,9 @@
  *
  * Usage is what the upstream reported at the end (`upstream`); else, for a stream cut short, the
  * larger of the last running count it reported and what this reader counted (`estimated`: a chunk
- * of content counts a token, or as many as its log probabilities list). Each choice ends with
+ * of content counts a token, or as many as its log probabilities list). A running count is usage
+ * on a chunk with choices (vLLM's continuous usage) or llama-server's `timings` on a content chunk
+ * (asked for with `timings_per_token`: `prompt_n` evaluated + `cache_n` reused is the prompt). Each choice ends with
  * exactly one `finish` part, given by `end()` (once usage is known) or `cancel()`.
  */
 import type { EngineFinishReason, GenerationUsage, StreamPart, TokenLogprob, TokenLogprobAlternative, TokenUsage } from "../engine.ts";
@@ -81,6 +83,18 @@ function toUsage(wire: WireUsage): TokenUsage | undefined {
     completionTokens: completion ?? 0,
     ...(reasoning !== undefined && reasoning > 0 ? { reasoningTokens: reasoning } : {}),
   };
+}
+
+/** llama-server's `timings` (the counts only): `prompt_n` tokens evaluated, `cache_n` reused, `predicted_n` generated. */
+type WireTimings = { prompt_n?: unknown; cache_n?: unknown; predicted_n?: unknown };
+
+/** llama-server's running counts as usage; undefined unless it says both prompt and completion. */
+function timingsToUsage(wire: WireTimings): TokenUsage | undefined {
+  const evaluated = count(wire.prompt_n);
+  const completion = count(wire.predicted_n);
+  if (evaluated === undefined || completion === undefined) return undefined;
+  const cached = count(wire.cache_n) ?? 0;
+  return { promptTokens: evaluated + cached, cachedPromptTokens: cached, completionTokens: completion };
 }
 
 function finishReason(value: unknown): EngineFinishReason | undefined {
@@ -158,7 +172,7 @@ export class ChunkReader {
    */
   read(chunk: unknown): StreamPart[] {
     if (typeof chunk !== "object" || chunk === null || Array.isArray(chunk)) throw new UpstreamProtocolError("The upstream sent a chunk that is not a JSON object.");
-    const record = chunk as { error?: unknown; object?: unknown; choices?: unknown; usage?: unknown };
+    const record = chunk as { error?: unknown; object?: unknown; choices?: unknown; usage?: unknown; timings?: unknown };
     if (record.error !== undefined && record.error !== null) throw new UpstreamStreamError(chunk);
     if (record.object === "error") throw new UpstreamStreamError(chunk);
     const parts: StreamPart[] = [];
@@ -172,6 +186,11 @@ export class ChunkReader {
         if (choices.length === 0 || this.allFinished) this.#finalUsage = usage;
         else this.#runningUsage = usage;
       }
+    }
+    // llama-server's timings on a chunk of the reply without usage: a running count (its final counts come as usage).
+    if (record.usage == null && choices.length > 0 && !this.allFinished && typeof record.timings === "object" && record.timings !== null) {
+      const running = timingsToUsage(record.timings as WireTimings);
+      if (running !== undefined) this.#runningUsage = running;
     }
     if (parts.length > 0) this.#content = true;
     return parts;

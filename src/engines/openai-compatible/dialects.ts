@@ -64,6 +64,12 @@ export type Dialect = {
   /** Whether it reports usage on every chunk when asked (`stream_options.continuous_usage_stats`). */
   readonly continuousUsage: boolean;
   /**
+   * Whether it reports its counts on every chunk when asked (llama-server's `timings_per_token`:
+   * `timings` with `prompt_n`, `cache_n`, `predicted_n`), so a stream cut short is billed its real
+   * prompt instead of the upper bound.
+   */
+  readonly timingsPerToken: boolean;
+  /**
    * Whether sampling fields at OpenAI's defaults (temperature 1, top_p 1) are left out: OpenAI's
    * reasoning models refuse them even at those values. Other kinds get them always (their own
    * defaults differ: llama-server and Ollama sample at 0.8).
@@ -83,6 +89,7 @@ export const DIALECTS: Readonly<Record<UpstreamKind, Dialect>> = {
     namedToolChoice: true,
     maxTokensField: "max_tokens",
     continuousUsage: true,
+    timingsPerToken: false,
     omitDefaultSampling: false,
     vendorFieldNames: {},
   },
@@ -93,6 +100,7 @@ export const DIALECTS: Readonly<Record<UpstreamKind, Dialect>> = {
     namedToolChoice: true,
     maxTokensField: "max_tokens",
     continuousUsage: false,
+    timingsPerToken: false,
     omitDefaultSampling: false,
     vendorFieldNames: {},
   },
@@ -103,6 +111,7 @@ export const DIALECTS: Readonly<Record<UpstreamKind, Dialect>> = {
     namedToolChoice: false,
     maxTokensField: "max_tokens",
     continuousUsage: false,
+    timingsPerToken: true,
     omitDefaultSampling: false,
     vendorFieldNames: { repetition_penalty: "repeat_penalty" },
   },
@@ -113,6 +122,7 @@ export const DIALECTS: Readonly<Record<UpstreamKind, Dialect>> = {
     namedToolChoice: false,
     maxTokensField: "max_tokens",
     continuousUsage: false,
+    timingsPerToken: false,
     omitDefaultSampling: false,
     vendorFieldNames: {},
   },
@@ -123,6 +133,7 @@ export const DIALECTS: Readonly<Record<UpstreamKind, Dialect>> = {
     namedToolChoice: true,
     maxTokensField: "max_completion_tokens",
     continuousUsage: false,
+    timingsPerToken: false,
     omitDefaultSampling: true,
     vendorFieldNames: {},
   },
@@ -139,6 +150,7 @@ export const COMMON_DIALECT: Dialect = {
   namedToolChoice: false,
   maxTokensField: "max_tokens",
   continuousUsage: false,
+  timingsPerToken: false,
   omitDefaultSampling: false,
   vendorFieldNames: {},
 };

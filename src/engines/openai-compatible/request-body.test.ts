@@ -124,3 +124,10 @@ test("parallel_tool_calls is always said when tools are given (llama-server's de
   assert.equal(body.parallel_tool_calls, true);
   assert.equal("parallel_tool_calls" in buildRequestBody(base, { dialect: DIALECTS.vllm, model: "m", maxTokens: 5 }), false);
 });
+
+test("llama-server is asked for its running counts on every chunk (timings_per_token); other kinds are not", () => {
+  assert.equal(buildRequestBody(base, { dialect: DIALECTS["llama-server"], model: "m", maxTokens: 5 }).timings_per_token, true);
+  for (const kind of ["vllm", "sglang", "ollama", "openai"] as const) {
+    assert.equal("timings_per_token" in buildRequestBody(base, { dialect: DIALECTS[kind], model: "m", maxTokens: 5 }), false, kind);
+  }
+});

@@ -1,6 +1,6 @@
 /**
  * The body Turnpike posts to an upstream's `/chat/completions`: always streamed, always with usage
- * asked for, and always with the completion limit the engine computed (billing reserved exactly
+ * asked for (running counts too, where the kind gives them), and always with the completion limit the engine computed (billing reserved exactly
  * that many tokens per choice, so the upstream must never be left to pick its own).
  */
 import type { EngineContentPart, EngineMessage, GenerationRequest, ResponseFormat, ToolChoice, ToolDefinition } from "../engine.ts";
@@ -98,6 +98,8 @@ export function buildRequestBody(request: GenerationRequest, target: RequestTarg
     stream_options: dialect.continuousUsage ? { include_usage: true, continuous_usage_stats: true } : { include_usage: true },
     [dialect.maxTokensField]: target.maxTokens,
   };
+  // llama-server's running counts on every chunk: a stream cut short is billed its real prompt.
+  if (dialect.timingsPerToken) body.timings_per_token = true;
   if (!dialect.omitDefaultSampling || sampling.temperature !== 1) body.temperature = sampling.temperature;
   if (!dialect.omitDefaultSampling || sampling.topP !== 1) body.top_p = sampling.topP;
   if (sampling.frequencyPenalty !== 0) body.frequency_penalty = sampling.frequencyPenalty;
