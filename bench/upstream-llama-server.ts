@@ -310,6 +310,8 @@ type Summary = {
   serverPromptMs: number;
   serverPromptTokens: number;
   serverDecodeTokensPerSecond: number;
+  /** Median of TTFT − llama-server's prompt time per request: the path to and from the model, without its prompt work. */
+  ttftBesidesPromptMs: number;
 };
 const summaries = VARIANTS.map((variant): Summary => {
   const mine = samples.filter((sample) => sample.variant === variant);
@@ -325,6 +327,7 @@ const summaries = VARIANTS.map((variant): Summary => {
     serverPromptMs: median(withServer.map((sample) => sample.server!.promptMs)),
     serverPromptTokens: median(withServer.map((sample) => sample.server!.promptTokens)),
     serverDecodeTokensPerSecond: median(withServer.map((sample) => sample.server!.decodeTokensPerSecond)),
+    ttftBesidesPromptMs: median(withServer.map((sample) => sample.ttftMs - sample.server!.promptMs)),
   };
 });
 const [direct, through] = summaries as [Summary, Summary];
@@ -367,14 +370,14 @@ lines.push(
   "",
   `model ${path.basename(modelPath)}; end-of-text token ${eosToken} banned (logit_bias -100); load average before ${loads(loadBefore)}, after ${loads(loadAfter)}`,
   "",
-  "| variant | requests | TTFT ms | decode tok/s | total ms | tokens | short replies | llama-server: prompt ms (tokens) | llama-server: decode tok/s |",
-  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+  "| variant | requests | TTFT ms | decode tok/s | total ms | tokens | short replies | llama-server: prompt ms (tokens) | llama-server: decode tok/s | TTFT − prompt ms |",
+  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
 );
 for (const summary of summaries) {
   lines.push(
     `| ${summary.variant} | ${summary.requests} | ${format(summary.ttftMs, 1)} | ${format(summary.decodeTokensPerSecond, 1)} | ${format(summary.totalMs, 0)} | ` +
       `${format(summary.completionTokens, 0)} | ${summary.shortReplies} | ${format(summary.serverPromptMs, 1)} (${format(summary.serverPromptTokens, 0)}) | ` +
-      `${format(summary.serverDecodeTokensPerSecond, 1)} |`,
+      `${format(summary.serverDecodeTokensPerSecond, 1)} | ${format(summary.ttftBesidesPromptMs, 1)} |`,
   );
 }
 const verdict = (ok: boolean) => (ok ? "met" : "NOT met");
@@ -383,6 +386,7 @@ lines.push(
   `Through Turnpike ÷ direct (medians; per-round pairs in brackets): decode ${format(ratios.decode, 3)}× [${format(ratios.decodePaired, 3)}×] ` +
     `(goal ≥ 0.98: ${verdict(ratios.decode >= 0.98)}), TTFT ${format(ratios.ttft, 3)}× [${format(ratios.ttftPaired, 3)}×] (goal ≤ 1.05: ${verdict(ratios.ttft <= 1.05)}).`,
   `llama-server's own timings, Turnpike ÷ direct: decode ${format(ratios.serverDecode, 3)}×, prompt time ${format(ratios.serverPromptMs, 3)}×. ` +
+    `TTFT besides llama-server's prompt work: +${format(through.ttftBesidesPromptMs - direct.ttftBesidesPromptMs, 1)} ms through Turnpike. ` +
     `Same text in ${sameText} of ${rounds} rounds. Turnpike's process: ${format(turnpikeCpuMs.perRequest, 1)} ms of CPU per request through it ` +
     `(${format(turnpikeCpuMs.duringDirect, 1)} ms while a direct request ran: its background work).`,
 );
