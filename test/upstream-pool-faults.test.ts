@@ -15,12 +15,22 @@ import { startServeProcess, type ServeProcess } from "./helpers/process.ts";
 
 type Status = { state: string; members_healthy: number; members_total: number };
 
+/** Waits until a member's model is loaded (`/ready` answers 200). */
+async function ready(url: string): Promise<void> {
+  for (let attempt = 0; attempt < 300; attempt++) {
+    const response = await fetch(`${url}/ready`).catch(() => undefined);
+    if (response?.status === 200) return;
+    await delay(100);
+  }
+  throw new Error(`${url} never became ready`);
+}
+
 describe("an upstream pool when a member dies under load", () => {
   const directories: string[] = [];
   let members: ServeProcess[] = [];
   let ports: number[] = [];
   let gateway: TestServer;
-  const memberArgs = (dataDir: string, port: number) => ["--model", `story=${storiesModel}`, "--data-dir", dataDir, "--parallel", "2", "--port", String(port), "--log-level", "warn"];
+  const memberArgs = (dataDir: string, port: number) => ["--model", `story=${storiesModel}`, "--data-dir", dataDir, "--parallel", "2", "--port", String(port)];
 
   before(async () => {
     // Both members share one operator key: the second's data dir is a copy of the first's.
@@ -29,7 +39,9 @@ describe("an upstream pool when a member dies under load", () => {
     const second = temporaryDirectory("turnpike-member-");
     fs.cpSync(first, second, { recursive: true });
     directories.push(first, second);
-    members = [await startServeProcess(memberArgs(first, 0)), await startServeProcess(memberArgs(second, 0))];
+    // Pushed one by one: a member that started is stopped by `after` even when the next fails to start.
+    for (const directory of [first, second]) members.push(await startServeProcess(memberArgs(directory, 0)));
+    await Promise.all(members.map((member) => ready(member.url)));
     ports = members.map((member) => Number(new URL(member.url).port));
     process.env.TURNPIKE_TEST_POOL_KEY = created.key;
     const configDir = temporaryDirectory("turnpike-pool-");
@@ -91,6 +103,7 @@ describe("an upstream pool when a member dies under load", () => {
 
     // Restarted on its port, it comes back by itself.
     members[0] = await startServeProcess(memberArgs(directories[0]!, ports[0]!));
+    await ready(members[0].url);
     for (let attempt = 0; attempt < 100 && seen.members_healthy !== 2; attempt++) {
       await delay(100);
       seen = await status();

@@ -107,6 +107,27 @@ describe("PoolMember", () => {
     assert.equal(upstream.health, "healthy");
   });
 
+  it("comes back on a probe after the first cooldown however long the backoff grew, but not during a retry-after pause", () => {
+    const { member: upstream, time } = member({ failureThreshold: 1, cooldownMs: 1000, maxCooldownMs: 30_000 });
+    // A server that died: requests and probes fail for a while, the backoff grows to its maximum.
+    for (let failure = 0; failure < 8; failure++) {
+      upstream.probed(false);
+      time.advance(500);
+    }
+    assert.ok(upstream.cooldownLeftMs > 10_000, `the backoff grew (${upstream.cooldownLeftMs} ms left)`);
+    upstream.probed(true);
+    assert.equal(upstream.health, "healthy", "restarted: the first good probe brings it back");
+
+    const paused = member({ failureThreshold: 3, cooldownMs: 1000 });
+    paused.member.finish((paused.member.begin(), { kind: "status", status: 503, retryAfterMs: 5000 }), false);
+    paused.time.advance(2000);
+    paused.member.probed(true);
+    assert.equal(paused.member.health, "down", "the server asked for 5 s");
+    paused.time.advance(3000);
+    paused.member.probed(true);
+    assert.equal(paused.member.health, "healthy");
+  });
+
   it("keeps counting request failures across successful probes while healthy", () => {
     const { member: upstream } = member({ failureThreshold: 2 });
     upstream.finish((upstream.begin(), timeout), false);

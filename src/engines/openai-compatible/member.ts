@@ -6,9 +6,11 @@
  * the member's own reasons (`connect`, `timeout`, `status`, `protocol`) count; `failureThreshold`
  * of them in a row take the member out for a cooldown, doubled on each further failure up to
  * `maxCooldownMs`. A 429 or 503 that says `retry-after` takes it out at once for that long. When
- * the cooldown is over the member is `recovering`: it takes one trial request at a time (or an
- * active probe succeeds) and the first success brings it back; a failure sends it back out for a
- * longer cooldown. `neutral` outcomes (the client left, a 4xx for the request itself) count for
+ * the cooldown is over the member is `recovering`: it takes one trial request at a time and the
+ * first success brings it back; a failure sends it back out for a longer cooldown. An active probe
+ * is the stronger signal: its success brings a member back once the first cooldown (`cooldownMs`)
+ * has passed since it went out, however long the backoff grew, unless the server asked for a
+ * longer pause with `retry-after` (so a restarted server is back within a probe or two). `neutral` outcomes (the client left, a 4xx for the request itself) count for
  * nothing; an `ok` resets the count.
  */
 import type { MemberOutcome, UpstreamMember } from "./pool-types.ts";
@@ -58,6 +60,10 @@ export class PoolMember implements UpstreamMember {
   #tripped = false;
   /** While tripped: when the cooldown ends (ms, on `now`'s clock). */
   #retryAt = 0;
+  /** While tripped: when it went out. */
+  #downSince = 0;
+  /** The end of a pause the server asked for with `retry-after` (ms); 0: none. */
+  #pausedUntil = 0;
   /** Trial requests running while recovering (at most one is let through). */
   #trials = 0;
   readonly #failureThreshold: number;
@@ -133,12 +139,15 @@ export class PoolMember implements UpstreamMember {
 
   /**
    * An active probe's answer. A failure takes the member out at once (the server said it cannot
-   * serve); a success brings it back only once its cooldown is over.
+   * serve); a success brings it back once the first cooldown has passed since it went out and no
+   * `retry-after` pause is running.
    */
   probed(ok: boolean): void {
     if (ok) {
       // A healthy member's count of request failures stands: /health can say ok while requests time out.
-      if (this.health === "recovering") this.#succeeded();
+      if (!this.#tripped) return;
+      const now = this.#now();
+      if (this.health === "recovering" || (now >= this.#pausedUntil && now - this.#downSince >= this.#cooldownMs)) this.#succeeded();
       return;
     }
     this.#consecutiveFailures = Math.max(this.#consecutiveFailures + 1, this.#failureThreshold);
@@ -159,6 +168,7 @@ export class PoolMember implements UpstreamMember {
     this.#consecutiveFailures = 0;
     this.#tripped = false;
     this.#retryAt = 0;
+    this.#pausedUntil = 0;
   }
 
   #failed(retryAfterMs: number | undefined): void {
@@ -166,7 +176,11 @@ export class PoolMember implements UpstreamMember {
     // A recovering member's trial failed, or a healthy one failed too often in a row.
     const backOff = this.#tripped || this.#consecutiveFailures >= this.#failureThreshold;
     // A server that asked for a pause is out at once, for at least that long.
-    if (retryAfterMs !== undefined && retryAfterMs > 0) this.#trip(Math.min(retryAfterMs, this.#maxRetryAfterMs), backOff);
+    if (retryAfterMs !== undefined && retryAfterMs > 0) {
+      const pause = Math.min(retryAfterMs, this.#maxRetryAfterMs);
+      this.#pausedUntil = Math.max(this.#pausedUntil, this.#now() + pause);
+      this.#trip(pause, backOff);
+    }
     else if (backOff) this.#trip(0, true);
   }
 
@@ -174,6 +188,7 @@ export class PoolMember implements UpstreamMember {
   #trip(atLeastMs: number, backOff: boolean): void {
     const doublings = Math.max(0, this.#consecutiveFailures - this.#failureThreshold);
     const backoff = backOff ? Math.min(this.#maxCooldownMs, this.#cooldownMs * 2 ** Math.min(doublings, 30)) : 0;
+    if (!this.#tripped) this.#downSince = this.#now();
     this.#tripped = true;
     this.#retryAt = Math.max(this.#retryAt, this.#now() + Math.max(backoff, atLeastMs));
   }

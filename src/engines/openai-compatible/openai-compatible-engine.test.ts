@@ -151,8 +151,9 @@ test("streams an upstream's reply with its usage; the body carries the bound, th
   assert.equal(textOf(parts), "Hello world");
   assert.deepEqual(parts.at(-1), { type: "finish", choice: 0, reason: "stop", usage: { promptTokens: 11, cachedPromptTokens: 0, completionTokens: 3 } });
   assert.deepEqual(generation.usage(), { source: "upstream", promptTokens: 11, cachedPromptTokens: 0, completionTokens: 3 });
-  const sent = server.requests[0]!;
-  assert.equal(sent.path, "/v1/chat/completions");
+  // Without max_tokens the prompt was offered to vLLM's /tokenize first (this server cannot count: the bound stands).
+  assert.deepEqual(server.requests.map((sent) => sent.path), ["/tokenize", "/v1/chat/completions"]);
+  const sent = server.requests[1]!;
   assert.equal(sent.headers.authorization, "Bearer sk-test-key");
   const body = JSON.parse(sent.body) as Record<string, unknown>;
   assert.equal(body.max_tokens, prepared.maxTokens);
@@ -192,7 +193,7 @@ test("when every attempt fails, the client gets 502 (or 504 for timeouts) after 
     response.end("boom");
   });
   const { engine, pool } = await engineOver([broken.url], { entry: { max_attempts: 2 } });
-  const { error } = await collect((await engine.prepare(request())).start(new AbortController().signal).parts);
+  const { error } = await collect((await engine.prepare(request({ maxTokens: 16 }))).start(new AbortController().signal).parts);
   assert.ok(error instanceof UpstreamError, String(error));
   assert.equal(broken.requests.length, 2);
   assert.equal(pool.releases.length, 2);
@@ -334,7 +335,7 @@ test("admitted resolves once a member is lent; aborting before reading releases 
   const server = await upstream((_request, response) => sse(response, helloStream));
   const { engine, pool } = await engineOver([server.url]);
   const controller = new AbortController();
-  const generation = (await engine.prepare(request())).start(controller.signal);
+  const generation = (await engine.prepare(request({ maxTokens: 16 }))).start(controller.signal);
   await generation.admitted;
   assert.equal(pool.acquired, 1);
   controller.abort(new Error("client left"));
@@ -358,6 +359,26 @@ test("prepare bounds the prompt from above, leaves the rest of the context to th
   assert.equal((await engine.prepare(request({ maxTokens: 50 }))).maxTokens, 50);
   await assert.rejects(engine.prepare(request({ messages: [{ role: "user", content: "word ".repeat(300_000) }] })), ContextLengthExceededError);
   await assert.rejects(engine.prepare(request({ maxTokens: 9000 })), ContextLengthExceededError);
+  await engine.close();
+});
+
+test("without max_tokens the prompt is counted exactly by the upstream where it can (vLLM's /tokenize), leaving the rest of the context", async () => {
+  const server = await upstream((request, response) => {
+    response.writeHead(200, { "content-type": "application/json" });
+    response.end(JSON.stringify(request.url === "/tokenize" ? { count: 7, max_model_len: 4096, tokens: [1, 2, 3, 4, 5, 6, 7] } : {}));
+  });
+  const { engine } = await engineOver([server.url]);
+  const prepared = await engine.prepare(request());
+  assert.equal(prepared.promptCount, "exact");
+  assert.equal(prepared.promptTokens, 7);
+  assert.equal(prepared.maxTokens, 4096 - 7);
+  const counted = JSON.parse(server.requests[0]!.body) as { model: string; messages: unknown[] };
+  assert.equal(counted.model, "test-model");
+  assert.deepEqual(counted.messages, [{ role: "user", content: "Say hello" }]);
+  // With max_tokens the bound is enough for the hold: no extra round trip.
+  const bounded = await engine.prepare(request({ maxTokens: 16 }));
+  assert.equal(bounded.promptCount, "upper-bound");
+  assert.equal(server.requests.length, 1);
   await engine.close();
 });
 
@@ -393,7 +414,8 @@ test("open learns the context length: vLLM's /v1/models, llama-server's /props; 
   assert.deepEqual(fromProps.engine.info(), { contextLength: 2048 });
   await fromProps.engine.close();
 
-  const openai = await engineOver([vllm.url], { kind: "openai", contextLength: undefined });
+  // A server whose /v1/models says no length (OpenAI's own): the entry must.
+  const openai = await engineOver([llama.url], { kind: "openai", contextLength: undefined });
   assert.equal(openai.engine.status().state, "unavailable");
   assert.match((openai.engine.status() as { detail: string }).detail, /context_length/);
   await assert.rejects(openai.engine.prepare(request()), (error: unknown) => error instanceof ApiError && error.status === 503);

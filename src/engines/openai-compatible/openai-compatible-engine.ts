@@ -30,6 +30,7 @@ import { sanitizeUpstreamMessage } from "./upstream-errors.ts";
 import { UpstreamClient } from "./upstream-client.ts";
 import { startUpstreamGeneration, type UpstreamEventSink } from "./upstream-generation.ts";
 import { normalizeBaseUrl } from "./upstream-url.ts";
+import { countPromptTokens, countsPromptsExactly } from "./tokenize.ts";
 
 /**
  * Tokens one image may take, at most, in the models upstreams serve: Qwen2-VL and Qwen2.5-VL at
@@ -194,13 +195,29 @@ export class OpenAiCompatibleEngine implements Engine {
       );
     }
     // The upstream refuses a prompt over its context, so no prompt it serves is longer than this.
-    const promptTokens = Math.min(bound.atMost, contextLength - 1);
+    let promptTokens = Math.min(bound.atMost, contextLength - 1);
+    let promptCount: "exact" | "upper-bound" = "upper-bound";
+    const model = this.#options.upstream.model ?? this.#options.modelId;
+    // The completion's limit goes into the body below, once known.
+    const body = buildRequestBody(request, { dialect, model, maxTokens: 1 });
+    if (request.maxTokens === undefined) {
+      // Without max_tokens the completion may use what the context leaves: worth the upstream's
+      // exact count (one short round trip) where it has one, as the bound leaves less room.
+      const exact = await this.#countPrompt(model, body, request);
+      if (exact !== undefined && exact >= contextLength) {
+        throw new ContextLengthExceededError(`This model's maximum context length is ${contextLength} tokens. However, your messages are ${exact} tokens. Please reduce the length of the messages.`);
+      }
+      if (exact !== undefined && exact <= promptTokens) {
+        promptTokens = exact;
+        promptCount = "exact";
+      }
+    }
     const maxTokens = request.maxTokens ?? Math.max(1, contextLength - promptTokens);
-    const body = buildRequestBody(request, { dialect, model: this.#options.upstream.model ?? this.#options.modelId, maxTokens });
+    body[dialect.maxTokensField] = maxTokens;
     const affinity = affinityKey(request);
     return {
       promptTokens,
-      promptCount: "upper-bound",
+      promptCount,
       maxTokens,
       choices: request.choices,
       start: (signal: AbortSignal): RunningGeneration =>
@@ -224,6 +241,24 @@ export class OpenAiCompatibleEngine implements Engine {
           signal,
         ),
     };
+  }
+
+  /** The prompt's tokens counted by a healthy member's own template and tokenizer, when its kind can (see `tokenize.ts`). */
+  async #countPrompt(model: string, body: Record<string, unknown>, request: GenerationRequest): Promise<number | undefined> {
+    if (!countsPromptsExactly(this.kind)) return undefined;
+    const urls = this.#options.upstream.urls;
+    const healthy = this.#options.pool.members().findIndex((member) => member.healthy);
+    const counted = await countPromptTokens({
+      kind: this.kind,
+      baseUrl: normalizeBaseUrl(urls[Math.max(0, healthy)] ?? urls[0]!),
+      model,
+      messages: body.messages as unknown[],
+      ...(Array.isArray(body.tools) ? { tools: body.tools as unknown[] } : {}),
+      ...(request.vendor?.chat_template_kwargs !== undefined ? { chatTemplateKwargs: request.vendor.chat_template_kwargs as Record<string, unknown> } : {}),
+      ...(this.#options.apiKey !== undefined ? { apiKey: this.#options.apiKey } : {}),
+      signal: this.#closing.signal,
+    }).catch(() => undefined);
+    return counted?.tokens;
   }
 
   async close(): Promise<void> {
