@@ -180,4 +180,16 @@ describe("upstream faults through Turnpike", () => {
     await assert.rejects(ask(false), (error: unknown) => error instanceof OpenAI.APIError && error.status === 504 && (error.error as { code: string }).code === "upstream_timeout");
   });
 
+
+  it("exposes per-member metrics: requests by outcome, time to first token, in flight and health", async () => {
+    const text = await (await fetch(`${gateway.url}/metrics`)).text();
+    const value = (pattern: RegExp) => text.split("\n").filter((line) => pattern.test(line)).reduce((sum, line) => sum + Number(line.split(" ").at(-1)), 0);
+    const member = first.baseUrl.replace(/\/$/, "");
+    assert.ok(value(new RegExp(`^turnpike_upstream_requests_total\\{model="faulty",member="${member}",outcome="ok"\\}`)) > 0, "ok requests counted per member");
+    assert.ok(value(/^turnpike_upstream_requests_total\{model="faulty",member="[^"]+",outcome="(status|timeout|protocol)"\}/) > 0, "failures counted by kind");
+    assert.ok(value(/^turnpike_upstream_time_to_first_token_seconds_count\{model="faulty"/) > 0, "time to first token observed");
+    assert.equal(text.split("\n").filter((line) => line.startsWith('turnpike_engine_member_healthy{model="faulty"')).length, 2, "a health gauge per member");
+    assert.equal(text.split("\n").filter((line) => line.startsWith('turnpike_engine_member_in_flight{model="faulty"')).length, 2, "an in-flight gauge per member");
+    assert.ok(!text.includes(SECRET));
+  });
 });
