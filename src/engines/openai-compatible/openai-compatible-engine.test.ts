@@ -445,6 +445,7 @@ test("status follows the pool; an unknown kind offers only what every kind honou
   assert.equal(engine.boundPrompt(withImage).atMost - engine.boundPrompt(request({ messages: [{ role: "user", content: "What is this?" }] })).atMost, 16_384);
   state = "unavailable";
   assert.equal(engine.status().state, "unavailable");
-  await assert.rejects(engine.prepare(request()), (error: unknown) => error instanceof ApiError && error.status === 503);
+  // The pool, not the status, refuses (a member past its cooldown takes a trial request): prepare goes on.
+  assert.equal((await engine.prepare(request({ maxTokens: 4 }))).maxTokens, 4);
   await engine.close();
 });

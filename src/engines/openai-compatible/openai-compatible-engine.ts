@@ -161,12 +161,17 @@ export class OpenAiCompatibleEngine implements Engine {
     return this.#options.pool.members();
   }
 
+  /**
+   * The context length once the engine is open. The pool's health does not refuse a request here:
+   * the pool does, when no member can take it (503 `upstream_unavailable`), and a member whose
+   * cooldown is over takes a trial request even while the pool reads as down.
+   */
   #readyContext(): number {
     this.#report();
+    if (this.#opened === "open" && this.#contextLength !== undefined) return this.#contextLength;
     const status = this.status();
-    if ((status.state === "ready" || status.state === "degraded") && this.#contextLength !== undefined) return this.#contextLength;
-    if (status.state === "loading") throw new ModelNotReadyError(`Model '${this.#options.modelId}' is starting. Retry in a moment.`, 5);
-    throw new ModelNotReadyError(status.state === "unavailable" ? status.detail : `Model '${this.#options.modelId}' is not ready.`, 5);
+    if (status.state === "unavailable") throw new ModelNotReadyError(status.detail, 5);
+    throw new ModelNotReadyError(`Model '${this.#options.modelId}' is starting. Retry in a moment.`, 5);
   }
 
   boundPrompt(request: GenerationRequest): PromptBound {
