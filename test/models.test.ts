@@ -31,7 +31,7 @@ describe("the model catalog", () => {
       for (const parameter of ["response_format", "tools", "tool_choice", "parallel_tool_calls"]) {
         assert.ok(model.supported_parameters.includes(parameter), `${parameter} is advertised`);
       }
-      assert.deepEqual(model.status, { state: "ready" });
+      assert.deepEqual(model.status, { state: "ready", members_healthy: 1, members_total: 1 }, "an embedded model is one member: this process");
     }
   });
 

@@ -65,7 +65,7 @@ describe("the llama.cpp engine", () => {
     })();
     setTimeout(() => waiting.abort(new Error("client went away while queued")), 20);
     await assert.rejects(reading, /client went away while queued/);
-    assert.deepEqual(queued.usage(), { promptTokens: 0, cachedPromptTokens: 0, completionTokens: 0 }, "nothing was evaluated for it, so nothing is billed");
+    assert.deepEqual(queued.usage(), { source: "counted", promptTokens: 0, cachedPromptTokens: 0, completionTokens: 0 }, "nothing was evaluated for it, so nothing is billed");
     holder.abort(new Error("done"));
     for await (const _part of running.parts);
     await new Promise((resolve) => setImmediate(resolve));
