@@ -217,6 +217,31 @@ export type EngineModelInfo = {
   contextLength: number;
 };
 
+/** Every chat request parameter an engine may honour (the embedded engine honours them all; upstream kinds some). */
+export const CHAT_PARAMETERS = [
+  "max_tokens",
+  "max_completion_tokens",
+  "temperature",
+  "top_p",
+  "frequency_penalty",
+  "presence_penalty",
+  "logit_bias",
+  "logprobs",
+  "top_logprobs",
+  "n",
+  "stop",
+  "seed",
+  "response_format",
+  "tools",
+  "tool_choice",
+  "parallel_tool_calls",
+  "stream",
+  "stream_options",
+  "user",
+] as const;
+
+export type ChatParameter = (typeof CHAT_PARAMETERS)[number];
+
 /** What a model served by an engine can do, for `/v1/models` and the request checks. */
 export type EngineCapabilities = {
   /** Request parameters it honours (a request using another gets a 400 naming it). */

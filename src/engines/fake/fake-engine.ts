@@ -4,18 +4,19 @@
  * delta, reasoning included). It sits beside the real engines' tests, never instead of them: it
  * pins what the serving layer does with parts, queues, failures and cut streams.
  */
-import type {
-  Engine,
-  EngineCapabilities,
-  EngineMember,
-  EngineModelInfo,
-  EngineStatus,
-  GenerationRequest,
-  GenerationUsage,
-  PreparedGeneration,
-  RunningGeneration,
-  StreamPart,
-  UsageSource,
+import {
+  CHAT_PARAMETERS,
+  type Engine,
+  type EngineCapabilities,
+  type EngineMember,
+  type EngineModelInfo,
+  type EngineStatus,
+  type GenerationRequest,
+  type GenerationUsage,
+  type PreparedGeneration,
+  type RunningGeneration,
+  type StreamPart,
+  type UsageSource,
 } from "../engine.ts";
 import { promptBound, type PromptBound } from "../prompt-bound.ts";
 import { EngineOverloadedError, ModelNotReadyError } from "../../protocol/errors.ts";
@@ -70,27 +71,6 @@ export type FakeEngineOptions = {
   cachedPromptTokens?: number;
 };
 
-const ALL_PARAMETERS = [
-  "max_tokens",
-  "max_completion_tokens",
-  "temperature",
-  "top_p",
-  "frequency_penalty",
-  "presence_penalty",
-  "logit_bias",
-  "logprobs",
-  "top_logprobs",
-  "n",
-  "stop",
-  "seed",
-  "response_format",
-  "tools",
-  "tool_choice",
-  "parallel_tool_calls",
-  "stream",
-  "stream_options",
-  "user",
-];
 
 /** Prompts count one token per 4 characters of message text, plus 10 (the bound is exact for it: no token spans more than 4 bytes). */
 export function fakePromptTokens(request: GenerationRequest): number {
@@ -128,7 +108,7 @@ export class FakeEngine implements Engine {
   }
 
   capabilities(): EngineCapabilities {
-    return { supportedParameters: ALL_PARAMETERS, inputModalities: ["text"], vendorFields: [], ...this.#options.capabilities };
+    return { supportedParameters: CHAT_PARAMETERS, inputModalities: ["text"], vendorFields: [], ...this.#options.capabilities };
   }
 
   members(): EngineMember[] {

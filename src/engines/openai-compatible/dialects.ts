@@ -22,33 +22,13 @@
  * - OpenAI: everything; `reasoning_effort` for reasoning models.
  */
 import type { UpstreamKind, VendorField } from "../../config/schema.ts";
-import type { GenerationRequest } from "../engine.ts";
+import { CHAT_PARAMETERS, type ChatParameter, type GenerationRequest } from "../engine.ts";
 import { UnsupportedParameterError } from "../../protocol/errors.ts";
 
-/** The request parameters Turnpike knows (as the embedded engine lists them). */
-const ALL_PARAMETERS = [
-  "max_tokens",
-  "max_completion_tokens",
-  "temperature",
-  "top_p",
-  "frequency_penalty",
-  "presence_penalty",
-  "logit_bias",
-  "logprobs",
-  "top_logprobs",
-  "n",
-  "stop",
-  "seed",
-  "response_format",
-  "tools",
-  "tool_choice",
-  "parallel_tool_calls",
-  "stream",
-  "stream_options",
-  "user",
-] as const;
+/** The request parameters Turnpike knows (the embedded engine honours them all). */
+const ALL_PARAMETERS = CHAT_PARAMETERS;
 
-export type RequestParameter = (typeof ALL_PARAMETERS)[number];
+export type RequestParameter = ChatParameter;
 
 /** How one kind of upstream speaks the chat completion API. */
 export type Dialect = {
