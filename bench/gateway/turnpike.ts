@@ -79,7 +79,9 @@ export async function startTurnpike(root: string, upstreamOrigin: string, timeou
       await cli(root, ["keys", "create", "--name", "metered", "--account", EMAIL, "--rpm", String(GENEROUS_RPM), "--tpm", String(GENEROUS_TPM), "--json", ...store]),
     ) as { key: string };
     const operator = JSON.parse(await cli(root, ["keys", "create", "--name", "operator", "--json", ...store])) as { key: string };
-    child = startChild("turnpike", [path.join(root, "bin/turnpike.js"), "serve", "--config", configFile], { cwd: root, env: { TURNPIKE_CONFIG: "" }, captureStdout: true });
+    // TURNPIKE_BENCH_PROFILE_DIR: write a V8 CPU profile of Turnpike there when it stops (to see where its time goes).
+    const profile = process.env.TURNPIKE_BENCH_PROFILE_DIR ? ["--cpu-prof", `--cpu-prof-dir=${process.env.TURNPIKE_BENCH_PROFILE_DIR}`] : [];
+    child = startChild("turnpike", [...profile, path.join(root, "bin/turnpike.js"), "serve", "--config", configFile], { cwd: root, env: { TURNPIKE_CONFIG: "" }, captureStdout: true });
     const origin = `http://127.0.0.1:${port}`;
     await waitForOk(`${origin}/ready`, child, timeoutMs);
     const started = child;

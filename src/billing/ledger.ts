@@ -23,7 +23,7 @@
  * settlement two statements, the usage record included, between BEGIN and COMMIT. SQLite is
  * in-process: it runs the plain steps, which are also what the CTEs do.
  */
-import { randomBytes } from "node:crypto";
+import { pooledRandomBytes } from "../store/random.ts";
 import { PostgresAdapter, sql, type Kysely, type Transaction } from "kysely";
 import type { Database, LedgerEntryKind } from "../store/schema.ts";
 import type { UsageRecord } from "./usage.ts";
@@ -44,7 +44,7 @@ export function newId(prefix: string, now = Date.now()): string {
     lastTime = now;
     sequence = 0;
   }
-  return `${prefix}_${now.toString(36).padStart(9, "0")}${sequence.toString(36).padStart(4, "0")}${randomBytes(6).toString("hex")}`;
+  return `${prefix}_${now.toString(36).padStart(9, "0")}${sequence.toString(36).padStart(4, "0")}${pooledRandomBytes(6).toString("hex")}`;
 }
 
 function isPostgres(database: Executor): boolean {

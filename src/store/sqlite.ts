@@ -4,7 +4,7 @@
  */
 import fs from "node:fs";
 import path from "node:path";
-import { DatabaseSync, type SQLInputValue } from "node:sqlite";
+import { DatabaseSync, type SQLInputValue, type StatementSync } from "node:sqlite";
 import { Kysely, SqliteDialect, type SqliteDatabase, type SqliteStatement } from "kysely";
 import type { Database } from "./schema.ts";
 
@@ -23,14 +23,42 @@ function isOutOfRange(error: unknown): boolean {
   return (error as { code?: unknown }).code === "ERR_OUT_OF_RANGE";
 }
 
-/** Adapts `DatabaseSync` to the interface Kysely's `SqliteDialect` drives (better-sqlite3's shape). */
+/** Prepared statements kept for reuse, by SQL text (the queries are a fixed set; a bound keeps odd ones from piling up). */
+const STATEMENT_CACHE_SIZE = 512;
+
+/**
+ * Adapts `DatabaseSync` to the interface Kysely's `SqliteDialect` drives (better-sqlite3's shape).
+ * Statements are prepared once per SQL text and reused: preparing took more of a request's CPU
+ * than running it (the gateway bench's profile). `all` and `run` finish synchronously, so one
+ * statement never serves two calls at once; `iterate` (a cursor that stays open) gets its own.
+ */
 function adapt(database: DatabaseSync): SqliteDatabase {
+  /** Each statement with whether it returns rows. */
+  const statements = new Map<string, { statement: StatementSync; reader: boolean }>();
+  const cached = (sql: string): { statement: StatementSync; reader: boolean } => {
+    let entry = statements.get(sql);
+    if (entry !== undefined) {
+      // Most recently used last: the first entry is the one to drop.
+      statements.delete(sql);
+      statements.set(sql, entry);
+      return entry;
+    }
+    const statement = database.prepare(sql);
+    entry = { statement, reader: statement.columns().length > 0 };
+    statements.set(sql, entry);
+    if (statements.size > STATEMENT_CACHE_SIZE) statements.delete(statements.keys().next().value!);
+    return entry;
+  };
   return {
-    close: () => database.close(),
-    prepare: (sql: string): SqliteStatement => {
+    close: () => {
+      statements.clear();
+      database.close();
+    },
+    prepare: (text: string): SqliteStatement => {
       // Write transactions take the lock up front, so two processes sharing the file wait
       // (busy_timeout) instead of failing on a lock upgrade.
-      const statement = database.prepare(/^\s*begin\s*$/i.test(sql) ? "begin immediate" : sql);
+      const sql = /^\s*begin\s*$/i.test(text) ? "begin immediate" : text;
+      const { statement, reader } = cached(sql);
       const values = (parameters: ReadonlyArray<unknown>) => parameters as SQLInputValue[];
       // A plain read that meets an integer beyond 2^53 (money is bounded far below; this is for
       // rows written before the bounds) reads it again with BigInts, made numbers: one bad value
@@ -39,7 +67,7 @@ function adapt(database: DatabaseSync): SqliteDatabase {
       // fast path stays free of BigInts and of this check.
       const readsOnly = () => /^\s*select\b/i.test(sql);
       return {
-        reader: statement.columns().length > 0,
+        reader,
         all: (parameters) => {
           try {
             return statement.all(...values(parameters));
@@ -54,7 +82,7 @@ function adapt(database: DatabaseSync): SqliteDatabase {
           }
         },
         run: (parameters) => statement.run(...values(parameters)),
-        iterate: (parameters) => statement.iterate(...values(parameters)),
+        iterate: (parameters) => database.prepare(sql).iterate(...values(parameters)),
       };
     },
   };

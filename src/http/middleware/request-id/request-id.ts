@@ -2,7 +2,7 @@
  * Request ids: the client's `x-request-id` when it is sane, else a fresh one.
  * Every response carries it back in `x-request-id`.
  */
-import { randomBytes } from "node:crypto";
+import { pooledRandomBytes } from "../../../store/random.ts";
 import type { FastifyReply, FastifyRequest, onRequestHookHandler } from "fastify";
 import type { IncomingMessage } from "node:http";
 
@@ -13,7 +13,7 @@ export function requestIdFrom(request: IncomingMessage): string {
   const header = request.headers["x-request-id"];
   const presented = Array.isArray(header) ? header[0] : header;
   if (presented !== undefined && SANE_ID.test(presented)) return presented;
-  return `req_${randomBytes(12).toString("base64url")}`;
+  return `req_${pooledRandomBytes(12).toString("base64url")}`;
 }
 
 /** Echoes the request id on every response, including errors and streams. */

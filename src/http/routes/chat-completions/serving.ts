@@ -4,7 +4,7 @@
  * turn engine parts into OpenAI completions or chunks.
  */
 import { validatedInWorker } from "../../json-body/json-body-parser.ts";
-import { randomBytes } from "node:crypto";
+import { pooledRandomBytes } from "../../../store/random.ts";
 import type { Catalog, CatalogModel } from "../../../catalog/catalog.ts";
 import type {
   EngineContentPart,
@@ -311,7 +311,7 @@ export function parseChatCompletion(catalog: Catalog, body: unknown): ParsedChat
   if (request.stream !== true) generationRequest.buffered = true;
   const choice = generationRequest.toolChoice;
   return {
-    id: `chatcmpl-${randomBytes(18).toString("base64url")}`,
+    id: `chatcmpl-${pooledRandomBytes(18).toString("base64url")}`,
     created: Math.floor(Date.now() / 1000),
     model,
     stream: request.stream === true,

@@ -1,0 +1,61 @@
+/**
+ * Profiles Turnpike as the gateway bench runs it: the zero-latency upstream, Turnpike in its own
+ * process with a V8 CPU profile, one key's load for a few seconds; prints where Turnpike's CPU
+ * went (self time by function, the top entries) and leaves the `.cpuprofile` for Chrome DevTools.
+ *   node bench/gateway/profile.ts [--key operator|metered] [--stream] [--connections 16] [--seconds 8]
+ */
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { parseArgs } from "node:util";
+import { fileURLToPath } from "node:url";
+import { runLoad } from "./load.ts";
+import { readPortLine, startChild } from "./processes.ts";
+import { startTurnpike } from "./turnpike.ts";
+
+const { values } = parseArgs({
+  options: {
+    key: { type: "string", default: "operator" },
+    stream: { type: "boolean", default: false },
+    connections: { type: "string", default: "16" },
+    seconds: { type: "string", default: "8" },
+    top: { type: "string", default: "40" },
+  },
+});
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
+const profileDir = fs.mkdtempSync(path.join(os.tmpdir(), "turnpike-profile-"));
+process.env.TURNPIKE_BENCH_PROFILE_DIR = profileDir;
+const upstream = startChild("upstream", [path.join(root, "bench/gateway/upstream.ts")]);
+const upstreamOrigin = `http://127.0.0.1:${await readPortLine(upstream, 15_000)}`;
+const turnpike = await startTurnpike(root, upstreamOrigin, 60_000);
+try {
+  const stream = values.stream;
+  const result = await runLoad(
+    {
+      origin: turnpike.origin,
+      path: "/v1/chat/completions",
+      headers: { authorization: `Bearer ${values.key === "metered" ? turnpike.meteredKey : turnpike.operatorKey}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: "bench", messages: [{ role: "user", content: "Say something." }], max_tokens: 16, stream, ...(stream ? { stream_options: { include_usage: true } } : {}) }),
+      stream,
+    },
+    { connections: Number(values.connections), warmupMs: 1000, durationMs: Number(values.seconds) * 1000, maxRequests: 1_000_000 },
+  );
+  console.log(JSON.stringify({ requestsPerSecond: Math.round(result.requests / result.seconds), errors: result.errors }));
+} finally {
+  await turnpike.child.stop();
+  await upstream.stop();
+}
+const file = fs.readdirSync(profileDir).find((name) => name.endsWith(".cpuprofile"));
+if (file === undefined) throw new Error("no profile was written");
+type Node = { id: number; callFrame: { functionName: string; url: string; lineNumber: number }; hitCount: number };
+const profile = JSON.parse(fs.readFileSync(path.join(profileDir, file), "utf8")) as { nodes: Node[]; samples: number[] };
+const self = new Map<string, number>();
+let total = 0;
+for (const node of profile.nodes) {
+  const where = `${node.callFrame.functionName || "(anonymous)"} ${node.callFrame.url.replace(/^file:\/\//, "").replace(root + "/", "")}:${node.callFrame.lineNumber + 1}`;
+  self.set(where, (self.get(where) ?? 0) + node.hitCount);
+  total += node.hitCount;
+}
+for (const [where, hits] of [...self].sort((a, b) => b[1] - a[1]).slice(0, Number(values.top))) console.log(`${((hits / total) * 100).toFixed(1).padStart(5)}%  ${where}`);
+console.log(`profile: ${path.join(profileDir, file)}`);
+await turnpike.cleanup();
