@@ -16,6 +16,7 @@ import {
   type PreparedGeneration,
   type RunningGeneration,
   type StreamPart,
+  type TokenLogprob,
   type UsageSource,
 } from "../engine.ts";
 import { promptBound, type PromptBound } from "../prompt-bound.ts";
@@ -23,7 +24,8 @@ import { EngineOverloadedError, ModelNotReadyError } from "../../protocol/errors
 
 /** One step of a choice's script: a part to yield (its `choice` is filled in), a pause, or a failure. */
 export type ScriptStep =
-  | { text: string }
+  /** A text delta; `logprobs` are yielded with it as the engine's own would be. */
+  | { text: string; logprobs?: TokenLogprob[] }
   | { reasoning: string }
   | { toolCall: { id: string; name: string; arguments: string[] } }
   | { waitMs: number }
@@ -164,7 +166,7 @@ export class FakeEngine implements Engine {
               }
               if ("text" in step) {
                 count.completion++;
-                yield { type: "text-delta", choice, text: step.text };
+                yield step.logprobs === undefined ? { type: "text-delta", choice, text: step.text } : { type: "text-delta", choice, text: step.text, logprobs: step.logprobs };
               } else if ("reasoning" in step) {
                 count.completion++;
                 count.reasoning++;

@@ -173,6 +173,31 @@ describe("runCompletion and runStream", () => {
     assert.equal((await recordOf(input.requestId)).status, 200);
   });
 
+  it("carries log probabilities per token, streamed in each delta's chunk and whole in the completion", async () => {
+    const token = (text: string, logprob: number) => ({
+      token: text,
+      logprob,
+      bytes: [...Buffer.from(text)],
+      topLogprobs: [{ token: text, logprob, bytes: [...Buffer.from(text)] }, { token: "x", logprob: -9, bytes: [120] }],
+    });
+    scripts = [{ steps: [{ text: "Hi", logprobs: [token("Hi", -0.5)] }, { text: " you", logprobs: [token(" you", -1.25)] }] }];
+    const key = await funded();
+    const completion = await runCompletion(dependencies, await admitted(key, { logprobs: true, top_logprobs: 2 }));
+    const content = completion.choices[0]!.logprobs!.content!;
+    assert.deepEqual(content.map((entry) => [entry.token, entry.logprob, entry.top_logprobs.length]), [["Hi", -0.5, 2], [" you", -1.25, 2]]);
+    assert.deepEqual(content[1]!.bytes, [...Buffer.from(" you")]);
+
+    const sink = new MemorySink();
+    await runStream(dependencies, await admitted(key, { logprobs: true, top_logprobs: 2, stream: true }), () => sink);
+    const streamed = sink.chunks.filter((chunk) => typeof chunk.choices[0]?.delta.content === "string" && chunk.choices[0].delta.content !== "");
+    assert.deepEqual(
+      streamed.map((chunk) => (chunk.choices[0] as unknown as { logprobs: { content: Array<{ token: string }> } }).logprobs.content.map((entry) => entry.token)),
+      [["Hi"], [" you"]],
+    );
+    const roleChunk = sink.chunks[0]!.choices[0] as unknown as { logprobs: unknown };
+    assert.equal(roleChunk.logprobs, null, "the role chunk carries none");
+  });
+
   it("bills a stream its client left mid-way for what was generated, records 499 and stops the engine", async () => {
     const gate = new FakeGate();
     scripts = [{ steps: [{ text: "one" }, { text: "two" }, { gate }, { text: "never" }] }];
