@@ -4,7 +4,7 @@
  * slot serves the next request. A stream follows its client: generation pauses while the socket's
  * buffer is full, and a client that reads nothing for the stall timeout is cut like one that left.
  */
-import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from "fastify";
+import type { FastifyInstance, FastifyReply, onRequestHookHandler } from "fastify";
 import type { Catalog } from "../../../catalog/catalog.ts";
 import { SseWriter } from "../../sse.ts";
 import type { Metering } from "../../../billing/metering.ts";

@@ -13,9 +13,6 @@ import type {
   GenerationRequest,
   PreparedGeneration,
   ResponseFormat,
-  RunningGeneration,
-  TokenLogprob,
-  TokenUsage,
   ToolCall,
   ToolChoice,
   ToolDefinition,
@@ -26,14 +23,6 @@ import {
   type ChatMessage,
   type ResponseFormatParam,
 } from "../../../protocol/chat-completion-request.ts";
-import {
-  usageOf,
-  type ChatCompletion,
-  type ChatCompletionChunk,
-  type ChoiceLogprobs,
-  type FinishReason,
-  type ToolCallObject,
-} from "../../../protocol/chat-completion-response.ts";
 import { InvalidRequestError, UnsupportedParameterError } from "../../../protocol/errors.ts";
 import { imageUrlProblem } from "../../../protocol/image-url.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
