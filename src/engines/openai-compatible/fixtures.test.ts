@@ -250,3 +250,24 @@ test("vLLM's running usage is the estimate when its stream is cut before the fin
   assert.equal(summary.ending, "cut");
   assert.deepEqual(summary.usage, { source: "estimated", promptTokens: 25, cachedPromptTokens: 0, completionTokens: 4 });
 });
+
+test("the streams recorded from a real llama-server read whole: each choice finishes once, with the content and usage it sent", async () => {
+  const files = readdirSync(FIXTURES).filter((file) => file.startsWith("llama-server-") && file.endsWith(".sse"));
+  assert.ok(files.length >= 10, `recorded llama-server streams (${files.length})`);
+  for (const file of files) {
+    const text = readFileSync(join(FIXTURES, file), "utf8");
+    const choices = 1 + Math.max(0, ...[...text.matchAll(/"index":(\d+),"delta"/g)].map((match) => Number(match[1])));
+    const { summary } = await run(`: turnpike-fixture ${JSON.stringify({ choices, promptTokens: 1000, logprobs: true })}\n${text}`);
+    assert.equal(summary.ending, "done", file);
+    for (const choice of summary.choices) assert.equal(choice.finish.length, 1, `${file}: one finish per choice`);
+    if (choices === 1) {
+      const sent = [...text.matchAll(/"delta":\{"content":("(?:[^"\\]|\\.)*")\}/g)].map((match) => JSON.parse(match[1]!) as string).join("");
+      assert.equal(summary.choices[0]!.text, sent, `${file}: the content as sent`);
+    }
+    if (/"usage":\{/.test(text) && choices === 1) {
+      assert.equal(summary.usage.source, "upstream", file);
+      const reported = JSON.parse(/"usage":(\{[^}]*\}[^}]*\})/.exec(text)?.[1] ?? /"usage":(\{[^}]*\})/.exec(text)![1]!) as { completion_tokens: number };
+      assert.equal(summary.usage.completionTokens, reported.completion_tokens, file);
+    }
+  }
+});
