@@ -19,6 +19,35 @@ import { startTestServer, temporaryDirectory, type TestServer } from "./helpers/
 
 const SECRET = "sk-upstream-secret-0123456789";
 
+describe("an upstream that is down when Turnpike starts", () => {
+  it("lists the model unavailable, then serves it once the upstream answers, by itself", async () => {
+    // A port nothing listens on yet.
+    const probe = await FaultUpstream.start();
+    const port = Number(new URL(probe.origin).port);
+    await probe.close();
+    const gateway = await startTestServer({ flags: { models: [], upstreams: [`late=http://127.0.0.1:${port}/v1`] } });
+    let upstream: FaultUpstream | undefined;
+    try {
+      const status = async () => ((await (await fetch(`${gateway.baseURL}/models/late`, { headers: { authorization: `Bearer ${gateway.key}` } })).json()) as { status: { state: string } }).status.state;
+      assert.equal(await status(), "unavailable");
+      await assert.rejects(gateway.client.chat.completions.create({ model: "late", messages: [{ role: "user", content: "Hi" }], max_tokens: 5 }), (error: unknown) => error instanceof OpenAI.APIError && error.status === 503);
+      upstream = await FaultUpstream.start({ model: "late", maxModelLen: 2048, port });
+      // The first try again comes 5 s after start.
+      let state = await status();
+      for (let attempt = 0; attempt < 150 && state !== "ready"; attempt++) {
+        await delay(100);
+        state = await status();
+      }
+      assert.equal(state, "ready");
+      const completion = await gateway.client.chat.completions.create({ model: "late", messages: [{ role: "user", content: "Hi" }], max_tokens: 5 });
+      assert.equal(completion.choices[0]!.message.content, "Hello there!");
+    } finally {
+      await gateway.close();
+      await upstream?.close();
+    }
+  });
+});
+
 describe("upstream faults through Turnpike", () => {
   let first: FaultUpstream;
   let second: FaultUpstream;

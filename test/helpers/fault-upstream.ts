@@ -47,6 +47,8 @@ export type FaultUpstreamOptions = {
   maxModelLen?: number;
   /** More routes, by `"METHOD /path"`; they win over the built-in ones. */
   routes?: Record<string, RouteHandler>;
+  /** The port to listen on (default: a free one); for a server that comes up where one was expected. */
+  port?: number;
 };
 
 const DEFAULT_TEXT = ["Hello", " there", "!"];
@@ -79,7 +81,7 @@ export class FaultUpstream {
   /** Starts a server on 127.0.0.1 and a free port. */
   static async start(options: FaultUpstreamOptions = {}): Promise<FaultUpstream> {
     const upstream = new FaultUpstream(options);
-    await new Promise<void>((resolve) => upstream.#server.listen(0, "127.0.0.1", resolve));
+    await new Promise<void>((resolve) => upstream.#server.listen(options.port ?? 0, "127.0.0.1", resolve));
     upstream.#port = (upstream.#server.address() as net.AddressInfo).port;
     return upstream;
   }

@@ -71,6 +71,9 @@ export class OpenAiCompatibleEngine implements Engine {
   readonly #closing = new AbortController();
   #contextLength: number | undefined;
   #opened: "no" | "opening" | "open" | "failed" = "no";
+  /** Tries of `open`'s work after the first (for the wait before the next). */
+  #retries = 0;
+  #retryTimer: NodeJS.Timeout | undefined;
   #failure = "";
   #lastStatus: EngineStatus["state"] | undefined;
 
@@ -91,12 +94,23 @@ export class OpenAiCompatibleEngine implements Engine {
     return this.#options.upstream.kind ?? this.#options.pool.kind;
   }
 
+  /**
+   * Detects the kind (the pool), then learns the context length. Never throws. When no upstream
+   * answered (all down at start), the model is unavailable and it tries again, every 5 s doubling
+   * to a minute, until one answers; the same while its kind is still unknown.
+   */
   async open(): Promise<void> {
     this.#opened = "opening";
     this.#report();
+    await this.#options.pool.open?.();
+    await this.#learn();
+  }
+
+  /** One try at what `open` needs to know; schedules the next when something is still unknown. */
+  async #learn(): Promise<void> {
     try {
       // The kind first (probed when not configured): the context length is asked for in its dialect.
-      await this.#options.pool.open?.();
+      if (this.kind === undefined) await this.#options.pool.redetect?.();
       if (this.#contextLength === undefined) {
         const found = await detectContextLength({
           client: this.#client,
@@ -107,16 +121,28 @@ export class OpenAiCompatibleEngine implements Engine {
         });
         if (found.contextLength === undefined) {
           this.#fail(found.reason);
+          this.#tryAgainLater();
           return;
         }
         if (found.note !== undefined) this.#options.onEvent?.("warn", `model ${this.#options.modelId}: ${found.note}`, {});
         this.#contextLength = found.contextLength;
       }
       this.#opened = "open";
+      // Serving with what every kind honours until a member says what it is.
+      if (this.kind === undefined) this.#tryAgainLater();
     } catch (error) {
       this.#fail(sanitizeUpstreamMessage(error instanceof Error ? error.message : String(error), this.#options.apiKey ? [this.#options.apiKey] : []));
+      this.#tryAgainLater();
     }
     this.#report();
+  }
+
+  /** Tries `#learn` again after 5 s, doubling to a minute per try; never once closing. */
+  #tryAgainLater(): void {
+    if (this.#closing.signal.aborted) return;
+    const delayMs = Math.min(60_000, 5_000 * 2 ** Math.min(this.#retries++, 4));
+    this.#retryTimer = setTimeout(() => void this.#learn(), delayMs);
+    this.#retryTimer.unref();
   }
 
   #fail(reason: string): void {
@@ -268,6 +294,7 @@ export class OpenAiCompatibleEngine implements Engine {
 
   async close(): Promise<void> {
     this.#closing.abort(new Error("engine closing"));
+    clearTimeout(this.#retryTimer);
     this.#options.pool.close();
     await this.#client.close();
   }

@@ -47,6 +47,8 @@ export interface UpstreamPool {
    * Never throws. Optional: a pool made for a test may have nothing to open.
    */
   open?(): Promise<void>;
+  /** Detects the kind again while it is unknown (every member was down at start); true once known. Optional, as `open`. */
+  redetect?(): Promise<boolean>;
   /**
    * A member with room for one more request: the least busy healthy one (affinity aside).
    * Waits in the model's queue while every healthy member is full; throws `EngineOverloadedError`

@@ -123,6 +123,15 @@ class Pool implements UpstreamPoolHandle {
   }
 
   async #open(): Promise<void> {
+    await this.#detect();
+    if (this.#closed) return;
+    this.#startProbes();
+    await this.#health?.probeAll();
+    if (!this.#closed) this.#health?.start();
+  }
+
+  /** Asks members what they are until one says (a few at a time, the first DETECT_AT_MOST only). */
+  async #detect(): Promise<void> {
     // Members are asked a few at a time, in order, until one says what it is; a pool of 256 dead
     // members is not asked for minutes: past the first DETECT_AT_MOST, the kind stays unknown.
     const asked = Math.min(this.#members.length, DETECT_AT_MOST);
@@ -131,8 +140,13 @@ class Pool implements UpstreamPoolHandle {
       const detected = await Promise.all(batch.map((member) => detectKind(member.baseUrl, this.#options.apiKey).catch(() => undefined)));
       this.#kind = detected.find((kind) => kind !== undefined);
     }
+  }
+
+  /** (Re)starts the periodic probes for the kind known now (not started: none configured). */
+  #startProbes(): void {
     const intervalMs = this.#options.healthIntervalMs ?? 0;
     if (this.#closed || intervalMs <= 0) return;
+    this.#health?.stop();
     this.#health = new HealthChecker({
       kind: this.#kind,
       members: this.#members,
@@ -141,8 +155,21 @@ class Pool implements UpstreamPoolHandle {
       timeoutMs: this.#options.probeTimeoutMs,
       onProbe: (member) => this.#changed(member),
     });
-    await this.#health.probeAll();
-    if (!this.#closed) this.#health.start();
+  }
+
+  /**
+   * Asks the members what they are again while the kind is unknown (every member was down when
+   * the pool opened); once one says, probes switch to that kind's health check. True when known.
+   */
+  async redetect(): Promise<boolean> {
+    await this.open();
+    if (this.#kind !== undefined || this.#closed) return this.#kind !== undefined;
+    await this.#detect();
+    if (this.#kind === undefined || this.#closed) return false;
+    const running = this.#health !== undefined;
+    this.#startProbes();
+    if (running) this.#health?.start();
+    return true;
   }
 
   acquire(options: AcquireOptions): Promise<PoolLease> {
