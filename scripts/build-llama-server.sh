@@ -11,8 +11,9 @@
 # test/helpers/llama-server.ts asks it with --print-path.
 #
 # Usage:
-#   scripts/build-llama-server.sh               build when missing; the binary's path is the last line of stdout
-#   scripts/build-llama-server.sh --print-path  print the path the binary has (or would have) and exit; builds nothing
+#   scripts/build-llama-server.sh                     build when missing; the binary's path is the last line of stdout
+#   scripts/build-llama-server.sh --with-llama-bench  the same, and llama-bench beside it (bench/vs-llama-server.ts)
+#   scripts/build-llama-server.sh --print-path        print the path the binary has (or would have) and exit; builds nothing
 #
 # Environment: TURNPIKE_CACHE_DIR (default $HOME/.cache/turnpike); LLAMA_SERVER_BUILD_JOBS (default 2).
 set -euo pipefail
@@ -42,20 +43,31 @@ cache_dir="${TURNPIKE_CACHE_DIR:-$HOME/.cache/turnpike}/llama-server"
 target_dir="$cache_dir/$key"
 binary="$target_dir/bin/llama-server"
 
-if [ "${1:-}" = "--print-path" ]; then
-  echo "$binary"
-  exit 0
-fi
-if [ -n "${1:-}" ]; then
-  echo "build-llama-server: unknown argument '$1' (only --print-path)" >&2
-  exit 2
-fi
+bench_binary="$target_dir/bin/llama-bench"
 
-if [ -x "$binary" ]; then
+with_bench=false
+case "${1:-}" in
+  --print-path)
+    echo "$binary"
+    exit 0
+    ;;
+  --with-llama-bench) with_bench=true ;;
+  "") ;;
+  *)
+    echo "build-llama-server: unknown argument '$1' (--print-path or --with-llama-bench)" >&2
+    exit 2
+    ;;
+esac
+
+if [ -x "$binary" ] && { [ "$with_bench" = false ] || [ -x "$bench_binary" ]; }; then
   echo "build-llama-server: already built"
   echo "$binary"
   exit 0
 fi
+# What is missing: both on a new machine (when asked for llama-bench), or llama-bench alone.
+targets=(llama-server)
+if [ "$with_bench" = true ]; then targets+=(llama-bench); fi
+if [ -x "$binary" ]; then targets=(llama-bench); fi
 
 jobs="${LLAMA_SERVER_BUILD_JOBS:-2}"
 tag="$(sed -n 's/.*"tag": *"\([^"]*\)".*/\1/p' "$root/node_modules/node-llama-cpp/llama/llama.cpp.info.json" 2>/dev/null || true)"
@@ -88,14 +100,27 @@ cmake -S "$work/src" -B "$work/build" \
   -DLLAMA_BUILD_SERVER=ON \
   > "$work/configure.log" 2>&1 || { tail -n 40 "$work/configure.log" >&2; exit 1; }
 
-echo "build-llama-server: compiling the llama-server target (6-15 minutes on 2 cores)"
+echo "build-llama-server: compiling ${targets[*]} (6-15 minutes on 2 cores)"
 # Progress: cmake's "[ NN%]" lines, one in ten, so a CI log shows it moving without drowning.
-cmake --build "$work/build" --config Release --target llama-server -j "$jobs" 2>&1 \
+cmake --build "$work/build" --config Release --target "${targets[@]}" -j "$jobs" 2>&1 \
   | tee "$work/build.log" \
   | awk '/^\[ *[0-9]+%\]/ { n++; if (n % 10 == 1) { print "build-llama-server: " $0; fflush() } }'
 if [ "${PIPESTATUS[0]}" != "0" ]; then
   tail -n 40 "$work/build.log" >&2
   exit 1
+fi
+
+if [ "${targets[0]}" = llama-bench ]; then
+  # llama-server is there already: add llama-bench beside it (copied, then renamed into place).
+  if [ ! -x "$work/build/bin/llama-bench" ]; then
+    echo "build-llama-server: the build finished without $work/build/bin/llama-bench" >&2
+    exit 1
+  fi
+  cp "$work/build/bin/llama-bench" "$target_dir/bin/.llama-bench.$$"
+  mv -f "$target_dir/bin/.llama-bench.$$" "$bench_binary"
+  echo "build-llama-server: llama-bench built in $((SECONDS - started)) s"
+  echo "$binary"
+  exit 0
 fi
 
 built="$work/build/bin/llama-server"
@@ -107,6 +132,7 @@ fi
 
 mkdir -p "$work/out/bin"
 cp "$built" "$work/out/bin/llama-server"
+if [ "$with_bench" = true ]; then cp "$work/build/bin/llama-bench" "$work/out/bin/llama-bench"; fi
 cp "$work/version.txt" "$work/out/version.txt"
 echo "$commit" > "$work/out/commit.txt"
 # The atomic step: the whole folder appears at once or not at all. If another build won the race,

@@ -14,7 +14,13 @@ import type { SlotLease } from "./slot-queue.ts";
 /** Parts made but not yet taken past which the choices wait for the consumer. */
 export const READY_HIGH_WATER = 32;
 
-export type GenerateChoice<Slot> = (slot: Slot, choice: number, signal: AbortSignal) => AsyncIterable<StreamPart>;
+/**
+ * A choice's parts; `flow`, when given, is told when the choice waits for the consumer and when it
+ * goes on (an engine that batches choices together stops waiting for a paused one).
+ */
+export type ChoiceParts = AsyncIterable<StreamPart> & { readonly flow?: { pause(): void; resume(): void } };
+
+export type GenerateChoice<Slot> = (slot: Slot, choice: number, signal: AbortSignal) => ChoiceParts;
 
 export async function* runChoices<Slot>(
   leases: readonly SlotLease<Slot>[],
@@ -51,10 +57,15 @@ export async function* runChoices<Slot>(
     try {
       while (nextChoice < choices) {
         const choice = nextChoice++;
-        for await (const part of generate(lease.slot, choice, stop)) {
+        const parts = generate(lease.slot, choice, stop);
+        for await (const part of parts) {
           ready.push(part);
           notify();
-          while (ready.length >= READY_HIGH_WATER && !stop.aborted) await room();
+          if (ready.length >= READY_HIGH_WATER && !stop.aborted) {
+            parts.flow?.pause();
+            while (ready.length >= READY_HIGH_WATER && !stop.aborted) await room();
+            parts.flow?.resume();
+          }
         }
       }
     } catch (error) {

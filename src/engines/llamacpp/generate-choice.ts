@@ -11,6 +11,7 @@ import type { RenderedPrompt } from "./chat-prompt.ts";
 import { TextStream } from "./text-stream.ts";
 import { ChoiceLogprobs, type DescribeToken } from "./token-logprobs.ts";
 import type { ReplyPart, ReplyPlan } from "./reply-plan.ts";
+import { sequenceKey, type DecodeStepper } from "./decode-barrier.ts";
 
 /** Generated tokens the presence/frequency penalties look back over. */
 export const PENALTY_WINDOW_TOKENS = 256;
@@ -31,6 +32,10 @@ export type ChoiceInput = {
   describeToken: DescribeToken;
   /** Updated as tokens are generated, so usage is exact even if the consumer stops early. */
   usage: TokenUsage;
+  /** This choice's place in the context's decode barrier, counted while its tokens are generated. */
+  stepper: DecodeStepper;
+  /** The sequence's creation index (its llama.cpp sequence id): batches are ordered by it. */
+  sequenceIndex: number;
 };
 
 /**
@@ -70,6 +75,8 @@ function evaluateOptions(input: ChoiceInput, generated: readonly Token[]): Seque
     // Each choice walks the grammar on its own.
     grammarEvaluationState: input.plan.grammar && new LlamaGrammarEvaluationState({ model: input.model, grammar: input.plan.grammar }),
     yieldEogToken: true,
+    // Read only by the decode barrier: which sequence this is, so batches go in sequence order.
+    evaluationPriority: sequenceKey(input.sequenceIndex),
     tokenBias: toTokenBias(input.model, sampling.logitBias),
     repeatPenalty: penalize
       ? {
@@ -120,41 +127,47 @@ export async function* generateChoice(input: ChoiceInput): AsyncGenerator<Stream
   };
 
   let reason: EngineFinishReason = "length";
-  const outputs = sequence.evaluateWithMetadata(
-    prompt.tokens.slice(reused),
-    { confidence: logprobs !== undefined, probabilities: logprobs !== undefined && request.logprobs!.top > 0 },
-    evaluateOptions(input, generated),
-  );
-  if (signal.aborted) reason = "cancelled";
-  else {
-    for await (const output of outputs) {
-      const token = output.token;
-      const lastTokens = generated.slice(-LOGPROB_CONTEXT_TOKENS);
-      generated.push(token);
-      usage.completionTokens = generated.length;
-      if (model.isEogToken(token) || prompt.stopTokens.has(token)) {
-        reason = "stop";
-        break;
-      }
-      if (logprobs !== undefined) {
-        const metadata = output as { confidence?: number; probabilities?: Map<Token, number> };
-        logprobs.record(token, metadata.confidence ?? metadata.probabilities?.get(token) ?? 0, metadata.probabilities, lastTokens, text.produced);
-      }
-      const step = text.push(token);
-      if (step.text.length > 0) yield* partsOf(step.text);
-      if (step.stopped) {
-        reason = "stop";
-        break;
-      }
-      if (signal.aborted) {
-        reason = "cancelled";
-        break;
-      }
-      if (generated.length >= maxTokens) {
-        reason = "length";
-        break;
+  // From here to the end of the loop, every decode this sequence queues is one the next batch waits for.
+  input.stepper.start();
+  try {
+    const outputs = sequence.evaluateWithMetadata(
+      prompt.tokens.slice(reused),
+      { confidence: logprobs !== undefined, probabilities: logprobs !== undefined && request.logprobs!.top > 0 },
+      evaluateOptions(input, generated),
+    );
+    if (signal.aborted) reason = "cancelled";
+    else {
+      for await (const output of outputs) {
+        const token = output.token;
+        const lastTokens = generated.slice(-LOGPROB_CONTEXT_TOKENS);
+        generated.push(token);
+        usage.completionTokens = generated.length;
+        if (model.isEogToken(token) || prompt.stopTokens.has(token)) {
+          reason = "stop";
+          break;
+        }
+        if (logprobs !== undefined) {
+          const metadata = output as { confidence?: number; probabilities?: Map<Token, number> };
+          logprobs.record(token, metadata.confidence ?? metadata.probabilities?.get(token) ?? 0, metadata.probabilities, lastTokens, text.produced);
+        }
+        const step = text.push(token);
+        if (step.text.length > 0) yield* partsOf(step.text);
+        if (step.stopped) {
+          reason = "stop";
+          break;
+        }
+        if (signal.aborted) {
+          reason = "cancelled";
+          break;
+        }
+        if (generated.length >= maxTokens) {
+          reason = "length";
+          break;
+        }
       }
     }
+  } finally {
+    input.stepper.stop();
   }
   if (reason !== "cancelled") {
     const tail = text.flush();

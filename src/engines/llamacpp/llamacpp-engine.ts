@@ -28,9 +28,17 @@ import { renderChatPrompt, type RenderedPrompt } from "./chat-prompt.ts";
 import { GrammarFactory } from "./grammar.ts";
 import { planReply, type ReplyPlan } from "./reply-plan.ts";
 import { generateChoice } from "./generate-choice.ts";
+import { DecodeBarrier, type DecodeBarrierStats } from "./decode-barrier.ts";
 import { tokenDescriber, type DescribeToken } from "./token-logprobs.ts";
 import { resolveModelFile, type DownloadProgress, type ModelFileSource } from "./model-file.ts";
 
+
+/**
+ * Cached prompt tokens worth choosing a sequence for. Shorter shared prefixes (every chat prompt
+ * shares its template's first few tokens with every used sequence) lose to the lowest free
+ * sequence id, which keeps batches in one pass.
+ */
+const MIN_REUSED_PREFIX = 16;
 
 /** Text in, text out, every chat parameter, no vendor fields (node-llama-cpp 3.22 cannot load vision projectors). */
 const LLAMACPP_CAPABILITIES: EngineCapabilities = { supportedParameters: CHAT_PARAMETERS, inputModalities: ["text"], vendorFields: [] };
@@ -56,7 +64,11 @@ type Loaded = {
   context: LlamaContext;
   wrapper: ChatWrapper;
   grammars: GrammarFactory;
+  /** Holds each batch until every generating sequence's next token is in it. */
+  barrier: DecodeBarrier;
   queue: SlotQueue<LlamaContextSequence>;
+  /** Each sequence's creation index, which is its llama.cpp sequence id (a fresh context numbers them 0, 1, …). */
+  sequenceIndex: Map<LlamaContextSequence, number>;
   /** Tokens in the model's vocabulary (ids 0..vocabularySize-1). */
   vocabularySize: number;
   /** The most bytes of text any one token stands for (a prompt of n bytes has at least n / this tokens), and per ASCII byte. */
@@ -191,10 +203,12 @@ export class LlamaCppEngine implements Engine {
       const llama = await options.llama();
       const model = await llama.loadModel({ modelPath: file });
       const contextSize = Math.min(options.contextSize, model.trainContextSize || options.contextSize);
+      const barrier = new DecodeBarrier();
       const context = await model.createContext({
         contextSize,
         sequences: options.parallel,
         threads: options.threads,
+        batching: { itemPrioritizationStrategy: barrier.prioritize },
       });
       const sequences = Array.from({ length: options.parallel }, () => context.getSequence());
       const wrapper = resolveChatWrapper(model);
@@ -203,7 +217,9 @@ export class LlamaCppEngine implements Engine {
         context,
         wrapper,
         grammars: new GrammarFactory(llama),
+        barrier,
         queue: new SlotQueue(sequences, options.queueSize),
+        sequenceIndex: new Map(sequences.map((sequence, index) => [sequence, index])),
         ...measureVocabulary(model),
       };
       this.#setStatus({ state: "ready" });
@@ -211,6 +227,11 @@ export class LlamaCppEngine implements Engine {
       const reason = error instanceof Error ? error.message : String(error);
       this.#setStatus({ state: "unavailable", detail: unavailableDetail(options.modelId, reason) });
     }
+  }
+
+  /** How the context's batches were filled so far (for benchmarks and tests). */
+  batchStats(): DecodeBarrierStats | undefined {
+    return this.#loaded?.barrier.stats();
   }
 
   /** The chat wrapper in use (for logs and tests). */
@@ -277,8 +298,14 @@ export class LlamaCppEngine implements Engine {
   #start(loaded: Loaded, prompt: RenderedPrompt, plan: ReplyPlan, request: GenerationRequest, maxTokens: number, signal: AbortSignal): RunningGeneration {
     // Throws EngineOverloadedError synchronously when the queue is full.
     const stop = AbortSignal.any([signal, this.#closing.signal]);
-    const rank = (sequence: LlamaContextSequence) => sequence.compareContextTokens(prompt.tokens).firstDifferentIndex;
-    // Prefer the free sequence that already holds the longest prefix of this prompt.
+    // Prefer the free sequence that already holds the longest prefix of this prompt, when that saves
+    // real work; otherwise the lowest-numbered one, which keeps the busy sequences' ids together
+    // (llama.cpp decodes a run of consecutive sequence ids in one pass: see decode-barrier.ts).
+    const rank = (sequence: LlamaContextSequence) => {
+      const cached = sequence.compareContextTokens(prompt.tokens).firstDifferentIndex;
+      const index = loaded.sequenceIndex.get(sequence) ?? 0;
+      return (cached >= MIN_REUSED_PREFIX ? cached : 0) - index / (loaded.sequenceIndex.size + 1);
+    };
     const leased = loaded.queue.acquire(stop, rank);
     let started = false;
     // A lease nobody will consume (aborted before generation began) goes straight back. The
@@ -313,8 +340,9 @@ export class LlamaCppEngine implements Engine {
           if (extra === undefined) break;
           leases.push(extra);
         }
-        yield* runChoices(leases, request.choices, stop, (sequence, choice, choiceSignal) =>
-          generateChoice({
+        yield* runChoices(leases, request.choices, stop, (sequence, choice, choiceSignal) => {
+          const stepper = loaded.barrier.stepper();
+          return Object.assign(generateChoice({
             model: loaded.model,
             sequence,
             prompt,
@@ -325,8 +353,10 @@ export class LlamaCppEngine implements Engine {
             signal: choiceSignal,
             describeToken,
             usage: choiceUsages[choice]!,
-          }),
-        );
+            stepper,
+            sequenceIndex: loaded.sequenceIndex.get(sequence) ?? 0,
+          }), { flow: stepper });
+        });
       },
     };
     // The prompt counts once (as OpenAI bills `n`), its cached part as the first choice found it;
