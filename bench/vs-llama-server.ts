@@ -147,6 +147,9 @@ async function stream(target: Target, body: Record<string, unknown>): Promise<St
     body: JSON.stringify(body),
     headersTimeout: 300_000,
     bodyTimeout: 300_000,
+    // A connection per request: a kept-alive one may be closed by the server (its idle timeout)
+    // just as the next request goes out on it, while the other side runs its round.
+    reset: true,
   });
   if (response.statusCode !== 200) throw new Error(`${target.origin}: ${response.statusCode} ${await response.body.text()}`);
   let firstAt: number | undefined;

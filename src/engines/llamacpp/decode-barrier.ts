@@ -71,6 +71,16 @@ export class DecodeBarrier {
     return { ...this.#stats };
   }
 
+  /**
+   * node-llama-cpp's `batching.dispatchSchedule`: at once, not on the next turn of the event loop
+   * (its default). Waiting for the sequences still on their way is `prioritize`'s job; a turn of
+   * the event loop would also wait for whatever else is queued there (other requests' I/O, the
+   * stream's own writes), on every token.
+   */
+  readonly schedule = (dispatch: () => void): void => {
+    dispatch();
+  };
+
   /** node-llama-cpp's `batching.itemPrioritizationStrategy`. */
   readonly prioritize = ({ items, size }: { readonly items: readonly BatchItem[]; readonly size: number }): PrioritizedBatchItem[] => {
     if (items.length < this.#expected) {

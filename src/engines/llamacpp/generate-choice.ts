@@ -135,9 +135,19 @@ export async function* generateChoice(input: ChoiceInput): AsyncGenerator<Stream
       { confidence: logprobs !== undefined, probabilities: logprobs !== undefined && request.logprobs!.top > 0 },
       evaluateOptions(input, generated),
     );
-    if (signal.aborted) reason = "cancelled";
-    else {
-      for await (const output of outputs) {
+    // One token read ahead: as soon as a token is known to go on, the sequence is asked for the
+    // next one, so its decode runs on llama.cpp's thread while this one's text is made and sent
+    // (and it joins the next batch without waiting for that work). A read-ahead that turns out
+    // unneeded (a stop sequence, a cut) costs one decode and is never counted or sent.
+    let pending: Promise<IteratorResult<(typeof outputs extends AsyncGenerator<infer Output> ? Output : never)>> | undefined;
+    try {
+      if (signal.aborted) reason = "cancelled";
+      else pending = outputs.next();
+      while (pending !== undefined) {
+        const result = await pending;
+        pending = undefined;
+        if (result.done === true) break;
+        const output = result.value;
         const token = output.token;
         const lastTokens = generated.slice(-LOGPROB_CONTEXT_TOKENS);
         generated.push(token);
@@ -146,6 +156,9 @@ export async function* generateChoice(input: ChoiceInput): AsyncGenerator<Stream
           reason = "stop";
           break;
         }
+        if (generated.length >= maxTokens) reason = "length";
+        else if (signal.aborted) reason = "cancelled";
+        else pending = outputs.next();
         if (logprobs !== undefined) {
           const metadata = output as { confidence?: number; probabilities?: Map<Token, number> };
           logprobs.record(token, metadata.confidence ?? metadata.probabilities?.get(token) ?? 0, metadata.probabilities, lastTokens, text.produced);
@@ -160,11 +173,11 @@ export async function* generateChoice(input: ChoiceInput): AsyncGenerator<Stream
           reason = "cancelled";
           break;
         }
-        if (generated.length >= maxTokens) {
-          reason = "length";
-          break;
-        }
       }
+    } finally {
+      // The read-ahead holds the sequence until its decode ends: let it, then end the evaluation.
+      if (pending !== undefined) await pending.catch(() => undefined);
+      await outputs.return(undefined).catch(() => undefined);
     }
   } finally {
     input.stepper.stop();

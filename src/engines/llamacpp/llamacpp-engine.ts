@@ -208,7 +208,7 @@ export class LlamaCppEngine implements Engine {
         contextSize,
         sequences: options.parallel,
         threads: options.threads,
-        batching: { itemPrioritizationStrategy: barrier.prioritize },
+        batching: { dispatchSchedule: barrier.schedule, itemPrioritizationStrategy: barrier.prioritize },
       });
       const sequences = Array.from({ length: options.parallel }, () => context.getSequence());
       const wrapper = resolveChatWrapper(model);
