@@ -83,7 +83,7 @@ describe("DecodeBarrier", () => {
 describe("the embedded engine's batches", () => {
   let engine: LlamaCppEngine;
   before(async () => {
-    engine = await loadTestEngine(sharedModel("stories260K.gguf"), { modelId: "stories", parallel: 4 });
+    engine = await loadTestEngine(sharedModel("stories260K.gguf"), { modelId: "stories", parallel: 4, queueSize: 4 });
   });
   after(async () => {
     await engine.close();
@@ -112,5 +112,35 @@ describe("the embedded engine's batches", () => {
     assert.ok(batches <= 65, `${batches} batches for 4 × 60 tokens`);
     assert.ok(sequences / batches >= 3.5, `${(sequences / batches).toFixed(2)} sequences a batch`);
     assert.equal(after.gaveUp - before.gaveUp, 0, "no batch left without a sequence it waited for");
+  });
+
+  it("evaluates the prompt once for parallel choices (n = 3), and their text is what one choice alone makes", async () => {
+    const request = (choices: number, round: number) => ({
+      messages: [{ role: "user" as const, content: `Round ${round}. Once upon a time there was a little girl named Lily who loved to play in the garden with her dog.` }],
+      sampling: { temperature: 0, topP: 1, frequencyPenalty: 0, presencePenalty: 0, stop: [], logitBias: new Map([[2, -100]]) },
+      maxTokens: 20,
+      choices,
+    });
+    const run = async (choices: number, round: number) => {
+      const prepared = await engine.prepare(request(choices, round));
+      const before = engine.batchStats()!;
+      const generation = prepared.start(new AbortController().signal);
+      const texts = Array.from({ length: choices }, () => "");
+      for await (const part of generation.parts) if (part.type === "text-delta") texts[part.choice] += part.text;
+      return { texts, promptTokens: prepared.promptTokens, decoded: engine.batchStats()!.tokens - before.tokens, usage: generation.usage() };
+    };
+    const alone = await run(1, 1);
+    const together = await run(3, 2);
+    assert.ok(together.promptTokens > 32, `a prompt long enough to share (${together.promptTokens} tokens)`);
+    // The prompt once (its last token once per choice) and 20 tokens per choice, less the last
+    // token sampled (never decoded), plus at most one read-ahead decode per choice.
+    const shared = together.promptTokens - 1 + 3 * 20 + 3;
+    assert.ok(together.decoded <= shared, `${together.decoded} tokens decoded; sharing the prompt decodes at most ${shared} (not sharing: ${3 * together.promptTokens + 3 * 19})`);
+    assert.equal(together.usage.promptTokens, together.promptTokens, "the prompt is billed once");
+    assert.equal(together.usage.completionTokens, 60);
+    // The same prompt but its round: at temperature 0 every choice writes what one choice alone writes for it.
+    const again = await run(1, 2);
+    for (const text of together.texts) assert.equal(text, again.texts[0]);
+    assert.ok(alone.texts[0]!.length > 0);
   });
 });

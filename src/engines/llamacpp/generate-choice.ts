@@ -4,7 +4,9 @@
  * turn tokens into text deltas (stop sequences held back), attach log probabilities when asked,
  * and end with a `finish` part that carries the exact usage. Cancellation is checked after every token.
  */
-import { randomInt } from "node:crypto";
+import { randomInt, randomUUID } from "node:crypto";
+import fs from "node:fs/promises";
+import path from "node:path";
 import { LlamaGrammarEvaluationState, TokenBias, type LlamaContextSequence, type LlamaModel, type SequenceEvaluateOptions, type Token } from "node-llama-cpp";
 import type { EngineFinishReason, GenerationRequest, StreamPart, TokenUsage } from "../engine.ts";
 import type { RenderedPrompt } from "./chat-prompt.ts";
@@ -204,4 +206,45 @@ export async function reusePrefix(sequence: LlamaContextSequence, promptTokens: 
     await sequence.eraseContextTokenRanges([{ start: keep, end: sequence.nextTokenIndex }]);
   }
   return keep;
+}
+
+/** Prompt tokens past which parallel choices copy the first one's evaluated prompt instead of evaluating it again. */
+export const MIN_SHARED_PROMPT_TOKENS = 32;
+
+/**
+ * Evaluates the prompt once for choices that run in parallel (`n` > 1 over several sequences):
+ * `first` evaluates all of it but the last token (which each choice evaluates itself, for its
+ * logits), and the others load that state. node-llama-cpp 3.22's public API copies a sequence's
+ * state only through a file (`saveStateToFile` / `loadStateFromFile`; its in-memory copy is
+ * internal), so the state goes through one in `directory`: about 12 KB a token on the benchmark
+ * model, milliseconds against the seconds a long prompt takes to evaluate again. Best effort: a
+ * failure leaves each sequence to evaluate the prompt itself. Returns how many prompt tokens
+ * `first` had cached before (the request's cached tokens), or undefined when nothing was shared.
+ */
+export async function sharePromptPrefix(
+  first: LlamaContextSequence,
+  others: readonly LlamaContextSequence[],
+  promptTokens: readonly Token[],
+  options: { directory: string; sequenceIndex: number; signal: AbortSignal },
+): Promise<number | undefined> {
+  const shared = promptTokens.length - 1;
+  if (others.length === 0 || shared < MIN_SHARED_PROMPT_TOKENS) return undefined;
+  // Worth it only for the sequences that do not hold most of the prompt already.
+  const behind = others.filter((sequence) => shared - sequence.compareContextTokens([...promptTokens]).firstDifferentIndex >= MIN_SHARED_PROMPT_TOKENS);
+  if (behind.length === 0) return undefined;
+  const reused = await reusePrefix(first, promptTokens);
+  if (reused < shared) {
+    await first.evaluateWithoutGeneratingNewTokens(promptTokens.slice(reused, shared), { evaluationPriority: sequenceKey(options.sequenceIndex) });
+  }
+  if (options.signal.aborted) return reused;
+  const file = path.join(options.directory, `turnpike-prefix-${process.pid}-${randomUUID()}.bin`);
+  try {
+    await first.saveStateToFile(file);
+    await Promise.all(behind.map((sequence) => sequence.loadStateFromFile(file, { acceptRisk: true })));
+  } catch {
+    // Each choice evaluates what its sequence lacks (reusePrefix), as without sharing.
+  } finally {
+    await fs.rm(file, { force: true });
+  }
+  return reused;
 }
