@@ -143,4 +143,28 @@ describe("the embedded engine's batches", () => {
     for (const text of together.texts) assert.equal(text, again.texts[0]);
     assert.ok(alone.texts[0]!.length > 0);
   });
+
+  it("does not wait for a stream whose reader stopped taking its parts, and goes on with it once it reads again", async () => {
+    const request = (index: number) => ({
+      messages: [{ role: "user" as const, content: `Tale ${index}: once upon a time` }],
+      sampling: { temperature: 0, topP: 1, frequencyPenalty: 0, presencePenalty: 0, stop: [], logitBias: new Map([[2, -100]]) },
+      maxTokens: 150,
+      choices: 1,
+    });
+    const before = engine.batchStats()!;
+    const [reading, stalled] = await Promise.all([0, 1].map(async (index) => (await engine.prepare(request(index))).start(new AbortController().signal)));
+    // The stalled stream's reader takes one part and then nothing until the other stream is done:
+    // its choice fills the parts buffer and pauses.
+    const stalledParts = stalled!.parts[Symbol.asyncIterator]();
+    await stalledParts.next();
+    for await (const _part of reading!.parts);
+    assert.equal(reading!.usage().completionTokens, 150);
+    const during = engine.batchStats()!;
+    assert.equal(during.gaveUp - before.gaveUp, 0, "no batch waited out its bound for the paused stream");
+    assert.ok(stalled!.usage().completionTokens < 150, `the paused stream stopped generating (${stalled!.usage().completionTokens} tokens)`);
+    // Reading again, it runs to its end.
+    for (let step = await stalledParts.next(); step.done !== true; step = await stalledParts.next());
+    assert.equal(stalled!.usage().completionTokens, 150);
+    assert.equal(engine.batchStats()!.gaveUp - before.gaveUp, 0);
+  });
 });
