@@ -233,6 +233,25 @@ describe("a storm of requests cut at random moments", () => {
     assert.equal(finished.usage?.completion_tokens, 5);
   });
 
+  it("decodes concurrent streams in shared batches, and /metrics says how full they are", async () => {
+    const counters = async () => {
+      const text = await (await fetch(`${test.url}/metrics`)).text();
+      const read = (name: string) => Number(new RegExp(`^${name}\\{model="random"\\} (\\d+)$`, "m").exec(text)?.[1] ?? Number.NaN);
+      return { batches: read("turnpike_engine_batches_total"), sequences: read("turnpike_engine_batch_sequences_total"), tokens: read("turnpike_engine_batch_tokens_total") };
+    };
+    const before = await counters();
+    const replies = await Promise.all(
+      ["One", "Two"].map((content) => test.client.chat.completions.create({ model: "random", messages: [{ role: "user", content }], max_tokens: 60, temperature: 0 })),
+    );
+    for (const reply of replies) assert.equal(reply.usage?.completion_tokens, 60);
+    const after = await counters();
+    const batches = after.batches - before.batches;
+    const sequences = after.sequences - before.sequences;
+    // Two streams of 60 tokens: about 60 batches of both when they share, about 120 of one each when not.
+    assert.ok(batches > 0 && sequences / batches >= 1.5, `${sequences} sequences in ${batches} batches`);
+    assert.ok(after.tokens - before.tokens >= 120, "every generated token (but the last of each) and the prompts were decoded");
+  });
+
   it("holds with n, log probabilities, tools and JSON mode in the storm too, and stops at once afterwards", async () => {
     const errorsBefore = test.logs().filter((entry) => (entry.level as number) >= 50).length;
     const outcomes = await stormOfCutRequests({

@@ -263,6 +263,11 @@ export type EngineMember = {
   /** Requests waiting for it (or for the pool). */
   waiting: number;
   healthy: boolean;
+  /**
+   * Since start, for an engine that makes its own batches (the embedded one): `llama_decode` calls,
+   * the sequences in them (÷ batches: how many streams share one), the tokens (prompts included).
+   */
+  batching?: { batches: number; sequences: number; tokens: number };
 };
 
 export interface Engine {

@@ -81,6 +81,28 @@ export class Metrics {
           for (const { model, members } of sources.members?.() ?? []) for (const member of members) this.set({ model, member: member.id }, value(member));
         },
       });
+    /** Cumulative batching counts an engine keeps itself (the embedded one), per model. */
+    const batchCounter = (name: string, help: string, value: (batching: NonNullable<EngineMember["batching"]>) => number) =>
+      new Counter({
+        name,
+        help,
+        labelNames: ["model"],
+        registers,
+        collect() {
+          this.reset();
+          for (const { model, members } of sources.members?.() ?? []) {
+            const counted = members.filter((member) => member.batching !== undefined);
+            if (counted.length > 0) this.inc({ model }, counted.reduce((sum, member) => sum + value(member.batching!), 0));
+          }
+        },
+      });
+    batchCounter("turnpike_engine_batches_total", "Batches (llama_decode calls) of the embedded engine, per model", (batching) => batching.batches);
+    batchCounter(
+      "turnpike_engine_batch_sequences_total",
+      "Sequences in those batches (÷ batches: how many streams share one decode)",
+      (batching) => batching.sequences,
+    );
+    batchCounter("turnpike_engine_batch_tokens_total", "Tokens decoded in those batches, prompt tokens included", (batching) => batching.tokens);
     memberGauge("turnpike_engine_member_in_flight", "Requests running on each member of a model's pool", (member) => member.busy);
     memberGauge("turnpike_engine_member_healthy", "1 while a member of a model's pool is healthy", (member) => (member.healthy ? 1 : 0));
     new Gauge({

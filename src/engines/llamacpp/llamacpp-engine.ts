@@ -184,6 +184,7 @@ export class LlamaCppEngine implements Engine {
         capacity: queue?.capacity ?? this.#options.parallel,
         waiting: queue?.waiting ?? 0,
         healthy: this.#status.state === "ready",
+        batching: this.#loaded === undefined ? undefined : batchingOf(this.#loaded.barrier.stats()),
       },
     ];
   }
@@ -408,6 +409,10 @@ export class LlamaCppEngine implements Engine {
     await loaded.context.dispose();
     await loaded.model.dispose();
   }
+}
+
+function batchingOf(stats: DecodeBarrierStats): EngineMember["batching"] {
+  return { batches: stats.batches, sequences: stats.sequences, tokens: stats.tokens };
 }
 
 /** What this engine cannot honour, refused before anything is queued (400 naming the field). */
