@@ -137,3 +137,30 @@ describe("the llama.cpp engine with a broken file", () => {
     }
   });
 });
+
+describe("the llama.cpp engine with a --gpu build that cannot run", () => {
+  it("is unavailable with what to do instead (on a machine with an NVIDIA GPU and driver, it loads)", async () => {
+    const logged: string[] = [];
+    const engine = new LlamaCppEngine({
+      modelId: "stories",
+      source: { path: sharedModel("stories260K.gguf") },
+      dataDir: os.tmpdir(),
+      llama: createRuntimeLoader({ threads: 1, gpu: "cuda", log: (_level, message) => logged.push(message) }),
+      contextSize: 256,
+      parallel: 1,
+      queueSize: 1,
+      threads: 1,
+    });
+    await engine.open();
+    try {
+      const status = engine.status();
+      if (status.state === "ready") return;
+      assert.equal(status.state, "unavailable");
+      assert.match(status.detail ?? "", /^Model 'stories' is not available: llama\.cpp could not start with --gpu cuda\b.*NVIDIA GPU.*--gpu auto/);
+      assert.doesNotMatch(status.detail ?? "", /GGUF|\//, "no advice to serve another file, and no path");
+      assert.ok(logged.some((line) => line.includes("--gpu cuda")), "the operator's log has the error itself");
+    } finally {
+      await engine.close();
+    }
+  });
+});

@@ -33,6 +33,7 @@ import { generateChoice, sharePromptPrefix } from "./generate-choice.ts";
 import { DecodeBarrier, type DecodeBarrierStats } from "./decode-barrier.ts";
 import { tokenDescriber, type DescribeToken } from "./token-logprobs.ts";
 import { resolveModelFile, type DownloadProgress, type ModelFileSource } from "./model-file.ts";
+import { RuntimeUnavailableError } from "./runtime.ts";
 
 
 /**
@@ -228,7 +229,9 @@ export class LlamaCppEngine implements Engine {
       this.#setStatus({ state: "ready" });
     } catch (error) {
       const reason = error instanceof Error ? error.message : String(error);
-      this.#setStatus({ state: "unavailable", detail: unavailableDetail(options.modelId, reason) });
+      // llama.cpp itself did not start (the --gpu asked for): another GGUF file would not help.
+      const detail = error instanceof RuntimeUnavailableError ? `Model '${options.modelId}' is not available: ${reason}` : unavailableDetail(options.modelId, reason);
+      this.#setStatus({ state: "unavailable", detail });
     }
   }
 

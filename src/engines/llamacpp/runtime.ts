@@ -14,6 +14,25 @@ export type RuntimeOptions = {
   log?: (level: "warn" | "error", message: string) => void;
 };
 
+/** llama.cpp itself cannot start with the `--gpu` asked for: no model of this process can load. */
+export class RuntimeUnavailableError extends Error {
+  override name = "RuntimeUnavailableError";
+}
+
+/**
+ * What a client and the operator read when no llama.cpp build for `gpu` runs here: the error's
+ * kind and what to do, not its message (which can name the library paths tried; that goes to the log).
+ */
+function runtimeFailure(gpu: GpuSetting, error: unknown): RuntimeUnavailableError {
+  const kind = error instanceof Error && error.name !== "Error" ? ` (${error.name})` : "";
+  const hint =
+    gpu === "cpu" || gpu === "auto"
+      ? "node-llama-cpp's prebuilt binaries do not run on this machine: reinstall with npm install, and check node-llama-cpp's supported platforms."
+      : `node-llama-cpp's ${gpu} build does not run here: ${gpu === "cuda" ? "it needs an NVIDIA GPU with its driver" : gpu === "vulkan" ? "it needs a GPU with a Vulkan driver" : "it runs on Apple silicon only"}. ` +
+        "Use --gpu auto (which falls back to the CPU) or --gpu cpu.";
+  return new RuntimeUnavailableError(`llama.cpp could not start with --gpu ${gpu}${kind}. ${hint}`);
+}
+
 /** Returns a loader that creates the runtime on first call and shares it after. */
 export function createRuntimeLoader(options: RuntimeOptions): () => Promise<Llama> {
   let runtime: Promise<Llama> | undefined;
@@ -31,6 +50,9 @@ export function createRuntimeLoader(options: RuntimeOptions): () => Promise<Llam
         if (level === LlamaLogLevel.error || level === LlamaLogLevel.fatal) options.log?.("error", text);
         else if (level === LlamaLogLevel.warn) options.log?.("warn", text);
       },
+    }).catch((error: unknown) => {
+      options.log?.("error", `llama.cpp runtime (--gpu ${options.gpu}): ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
+      throw runtimeFailure(options.gpu, error);
     });
     return runtime;
   };
