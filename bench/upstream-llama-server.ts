@@ -23,12 +23,12 @@ import { execFile } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { parseArgs, promisify } from "node:util";
-import { Agent, request } from "undici";
+import { Agent } from "undici";
 import { benchModelPath, startLlamaServer, type RunningLlamaServer } from "../test/helpers/llama-server.ts";
 import { freePort, startChild, waitForOk, type Child } from "./gateway/processes.ts";
+import { endOfTextToken, median, streamCompletion, type StreamTarget } from "./streamed-completion.ts";
 
 const benchDir = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(benchDir, "..");
@@ -78,26 +78,9 @@ type Sample = {
   turnpikeCpuMs: number | undefined;
 };
 
-const median = (values: number[]): number => {
-  if (values.length === 0) return NaN;
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
-};
-
 /** Different for every round (the two variants of a round send the same, after the slot's cache is erased). */
 function messagesFor(round: number): Array<{ role: string; content: string }> {
   return [{ role: "user", content: `Story ${round}: tell me a long story about a little cat, a big red ball and the garden behind the old house.` }];
-}
-
-/** The end-of-text token's id, from `/props` and `/tokenize` (special tokens parsed). */
-async function endOfTextToken(llama: RunningLlamaServer): Promise<number> {
-  const props = (await (await fetch(`${llama.url}/props`)).json()) as { eos_token?: string };
-  if (typeof props.eos_token !== "string" || props.eos_token === "") throw new Error("llama-server's /props names no eos_token");
-  const response = await fetch(`${llama.url}/tokenize`, { method: "POST", body: JSON.stringify({ content: props.eos_token, add_special: false, parse_special: true }) });
-  const { tokens } = (await response.json()) as { tokens: number[] };
-  if (tokens.length !== 1) throw new Error(`eos_token ${JSON.stringify(props.eos_token)} is not one token: ${JSON.stringify(tokens)}`);
-  return tokens[0]!;
 }
 
 /** Empties the (only) slot's prompt cache, so the next request evaluates its whole prompt. */
@@ -161,61 +144,11 @@ async function startTurnpike(llamaUrl: string): Promise<{ child: Child; origin: 
   }
 }
 
-type Target = { origin: string; headers: Record<string, string> };
+type Target = StreamTarget;
 
 /** One streamed completion, timed on the client side from the raw SSE (the same parser for both variants). */
 async function stream(agent: Agent, target: Target, body: Record<string, unknown>): Promise<Omit<Sample, "round" | "variant" | "server" | "turnpikeCpuMs">> {
-  const started = performance.now();
-  const response = await request(`${target.origin}/v1/chat/completions`, {
-    method: "POST",
-    dispatcher: agent,
-    headers: { "content-type": "application/json", ...target.headers },
-    body: JSON.stringify(body),
-    headersTimeout: 60_000,
-    bodyTimeout: 60_000,
-  });
-  if (response.statusCode !== 200) throw new Error(`${target.origin}: ${response.statusCode} ${await response.body.text()}`);
-  let firstAt: number | undefined;
-  let lastAt: number | undefined;
-  let completionTokens: number | undefined;
-  let finishReason: string | undefined;
-  let text = "";
-  let buffered = "";
-  for await (const piece of response.body) {
-    const now = performance.now();
-    buffered += piece.toString();
-    let end: number;
-    while ((end = buffered.indexOf("\n\n")) !== -1) {
-      const event = buffered.slice(0, end);
-      buffered = buffered.slice(end + 2);
-      for (const line of event.split("\n")) {
-        if (!line.startsWith("data: ") || line === "data: [DONE]") continue;
-        const chunk = JSON.parse(line.slice(6)) as {
-          choices?: Array<{ delta?: { content?: string | null }; finish_reason?: string | null }>;
-          usage?: { completion_tokens: number } | null;
-        };
-        const choice = chunk.choices?.[0];
-        if (typeof choice?.delta?.content === "string" && choice.delta.content !== "") {
-          firstAt ??= now;
-          lastAt = now;
-          text += choice.delta.content;
-        }
-        if (choice?.finish_reason) finishReason = choice.finish_reason;
-        if (chunk.usage) completionTokens = chunk.usage.completion_tokens;
-      }
-    }
-  }
-  const endedAt = performance.now();
-  if (completionTokens === undefined) throw new Error(`${target.origin}: the stream ended without a usage chunk`);
-  if (firstAt === undefined || lastAt === undefined || lastAt === firstAt) throw new Error(`${target.origin}: fewer than two content chunks`);
-  return {
-    ttftMs: firstAt - started,
-    decodeTokensPerSecond: (completionTokens - 1) / ((lastAt - firstAt) / 1000),
-    totalMs: endedAt - started,
-    completionTokens,
-    finishReason,
-    text,
-  };
+  return streamCompletion(agent, target, body);
 }
 
 let llama: RunningLlamaServer | undefined;
@@ -240,7 +173,7 @@ try {
   // --slot-save-path only enables the slot actions: the cache is erased before every request, never saved.
   slotDir = fs.mkdtempSync(path.join(os.tmpdir(), "turnpike-upstream-bench-slots-"));
   llama = await startLlamaServer({ model: modelPath, threads: THREADS, parallel: 1, contextSize, extraArgs: ["--slot-save-path", slotDir] });
-  eosToken = await endOfTextToken(llama);
+  eosToken = await endOfTextToken(llama.url);
   process.stderr.write("starting Turnpike…\n");
   turnpike = await startTurnpike(llama.url);
 

@@ -31,9 +31,10 @@ import path from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { parseArgs, promisify } from "node:util";
-import { Agent, request } from "undici";
+import { Agent } from "undici";
 import { benchModelPath, buildScript, startLlamaServer, type RunningLlamaServer } from "../test/helpers/llama-server.ts";
 import { freePort, startChild, waitForOk, type Child } from "./gateway/processes.ts";
+import { endOfTextToken, median, streamCompletion, type StreamTarget } from "./streamed-completion.ts";
 
 const benchDir = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(benchDir, "..");
@@ -68,13 +69,6 @@ const MODEL_ID = "bench";
 const SIDES = ["llama-server", "turnpike"] as const;
 type Side = (typeof SIDES)[number];
 
-const median = (values: number[]): number => {
-  const sorted = values.filter(Number.isFinite).sort((a, b) => a - b);
-  if (sorted.length === 0) return NaN;
-  const middle = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
-};
-
 /** One stream as the client saw it. */
 type StreamResult = { ttftMs: number; decodeTokensPerSecond: number; completionTokens: number; text: string };
 /** One round of one side. */
@@ -83,16 +77,6 @@ type RoundResult = { round: number; side: Side; streams: number; wallMs: number;
 /** Different for every round, stream and stream count, near the start (no prefix cache helps). */
 function messagesFor(streams: number, round: number, stream: number): Array<{ role: string; content: string }> {
   return [{ role: "user", content: `Story ${streams}-${round}-${stream}: tell me a long story about a little cat, a big red ball and the garden behind the old house.` }];
-}
-
-/** The end-of-text token's id, from llama-server's `/props` and `/tokenize` (the same vocabulary Turnpike loads). */
-async function endOfTextToken(llama: RunningLlamaServer): Promise<number> {
-  const props = (await (await fetch(`${llama.url}/props`)).json()) as { eos_token?: string };
-  if (typeof props.eos_token !== "string" || props.eos_token === "") throw new Error("llama-server's /props names no eos_token");
-  const response = await fetch(`${llama.url}/tokenize`, { method: "POST", body: JSON.stringify({ content: props.eos_token, add_special: false, parse_special: true }) });
-  const { tokens } = (await response.json()) as { tokens: number[] };
-  if (tokens.length !== 1) throw new Error(`eos_token ${JSON.stringify(props.eos_token)} is not one token: ${JSON.stringify(tokens)}`);
-  return tokens[0]!;
 }
 
 const run = promisify(execFile);
@@ -135,51 +119,12 @@ async function startTurnpike(modelPath: string): Promise<{ child: Child; origin:
   }
 }
 
-type Target = { origin: string; headers: Record<string, string>; agent: Agent };
+type Target = StreamTarget & { agent: Agent };
 
-/** One streamed completion, timed from the raw SSE (the same parser for both sides). */
+/** One streamed completion, timed from the raw SSE (the same parser for both sides), a connection per request. */
 async function stream(target: Target, body: Record<string, unknown>): Promise<StreamResult> {
-  const started = performance.now();
-  const response = await request(`${target.origin}/v1/chat/completions`, {
-    method: "POST",
-    dispatcher: target.agent,
-    headers: { "content-type": "application/json", ...target.headers },
-    body: JSON.stringify(body),
-    headersTimeout: 300_000,
-    bodyTimeout: 300_000,
-    // A connection per request: a kept-alive one may be closed by the server (its idle timeout)
-    // just as the next request goes out on it, while the other side runs its round.
-    reset: true,
-  });
-  if (response.statusCode !== 200) throw new Error(`${target.origin}: ${response.statusCode} ${await response.body.text()}`);
-  let firstAt: number | undefined;
-  let lastAt: number | undefined;
-  let completionTokens: number | undefined;
-  let text = "";
-  let buffered = "";
-  for await (const piece of response.body) {
-    const now = performance.now();
-    buffered += piece.toString();
-    let end: number;
-    while ((end = buffered.indexOf("\n\n")) !== -1) {
-      const event = buffered.slice(0, end);
-      buffered = buffered.slice(end + 2);
-      for (const line of event.split("\n")) {
-        if (!line.startsWith("data: ") || line === "data: [DONE]") continue;
-        const chunk = JSON.parse(line.slice(6)) as { choices?: Array<{ delta?: { content?: string | null } }>; usage?: { completion_tokens: number } | null };
-        const content = chunk.choices?.[0]?.delta?.content;
-        if (typeof content === "string" && content !== "") {
-          firstAt ??= now;
-          lastAt = now;
-          text += content;
-        }
-        if (chunk.usage) completionTokens = chunk.usage.completion_tokens;
-      }
-    }
-  }
-  if (completionTokens === undefined) throw new Error(`${target.origin}: the stream ended without a usage chunk`);
-  if (firstAt === undefined || lastAt === undefined || lastAt === firstAt) throw new Error(`${target.origin}: fewer than two content chunks`);
-  return { ttftMs: firstAt - started, decodeTokensPerSecond: (completionTokens - 1) / ((lastAt - firstAt) / 1000), completionTokens, text };
+  const { ttftMs, decodeTokensPerSecond, completionTokens, text } = await streamCompletion(target.agent, target, body, { reset: true, timeoutMs: 300_000 });
+  return { ttftMs, decodeTokensPerSecond, completionTokens, text };
 }
 
 /** `llama-bench` on the same model and threads: tg (one sequence) and pp, tokens per second. */
@@ -216,7 +161,7 @@ let ceiling: { tg: number; pp: number } | undefined;
 try {
   process.stderr.write(`model ${modelPath}\nstarting llama-server and Turnpike (${threads} thread(s), ${slots} slots × ${contextSize} tokens)…\n`);
   llama = await startLlamaServer({ model: modelPath, threads, parallel: slots, contextSize: contextSize * slots });
-  eosToken = await endOfTextToken(llama);
+  eosToken = await endOfTextToken(llama.url);
   turnpike = await startTurnpike(modelPath);
   const agentFor = () => {
     const agent = new Agent({ keepAliveTimeout: 60_000, connections: Math.max(...streamCounts) });
