@@ -25,7 +25,7 @@
  * llama.cpp cuts a batch into micro-batches of sequences whose ids go up one by one, in batch
  * order: the tokens of sequences 3, 0, 1, 2 run as two passes over the weights ({3}, then
  * {0, 1, 2}), sequences 0, 1, 2, 3 as one. node-llama-cpp queued them in the order they arrived,
- * which changes every step; on the benchmark model a batch of 8 took 74 ms instead of 38. Its
+ * which changes every step; on the benchmark model a batch of 8 took 64–74 ms instead of 31. Its
  * `BatchItem` names no sequence, so the sequence's index rides in `evaluationPriority`, which
  * only a prioritization strategy reads and this one replaces (`sequenceKey`).
  */
