@@ -3,7 +3,8 @@
  *
  * 1. Ledger throughput: hold + settle pairs per second (each settle writes its usage record in
  *    the same transaction, as the server does), one worker, 8 workers on 8 accounts, and 8
- *    workers on one account (every pair contends for the same balance row).
+ *    workers on one account (every pair contends for the same balance row); on PostgreSQL also
+ *    two nodes (two connection pools) with 8 workers each on one account.
  * 2. The admission steps alone, per request: key lookup (auth), plan lookup, rate limits
  *    (consume + refund), hold + settle.
  * 3. End to end over HTTP: the same 1-token chat completion with an operator key (metering off:
@@ -111,6 +112,7 @@ async function holdAndSettle(database: Kysely<Database>, accountId: string, keyI
 async function ledgerThroughput(backend: Backend) {
   const database = await openStore({ dataDir: backend.dataDir, databaseUrl: backend.databaseUrl });
   const results: Record<string, { pairsPerSecond: number; p50Ms: number; p99Ms: number }> = {};
+  let secondNode: Kysely<Database> | undefined;
   try {
     const accounts: Array<{ accountId: string; keyId: string }> = [];
     for (let index = 0; index < 8; index++) {
@@ -121,21 +123,27 @@ async function ledgerThroughput(backend: Backend) {
     }
     // Warm-up.
     for (let index = 0; index < 50; index++) await holdAndSettle(database, accounts[0]!.accountId, accounts[0]!.keyId, index);
-    const scenarios: Array<[string, number, (worker: number) => { accountId: string; keyId: string }]> = [
-      ["1 worker", 1, () => accounts[0]!],
-      ["8 workers, 8 accounts", 8, (worker) => accounts[worker]!],
-      ["8 workers, 1 account", 8, () => accounts[0]!],
+    // A second node: its own connection pool on the same database (PostgreSQL only: nodes share
+    // a PostgreSQL, never a SQLite file), for one hot account served by two nodes at once.
+    secondNode = backend.name === "postgres" ? await openStore({ dataDir: backend.dataDir, databaseUrl: backend.databaseUrl }) : undefined;
+    const nodes = secondNode === undefined ? [database] : [database, secondNode];
+    const scenarios: Array<[string, number, (worker: number) => { accountId: string; keyId: string }, (worker: number) => Kysely<Database>]> = [
+      ["1 worker", 1, () => accounts[0]!, () => database],
+      ["8 workers, 8 accounts", 8, (worker) => accounts[worker]!, () => database],
+      ["8 workers, 1 account", 8, () => accounts[0]!, () => database],
     ];
-    for (const [label, workers, pick] of scenarios) {
+    if (secondNode !== undefined) scenarios.push(["2 nodes × 8 workers, 1 account", 16, () => accounts[0]!, (worker) => nodes[worker % 2]!]);
+    for (const [label, workers, pick, nodeOf] of scenarios) {
       const latencies: number[] = [];
       let next = 0;
       const started = performance.now();
       await Promise.all(
         Array.from({ length: workers }, async (_unused, worker) => {
           const { accountId, keyId } = pick(worker);
+          const node = nodeOf(worker);
           while (next < PAIRS) {
             const index = next++;
-            latencies.push(await holdAndSettle(database, accountId, keyId, index));
+            latencies.push(await holdAndSettle(node, accountId, keyId, index));
           }
         }),
       );
@@ -143,6 +151,7 @@ async function ledgerThroughput(backend: Backend) {
       results[label] = { pairsPerSecond: PAIRS / seconds, p50Ms: median(latencies), p99Ms: percentile(latencies, 0.99) };
     }
   } finally {
+    await secondNode?.destroy();
     await database.destroy();
   }
   return results;
@@ -247,7 +256,7 @@ for (const name of backends) {
     console.log(`\n## ${label}`);
     console.log("hold + settle (with usage record), pairs/s  p50 ms  p99 ms");
     for (const [scenario, result] of Object.entries(throughput)) {
-      console.log(`  ${scenario.padEnd(24)} ${result.pairsPerSecond.toFixed(0).padStart(8)} ${result.p50Ms.toFixed(2).padStart(7)} ${result.p99Ms.toFixed(2).padStart(7)}`);
+      console.log(`  ${scenario.padEnd(31)} ${result.pairsPerSecond.toFixed(0).padStart(8)} ${result.p50Ms.toFixed(2).padStart(7)} ${result.p99Ms.toFixed(2).padStart(7)}`);
     }
     console.log("admission steps per request, p50 ms  p99 ms");
     for (const [step, result] of Object.entries(steps)) console.log(`  ${step.padEnd(24)} ${result.p50Ms.toFixed(3).padStart(8)} ${result.p99Ms.toFixed(3).padStart(7)}`);
