@@ -19,16 +19,15 @@
  *   node bench/upstream-llama-server.ts [--rounds 20] [--warmup 2] [--max-tokens 128]
  *     [--context-size 1024] [--model file.gguf] [--out bench/results/upstream-llama-server.json]
  */
-import { execFile } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { parseArgs, promisify } from "node:util";
+import { parseArgs } from "node:util";
 import { Agent } from "undici";
 import { benchModelPath, startLlamaServer, type RunningLlamaServer } from "../test/helpers/llama-server.ts";
-import { freePort, startChild, waitForOk, type Child } from "./gateway/processes.ts";
-import { endOfTextToken, median, streamCompletion, type StreamTarget } from "./streamed-completion.ts";
+import { startTurnpikeChild, type TurnpikeChild } from "./turnpike-child.ts";
+import { endOfTextToken, median, streamCompletion, type StreamTarget, type StreamedCompletion } from "./streamed-completion.ts";
 
 const benchDir = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(benchDir, "..");
@@ -61,18 +60,10 @@ type VariantId = (typeof VARIANTS)[number];
 /** llama-server's own timings of one request, from its log. */
 type ServerTimings = { promptTokens: number; promptMs: number; decodedTokens: number; decodeMs: number; decodeTokensPerSecond: number };
 
-/** One request as the client saw it. */
-type Sample = {
+/** One request as the client saw it, and what llama-server and Turnpike's process say of it. */
+type Sample = StreamedCompletion & {
   round: number;
   variant: VariantId;
-  /** Request sent → first content chunk. */
-  ttftMs: number;
-  /** (completion tokens − 1) ÷ (last content chunk − first content chunk). */
-  decodeTokensPerSecond: number;
-  totalMs: number;
-  completionTokens: number;
-  finishReason: string | undefined;
-  text: string;
   server: ServerTimings | undefined;
   /** CPU time Turnpike's process spent during the request (/proc, 10 ms ticks); during a direct request, its background work. */
   turnpikeCpuMs: number | undefined;
@@ -106,42 +97,23 @@ function serverTimings(log: string): ServerTimings[] {
   return found;
 }
 
-const run = promisify(execFile);
-
-/** Turnpike in its own process, with an operator key made by the CLI; resolves once `/ready`. */
-async function startTurnpike(llamaUrl: string): Promise<{ child: Child; origin: string; key: string; cleanup: () => Promise<void> }> {
-  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "turnpike-upstream-bench-"));
-  let child: Child | undefined;
-  const cleanup = async () => {
-    await child?.stop();
-    fs.rmSync(dataDir, { recursive: true, force: true });
-  };
-  try {
-    const port = await freePort();
-    const configFile = path.join(dataDir, "config.json");
-    const config = {
-      host: "127.0.0.1",
-      port,
-      data_dir: dataDir,
-      log_level: "warn",
-      models: [{ id: MODEL_ID, upstream: { kind: "llama-server", urls: [llamaUrl] } }],
-    };
-    fs.writeFileSync(configFile, JSON.stringify(config, null, 2));
-    const cli = path.join(root, "bin/turnpike.js");
-    const { stdout } = await run(process.execPath, [cli, "keys", "create", "--name", "operator", "--json", "--data-dir", dataDir], {
-      cwd: root,
-      timeout: 60_000,
-      env: { ...process.env, TURNPIKE_CONFIG: "" },
-    });
-    const key = (JSON.parse(stdout) as { key: string }).key;
-    child = startChild("turnpike", [cli, "serve", "--config", configFile], { cwd: root, env: { TURNPIKE_CONFIG: "" }, captureStdout: true });
-    const origin = `http://127.0.0.1:${port}`;
-    await waitForOk(`${origin}/ready`, child, 60_000);
-    return { child, origin, key, cleanup };
-  } catch (error) {
-    await cleanup();
-    throw error;
-  }
+/** Turnpike in its own process serving the model from llama-server (a config file with the upstream entry). */
+function startTurnpike(llamaUrl: string): Promise<TurnpikeChild> {
+  return startTurnpikeChild({
+    tempPrefix: "turnpike-upstream-bench-",
+    serveArgs: (dataDir, port) => {
+      const configFile = path.join(dataDir, "config.json");
+      const config = {
+        host: "127.0.0.1",
+        port,
+        data_dir: dataDir,
+        log_level: "warn",
+        models: [{ id: MODEL_ID, upstream: { kind: "llama-server", urls: [llamaUrl] } }],
+      };
+      fs.writeFileSync(configFile, JSON.stringify(config, null, 2));
+      return ["--config", configFile];
+    },
+  });
 }
 
 type Target = StreamTarget;
@@ -153,7 +125,7 @@ async function stream(agent: Agent, target: Target, body: Record<string, unknown
 
 let llama: RunningLlamaServer | undefined;
 let slotDir: string | undefined;
-let turnpike: Awaited<ReturnType<typeof startTurnpike>> | undefined;
+let turnpike: TurnpikeChild | undefined;
 const agents: Agent[] = [];
 async function stopAll(): Promise<void> {
   await Promise.all(agents.map((agent) => agent.close().catch(() => undefined)));

@@ -33,7 +33,7 @@ import { fileURLToPath } from "node:url";
 import { parseArgs, promisify } from "node:util";
 import { Agent } from "undici";
 import { benchModelPath, buildScript, startLlamaServer, type RunningLlamaServer } from "../test/helpers/llama-server.ts";
-import { freePort, startChild, waitForOk, type Child } from "./gateway/processes.ts";
+import { startTurnpikeChild, type TurnpikeChild } from "./turnpike-child.ts";
 import { endOfTextToken, median, streamCompletion, type StreamTarget } from "./streamed-completion.ts";
 
 const benchDir = path.dirname(fileURLToPath(import.meta.url));
@@ -92,31 +92,17 @@ function llamaBinaries(): { server: string; bench: string | undefined } {
   return { server, bench: wantBench && fs.existsSync(bench) ? bench : undefined };
 }
 
-/** Turnpike in its own process serving the model embedded, with an operator key; resolves once `/ready`. */
-async function startTurnpike(modelPath: string): Promise<{ child: Child; origin: string; key: string; cleanup: () => Promise<void> }> {
-  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "turnpike-vs-llama-server-"));
-  let child: Child | undefined;
-  const cleanup = async () => {
-    await child?.stop();
-    fs.rmSync(dataDir, { recursive: true, force: true });
-  };
-  try {
-    const port = await freePort();
-    const cli = path.join(root, "bin/turnpike.js");
-    const env = { ...process.env, TURNPIKE_CONFIG: "" };
-    const { stdout } = await run(process.execPath, [cli, "keys", "create", "--name", "operator", "--json", "--data-dir", dataDir], { cwd: root, timeout: 60_000, env });
-    const key = (JSON.parse(stdout) as { key: string }).key;
-    const args = [cli, "serve", "--host", "127.0.0.1", "--port", String(port), "--data-dir", dataDir, "--log-level", "warn"];
-    args.push("--model", `${MODEL_ID}=${modelPath}`, "--parallel", String(slots), "--threads", String(threads), "--context-size", String(contextSize), "--gpu", "cpu");
-    args.push("--queue-size", String(Math.max(64, slots * 2)));
-    child = startChild("turnpike", args, { cwd: root, env: { TURNPIKE_CONFIG: "" }, captureStdout: true });
-    const origin = `http://127.0.0.1:${port}`;
-    await waitForOk(`${origin}/ready`, child, 120_000);
-    return { child, origin, key, cleanup };
-  } catch (error) {
-    await cleanup();
-    throw error;
-  }
+/** Turnpike in its own process serving the model embedded, with the same slots, threads and context as llama-server. */
+function startTurnpike(modelPath: string): Promise<TurnpikeChild> {
+  return startTurnpikeChild({
+    tempPrefix: "turnpike-vs-llama-server-",
+    readyTimeoutMs: 120_000,
+    serveArgs: (dataDir, port) => [
+      "--host", "127.0.0.1", "--port", String(port), "--data-dir", dataDir, "--log-level", "warn",
+      "--model", `${MODEL_ID}=${modelPath}`, "--parallel", String(slots), "--threads", String(threads),
+      "--context-size", String(contextSize), "--gpu", "cpu", "--queue-size", String(Math.max(64, slots * 2)),
+    ],
+  });
 }
 
 type Target = StreamTarget & { agent: Agent };
@@ -142,7 +128,7 @@ async function llamaBench(binary: string, modelPath: string): Promise<{ tg: numb
 }
 
 let llama: RunningLlamaServer | undefined;
-let turnpike: Awaited<ReturnType<typeof startTurnpike>> | undefined;
+let turnpike: TurnpikeChild | undefined;
 const agents: Agent[] = [];
 async function stopAll(): Promise<void> {
   await Promise.all(agents.map((agent) => agent.close().catch(() => undefined)));

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import type { BatchItem, Token } from "node-llama-cpp";
-import { DecodeBarrier, decodesFirst } from "./decode-barrier.ts";
+import { DecodeBarrier, decodesFirst, sequenceKey } from "./decode-barrier.ts";
 import type { LlamaCppEngine } from "./llamacpp-engine.ts";
 import { loadTestEngine, sharedModel } from "./test-engine.ts";
 
@@ -54,8 +54,13 @@ describe("DecodeBarrier", () => {
     assert.equal(barrier.expected, 2);
     // One of two queued: wait.
     assert.deepEqual(barrier.prioritize({ items: [item(1)], size: 512 }), []);
-    // Both: go.
-    assert.equal(barrier.prioritize({ items: [item(1), item(1)], size: 512 }).length, 2);
+    // Both: go, in the order of their sequences (the key in evaluationPriority), not of arrival,
+    // so llama.cpp runs them as one pass.
+    const [late, early] = [{ ...item(1), evaluationPriority: sequenceKey(1) }, { ...item(1), evaluationPriority: sequenceKey(0) }];
+    assert.deepEqual(
+      barrier.prioritize({ items: [late, early], size: 512 }).map((entry) => entry.item),
+      [early, late],
+    );
 
     // A sequence whose reader stopped taking its parts is not waited for.
     b.pause();
