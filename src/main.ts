@@ -21,6 +21,7 @@ import { MemorySignInThrottle, SIGN_UP_LIMITS, type SignInThrottle } from "./aut
 import { RedisSignInThrottle } from "./auth/redis-sign-in-throttle.ts";
 import { deadNodes, forgetNodes, heartbeat, registerNode } from "./billing/nodes.ts";
 import { sweepExpiredCredit, sweepHolds } from "./billing/ledger.ts";
+import { chargeStaleHolds } from "./billing/lease-store.ts";
 import { listPlans, syncConfigPlans } from "./billing/plans-store.ts";
 import { createStripeClient } from "./billing/stripe/stripe-client.ts";
 import { sweepSessions } from "./auth/sessions.ts";
@@ -116,12 +117,14 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
   const sweep = async () => {
     await heartbeat(database, nodeId);
     const dead = await deadNodes(database, nodeId, Date.now(), settings.dead_node_after * 1000);
+    // Holds with usage recorded against them (leases, checkpointed streams) are charged it; the rest released.
+    const charged = await chargeStaleHolds(database, { deadNodes: dead });
     const released = await sweepHolds(database, { deadNodes: dead });
     await forgetNodes(database, dead);
     const expired = await sweepExpiredCredit(database);
     await sweepSessions(database);
     plans = await listPlans(database);
-    if (released > 0 || expired > 0) logger.info({ released_holds: released, expired_credit: expired }, "ledger sweep");
+    if (charged > 0 || released > 0 || expired > 0) logger.info({ charged_holds: charged, released_holds: released, expired_credit: expired }, "ledger sweep");
   };
   await sweep();
   const sweeper = setInterval(() => sweep().catch((error: unknown) => logger.error({ err: error }, "ledger sweep failed")), settings.sweep_interval * 1000);
@@ -134,6 +137,11 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
       if (event.kind === "deferred") logger.warn({ request_id: event.requestId, err: event.error }, "the database is unavailable: this request's charge will be retried until it is back");
       else if (event.kind === "settled") logger.info({ request_id: event.requestId, cost: event.cost, attempts: event.attempts }, "deferred charge settled");
       else logger.error({ request_id: event.requestId, err: event.error, attempts: event.attempts }, "gave up on a deferred charge: its hold will be released uncharged");
+    },
+    onBatch: (event) => {
+      if (event.kind === "deferred") logger.warn({ records: event.records, err: event.error }, "the database is unavailable: usage records wait in memory and are retried until it is back");
+      else if (event.kind === "written") logger.info({ records: event.records, attempts: event.attempts }, "waiting usage records written");
+      else logger.warn({ hold_id: event.holdId, err: event.error }, "could not close a credit lease; retried at the next group commit");
     },
   });
   const limits = new RequestLimits(createRateLimiter({ redisUrl: settings.redis_url, logger }));
@@ -258,6 +266,8 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
         clearInterval(sweep);
       }
       clearInterval(sweeper);
+      const unwritten = await metering.drain();
+      if (unwritten > 0) logger.error({ unwritten }, "stopping with usage records or leases the database did not take: the sweeper charges what was written and releases the rest");
       const unsettled = metering.stop();
       if (unsettled > 0) logger.error({ settlements: unsettled }, "stopping with charges the database never took: their holds will be released uncharged");
       await catalog.close();

@@ -11,7 +11,7 @@ import type { CatalogModel } from "../catalog/catalog.ts";
 import type { GenerationUsage } from "../engines/engine.ts";
 import type { Database } from "../store/schema.ts";
 import { InsufficientQuotaError, ModelNotAllowedError } from "../protocol/errors.ts";
-import { placeHold, settleHold } from "./ledger.ts";
+import { CreditLeases, type BatchEvent, type LeaseSettings } from "./credit-leases.ts";
 import { costOf, worstCaseCost } from "./pricing.ts";
 import { findAccountPlan, findAccountStanding } from "./plans-store.ts";
 import type { Plan } from "./plans.ts";
@@ -30,6 +30,10 @@ export type MeteringOptions = {
   retryForMs?: number;
   /** Hears of deferred settlements: retried, done, or given up. */
   onDeferred?: (event: DeferredSettlementEvent) => void;
+  /** Credit leases and group commits (`credit-leases.ts`); defaults otherwise. */
+  leases?: Partial<LeaseSettings>;
+  /** Hears of group commits the database could not take, and of their recovery. */
+  onBatch?: (event: BatchEvent) => void;
 };
 
 export type DeferredSettlementEvent =
@@ -76,6 +80,8 @@ export type RequestOutcome = {
 export type Admission = {
   /** Credit reserved for this request (0 for the operator's keys and free models). */
   readonly reserved: number;
+  /** Reports the running request's usage so far: written as its checkpoint every interval. */
+  track(progress: () => GenerationUsage): void;
   /**
    * Charges the exact cost (or releases the hold) and records usage. Call exactly once.
    * `cost` is null when the database is unavailable: the settlement goes on in the background.
@@ -91,18 +97,22 @@ export class Metering {
   #deferred = 0;
   #stopped = false;
 
+  readonly #leases: CreditLeases;
+
   constructor(options: MeteringOptions) {
     this.#options = options;
+    this.#leases = new CreditLeases({ database: options.database, nodeId: options.nodeId, holdTtlMs: options.holdTtlMs, settings: options.leases, onBatch: options.onBatch });
   }
 
-  /** Settlements waiting for the database to come back. */
+  /** Settlements waiting for the database to come back, and usage records waiting for their group commit. */
   get deferred(): number {
-    return this.#deferred;
+    return this.#deferred + this.#leases.pending;
   }
 
   /** Stops retrying (at shutdown); returns how many settlements were still waiting. */
   stop(): number {
     this.#stopped = true;
+    this.#leases.abandon();
     const left = this.#deferred;
     for (const timer of this.#pending) clearTimeout(timer);
     this.#pending.clear();
@@ -230,43 +240,70 @@ export class Metering {
     this.checkModel(key, plan, model);
     const metered = key.accountId !== null;
     const reserved = metered ? worstCaseCost(model.pricing, input.promptTokens, input.maxTokens * input.choices) : 0;
-    const holdId =
-      metered && reserved > 0
-        ? await placeHold(database, { accountId: key.accountId!, keyId: key.id, amount: reserved, nodeId: this.#options.nodeId(), ttlMs: this.#options.holdTtlMs })
-        : null;
+    // A busy key is served from a credit lease, its records written in group commits; a quiet
+    // one settles each request's own hold before answering (`credit-leases.ts`).
+    const hot = this.#leases.hot(key.id, reserved);
+    const ticket = metered && reserved > 0 ? await this.#leases.reserve({ accountId: key.accountId!, keyId: key.id, amount: reserved, hot }) : null;
+    const createdAt = Date.now();
+    const row = (usage: GenerationUsage | null) => ({
+      request_id: input.requestId,
+      account_id: key.accountId,
+      key_id: key.id,
+      model: model.id,
+      prompt_tokens: usage?.promptTokens ?? input.promptTokens,
+      cached_prompt_tokens: usage?.cachedPromptTokens ?? 0,
+      completion_tokens: usage?.completionTokens ?? 0,
+      reasoning_tokens: usage?.reasoningTokens ?? 0,
+      usage_source: usage?.source ?? null,
+      stream: input.stream ? 1 : 0,
+    });
     let settled = false;
     return {
       reserved,
+      track: (progress) => {
+        if (ticket === null) return;
+        this.#leases.track(ticket, () => {
+          const usage = progress();
+          return { ...row(usage), cost: Math.min(reserved, costOf(model.pricing, usage)), created_at: createdAt };
+        });
+      },
       settle: async (outcome) => {
         if (settled) return { cost: 0 };
         settled = true;
         const cost = outcome.usage === null || !metered ? 0 : costOf(model.pricing, outcome.usage);
         const record = (charged: number) => ({
-          request_id: input.requestId,
-          account_id: key.accountId,
-          key_id: key.id,
-          model: model.id,
-          prompt_tokens: outcome.usage?.promptTokens ?? input.promptTokens,
-          cached_prompt_tokens: outcome.usage?.cachedPromptTokens ?? 0,
-          completion_tokens: outcome.usage?.completionTokens ?? 0,
-          reasoning_tokens: outcome.usage?.reasoningTokens ?? 0,
-          usage_source: outcome.usage?.source ?? null,
+          ...row(outcome.usage),
           cost: charged,
           latency_ms: Math.round(outcome.latencyMs),
           status: outcome.status,
           finish_reason: outcome.finishReason,
-          stream: input.stream ? 1 : 0,
           created_at: Date.now(),
         });
-        if (holdId === null) {
+        if (ticket === null) {
           return this.#settleOrDefer(input.requestId, async () => {
             await recordUsage(database, record(0));
             return 0;
           });
         }
+        if (!ticket.own) return { cost: this.#leases.finishShared(ticket, { ...record(cost), id: ticket.usageId, hold_id: ticket.holdId }) };
         // The usage record commits with the charge, so the two never disagree.
-        return this.#settleOrDefer(input.requestId, () => settleHold(database, holdId, cost, Date.now(), record));
+        return this.#settleOrDefer(input.requestId, () => this.#leases.settleOwn(ticket, cost, record));
       },
     };
+  }
+
+  /** At shutdown: writes the usage records waiting for their group commit and closes this node's leases. */
+  drain(): Promise<number> {
+    return this.#leases.drain();
+  }
+
+  /** Usage records waiting for their group commit (retried while the database is away). */
+  get pendingRecords(): number {
+    return this.#leases.pending;
+  }
+
+  /** The credit leases (for tests and benchmarks: flush, open leases). */
+  get leases(): CreditLeases {
+    return this.#leases;
   }
 }

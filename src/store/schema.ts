@@ -140,6 +140,31 @@ export type UsageRecordTable = {
   finish_reason: string | null;
   stream: number;
   created_at: number;
+  /** The hold (credit lease) it was charged against; null for free requests and older records. */
+  hold_id: ColumnType<string | null, string | null | undefined, string | null>;
+};
+
+/**
+ * A running request's progress, written every checkpoint interval while it generates: the
+ * sweeper turns the checkpoints of a dead node's holds into usage records and charges them.
+ * `id` is the usage record's id to be; the final record replaces it in one transaction.
+ */
+export type UsageCheckpointTable = {
+  id: string;
+  hold_id: string;
+  request_id: string;
+  account_id: string | null;
+  key_id: string | null;
+  model: string;
+  prompt_tokens: number;
+  cached_prompt_tokens: number;
+  completion_tokens: number;
+  reasoning_tokens: number;
+  usage_source: string | null;
+  cost: number;
+  stream: number;
+  created_at: number;
+  updated_at: number;
 };
 
 export type RedemptionCodeTable = {
@@ -201,6 +226,7 @@ export type Database = {
   holds: HoldTable;
   nodes: NodeTable;
   usage_records: UsageRecordTable;
+  usage_checkpoints: UsageCheckpointTable;
   redemption_codes: RedemptionCodeTable;
   sessions: SessionTable;
   checkout_sessions: CheckoutSessionTable;

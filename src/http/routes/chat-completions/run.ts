@@ -130,7 +130,10 @@ async function finish(dependencies: RunDependencies, input: RunInput, end: End):
 /** Starts the generation; a refusal before anything started (a full queue: 503) releases the hold uncharged and is rethrown. */
 async function start(dependencies: RunDependencies, input: RunInput): Promise<RunningGeneration> {
   try {
-    return input.job.prepared.start(input.cut.signal);
+    const generation = input.job.prepared.start(input.cut.signal);
+    // Its progress is checkpointed while it runs: a node killed mid-stream is still billed for it.
+    input.admission.track(() => generation.usage());
+    return generation;
   } catch (error) {
     await release(dependencies, input, { outcome: undefined, status: toApiError(error).status });
     throw error;

@@ -1,0 +1,408 @@
+/**
+ * Credit leases: metering at gateway speed.
+ *
+ * A key that sends few requests reserves each request's worst case with a hold of its own and
+ * settles it, usage record included, in one transaction before answering: two writes a request,
+ * and the books are exact the moment the response ends.
+ *
+ * A busy key (at least `hotRequestsPerSecond` in the last second) is served from a lease: one hold
+ * sized to about `leaseSeconds` of the key's recent reservations, taken with the same conditional
+ * write as any hold. Requests then reserve and settle against it in memory, with no round trip;
+ * their usage records, each naming the lease, are written in group commits every
+ * `flushIntervalMs`, off the request path. A lease stops taking requests after `leaseMaxAgeMs`
+ * (or when it cannot cover the next one) and closes once its requests are done and written,
+ * or after `leaseIdleMs` without requests: it is charged the sum of its records and the rest
+ * goes back to the account.
+ *
+ * Why no overspend: a request is admitted only against credit a hold already took off the
+ * balance, and the in-memory reservations of a lease never exceed its amount (single-threaded:
+ * check and reserve are one synchronous step). A node that dies leaves its leases active; the
+ * sweeper charges them what was recorded and returns the rest.
+ *
+ * Checkpoints: while a request generates, its progress (tokens and their cost so far) is written
+ * every `checkpointIntervalMs` or `checkpointTokens` completion tokens, whichever comes first, in
+ * the same group commits. After a `kill -9`, the sweeper turns checkpoints into usage records, so
+ * a crashed stream is billed for what it had generated up to its last checkpoint (one interval
+ * plus one flush behind at most), never more. The records of requests that finished in the last
+ * `flushIntervalMs` before the crash are lost with the process: unbilled, never billed twice.
+ */
+import type { Kysely } from "kysely";
+import type { Database } from "../store/schema.ts";
+import { newId } from "./ledger.ts";
+import { placeHold, settleHold } from "./ledger.ts";
+import { closeLease, writeUsageBatch, type CheckpointRow, type UsageRow } from "./lease-store.ts";
+import { InsufficientQuotaError } from "../protocol/errors.ts";
+import { MAX_CREDIT } from "./money-bounds.ts";
+
+export type LeaseSettings = {
+  /** How often the group commit runs. */
+  flushIntervalMs: number;
+  /** A running request's progress is written at least this often… */
+  checkpointIntervalMs: number;
+  /** …and every this many completion tokens. */
+  checkpointTokens: number;
+  /** A key with this many requests in the last second is served from leases. */
+  hotRequestsPerSecond: number;
+  /** A lease covers about this many seconds of the key's recent reservations. */
+  leaseSeconds: number;
+  /** A lease takes new requests for this long… */
+  leaseMaxAgeMs: number;
+  /** …and is closed after this long without one. */
+  leaseIdleMs: number;
+};
+
+export const DEFAULT_LEASE_SETTINGS: LeaseSettings = {
+  flushIntervalMs: 100,
+  checkpointIntervalMs: 1_000,
+  checkpointTokens: 64,
+  hotRequestsPerSecond: 20,
+  leaseSeconds: 1,
+  leaseMaxAgeMs: 2_000,
+  leaseIdleMs: 500,
+};
+
+export type CreditLeasesOptions = {
+  database: Kysely<Database>;
+  nodeId: () => string;
+  /** How long one request may run: a hold lives this long (a lease, `leaseMaxAgeMs` more). */
+  holdTtlMs: number;
+  settings?: Partial<LeaseSettings>;
+  /** Hears of group commits the database could not take, and of their recovery. */
+  onBatch?: (event: BatchEvent) => void;
+};
+
+export type BatchEvent =
+  | { kind: "deferred"; records: number; error: unknown }
+  | { kind: "written"; records: number; attempts: number }
+  | { kind: "lease-close-failed"; holdId: string; error: unknown };
+
+type Lease = {
+  holdId: string;
+  accountId: string;
+  keyId: string | null;
+  amount: number;
+  /** Reserved by running requests. */
+  reserved: number;
+  /** Charged to finished requests (written or waiting to be). */
+  charged: number;
+  running: number;
+  openedAt: number;
+  lastActiveAt: number;
+  /** Serves many requests (false: one request's own hold, settled with it). */
+  shared: boolean;
+  /** Takes no new requests; closes once its requests are done. */
+  retired: boolean;
+  closed: boolean;
+};
+
+/** The progress of a running request, as its checkpoint will record it. */
+export type Progress = Omit<CheckpointRow, "id" | "hold_id" | "updated_at">;
+
+type Running = {
+  lease: Lease;
+  progress?: () => Progress | null;
+  lastAt: number;
+  lastTokens: number;
+  checkpointed: boolean;
+};
+
+/** A request's reservation, from a lease or a hold of its own. */
+export type Ticket = {
+  /** The id its usage record (and its checkpoints) will have. */
+  readonly usageId: string;
+  readonly amount: number;
+  readonly holdId: string;
+  /** Settled through its own hold (the exact path) rather than a lease. */
+  readonly own: boolean;
+};
+
+class RateWindow {
+  #start = 0;
+  #count = 0;
+  #credit = 0;
+  #previousCount = 0;
+  #previousCredit = 0;
+
+  add(now: number, credit: number): void {
+    this.#roll(now);
+    this.#count++;
+    this.#credit += credit;
+  }
+
+  /** Requests and credit reserved over about the last second. */
+  read(now: number): { requests: number; credit: number } {
+    this.#roll(now);
+    const weight = Math.max(0, 1 - (now - this.#start) / 1000);
+    return { requests: this.#count + this.#previousCount * weight, credit: this.#credit + this.#previousCredit * weight };
+  }
+
+  #roll(now: number): void {
+    if (now - this.#start < 1000) return;
+    const fresh = now - this.#start >= 2000;
+    this.#previousCount = fresh ? 0 : this.#count;
+    this.#previousCredit = fresh ? 0 : this.#credit;
+    this.#count = 0;
+    this.#credit = 0;
+    this.#start = fresh ? now : this.#start + 1000;
+  }
+}
+
+export class CreditLeases {
+  readonly #options: CreditLeasesOptions;
+  readonly #settings: LeaseSettings;
+  /** The lease each key draws from now. */
+  readonly #open = new Map<string, Lease>();
+  /** Every shared lease not yet closed (open or retired). */
+  readonly #leases = new Set<Lease>();
+  /** Leases being taken, per key: concurrent requests wait for it instead of taking their own. */
+  readonly #taking = new Map<string, Promise<Lease | undefined>>();
+  readonly #rates = new Map<string, RateWindow>();
+  readonly #running = new Map<string, Running>();
+  #records: UsageRow[] = [];
+  #drops: string[] = [];
+  #flushing: Promise<void> = Promise.resolve();
+  #failedAttempts = 0;
+  readonly #timer: ReturnType<typeof setInterval>;
+  #stopped = false;
+
+  constructor(options: CreditLeasesOptions) {
+    this.#options = options;
+    this.#settings = { ...DEFAULT_LEASE_SETTINGS, ...options.settings };
+    this.#timer = setInterval(() => void this.#tick(), this.#settings.flushIntervalMs);
+    this.#timer.unref();
+  }
+
+  get settings(): LeaseSettings {
+    return this.#settings;
+  }
+
+  /** Usage records waiting for the database (written in the next group commit, or retried). */
+  get pending(): number {
+    return this.#records.length;
+  }
+
+  /** Shared leases not yet closed. */
+  get openLeases(): number {
+    return this.#leases.size;
+  }
+
+  /** Counts a request of the key: whether it is busy enough to be served from leases. */
+  hot(rateKey: string, credit: number, now = Date.now()): boolean {
+    let window = this.#rates.get(rateKey);
+    if (window === undefined) this.#rates.set(rateKey, (window = new RateWindow()));
+    window.add(now, credit);
+    return window.read(now).requests >= this.#settings.hotRequestsPerSecond;
+  }
+
+  /**
+   * Reserves `amount` for one request: from the key's lease when the key is busy (taking a new
+   * lease when it has none that covers the amount), from a hold of its own otherwise.
+   * Throws `InsufficientQuotaError` when the account (or the key's cap) cannot cover it.
+   */
+  async reserve(input: { accountId: string; keyId: string | null; amount: number; hot: boolean }): Promise<Ticket> {
+    const usageId = newId("use");
+    if (!input.hot) {
+      const lease = await this.#take(input, input.amount, false);
+      return this.#admit(lease, input.amount, usageId);
+    }
+    const leaseKey = input.keyId ?? `account:${input.accountId}`;
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const now = Date.now();
+      const open = this.#open.get(leaseKey);
+      if (open !== undefined) {
+        if (now - open.openedAt < this.#settings.leaseMaxAgeMs && open.amount - open.reserved - open.charged >= input.amount) return this.#admit(open, input.amount, usageId);
+        this.#retire(open, leaseKey);
+      }
+      const taking = this.#taking.get(leaseKey);
+      if (taking !== undefined) {
+        await taking.catch(() => undefined);
+        continue;
+      }
+      const take = this.#takeShared(input, leaseKey);
+      this.#taking.set(leaseKey, take);
+      try {
+        const lease = await take;
+        if (lease !== undefined && lease.amount - lease.reserved - lease.charged >= input.amount) return this.#admit(lease, input.amount, usageId);
+      } finally {
+        this.#taking.delete(leaseKey);
+      }
+    }
+    // Leases kept missing this request (others took them first, or the balance is low): its own hold.
+    return this.#admit(await this.#take(input, input.amount, false), input.amount, usageId);
+  }
+
+  /** Takes a lease sized to the key's recent rate; undefined when the account cannot cover more than this request (then it gets its own hold). */
+  async #takeShared(input: { accountId: string; keyId: string | null; amount: number }, leaseKey: string): Promise<Lease | undefined> {
+    const rate = this.#rates.get(input.keyId ?? `account:${input.accountId}`)?.read(Date.now()).credit ?? 0;
+    const size = Math.min(MAX_CREDIT, Math.max(input.amount * 4, Math.ceil(rate * this.#settings.leaseSeconds)));
+    try {
+      const lease = await this.#take(input, size, true);
+      this.#open.set(leaseKey, lease);
+      this.#leases.add(lease);
+      return lease;
+    } catch (error) {
+      if (error instanceof InsufficientQuotaError) return undefined;
+      throw error;
+    }
+  }
+
+  async #take(input: { accountId: string; keyId: string | null }, amount: number, shared: boolean): Promise<Lease> {
+    const now = Date.now();
+    const ttlMs = this.#options.holdTtlMs + (shared ? this.#settings.leaseMaxAgeMs : 0);
+    const holdId = await placeHold(this.#options.database, { accountId: input.accountId, keyId: input.keyId, amount, nodeId: this.#options.nodeId(), ttlMs, now });
+    return { holdId, accountId: input.accountId, keyId: input.keyId, amount, reserved: 0, charged: 0, running: 0, openedAt: now, lastActiveAt: now, shared, retired: false, closed: false };
+  }
+
+  #admit(lease: Lease, amount: number, usageId: string): Ticket {
+    lease.reserved += amount;
+    lease.running++;
+    lease.lastActiveAt = Date.now();
+    this.#running.set(usageId, { lease, lastAt: Date.now(), lastTokens: 0, checkpointed: false });
+    return { usageId, amount, holdId: lease.holdId, own: !lease.shared };
+  }
+
+  #retire(lease: Lease, leaseKey: string): void {
+    lease.retired = true;
+    if (this.#open.get(leaseKey) === lease) this.#open.delete(leaseKey);
+  }
+
+  /** Reports the request's progress for its checkpoints, while it runs. */
+  track(ticket: Ticket, progress: () => Progress | null): void {
+    const running = this.#running.get(ticket.usageId);
+    if (running !== undefined) running.progress = progress;
+  }
+
+  /**
+   * A request served from a lease finished: its charge (at most what it reserved) is counted in
+   * memory and its record joins the next group commit. Returns at once.
+   */
+  finishShared(ticket: Ticket, record: UsageRow): number {
+    const running = this.#running.get(ticket.usageId);
+    if (running === undefined) return 0;
+    this.#running.delete(ticket.usageId);
+    const charge = Math.min(ticket.amount, Math.max(0, record.cost));
+    const { lease } = running;
+    lease.reserved -= ticket.amount;
+    lease.charged += charge;
+    lease.running--;
+    lease.lastActiveAt = Date.now();
+    this.#records.push({ ...record, id: ticket.usageId, hold_id: lease.holdId, cost: charge });
+    return charge;
+  }
+
+  /**
+   * Settles a request's own hold with its record, in one transaction (the exact path). Safe to
+   * call again after a failure (settling is idempotent); its checkpoint, if it wrote one, is
+   * dropped in the next group commit.
+   */
+  async settleOwn(ticket: Ticket, cost: number, record: (charged: number) => Omit<UsageRow, "id" | "hold_id">): Promise<number> {
+    const running = this.#running.get(ticket.usageId);
+    if (running !== undefined) {
+      this.#running.delete(ticket.usageId);
+      running.lease.closed = true;
+      if (running.checkpointed) this.#drops.push(ticket.usageId);
+    }
+    return settleHold(this.#options.database, ticket.holdId, cost, Date.now(), (charged) => ({ ...record(charged), id: ticket.usageId, hold_id: ticket.holdId }));
+  }
+
+  /** Runs the group commit now (waiting for one in flight first); resolves when it is written. */
+  flush(): Promise<void> {
+    const run = this.#flushing.then(() => this.#writeBatch());
+    this.#flushing = run.catch(() => undefined);
+    return run;
+  }
+
+  async #writeBatch(): Promise<void> {
+    const now = Date.now();
+    const checkpoints: CheckpointRow[] = [];
+    const checkpointed: Array<[Running, number]> = [];
+    for (const [usageId, running] of this.#running) {
+      const progress = running.progress?.();
+      if (progress == null || progress.completion_tokens <= running.lastTokens) continue;
+      if (now - running.lastAt < this.#settings.checkpointIntervalMs && progress.completion_tokens - running.lastTokens < this.#settings.checkpointTokens) continue;
+      checkpoints.push({ ...progress, id: usageId, hold_id: running.lease.holdId, updated_at: now });
+      checkpointed.push([running, progress.completion_tokens]);
+    }
+    const records = this.#records;
+    const drops = this.#drops;
+    if (records.length === 0 && checkpoints.length === 0 && drops.length === 0) return;
+    this.#records = [];
+    this.#drops = [];
+    try {
+      await writeUsageBatch(this.#options.database, { records, checkpoints, dropCheckpoints: drops });
+    } catch (error) {
+      // Kept for the next attempt, ahead of what came since (checkpoints are taken afresh).
+      this.#records = [...records, ...this.#records];
+      this.#drops = [...drops, ...this.#drops];
+      if (this.#failedAttempts++ === 0) this.#options.onBatch?.({ kind: "deferred", records: records.length, error });
+      throw error;
+    }
+    for (const [running, tokens] of checkpointed) {
+      running.lastAt = now;
+      running.lastTokens = tokens;
+      running.checkpointed = true;
+    }
+    if (this.#failedAttempts > 0) this.#options.onBatch?.({ kind: "written", records: records.length, attempts: this.#failedAttempts + 1 });
+    this.#failedAttempts = 0;
+  }
+
+  /** The group commit, then the leases due to close. */
+  async #tick(): Promise<void> {
+    if (this.#stopped) return;
+    try {
+      await this.flush();
+    } catch {
+      return; // retried at the next tick
+    }
+    await this.#closeDue(false);
+  }
+
+  /** Closes the leases that are done: retired or idle, with no request running. All of them at `drain`. */
+  async #closeDue(all: boolean): Promise<number> {
+    const now = Date.now();
+    let failed = 0;
+    for (const lease of [...this.#leases]) {
+      if (lease.running > 0) {
+        if (now - lease.openedAt >= this.#settings.leaseMaxAgeMs) this.#retire(lease, lease.keyId ?? `account:${lease.accountId}`);
+        continue;
+      }
+      const due = all || lease.retired || now - lease.lastActiveAt >= this.#settings.leaseIdleMs || now - lease.openedAt >= this.#settings.leaseMaxAgeMs;
+      // A record that finished after the last group commit waits for the next: a lease is charged
+      // the sum of its written records, so it closes only when all of them are written.
+      if (!due || this.#records.some((record) => record.hold_id === lease.holdId)) continue;
+      this.#retire(lease, lease.keyId ?? `account:${lease.accountId}`);
+      try {
+        // Its records were written by the flush before this (a lease with none running has none pending past it).
+        await closeLease(this.#options.database, lease.holdId);
+        lease.closed = true;
+        this.#leases.delete(lease);
+      } catch (error) {
+        failed++;
+        this.#options.onBatch?.({ kind: "lease-close-failed", holdId: lease.holdId, error });
+      }
+    }
+    return failed;
+  }
+
+  /**
+   * At shutdown, once no request runs: writes what is pending and closes every lease. Returns
+   * the records and leases the database did not take (their holds are closed by the sweeper of
+   * another node, or of this one's next start, for what was written).
+   */
+  async drain(): Promise<number> {
+    this.#stopped = true;
+    clearInterval(this.#timer);
+    try {
+      await this.flush();
+    } catch {
+      return this.#records.length + this.#leases.size;
+    }
+    return this.#closeDue(true);
+  }
+
+  /** Stops without writing anything (a test's stand-in for a killed process). */
+  abandon(): void {
+    this.#stopped = true;
+    clearInterval(this.#timer);
+  }
+}
