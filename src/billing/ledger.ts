@@ -17,68 +17,26 @@
  *   open: a node that only looked dead and settles later is charged then, once, as far as
  *   the balance covers.
  *
- * On PostgreSQL every statement is a network round trip, and round trips are what a hold and
- * a settlement cost, so there they run as data-modifying CTEs: a hold is one statement with no
- * explicit transaction in the common case (the transactional path decides the rest), a
- * settlement two statements, the usage record included, between BEGIN and COMMIT. SQLite is
- * in-process: it runs the plain steps, which are also what the CTEs do.
+ * The SQL that differs between SQLite and PostgreSQL sits behind `LedgerStatements`
+ * (`ledger-statements/`), chosen once by the dialect recorded where the store was opened. On
+ * PostgreSQL every statement is a network round trip, and round trips are what a hold and a
+ * settlement cost, so there they run as data-modifying CTEs (`ledger-statements/postgres.ts`):
+ * a hold is one statement with no explicit transaction in the common case (the transactional
+ * path decides the rest), a settlement two statements, the usage record included, between BEGIN
+ * and COMMIT. SQLite is in-process: it runs the plain steps (`ledger-statements/sqlite.ts`),
+ * which are also what the CTEs do. The rest, the same in both, is here.
  */
-import { pooledRandomBytes } from "../store/random.ts";
-import { PostgresAdapter, sql, type Kysely, type Transaction } from "kysely";
-import type { Database, LedgerEntryKind } from "../store/schema.ts";
+import { sql, type Kysely, type Transaction } from "kysely";
+import { newId } from "../store/ids.ts";
+import type { Database } from "../store/schema.ts";
 import type { UsageRecord } from "./usage.ts";
+import { ledgerStatementsOf, type HoldInput, type LedgerStatements } from "./ledger-statements/index.ts";
+import { addEntry, consumeLots, insertUsage } from "./ledger-statements/writes.ts";
 import { InsufficientQuotaError } from "../protocol/errors.ts";
 import { BalanceLimitExceededError, PlanOutOfBoundsError } from "./errors.ts";
 import { MAX_CREDIT, MAX_PLAN_DAYS } from "./money-bounds.ts";
 
-type Executor = Kysely<Database> | Transaction<Database>;
-
 const DAY_MS = 24 * 60 * 60 * 1000;
-
-/** Time-ordered, unique ids: entries sort by id within the same millisecond too. */
-let lastTime = 0;
-let sequence = 0;
-export function newId(prefix: string, now = Date.now()): string {
-  if (now === lastTime) sequence++;
-  else {
-    lastTime = now;
-    sequence = 0;
-  }
-  return `${prefix}_${now.toString(36).padStart(9, "0")}${sequence.toString(36).padStart(4, "0")}${pooledRandomBytes(6).toString("hex")}`;
-}
-
-function isPostgres(database: Executor): boolean {
-  return database.getExecutor().adapter instanceof PostgresAdapter;
-}
-
-/**
- * Locks the account row for the rest of the transaction (PostgreSQL `FOR UPDATE`).
- * SQLite write transactions are exclusive already (`BEGIN IMMEDIATE`).
- */
-async function lockAccount(transaction: Transaction<Database>, accountId: string): Promise<{ balance: number } | undefined> {
-  let query = transaction.selectFrom("accounts").select(["balance"]).where("id", "=", accountId);
-  if (isPostgres(transaction)) query = query.forUpdate();
-  const row = await query.executeTakeFirst();
-  return row && { balance: Number(row.balance) };
-}
-
-async function addEntry(
-  transaction: Transaction<Database>,
-  entry: { accountId: string; kind: LedgerEntryKind; amount: number; lotId?: string; holdId?: string; now: number },
-): Promise<void> {
-  await transaction
-    .insertInto("ledger_entries")
-    .values({
-      id: newId("le", entry.now),
-      account_id: entry.accountId,
-      kind: entry.kind,
-      amount: entry.amount,
-      lot_id: entry.lotId ?? null,
-      hold_id: entry.holdId ?? null,
-      created_at: entry.now,
-    })
-    .execute();
-}
 
 export type GrantInput = {
   accountId: string;
@@ -104,8 +62,9 @@ export async function grantCredit(database: Kysely<Database>, input: GrantInput)
     throw new PlanOutOfBoundsError(`A grant lasts from 1 to ${MAX_PLAN_DAYS} days, not ${input.days}. Edit the plan's 'days'.`);
   }
   const now = input.now ?? Date.now();
+  const statements = ledgerStatementsOf(database);
   return database.transaction().execute(async (transaction) => {
-    const account = await lockAccount(transaction, input.accountId);
+    const account = await statements.lockAccount(transaction, input.accountId);
     if (account === undefined) throw new Error(`no account '${input.accountId}'`);
     const lotId = newId("lot", now);
     const inserted = await transaction
@@ -176,21 +135,14 @@ async function expireLots(transaction: Transaction<Database>, accountId: string,
 
 /** Applies due expiries to one account now (e.g. before showing its balance). */
 export async function expireDueCredit(database: Kysely<Database>, accountId: string, now = Date.now()): Promise<number> {
+  const statements = ledgerStatementsOf(database);
   return database.transaction().execute(async (transaction) => {
-    const account = await lockAccount(transaction, accountId);
+    const account = await statements.lockAccount(transaction, accountId);
     return account === undefined ? 0 : expireLots(transaction, accountId, account.balance, now);
   });
 }
 
-export type HoldInput = {
-  accountId: string;
-  keyId: string | null;
-  amount: number;
-  nodeId: string;
-  /** How long the hold may live before the sweeper releases it. */
-  ttlMs: number;
-  now?: number;
-};
+export type { HoldInput };
 
 /**
  * Takes `amount` off the account's balance with one conditional write (`balance >= amount`),
@@ -229,16 +181,15 @@ async function debitAccount(transaction: Transaction<Database>, accountId: strin
  */
 export async function placeHold(database: Kysely<Database>, input: HoldInput): Promise<string> {
   const now = input.now ?? Date.now();
-  if (isPostgres(database)) {
-    const held = await placeHoldInOneStatement(database, input, now);
-    if (held !== undefined) return held;
-  }
+  const statements = ledgerStatementsOf(database);
+  const held = await statements.placeHoldInOneStatement(database, input, now);
+  if (held !== undefined) return held;
   // A refusal commits too (the expiries it applied stay applied), then throws outside.
   const outcome = await database.transaction().execute(async (transaction): Promise<{ holdId: string } | { refused: string }> => {
     // The account row is locked first, then the key's, the order settling takes too (no deadlock).
     if (!(await debitAccount(transaction, input.accountId, input.amount, now, false))) {
       // Refused, gone, disabled, or credit due to expire: lock the row, apply the expiries, try once more.
-      const account = await lockAccount(transaction, input.accountId);
+      const account = await statements.lockAccount(transaction, input.accountId);
       if (account === undefined) return { refused: "This API key's account no longer exists." };
       const expired = await expireLots(transaction, input.accountId, account.balance, now);
       if (!(await debitAccount(transaction, input.accountId, input.amount, now, true))) {
@@ -250,7 +201,7 @@ export async function placeHold(database: Kysely<Database>, input: HoldInput): P
       }
     }
     const holdId = newId("hold", now);
-    const recorded = isPostgres(transaction) ? await recordHoldOnPostgres(transaction, input, holdId, now) : await recordHold(transaction, input, holdId, now);
+    const recorded = await statements.recordHold(transaction, input, holdId, now);
     if (!recorded) {
       // Give the debit back in the same transaction: no entry was written for it, nobody saw it.
       await transaction.updateTable("accounts").set((expression) => ({ balance: expression("balance", "+", input.amount) })).where("id", "=", input.accountId).execute();
@@ -260,137 +211,6 @@ export async function placeHold(database: Kysely<Database>, input: HoldInput): P
   });
   if ("refused" in outcome) throw new InsufficientQuotaError(outcome.refused);
   return outcome.holdId;
-}
-
-/**
- * The common case of `placeHold` on PostgreSQL in one round trip and no explicit transaction:
- * one statement (data-modifying CTEs, atomic on its own) debits the account, reserves the
- * amount against the key, and writes the hold and its entry. It takes the account row, then
- * the key's, the order settling takes too. Returns undefined, having changed nothing, when the
- * transactional path must decide: the balance does not cover the amount, credit is due to
- * expire, the account is disabled or gone, or the key's spend cap refuses (then the hold's
- * amount is NULL, which its NOT NULL constraint turns into an error that undoes the statement).
- */
-async function placeHoldInOneStatement(database: Kysely<Database>, input: HoldInput, now: number): Promise<string | undefined> {
-  const holdId = newId("hold", now);
-  try {
-    const { rows } = await sql`
-      with debited as (
-        update accounts set balance = balance - ${input.amount}
-        where id = ${input.accountId} and balance >= ${input.amount} and disabled_at is null
-          and not exists (
-            select 1 from credit_lots
-            where credit_lots.account_id = accounts.id and credit_lots.expires_at <= ${now} and credit_lots.remaining > 0
-          )
-        returning id
-      ), key_reserved as (
-        update api_keys set reserved = reserved + ${input.amount}
-        where id = ${input.keyId} and (spend_cap is null or spent + reserved + ${input.amount} <= spend_cap)
-          and exists (select 1 from debited)
-        returning id
-      ), hold as (
-        insert into holds (id, account_id, key_id, amount, status, node_id, expires_at, created_at)
-        select ${holdId}::text, ${input.accountId}::text, ${input.keyId}::text,
-               case when ${input.keyId}::text is null or exists (select 1 from key_reserved) then ${input.amount}::bigint end,
-               'active', ${input.nodeId}::text, ${now + input.ttlMs}::bigint, ${now}::bigint
-        from debited
-        returning id
-      )
-      insert into ledger_entries (id, account_id, kind, amount, hold_id, created_at)
-      select ${newId("le", now)}::text, ${input.accountId}::text, 'hold', ${-input.amount}::bigint, ${holdId}::text, ${now}::bigint
-      from hold
-      returning id
-    `.execute(database);
-    return rows.length > 0 ? holdId : undefined;
-  } catch (error) {
-    const { code, table } = error as { code?: string; table?: string };
-    if (code === "23502" && table === "holds") return undefined;
-    throw error;
-  }
-}
-
-/**
- * After the debit: reserves the amount against the key's spend cap (a conditional write), then
- * writes the hold and its entry. Returns false, having written nothing, when the cap refuses.
- */
-async function recordHold(transaction: Transaction<Database>, input: HoldInput, holdId: string, now: number): Promise<boolean> {
-  if (input.keyId !== null) {
-    const keyReserved = await transaction
-      .updateTable("api_keys")
-      .set((expression) => ({ reserved: expression("reserved", "+", input.amount) }))
-      .where("id", "=", input.keyId)
-      .where((expression) =>
-        expression.or([
-          expression("spend_cap", "is", null),
-          expression(expression("spent", "+", expression("reserved", "+", input.amount)), "<=", expression.ref("spend_cap")),
-        ]),
-      )
-      .executeTakeFirst();
-    if (Number(keyReserved.numUpdatedRows) === 0) return false;
-  }
-  await transaction
-    .insertInto("holds")
-    .values({
-      id: holdId,
-      account_id: input.accountId,
-      key_id: input.keyId,
-      amount: input.amount,
-      status: "active",
-      cost: null,
-      node_id: input.nodeId,
-      expires_at: now + input.ttlMs,
-      created_at: now,
-      closed_at: null,
-    })
-    .execute();
-  await addEntry(transaction, { accountId: input.accountId, kind: "hold", amount: -input.amount, holdId, now });
-  return true;
-}
-
-/**
- * `recordHold` in one round trip: PostgreSQL runs the key's conditional write and both inserts
- * as one statement (data-modifying CTEs); the inserts take place only when the key admitted
- * the amount (or there is no key). The casts type the parameters of `insert … select`.
- */
-async function recordHoldOnPostgres(transaction: Transaction<Database>, input: HoldInput, holdId: string, now: number): Promise<boolean> {
-  const { rows } = await sql`
-    with key_reserved as (
-      update api_keys set reserved = reserved + ${input.amount}
-      where id = ${input.keyId} and (spend_cap is null or spent + reserved + ${input.amount} <= spend_cap)
-      returning id
-    ), admitted as (
-      select 1 where ${input.keyId}::text is null or exists (select 1 from key_reserved)
-    ), hold as (
-      insert into holds (id, account_id, key_id, amount, status, node_id, expires_at, created_at)
-      select ${holdId}::text, ${input.accountId}::text, ${input.keyId}::text, ${input.amount}::bigint, 'active', ${input.nodeId}::text,
-             ${now + input.ttlMs}::bigint, ${now}::bigint
-      from admitted
-    )
-    insert into ledger_entries (id, account_id, kind, amount, hold_id, created_at)
-    select ${newId("le", now)}::text, ${input.accountId}::text, 'hold', ${-input.amount}::bigint, ${holdId}::text, ${now}::bigint
-    from admitted
-    returning id
-  `.execute(transaction);
-  return rows.length > 0;
-}
-
-/** Charges `cost` against lots, soonest-expiring first (lots without expiry last). */
-async function consumeLots(transaction: Transaction<Database>, accountId: string, cost: number): Promise<void> {
-  if (cost <= 0) return;
-  const lots = await transaction
-    .selectFrom("credit_lots")
-    .select(["id", "remaining", "expires_at"])
-    .where("account_id", "=", accountId)
-    .where("remaining", ">", 0)
-    .execute();
-  lots.sort((a, b) => (a.expires_at ?? Infinity) - (b.expires_at ?? Infinity) || a.id.localeCompare(b.id));
-  let left = cost;
-  for (const lot of lots) {
-    if (left <= 0) break;
-    const take = Math.min(Number(lot.remaining), left);
-    await transaction.updateTable("credit_lots").set((expression) => ({ remaining: expression("remaining", "-", take) })).where("id", "=", lot.id).execute();
-    left -= take;
-  }
 }
 
 /**
@@ -408,121 +228,25 @@ export async function settleHold(
 ): Promise<number> {
   // A hold settled already (null: a retry of a settlement whose commit went through unanswered)
   // charges and records nothing more.
-  const charged = await database
-    .transaction()
-    .execute(async (transaction) => (isPostgres(transaction) ? settleOnPostgres(transaction, holdId, cost, now, usage) : settleInTransaction(transaction, holdId, cost, now, usage)));
+  const statements = ledgerStatementsOf(database);
+  const charged = await database.transaction().execute(async (transaction) => {
+    const charge = await statements.settleActiveHold(transaction, holdId, cost, now, usage);
+    return charge ?? settleClosedHold(statements, transaction, holdId, cost, now, usage);
+  });
   return charged ?? 0;
 }
 
-/** Writes a usage record in the settling transaction. */
-async function insertUsage(transaction: Transaction<Database>, record: UsageRecord): Promise<void> {
-  await transaction.insertInto("usage_records").values({ id: newId("use", record.created_at), ...record }).execute();
-}
-
 /** A hold closed already: `chargeClosedHold`, and the usage record when it charged. */
-async function settleClosedHold(transaction: Transaction<Database>, holdId: string, cost: number, now: number, usage?: (charged: number) => UsageRecord): Promise<number | null> {
-  const charge = await chargeClosedHold(transaction, holdId, cost, now);
+async function settleClosedHold(
+  statements: LedgerStatements,
+  transaction: Transaction<Database>,
+  holdId: string,
+  cost: number,
+  now: number,
+  usage?: (charged: number) => UsageRecord,
+): Promise<number | null> {
+  const charge = await chargeClosedHold(statements, transaction, holdId, cost, now);
   if (charge !== null && usage !== undefined) await insertUsage(transaction, usage(charge));
-  return charge;
-}
-
-/** The release entry and, when something was charged, the settle entry after it (ids are time-ordered). */
-function closingEntries(accountId: string, holdId: string, amount: number, charge: number, now: number) {
-  const entry = (kind: LedgerEntryKind, entryAmount: number) => ({ id: newId("le", now), account_id: accountId, kind, amount: entryAmount, lot_id: null, hold_id: holdId, created_at: now });
-  return charge > 0 ? [entry("release", amount), entry("settle", -charge)] : [entry("release", amount)];
-}
-
-/** Closes an active hold step by step (SQLite; `settleOnPostgres` does the same in two statements). */
-async function settleInTransaction(transaction: Transaction<Database>, holdId: string, cost: number, now: number, usage?: (charged: number) => UsageRecord): Promise<number | null> {
-  // Closing the hold is the conditional write (`status = 'active'`): of two settlements, or a
-  // settlement and the sweeper, only one closes it. The charge is capped at the amount held in
-  // SQL, and RETURNING hands back what the rest needs, so the hold is never read first.
-  const asked = Math.max(0, cost);
-  const closed = await transaction
-    .updateTable("holds")
-    .set({ status: asked > 0 ? "settled" : "released", cost: sql<number>`case when amount < ${asked} then amount else ${asked} end`, closed_at: now })
-    .where("id", "=", holdId)
-    .where("status", "=", "active")
-    .returning(["account_id", "key_id", "amount", "cost"])
-    .executeTakeFirst();
-  if (closed === undefined) return settleClosedHold(transaction, holdId, cost, now, usage);
-  const accountId = closed.account_id;
-  const amount = Number(closed.amount);
-  const charge = Number(closed.cost);
-  // Holds reference their account, so the row is there; this UPDATE locks it (hold, then account).
-  await transaction
-    .updateTable("accounts")
-    .set((expression) => ({ balance: expression("balance", "+", amount - charge) }))
-    .where("id", "=", accountId)
-    .execute();
-  await transaction.insertInto("ledger_entries").values(closingEntries(accountId, holdId, amount, charge, now)).execute();
-  await consumeLots(transaction, accountId, charge);
-  if (closed.key_id !== null) {
-    await transaction
-      .updateTable("api_keys")
-      .set((expression) => ({ reserved: expression("reserved", "-", amount), spent: expression("spent", "+", charge) }))
-      .where("id", "=", closed.key_id)
-      .execute();
-  }
-  if (usage !== undefined) await insertUsage(transaction, usage(charge));
-  return charge;
-}
-
-/**
- * `settleInTransaction` in two round trips on PostgreSQL (data-modifying CTEs), the same writes
- * in the same lock order. The first statement closes the hold (the conditional write) and gives
- * the account back what was not charged, locking the hold, then the account row. The second
- * writes the entries and the usage record, charges the lots and updates the key: it starts after the account lock is
- * held, so its snapshot of the lots is current (a single statement's would predate the lock),
- * and charges the lots in one UPDATE where `consumeLots` reads them and updates each.
- */
-async function settleOnPostgres(transaction: Transaction<Database>, holdId: string, cost: number, now: number, usage?: (charged: number) => UsageRecord): Promise<number | null> {
-  const asked = Math.max(0, cost);
-  const { rows } = await sql<{ account_id: string; key_id: string | null; amount: number; cost: number }>`
-    with closed as (
-      update holds set status = ${asked > 0 ? "settled" : "released"}, cost = least(amount, ${asked}::bigint), closed_at = ${now}::bigint
-      where id = ${holdId} and status = 'active'
-      returning account_id, key_id, amount, cost
-    ), refunded as (
-      update accounts set balance = balance + closed.amount - closed.cost from closed where accounts.id = closed.account_id
-    )
-    select account_id, key_id, amount, cost from closed
-  `.execute(transaction);
-  const closed = rows[0];
-  if (closed === undefined) return settleClosedHold(transaction, holdId, cost, now, usage);
-  const amount = Number(closed.amount);
-  const charge = Number(closed.cost);
-  const record = usage?.(charge);
-  // The usage record rides in the same statement as the entries.
-  const recorded =
-    record === undefined
-      ? sql``
-      : sql`, recorded as (
-        insert into usage_records (id, request_id, account_id, key_id, model, prompt_tokens, cached_prompt_tokens, completion_tokens, cost, latency_ms, status, finish_reason, stream, created_at)
-        values (${newId("use", record.created_at)}, ${record.request_id}, ${record.account_id}, ${record.key_id}, ${record.model}, ${record.prompt_tokens}, ${record.cached_prompt_tokens},
-                ${record.completion_tokens}, ${record.cost}, ${record.latency_ms}, ${record.status}, ${record.finish_reason}, ${record.stream}, ${record.created_at})
-      )`;
-  const entries = closingEntries(closed.account_id, holdId, amount, charge, now).map(
-    (entry) => sql`(${entry.id}, ${entry.account_id}, ${entry.kind}, ${entry.amount}::bigint, ${entry.hold_id}, ${entry.created_at}::bigint)`,
-  );
-  await sql`
-    with entries as (
-      insert into ledger_entries (id, account_id, kind, amount, hold_id, created_at) values ${sql.join(entries)}
-    ), key_charged as (
-      update api_keys set reserved = reserved - ${amount}, spent = spent + ${charge} where id = ${closed.key_id}
-    )${recorded}, ordered_lots as (
-      -- The lots with credit left, soonest-expiring first (lots without expiry last: NULLs
-      -- sort last here), each with the credit of the lots before it.
-      select id, remaining, sum(remaining) over (order by expires_at nulls last, id) - remaining as before_lot
-      from credit_lots
-      where account_id = ${closed.account_id} and remaining > 0
-    )
-    -- Each lot gives min(remaining, charge - before_lot); lots past the charge are left alone.
-    update credit_lots
-    set remaining = credit_lots.remaining - least(ordered_lots.remaining, ${charge} - ordered_lots.before_lot)
-    from ordered_lots
-    where credit_lots.id = ordered_lots.id and ordered_lots.before_lot < ${charge}
-  `.execute(transaction);
   return charge;
 }
 
@@ -531,13 +255,11 @@ async function settleOnPostgres(transaction: Transaction<Database>, holdId: stri
  * charged: the tokens were still generated, so charge them once now, as far as the balance
  * covers, and close its cost. One whose cost is closed was settled: null, nothing to do.
  */
-async function chargeClosedHold(transaction: Transaction<Database>, holdId: string, cost: number, now: number): Promise<number | null> {
-  let query = transaction.selectFrom("holds").selectAll().where("id", "=", holdId);
-  if (isPostgres(transaction)) query = query.forUpdate();
-  const hold = await query.executeTakeFirst();
+async function chargeClosedHold(statements: LedgerStatements, transaction: Transaction<Database>, holdId: string, cost: number, now: number): Promise<number | null> {
+  const hold = await statements.lockHold(transaction, holdId);
   if (hold === undefined) throw new Error(`no hold '${holdId}'`);
   if (hold.status !== "released" || hold.cost !== null) return null;
-  const account = await lockAccount(transaction, hold.account_id);
+  const account = await statements.lockAccount(transaction, hold.account_id);
   const charge = account === undefined ? 0 : Math.max(0, Math.min(cost, account.balance));
   await transaction.updateTable("holds").set({ cost: charge }).where("id", "=", holdId).execute();
   if (charge > 0) {

@@ -6,7 +6,7 @@
 import os from "node:os";
 import type { Kysely } from "kysely";
 import type { Database } from "../store/schema.ts";
-import { newId } from "./ledger.ts";
+import { newId } from "../store/ids.ts";
 
 /** A node whose heartbeat is older than this is considered gone (the default of `--dead-node-after`). */
 export const NODE_STALE_MS = 60_000;

@@ -3,7 +3,7 @@
  */
 import { sql, type Insertable, type Kysely, type RawBuilder } from "kysely";
 import type { Database, UsageRecordTable } from "../store/schema.ts";
-import { newId } from "./ledger.ts";
+import { newId } from "../store/ids.ts";
 import type { RecentRequest, UsageRow } from "../protocol/account-api.ts";
 
 export type { RecentRequest, UsageRow };

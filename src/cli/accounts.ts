@@ -4,7 +4,7 @@
 import type { Command } from "commander";
 import type { Kysely } from "kysely";
 import { createAccount, listAccounts, requireAccountByEmail } from "../accounts/accounts.ts";
-import { newId } from "../billing/ledger.ts";
+import { newId } from "../store/ids.ts";
 import { describeAccount } from "../accounts/describe-account.ts";
 import { grantPlan } from "../billing/grant-plan.ts";
 import { findPlan, listPlans, syncConfigPlans } from "../billing/plans-store.ts";

@@ -11,6 +11,7 @@
 import pg from "pg";
 import { Kysely, PostgresDialect } from "kysely";
 import type { Database } from "./schema.ts";
+import { withDialect } from "./dialect.ts";
 import { DatabaseTimeoutError } from "./errors.ts";
 
 const INT8_OID = 20;
@@ -54,7 +55,7 @@ export function openPostgres(url: string, options: PostgresOptions = {}): Kysely
   });
   // The pool re-emits an idle client's error; the client's own listener has reported it already.
   pool.on("error", () => {});
-  return new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+  return withDialect(new Kysely<Database>({ dialect: new PostgresDialect({ pool }) }), "postgres");
 }
 
 type QueryFunction = (...args: unknown[]) => unknown;

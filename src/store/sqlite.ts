@@ -7,6 +7,7 @@ import path from "node:path";
 import { DatabaseSync, type SQLInputValue, type StatementSync } from "node:sqlite";
 import { Kysely, SqliteDialect, type SqliteDatabase, type SqliteStatement } from "kysely";
 import type { Database } from "./schema.ts";
+import { withDialect } from "./dialect.ts";
 
 /** A row with its BigInts as numbers (approximate past 2^53, as PostgreSQL's BIGINTs are through `pg`). */
 function withNumbers<Row>(row: Row): Row {
@@ -96,5 +97,5 @@ export function openSqlite(file: string): Kysely<Database> {
   database.exec("PRAGMA busy_timeout = 5000");
   database.exec("PRAGMA synchronous = NORMAL");
   database.exec("PRAGMA foreign_keys = ON");
-  return new Kysely<Database>({ dialect: new SqliteDialect({ database: adapt(database) }) });
+  return withDialect(new Kysely<Database>({ dialect: new SqliteDialect({ database: adapt(database) }) }), "sqlite");
 }

@@ -18,7 +18,7 @@ import { describeAccount, type AccountDescription } from "../../../accounts/desc
 import { findApiKey, listApiKeys, revokeApiKey } from "../../../auth/api-keys.ts";
 import { deleteAccountSessions } from "../../../auth/sessions.ts";
 import { grantPlan } from "../../../billing/grant-plan.ts";
-import { newId } from "../../../billing/ledger.ts";
+import { newId } from "../../../store/ids.ts";
 import { ApiError, InvalidRequestError } from "../../../protocol/errors.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
 import { requireAdmin } from "../../middleware/account-auth/account-auth.ts";

@@ -1,0 +1,56 @@
+/**
+ * Writes that read the same in both dialects, used by `ledger.ts` and by the statements.
+ */
+import type { Transaction } from "kysely";
+import { newId } from "../../store/ids.ts";
+import type { Database, LedgerEntryKind } from "../../store/schema.ts";
+import type { UsageRecord } from "../usage.ts";
+
+/** Appends one ledger entry. */
+export async function addEntry(
+  transaction: Transaction<Database>,
+  entry: { accountId: string; kind: LedgerEntryKind; amount: number; lotId?: string; holdId?: string; now: number },
+): Promise<void> {
+  await transaction
+    .insertInto("ledger_entries")
+    .values({
+      id: newId("le", entry.now),
+      account_id: entry.accountId,
+      kind: entry.kind,
+      amount: entry.amount,
+      lot_id: entry.lotId ?? null,
+      hold_id: entry.holdId ?? null,
+      created_at: entry.now,
+    })
+    .execute();
+}
+
+/** Charges `cost` against lots, soonest-expiring first (lots without expiry last). */
+export async function consumeLots(transaction: Transaction<Database>, accountId: string, cost: number): Promise<void> {
+  if (cost <= 0) return;
+  const lots = await transaction
+    .selectFrom("credit_lots")
+    .select(["id", "remaining", "expires_at"])
+    .where("account_id", "=", accountId)
+    .where("remaining", ">", 0)
+    .execute();
+  lots.sort((a, b) => (a.expires_at ?? Infinity) - (b.expires_at ?? Infinity) || a.id.localeCompare(b.id));
+  let left = cost;
+  for (const lot of lots) {
+    if (left <= 0) break;
+    const take = Math.min(Number(lot.remaining), left);
+    await transaction.updateTable("credit_lots").set((expression) => ({ remaining: expression("remaining", "-", take) })).where("id", "=", lot.id).execute();
+    left -= take;
+  }
+}
+
+/** Writes a usage record in the settling transaction. */
+export async function insertUsage(transaction: Transaction<Database>, record: UsageRecord): Promise<void> {
+  await transaction.insertInto("usage_records").values({ id: newId("use", record.created_at), ...record }).execute();
+}
+
+/** The release entry and, when something was charged, the settle entry after it (ids are time-ordered). */
+export function closingEntries(accountId: string, holdId: string, amount: number, charge: number, now: number) {
+  const entry = (kind: LedgerEntryKind, entryAmount: number) => ({ id: newId("le", now), account_id: accountId, kind, amount: entryAmount, lot_id: null, hold_id: holdId, created_at: now });
+  return charge > 0 ? [entry("release", amount), entry("settle", -charge)] : [entry("release", amount)];
+}
