@@ -29,7 +29,8 @@ import { openStore } from "../src/store/open.ts";
 import type { Database } from "../src/store/schema.ts";
 import { createAccount } from "../src/accounts/accounts.ts";
 import { createApiKey, verifyApiKey } from "../src/auth/api-keys.ts";
-import { grantCredit, placeHold, settleHold } from "../src/billing/ledger.ts";
+import { checkLedger, grantCredit, placeHold, settleHold } from "../src/billing/ledger.ts";
+import type { CatalogModel } from "../src/catalog/catalog.ts";
 import { Metering } from "../src/billing/metering.ts";
 import { grantPlan } from "../src/billing/grant-plan.ts";
 import { findPlan } from "../src/billing/plans-store.ts";
@@ -107,6 +108,64 @@ async function holdAndSettle(database: Kysely<Database>, accountId: string, keyI
     created_at: Date.now(),
   }));
   return performance.now() - started;
+}
+
+/**
+ * The metered path as the server runs it, without HTTP: `Metering.admit` then `settle`, each node
+ * (a Metering with its own connection pool) serving its 8 workers from credit leases. Timed until
+ * every usage record is written and every lease closed, then the books are checked.
+ */
+async function leasedThroughput(backend: Backend) {
+  const nodes = await Promise.all(
+    Array.from({ length: backend.name === "postgres" ? 2 : 1 }, () => openStore({ dataDir: backend.dataDir, databaseUrl: backend.databaseUrl })),
+  );
+  const results: Record<string, { pairsPerSecond: number; p50Ms: number; p99Ms: number }> = {};
+  const model = { id: "bench", pricing: { prompt: 1000, cachedPrompt: 500, completion: 2000 } } as unknown as CatalogModel;
+  try {
+    const database = nodes[0]!;
+    const scenarios: Array<[string, number]> = [["leases: 8 workers, 1 account", 1]];
+    if (nodes.length === 2) scenarios.push(["leases: 2 nodes × 8 workers, 1 account", 2]);
+    for (const [label, nodeCount] of scenarios) {
+      const account = await createAccount(database, { email: `lease-${Math.random()}@example.com` });
+      const granted = 1e12;
+      await grantCredit(database, { accountId: account.id, amount: granted, source: `bench:${account.id}` });
+      const created = await createApiKey(database, { accountId: account.id });
+      const verified = await verifyApiKey(database, created.key);
+      if (!verified.ok) throw new Error("key refused");
+      const meterings = nodes.slice(0, nodeCount).map((node, index) => new Metering({ database: node, nodeId: () => `bench-${index}`, holdTtlMs: 60_000 }));
+      const pair = async (metering: Metering, index: number) => {
+        const started = performance.now();
+        const admission = await metering.admit({ key: verified.key, plan: null, model, promptTokens: 10, maxTokens: 16, choices: 1, requestId: `lease_${index}`, stream: false });
+        await admission.settle({ usage: { promptTokens: 10, cachedPromptTokens: 0, completionTokens: 13, reasoningTokens: 0, source: "counted" }, status: 200, finishReason: "stop", latencyMs: 1 });
+        return performance.now() - started;
+      };
+      const latencies: number[] = [];
+      let next = 0;
+      const started = performance.now();
+      await Promise.all(
+        Array.from({ length: 8 * nodeCount }, async (_unused, worker) => {
+          const metering = meterings[worker % nodeCount]!;
+          while (next < PAIRS * 4) {
+            const index = next++;
+            latencies.push(await pair(metering, index));
+          }
+        }),
+      );
+      // Durable: every record written, every lease closed.
+      for (const metering of meterings) await metering.drain();
+      const seconds = (performance.now() - started) / 1000;
+      results[label] = { pairsPerSecond: (PAIRS * 4) / seconds, p50Ms: median(latencies), p99Ms: percentile(latencies, 0.99) };
+      const books = await checkLedger(database, account.id);
+      const usage = await database.selectFrom("usage_records").select((expression) => [expression.fn.countAll<number>().as("count"), expression.fn.sum<number>("cost").as("cost")]).where("key_id", "=", created.id).executeTakeFirstOrThrow();
+      const charged = granted - books.balance;
+      if (books.balance !== books.sumOfEntries || books.activeHolds !== 0 || Number(usage.count) !== PAIRS * 4 || Number(usage.cost) !== charged) {
+        throw new Error(`books do not balance after ${label}: ${JSON.stringify({ books, usage, charged })}`);
+      }
+    }
+  } finally {
+    for (const node of nodes) await node.destroy();
+  }
+  return results;
 }
 
 async function ledgerThroughput(backend: Backend) {
@@ -247,14 +306,14 @@ for (const name of backends) {
   try {
     const label = name === "postgres" ? "postgres + redis" : "sqlite + memory limits";
     process.stderr.write(`${label}: ledger throughput…\n`);
-    const throughput = await ledgerThroughput(backend);
+    const throughput = { ...(await ledgerThroughput(backend)), ...(await leasedThroughput(backend)) };
     process.stderr.write(`${label}: admission steps…\n`);
     const steps = await admissionSteps(backend);
     process.stderr.write(`${label}: end to end…\n`);
     const e2e = await endToEnd(backend);
     report[name] = { throughput, steps, e2e };
     console.log(`\n## ${label}`);
-    console.log("hold + settle (with usage record), pairs/s  p50 ms  p99 ms");
+    console.log("hold + settle (with usage record), pairs/s  p50 ms  p99 ms   (leases: Metering.admit + settle, timed to the last write)");
     for (const [scenario, result] of Object.entries(throughput)) {
       console.log(`  ${scenario.padEnd(31)} ${result.pairsPerSecond.toFixed(0).padStart(8)} ${result.p50Ms.toFixed(2).padStart(7)} ${result.p99Ms.toFixed(2).padStart(7)}`);
     }

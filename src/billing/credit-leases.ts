@@ -28,7 +28,7 @@
  */
 import type { Kysely } from "kysely";
 import type { Database } from "../store/schema.ts";
-import { newId } from "./ledger.ts";
+import { newId } from "../store/ids.ts";
 import { placeHold, settleHold } from "./ledger.ts";
 import { closeLease, writeUsageBatch, type CheckpointRow, type UsageRow } from "./lease-store.ts";
 import { InsufficientQuotaError } from "../protocol/errors.ts";
@@ -159,6 +159,9 @@ export class CreditLeases {
   readonly #rates = new Map<string, RateWindow>();
   readonly #running = new Map<string, Running>();
   #records: UsageRow[] = [];
+  /** The records of the group commit in flight. */
+  #writing: readonly UsageRow[] = [];
+  #ticking = false;
   #drops: string[] = [];
   #flushing: Promise<void> = Promise.resolve();
   #failedAttempts = 0;
@@ -328,15 +331,18 @@ export class CreditLeases {
     if (records.length === 0 && checkpoints.length === 0 && drops.length === 0) return;
     this.#records = [];
     this.#drops = [];
+    this.#writing = records;
     try {
       await writeUsageBatch(this.#options.database, { records, checkpoints, dropCheckpoints: drops });
     } catch (error) {
+      this.#writing = [];
       // Kept for the next attempt, ahead of what came since (checkpoints are taken afresh).
       this.#records = [...records, ...this.#records];
       this.#drops = [...drops, ...this.#drops];
       if (this.#failedAttempts++ === 0) this.#options.onBatch?.({ kind: "deferred", records: records.length, error });
       throw error;
     }
+    this.#writing = [];
     for (const [running, tokens] of checkpointed) {
       running.lastAt = now;
       running.lastTokens = tokens;
@@ -348,13 +354,16 @@ export class CreditLeases {
 
   /** The group commit, then the leases due to close. */
   async #tick(): Promise<void> {
-    if (this.#stopped) return;
+    if (this.#stopped || this.#ticking) return;
+    this.#ticking = true;
     try {
       await this.flush();
+      await this.#closeDue(false);
     } catch {
-      return; // retried at the next tick
+      // Retried at the next tick.
+    } finally {
+      this.#ticking = false;
     }
-    await this.#closeDue(false);
   }
 
   /** Closes the leases that are done: retired or idle, with no request running. All of them at `drain`. */
@@ -369,7 +378,8 @@ export class CreditLeases {
       const due = all || lease.retired || now - lease.lastActiveAt >= this.#settings.leaseIdleMs || now - lease.openedAt >= this.#settings.leaseMaxAgeMs;
       // A record that finished after the last group commit waits for the next: a lease is charged
       // the sum of its written records, so it closes only when all of them are written.
-      if (!due || this.#records.some((record) => record.hold_id === lease.holdId)) continue;
+      const unwritten = (record: UsageRow) => record.hold_id === lease.holdId;
+      if (!due || this.#records.some(unwritten) || this.#writing.some(unwritten)) continue;
       this.#retire(lease, lease.keyId ?? `account:${lease.accountId}`);
       try {
         // Its records were written by the flush before this (a lease with none running has none pending past it).

@@ -9,10 +9,13 @@ import type { RecentRequest, UsageRow } from "../protocol/account-api.ts";
 export type { RecentRequest, UsageRow };
 
 /** A usage record to write; reasoning tokens default to 0 and the source to none (counted). */
-export type UsageRecord = Omit<Insertable<UsageRecordTable>, "id">;
+export type UsageRecord = Omit<Insertable<UsageRecordTable>, "id"> & {
+  /** Chosen beforehand when the record must be written idempotently (a lease's group commit, a checkpoint's record). */
+  id?: string;
+};
 
 export async function recordUsage(database: Kysely<Database>, record: UsageRecord): Promise<void> {
-  await database.insertInto("usage_records").values({ id: newId("use", record.created_at), ...record }).execute();
+  await database.insertInto("usage_records").values({ ...record, id: record.id ?? newId("use", record.created_at) }).execute();
 }
 
 export type UsageGroup = "day" | "model" | "key";

@@ -122,9 +122,11 @@ async function settleActiveHold(transaction: Transaction<Database>, holdId: stri
     record === undefined
       ? sql``
       : sql`, recorded as (
-        insert into usage_records (id, request_id, account_id, key_id, model, prompt_tokens, cached_prompt_tokens, completion_tokens, cost, latency_ms, status, finish_reason, stream, created_at)
-        values (${newId("use", record.created_at)}, ${record.request_id}, ${record.account_id}, ${record.key_id}, ${record.model}, ${record.prompt_tokens}, ${record.cached_prompt_tokens},
-                ${record.completion_tokens}, ${record.cost}, ${record.latency_ms}, ${record.status}, ${record.finish_reason}, ${record.stream}, ${record.created_at})
+        insert into usage_records (id, request_id, account_id, key_id, model, prompt_tokens, cached_prompt_tokens, completion_tokens, reasoning_tokens, usage_source,
+                                   cost, latency_ms, status, finish_reason, stream, created_at, hold_id)
+        values (${record.id ?? newId("use", record.created_at)}, ${record.request_id}, ${record.account_id}, ${record.key_id}, ${record.model}, ${record.prompt_tokens},
+                ${record.cached_prompt_tokens}, ${record.completion_tokens}, ${record.reasoning_tokens ?? 0}, ${record.usage_source ?? null}, ${record.cost}, ${record.latency_ms},
+                ${record.status}, ${record.finish_reason}, ${record.stream}, ${record.created_at}, ${record.hold_id ?? null})
       )`;
   const entries = closingEntries(closed.account_id, holdId, amount, charge, now).map(
     (entry) => sql`(${entry.id}, ${entry.account_id}, ${entry.kind}, ${entry.amount}::bigint, ${entry.hold_id}, ${entry.created_at}::bigint)`,

@@ -46,7 +46,7 @@ export async function consumeLots(transaction: Transaction<Database>, accountId:
 
 /** Writes a usage record in the settling transaction. */
 export async function insertUsage(transaction: Transaction<Database>, record: UsageRecord): Promise<void> {
-  await transaction.insertInto("usage_records").values({ id: newId("use", record.created_at), ...record }).execute();
+  await transaction.insertInto("usage_records").values({ ...record, id: record.id ?? newId("use", record.created_at) }).execute();
 }
 
 /** The release entry and, when something was charged, the settle entry after it (ids are time-ordered). */
