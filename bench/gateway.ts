@@ -15,7 +15,7 @@
  *
  *   node bench/gateway.ts [--duration 2] [--warmup 0.5] [--connections 1,16,64] [--rounds 3]
  *     [--modes json,stream] [--variants direct,bare-proxy,portkey,turnpike-metered,turnpike-operator]
- *     [--turnpike-timeout 60] [--out bench/results/gateway.json]
+ *     [--turnpike-timeout 60] [--database sqlite|postgres://…] [--out bench/results/gateway.json]
  */
 import fs from "node:fs";
 import os from "node:os";
@@ -25,7 +25,7 @@ import { parseArgs } from "node:util";
 import { request } from "undici";
 import { checkResponse, runLoad, type LoadTarget } from "./gateway/load.ts";
 import { freePort, readPortLine, startChild, waitForOk, type Child } from "./gateway/processes.ts";
-import { startTurnpike, type TurnpikeUnderTest } from "./gateway/turnpike.ts";
+import { postgresSchema, SQLITE, startTurnpike, type TurnpikeUnderTest } from "./gateway/turnpike.ts";
 
 const benchDir = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(benchDir, "..");
@@ -39,6 +39,8 @@ const { values: flags } = parseArgs({
     variants: { type: "string", default: "direct,bare-proxy,portkey,turnpike-metered,turnpike-operator" },
     "turnpike-timeout": { type: "string", default: "60" },
     "max-requests": { type: "string", default: "2000000" },
+    /** Turnpike's database: `sqlite` (its data dir) or a postgres:// URL (a fresh schema there; rate limits stay in memory). */
+    database: { type: "string", default: "sqlite" },
     out: { type: "string", default: path.join(benchDir, "results", "gateway.json") },
   },
 });
@@ -177,7 +179,7 @@ try {
       if (id === "turnpike-metered" || id === "turnpike-operator") {
         // Started once for both keys; a failure to start is the same for both.
         if (turnpikeFailure !== undefined) throw turnpikeFailure;
-        turnpike ??= await startTurnpike(root, upstreamOrigin, turnpikeTimeoutMs);
+        turnpike ??= await startTurnpike(root, upstreamOrigin, turnpikeTimeoutMs, flags.database === "sqlite" ? SQLITE : await postgresSchema(flags.database));
         const key = id === "turnpike-metered" ? turnpike.meteredKey : turnpike.operatorKey;
         Object.assign(variant, { origin: turnpike.origin, headers: { authorization: `Bearer ${key}` }, process: turnpike.child });
       }
@@ -391,6 +393,24 @@ for (const mode of modes) {
   }
 }
 if (goals.length > 0) lines.push("", "Goals (issue): Turnpike adds ≤ 1 ms p50, keeps ≥ 70% of the bare proxy's req/s, ahead of Portkey.", ...goals);
+// What metering adds: the metered key over the operator key, same server, same rounds.
+const meteringCost: Array<{ mode: Mode; connections: number; addedP50Ms: number; addedP99Ms: number }> = [];
+for (const mode of modes) {
+  for (const connections of connectionCounts) {
+    const pick = (id: VariantId) => rows.find((row) => row.mode === mode && row.connections === connections && row.variant === id && row.unavailable === undefined);
+    const metered = pick("turnpike-metered");
+    const operator = pick("turnpike-operator");
+    if (metered?.p50Ms === undefined || operator?.p50Ms === undefined || metered.p99Ms === undefined || operator.p99Ms === undefined) continue;
+    meteringCost.push({ mode, connections, addedP50Ms: metered.p50Ms - operator.p50Ms, addedP99Ms: metered.p99Ms - operator.p99Ms });
+  }
+}
+if (meteringCost.length > 0) {
+  lines.push("", `What metering adds (turnpike-metered − turnpike-operator, database: ${flags.database === "sqlite" ? "SQLite" : "PostgreSQL"}; goal ≤ 0.3 ms p50, ≤ 1 ms p99):`);
+  for (const cost of meteringCost) {
+    const met = cost.addedP50Ms <= 0.3 && cost.addedP99Ms <= 1 ? "met" : "NOT met";
+    lines.push(`- ${cost.mode}, ${cost.connections} conn: p50 ${format(cost.addedP50Ms, 2, true)} ms, p99 ${format(cost.addedP99Ms, 2, true)} ms (${met})`);
+  }
+}
 if (metering !== undefined) {
   lines.push(
     "",
@@ -416,6 +436,8 @@ const report = {
   node: process.version,
   settings: { durationMs, warmupMs, rounds, connections: connectionCounts, modes, variants: selected, maxRequests },
   metering,
+  meteringCost,
+  database: flags.database === "sqlite" ? "sqlite" : "postgres",
   unavailable: Object.fromEntries([...variants.values()].map((variant) => [variant.id, variant.unavailable])),
   rows,
   summary,

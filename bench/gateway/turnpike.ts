@@ -5,6 +5,8 @@
  * auth, rate limits, hold, settle, usage record).
  */
 import { execFile } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import pg from "pg";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -28,6 +30,28 @@ export type TurnpikeUnderTest = {
   cleanup: () => Promise<void>;
 };
 
+/** Where Turnpike keeps its state in the benchmark: SQLite in the data dir (url ""), or a PostgreSQL schema of its own. */
+export type BenchDatabase = { url: string; cleanup: () => Promise<void> };
+export const SQLITE: BenchDatabase = { url: "", cleanup: async () => {} };
+
+/** A fresh schema on the PostgreSQL at `url`, dropped at cleanup. */
+export async function postgresSchema(url: string): Promise<BenchDatabase> {
+  const schema = `turnpike_gateway_${randomBytes(4).toString("hex")}`;
+  const admin = new pg.Client({ connectionString: url });
+  await admin.connect();
+  await admin.query(`CREATE SCHEMA ${schema}`);
+  await admin.end();
+  return {
+    url: `${url}${url.includes("?") ? "&" : "?"}options=${encodeURIComponent(`-c search_path=${schema}`)}`,
+    cleanup: async () => {
+      const client = new pg.Client({ connectionString: url });
+      await client.connect();
+      await client.query(`DROP SCHEMA ${schema} CASCADE`);
+      await client.end();
+    },
+  };
+}
+
 /** The config file's content: one upstream model (priced, so that metering moves credit) and one plan. */
 export function turnpikeConfig(upstreamOrigin: string, port: number, dataDir: string): Record<string, unknown> {
   return {
@@ -50,9 +74,13 @@ export function turnpikeConfig(upstreamOrigin: string, port: number, dataDir: st
   };
 }
 
-async function cli(root: string, args: string[]): Promise<string> {
+async function runCli(root: string, args: string[], databaseUrl: string): Promise<string> {
   try {
-    const { stdout } = await run(process.execPath, [path.join(root, "bin/turnpike.js"), ...args], { cwd: root, timeout: 60_000, env: { ...process.env, TURNPIKE_CONFIG: "" } });
+    const { stdout } = await run(process.execPath, [path.join(root, "bin/turnpike.js"), ...args], {
+      cwd: root,
+      timeout: 60_000,
+      env: { ...process.env, TURNPIKE_CONFIG: "", TURNPIKE_DATABASE_URL: databaseUrl },
+    });
     return stdout;
   } catch (error) {
     const failed = error as Error & { stderr?: string };
@@ -64,9 +92,13 @@ async function cli(root: string, args: string[]): Promise<string> {
  * Makes the keys with the CLI, starts `turnpike serve` and waits for `/ready`. Throws with the
  * reason (Turnpike's own stderr when it exits) when it does not come up within `timeoutMs`.
  */
-export async function startTurnpike(root: string, upstreamOrigin: string, timeoutMs: number): Promise<TurnpikeUnderTest> {
+export async function startTurnpike(root: string, upstreamOrigin: string, timeoutMs: number, database: BenchDatabase = SQLITE): Promise<TurnpikeUnderTest> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "turnpike-gateway-bench-"));
-  const cleanup = async () => fs.rmSync(dataDir, { recursive: true, force: true });
+  const cleanup = async () => {
+    fs.rmSync(dataDir, { recursive: true, force: true });
+    await database.cleanup();
+  };
+  const cli = (root: string, args: string[]) => runCli(root, args, database.url);
   let child: Child | undefined;
   try {
     const port = await freePort();
@@ -81,7 +113,11 @@ export async function startTurnpike(root: string, upstreamOrigin: string, timeou
     const operator = JSON.parse(await cli(root, ["keys", "create", "--name", "operator", "--json", ...store])) as { key: string };
     // TURNPIKE_BENCH_PROFILE_DIR: write a V8 CPU profile of Turnpike there when it stops (to see where its time goes).
     const profile = process.env.TURNPIKE_BENCH_PROFILE_DIR ? ["--cpu-prof", `--cpu-prof-dir=${process.env.TURNPIKE_BENCH_PROFILE_DIR}`] : [];
-    child = startChild("turnpike", [...profile, path.join(root, "bin/turnpike.js"), "serve", "--config", configFile], { cwd: root, env: { TURNPIKE_CONFIG: "" }, captureStdout: true });
+    child = startChild("turnpike", [...profile, path.join(root, "bin/turnpike.js"), "serve", "--config", configFile], {
+      cwd: root,
+      env: { TURNPIKE_CONFIG: "", TURNPIKE_DATABASE_URL: database.url },
+      captureStdout: true,
+    });
     const origin = `http://127.0.0.1:${port}`;
     await waitForOk(`${origin}/ready`, child, timeoutMs);
     const started = child;

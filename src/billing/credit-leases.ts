@@ -57,7 +57,7 @@ export const DEFAULT_LEASE_SETTINGS: LeaseSettings = {
   checkpointTokens: 64,
   hotRequestsPerSecond: 20,
   leaseSeconds: 1,
-  leaseMaxAgeMs: 2_000,
+  leaseMaxAgeMs: 5_000,
   leaseIdleMs: 500,
 };
 
@@ -189,10 +189,25 @@ export class CreditLeases {
     return this.#leases.size;
   }
 
+  /** Whether the key is busy now (as `hot` last counted it), without counting a request. */
+  busy(rateKey: string, now = Date.now()): boolean {
+    const window = this.#rates.get(rateKey);
+    return window !== undefined && window.read(now).requests >= this.#settings.hotRequestsPerSecond;
+  }
+
+  /** Queues the usage record of a request that reserved nothing (an operator key, a free model) for the next group commit. */
+  queue(record: UsageRow): void {
+    this.#records.push(record);
+  }
+
   /** Counts a request of the key: whether it is busy enough to be served from leases. */
   hot(rateKey: string, credit: number, now = Date.now()): boolean {
     let window = this.#rates.get(rateKey);
-    if (window === undefined) this.#rates.set(rateKey, (window = new RateWindow()));
+    if (window === undefined) {
+      // Forget quiet keys now and then, so that the map stays as small as the set of busy ones.
+      if (this.#rates.size >= 10_000) for (const [key, old] of this.#rates) if (old.read(now).requests === 0) this.#rates.delete(key);
+      this.#rates.set(rateKey, (window = new RateWindow()));
+    }
     window.add(now, credit);
     return window.read(now).requests >= this.#settings.hotRequestsPerSecond;
   }
@@ -213,7 +228,20 @@ export class CreditLeases {
       const now = Date.now();
       const open = this.#open.get(leaseKey);
       if (open !== undefined) {
-        if (now - open.openedAt < this.#settings.leaseMaxAgeMs && open.amount - open.reserved - open.charged >= input.amount) return this.#admit(open, input.amount, usageId);
+        if (now - open.openedAt < this.#settings.leaseMaxAgeMs && open.amount - open.reserved - open.charged >= input.amount) {
+          const ticket = this.#admit(open, input.amount, usageId);
+          // Near its end (three quarters of its credit or of its time gone): the next lease is
+          // taken in the background, so that no request waits for a take while the key stays busy.
+          const left = open.amount - open.reserved - open.charged;
+          if ((left < open.amount / 4 || now - open.openedAt > (this.#settings.leaseMaxAgeMs * 3) / 4) && !this.#taking.has(leaseKey)) {
+            const renewal = this.#takeShared(input, leaseKey).catch(() => undefined);
+            this.#taking.set(leaseKey, renewal);
+            void renewal.finally(() => {
+              if (this.#taking.get(leaseKey) === renewal) this.#taking.delete(leaseKey);
+            });
+          }
+          return ticket;
+        }
         this.#retire(open, leaseKey);
       }
       const taking = this.#taking.get(leaseKey);
@@ -240,6 +268,9 @@ export class CreditLeases {
     const size = Math.min(MAX_CREDIT, Math.max(input.amount * 4, Math.ceil(rate * this.#settings.leaseSeconds)));
     try {
       const lease = await this.#take(input, size, true);
+      // It replaces the key's lease, which takes no more requests and closes once they are done.
+      const previous = this.#open.get(leaseKey);
+      if (previous !== undefined) this.#retire(previous, leaseKey);
       this.#open.set(leaseKey, lease);
       this.#leases.add(lease);
       return lease;

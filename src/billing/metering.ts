@@ -17,6 +17,7 @@ import { findAccountPlan, findAccountStanding } from "./plans-store.ts";
 import type { Plan } from "./plans.ts";
 import { recordUsage } from "./usage.ts";
 import { isDatabaseUnavailable } from "../store/errors.ts";
+import { newId } from "../store/ids.ts";
 
 export type MeteringOptions = {
   database: Kysely<Database>;
@@ -43,6 +44,7 @@ export type DeferredSettlementEvent =
 
 const DEFAULT_RETRY_DELAYS_MS = [500, 1_000, 2_000, 5_000, 10_000, 30_000];
 const DEFAULT_RETRY_FOR_MS = 60 * 60 * 1000;
+const STANDING_CACHE_MS = 1_000;
 
 export type AdmitInput = {
   key: ApiKeyRecord;
@@ -98,6 +100,8 @@ export class Metering {
   #stopped = false;
 
   readonly #leases: CreditLeases;
+  /** Busy keys' account standings, read at most once every `STANDING_CACHE_MS`. */
+  readonly #standings = new Map<string, { at: number; standing: { plan: Plan | null; balance: number | null } }>();
 
   constructor(options: MeteringOptions) {
     this.#options = options;
@@ -176,9 +180,19 @@ export class Metering {
    */
   async standingOf(key: ApiKeyRecord): Promise<{ plan: Plan | null; balance: number | null }> {
     if (key.accountId === null) return { plan: null, balance: null };
-    const standing = await findAccountStanding(this.#options.database, key.accountId);
+    // A busy key's standing is read at most once a second: it feeds the cheap pre-checks only
+    // (the hold or the lease decides), and an account without credit is read every time.
+    const now = Date.now();
+    const cached = this.#standings.get(key.accountId);
+    if (cached !== undefined && now - cached.at < STANDING_CACHE_MS && this.#leases.busy(key.id, now)) return cached.standing;
+    const found = await findAccountStanding(this.#options.database, key.accountId);
     // A missing account is left to the hold, which says so.
-    return { plan: standing?.plan ?? null, balance: standing?.balance ?? null };
+    const standing = { plan: found?.plan ?? null, balance: found?.balance ?? null };
+    if (standing.balance !== null && standing.balance > 0) {
+      if (this.#standings.size >= 10_000) this.#standings.clear();
+      this.#standings.set(key.accountId, { at: now, standing });
+    } else this.#standings.delete(key.accountId);
+    return standing;
   }
 
   /**
@@ -279,6 +293,10 @@ export class Metering {
           finish_reason: outcome.finishReason,
           created_at: Date.now(),
         });
+        if (ticket === null && hot) {
+          this.#leases.queue({ ...record(0), id: newId("use"), hold_id: null });
+          return { cost: 0 };
+        }
         if (ticket === null) {
           return this.#settleOrDefer(input.requestId, async () => {
             await recordUsage(database, record(0));
