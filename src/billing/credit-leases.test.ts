@@ -1,0 +1,253 @@
+/**
+ * Metering from credit leases on both stores (real SQLite, this machine's real PostgreSQL):
+ * a busy key is served from a lease with records in group commits, the books are exact once it
+ * closes, a crashed node is charged what it recorded and checkpointed, and — the property — no
+ * interleaving of requests, settlements, crashes and sweeps on two nodes overspends or bills a
+ * request twice.
+ */
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { setTimeout as delay } from "node:timers/promises";
+import fc from "fast-check";
+import { createAccount } from "../accounts/accounts.ts";
+import { createApiKey, verifyApiKey, type ApiKeyRecord } from "../auth/api-keys.ts";
+import type { CatalogModel } from "../catalog/catalog.ts";
+import type { GenerationUsage } from "../engines/engine.ts";
+import { InsufficientQuotaError } from "../protocol/errors.ts";
+import { backends, openTestDatabase, type TestDatabase } from "../../test/helpers/databases.ts";
+import { checkLedger, grantCredit, sweepHolds } from "./ledger.ts";
+import { chargeStaleHolds } from "./lease-store.ts";
+import { Metering } from "./metering.ts";
+import { costOf } from "./pricing.ts";
+import type { LeaseSettings } from "./credit-leases.ts";
+
+/** 1 credit a prompt token, 2 a completion token. */
+const model = { id: "leased", pricing: { prompt: 1_000_000, cachedPrompt: 1_000_000, completion: 2_000_000 } } as unknown as CatalogModel;
+const FAST: Partial<LeaseSettings> = { flushIntervalMs: 20, leaseIdleMs: 60, leaseMaxAgeMs: 400, checkpointIntervalMs: 40, checkpointTokens: 8 };
+
+const usage = (completionTokens: number): GenerationUsage => ({ promptTokens: 10, cachedPromptTokens: 0, completionTokens, reasoningTokens: 0, source: "counted" });
+
+for (const backend of backends) {
+  describe(`credit leases (${backend})`, () => {
+    let store: TestDatabase;
+    before(async () => {
+      store = await openTestDatabase(backend);
+    });
+    after(async () => {
+      await store?.close();
+    });
+
+    async function fundedKey(credit: number): Promise<{ accountId: string; key: ApiKeyRecord }> {
+      const account = await createAccount(store.database, { email: `lease-${Math.random().toString(36).slice(2)}@example.com` });
+      if (credit > 0) await grantCredit(store.database, { accountId: account.id, amount: credit, source: `test:${account.id}` });
+      const created = await createApiKey(store.database, { accountId: account.id });
+      const verified = await verifyApiKey(store.database, created.key);
+      assert.ok(verified.ok);
+      return { accountId: account.id, key: verified.key };
+    }
+
+    async function books(accountId: string) {
+      const check = await checkLedger(store.database, accountId);
+      const records = await store.database.selectFrom("usage_records").select(["request_id", "cost", "completion_tokens", "finish_reason"]).where("account_id", "=", accountId).execute();
+      return { ...check, records: records.map((record) => ({ ...record, cost: Number(record.cost), completion_tokens: Number(record.completion_tokens) })) };
+    }
+
+    function metering(nodeId: string, leases: Partial<LeaseSettings>) {
+      return new Metering({ database: store.database, nodeId: () => nodeId, holdTtlMs: 60_000, leases: { ...FAST, leaseSeconds: 0, ...leases } });
+    }
+
+    it("serves a busy key from a few leases, writes every record in group commits, and the books are exact once they close", async () => {
+      const { accountId, key } = await fundedKey(1_000_000);
+      const node = metering("lease-node", { hotRequestsPerSecond: 0, leaseSeconds: 1 });
+      let next = 0;
+      await Promise.all(
+        Array.from({ length: 8 }, async () => {
+          while (next < 200) {
+            const index = next++;
+            const admission = await node.admit({ key, plan: null, model, promptTokens: 10, maxTokens: 20, choices: 1, requestId: `busy_${index}`, stream: false });
+            const { cost } = await admission.settle({ usage: usage(index % 20), status: 200, finishReason: "stop", latencyMs: 1 });
+            assert.equal(cost, costOf(model.pricing, usage(index % 20)));
+          }
+        }),
+      );
+      const holds = await store.database.selectFrom("holds").select((expression) => expression.fn.countAll<number>().as("count")).where("account_id", "=", accountId).executeTakeFirstOrThrow();
+      assert.ok(Number(holds.count) <= 20, `200 requests took ${holds.count} holds`);
+      assert.equal(await node.drain(), 0);
+      const after = await books(accountId);
+      const expected = Array.from({ length: 200 }, (_, index) => costOf(model.pricing, usage(index % 20))).reduce((sum, cost) => sum + cost, 0);
+      assert.equal(after.records.length, 200);
+      assert.equal(new Set(after.records.map((record) => record.request_id)).size, 200, "one record a request");
+      assert.equal(after.records.reduce((sum, record) => sum + record.cost, 0), expected);
+      assert.equal(after.balance, 1_000_000 - expected, "charged exactly what the records say");
+      assert.equal(after.balance, after.sumOfEntries);
+      assert.equal(after.activeHolds, 0);
+      assert.equal(after.lotsRemaining, after.balance);
+    });
+
+    it("refuses a busy key what its account cannot cover, and gives back what a lease did not use", async () => {
+      const { accountId, key } = await fundedKey(500);
+      const node = metering("lease-node-low", { hotRequestsPerSecond: 0 });
+      // Worst case 10 + 2 × 20 = 50: at most 10 fit.
+      const outcomes = await Promise.allSettled(
+        Array.from({ length: 30 }, async (_, index) => {
+          const admission = await node.admit({ key, plan: null, model, promptTokens: 10, maxTokens: 20, choices: 1, requestId: `low_${index}`, stream: false });
+          await delay(5);
+          return admission.settle({ usage: usage(20), status: 200, finishReason: "stop", latencyMs: 1 });
+        }),
+      );
+      const admitted = outcomes.filter((outcome) => outcome.status === "fulfilled").length;
+      for (const outcome of outcomes) if (outcome.status === "rejected") assert.ok(outcome.reason instanceof InsufficientQuotaError, String(outcome.reason));
+      assert.ok(admitted >= 1 && admitted <= 10, `${admitted} admitted`);
+      await node.drain();
+      const after = await books(accountId);
+      assert.equal(after.balance, 500 - 50 * admitted);
+      assert.equal(after.balance, after.sumOfEntries);
+      assert.equal(after.activeHolds, 0);
+    });
+
+    it("bills a killed node's running requests for their last checkpoint, and its finished ones as recorded", async () => {
+      const { accountId, key } = await fundedKey(1_000_000);
+      const node = metering("doomed-node", { hotRequestsPerSecond: 0 });
+      const generated = [0, 0, 0];
+      const running = await Promise.all(
+        generated.map(async (_, index) => {
+          const admission = await node.admit({ key, plan: null, model, promptTokens: 10, maxTokens: 1000, choices: 1, requestId: `stream_${index}`, stream: true });
+          admission.track(() => usage(generated[index]!));
+          return admission;
+        }),
+      );
+      const finished = await node.admit({ key, plan: null, model, promptTokens: 10, maxTokens: 1000, choices: 1, requestId: "finished", stream: false });
+      await finished.settle({ usage: usage(7), status: 200, finishReason: "stop", latencyMs: 1 });
+      for (let step = 0; step < 10; step++) {
+        for (let index = 0; index < generated.length; index++) generated[index]! += 10 * (index + 1);
+        await delay(30);
+      }
+      await node.leases.flush();
+      const checkpointed = [...generated];
+      generated.fill(999); // generated after the last checkpoint: lost with the process
+      node.stop(); // kill -9: nothing more is written
+      assert.equal(running.length, 3);
+
+      assert.equal(await chargeStaleHolds(store.database, { deadNodes: ["doomed-node"] }), 1);
+      assert.equal(await sweepHolds(store.database, { deadNodes: ["doomed-node"] }), 0, "nothing left to release uncharged");
+      const after = await books(accountId);
+      const byRequest = new Map(after.records.map((record) => [record.request_id, record]));
+      for (let index = 0; index < 3; index++) {
+        const record = byRequest.get(`stream_${index}`);
+        assert.equal(record?.completion_tokens, checkpointed[index], `stream ${index} billed for its checkpoint`);
+        assert.equal(record?.finish_reason, "interrupted");
+        assert.equal(record?.cost, costOf(model.pricing, usage(checkpointed[index]!)));
+      }
+      assert.equal(byRequest.get("finished")?.completion_tokens, 7);
+      const charged = after.records.reduce((sum, record) => sum + record.cost, 0);
+      assert.equal(after.balance, 1_000_000 - charged);
+      assert.equal(after.balance, after.sumOfEntries);
+      assert.equal(after.activeHolds, 0);
+      assert.equal(after.lotsRemaining, after.balance);
+      const left = await store.database.selectFrom("usage_checkpoints").select("id").where("account_id", "=", accountId).execute();
+      assert.equal(left.length, 0, "checkpoints became records");
+    });
+
+    it("never overspends nor bills twice, whatever interleaving of requests, crashes and sweeps on two nodes (property)", async () => {
+      type Step =
+        | { kind: "requests"; node: 0 | 1; worst: number[]; used: number[] }
+        | { kind: "crash"; node: 0 | 1 }
+        | { kind: "sweep" }
+        | { kind: "flush"; node: 0 | 1 }
+        | { kind: "grant"; amount: number };
+      const step: fc.Arbitrary<Step> = fc.oneof(
+        { weight: 6, arbitrary: fc.record({ kind: fc.constant("requests" as const), node: fc.constantFrom(0 as const, 1 as const), worst: fc.array(fc.integer({ min: 1, max: 120 }), { minLength: 1, maxLength: 6 }), used: fc.array(fc.double({ min: 0, max: 1, noNaN: true }), { minLength: 6, maxLength: 6 }) }) },
+        { weight: 1, arbitrary: fc.record({ kind: fc.constant("crash" as const), node: fc.constantFrom(0 as const, 1 as const) }) },
+        { weight: 1, arbitrary: fc.record({ kind: fc.constant("sweep" as const) }) },
+        { weight: 1, arbitrary: fc.record({ kind: fc.constant("flush" as const), node: fc.constantFrom(0 as const, 1 as const) }) },
+        { weight: 1, arbitrary: fc.record({ kind: fc.constant("grant" as const), amount: fc.integer({ min: 1, max: 3_000 }) }) },
+      );
+      let run = 0;
+      await fc.assert(
+        fc.asyncProperty(fc.oneof(fc.integer({ min: 0, max: 600 }), fc.integer({ min: 600, max: 20_000 })), fc.array(step, { minLength: 3, maxLength: 14 }), fc.boolean(), async (credit, steps, busy) => {
+          const { accountId, key } = await fundedKey(credit);
+          let granted = credit;
+          // Node 0 serves from leases (busy) or own holds; node 1 the other way round.
+          const hotness = (node: number) => ((node === 0) === busy ? 0 : 1e9);
+          // Leases of four requests' worth (no rate to size them by): they run out often, which is what is tested.
+          let generation = 0;
+          const nodeIds = [`p${run}-0-0`, `p${run}-1-0`];
+          const nodes = [metering(nodeIds[0]!, { hotRequestsPerSecond: hotness(0) }), metering(nodeIds[1]!, { hotRequestsPerSecond: hotness(1) })];
+          const dead: string[] = [];
+          /** Requests settled on a node that then drained or stayed alive: their charge is known. */
+          const settled = new Map<string, number>();
+          /** Requests settled on a node that crashed before draining: billed at most once, at most their cost. */
+          const atRisk = new Map<string, Set<string>>([[nodeIds[0]!, new Set()], [nodeIds[1]!, new Set()]]);
+          const costs = new Map<string, number>();
+          let requestIndex = 0;
+          for (const action of steps) {
+            if (action.kind === "requests") {
+              const node = nodes[action.node]!;
+              const nodeId = nodeIds[action.node]!;
+              await Promise.all(
+                action.worst.map(async (worst, index) => {
+                  const requestId = `r${run}_${requestIndex++}`;
+                  const maxTokens = worst;
+                  let admission;
+                  try {
+                    admission = await node.admit({ key, plan: null, model, promptTokens: 1, maxTokens, choices: 1, requestId, stream: false });
+                  } catch (error) {
+                    assert.ok(error instanceof InsufficientQuotaError, String(error));
+                    return;
+                  }
+                  const used = usage(Math.floor((action.used[index] ?? 0) * maxTokens));
+                  const cost = costOf(model.pricing, { ...used, promptTokens: 1 });
+                  costs.set(requestId, cost);
+                  await admission.settle({ usage: { ...used, promptTokens: 1 }, status: 200, finishReason: "stop", latencyMs: 1 });
+                  atRisk.get(nodeId)!.add(requestId);
+                }),
+              );
+            } else if (action.kind === "crash") {
+              const nodeId = nodeIds[action.node]!;
+              nodes[action.node]!.stop();
+              dead.push(nodeId);
+              generation++;
+              nodeIds[action.node] = `p${run}-${action.node}-${generation}`;
+              atRisk.set(nodeIds[action.node]!, new Set());
+              nodes[action.node] = metering(nodeIds[action.node]!, { hotRequestsPerSecond: hotness(action.node) });
+            } else if (action.kind === "sweep") {
+              await chargeStaleHolds(store.database, { deadNodes: dead });
+              await sweepHolds(store.database, { deadNodes: dead });
+            } else if (action.kind === "flush") {
+              await nodes[action.node]!.leases.flush();
+            } else {
+              await grantCredit(store.database, { accountId, amount: action.amount, source: `grant:${accountId}:${Math.random()}` });
+              granted += action.amount;
+            }
+            const check = await checkLedger(store.database, accountId);
+            assert.ok(check.balance >= 0, "the balance never goes below zero");
+            assert.equal(check.balance, check.sumOfEntries);
+          }
+          // The living nodes shut down cleanly; the dead ones are swept.
+          for (let index = 0; index < 2; index++) {
+            assert.equal(await nodes[index]!.drain(), 0);
+            for (const requestId of atRisk.get(nodeIds[index]!)!) settled.set(requestId, costs.get(requestId)!);
+          }
+          await chargeStaleHolds(store.database, { deadNodes: dead });
+          await sweepHolds(store.database, { deadNodes: dead });
+          const after = await books(accountId);
+          const recorded = new Map<string, number>();
+          for (const record of after.records) {
+            assert.ok(!recorded.has(record.request_id), `${record.request_id} billed twice`);
+            recorded.set(record.request_id, record.cost);
+          }
+          for (const [requestId, cost] of settled) assert.equal(recorded.get(requestId), cost, `${requestId}, settled on a node that did not crash, is billed exactly`);
+          for (const [requestId, cost] of recorded) assert.ok(cost <= (costs.get(requestId) ?? -1), `${requestId} billed ${cost}, more than it used`);
+          const charged = [...recorded.values()].reduce((sum, cost) => sum + cost, 0);
+          assert.equal(after.balance, granted - charged, "the account is charged exactly what its records say");
+          assert.ok(charged <= granted, "no credit spent that was not there");
+          assert.equal(after.activeHolds, 0);
+          assert.equal(after.balance, after.sumOfEntries);
+          assert.equal(after.lotsRemaining, after.balance);
+          run++;
+        }),
+        { numRuns: backend === "sqlite" ? 60 : 20 },
+      );
+    });
+  });
+}
