@@ -339,8 +339,13 @@ describe("crash recovery", () => {
     const second = await startServeProcess(["--config", configFile, "--data-dir", dataDir]);
     try {
       const after = await ledgerOf(dataDir, account.id);
-      assert.equal(after.activeHolds, 0, "the dead node's hold was released at start-up");
-      assert.equal(after.balance, 2000, "nothing was charged for the lost request");
+      assert.equal(after.activeHolds, 0, "the dead node's hold was closed at start-up");
+      // Charged for its last checkpoint, if it lived to write one (test/crash-billing.test.ts has the figures), else nothing.
+      const database = await openStore({ dataDir, databaseUrl: "" });
+      const records = await database.selectFrom("usage_records").select(["cost", "finish_reason"]).where("account_id", "=", account.id).execute();
+      await database.destroy();
+      assert.ok(records.length <= 1 && records.every((record) => record.finish_reason === "interrupted"), JSON.stringify(records));
+      assert.equal(after.balance, 2000 - records.reduce((sum, record) => sum + Number(record.cost), 0), "charged what its checkpoint recorded, nothing more");
       assert.equal(after.balance, after.sumOfEntries);
       assert.equal(after.lotsRemaining, after.balance);
     } finally {

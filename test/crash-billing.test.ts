@@ -1,0 +1,144 @@
+/**
+ * `kill -9` of a node with 20 metered streams generating, on SQLite and on PostgreSQL: after a
+ * restart the books balance, no hold is left open, and what the clients received is billed up to
+ * one checkpoint per stream (64 completion tokens, or the tokens of one second, plus one group
+ * commit), never more than `max_tokens`, each stream once. Before checkpoints, every one of them
+ * was released uncharged.
+ */
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import path from "node:path";
+import { describe, it } from "node:test";
+import { setTimeout as delay } from "node:timers/promises";
+import { openStore } from "../src/store/open.ts";
+import { checkLedger } from "../src/billing/ledger.ts";
+import { costOf } from "../src/billing/pricing.ts";
+import { freshPostgresSchema } from "./helpers/databases.ts";
+import { modelsDir, temporaryDirectory } from "./helpers/server.ts";
+import { runCli, startServeProcess } from "./helpers/process.ts";
+
+const randomModel = path.join(modelsDir, "llama-2-tiny-random.gguf");
+/** One credit a token, prompt or completion. */
+const pricing = { prompt: 1_000_000, cached_prompt: 1_000_000, completion: 1_000_000 };
+const STREAMS = 20;
+const MAX_TOKENS = 3000;
+const CREDIT = 10_000_000;
+
+/** Reads a stream's SSE chunks, counting those that carry content, until the connection ends. */
+async function follow(response: Response, delivered: number[], index: number): Promise<void> {
+  const reader = response.body!.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) return;
+      buffer += decoder.decode(value, { stream: true });
+      let end: number;
+      while ((end = buffer.indexOf("\n\n")) >= 0) {
+        const event = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        if (!event.startsWith("data: {")) continue;
+        const chunk = JSON.parse(event.slice(6)) as { choices?: Array<{ delta?: { content?: string } }> };
+        if (chunk.choices?.[0]?.delta?.content) delivered[index]!++;
+      }
+    }
+  } catch {
+    // The server died: the connection is reset.
+  }
+}
+
+for (const backend of ["sqlite", "postgres"] as const) {
+  describe(`kill -9 with ${STREAMS} streams generating (${backend})`, () => {
+    it("bills what the clients received, up to one checkpoint per stream, and balances the books", async (t) => {
+      const dataDir = temporaryDirectory();
+      const postgres = backend === "postgres" ? await freshPostgresSchema() : undefined;
+      const store = postgres === undefined ? [] : ["--database-url", postgres.url];
+      try {
+        const configFile = path.join(dataDir, "turnpike.json");
+        fs.writeFileSync(
+          configFile,
+          JSON.stringify({
+            models: [{ id: "random", path: randomModel, pricing }],
+            plans: [{ id: "big", name: "Big", price: { amount: 100, currency: "usd" }, credit: CREDIT }],
+          }),
+        );
+        const serve = ["--config", configFile, "--data-dir", dataDir, "--parallel", String(STREAMS), "--context-size", "4096", ...store];
+        const first = await startServeProcess(serve);
+        const cli = async (args: string[]) => {
+          const result = await runCli([...args, "--data-dir", dataDir, ...store]);
+          assert.equal(result.code, 0, result.stderr);
+          return result.stdout;
+        };
+        const email = `crash-${backend}@example.com`;
+        const account = JSON.parse(await cli(["accounts", "create", "--email", email, "--json"])) as { id: string };
+        await cli(["plans", "grant", "--account", email, "--plan", "big", "--config", configFile]);
+        const key = JSON.parse(await cli(["keys", "create", "--account", email, "--json"])) as { key: string };
+        for (let attempt = 0; attempt < 200 && (await fetch(`${first.url}/ready`)).status !== 200; attempt++) await delay(50);
+
+        const delivered = Array.from({ length: STREAMS }, () => 0);
+        const started = performance.now();
+        const responses = await Promise.all(
+          delivered.map((_, index) =>
+            fetch(`${first.url}/v1/chat/completions`, {
+              method: "POST",
+              headers: { "content-type": "application/json", authorization: `Bearer ${key.key}` },
+              body: JSON.stringify({ model: "random", messages: [{ role: "user", content: `Go ${index}` }], max_tokens: MAX_TOKENS, stream: true }),
+            }),
+          ),
+        );
+        for (const response of responses) assert.equal(response.status, 200);
+        const followed = Promise.all(responses.map((response, index) => follow(response, delivered, index)));
+        // Well into the streams (every one past a checkpoint or two), then the process dies.
+        for (let waited = 0; waited < 200 && delivered.some((count) => count < 200); waited++) await delay(25);
+        assert.equal(await first.stop("SIGKILL"), null);
+        const seconds = (performance.now() - started) / 1000;
+        await followed;
+        assert.ok(delivered.every((count) => count > 0 && count < MAX_TOKENS), `every stream was cut mid-way: ${delivered}`);
+
+        // The next node's start-up sweep finds the dead one (its process is gone) and closes its holds.
+        const second = await startServeProcess(serve);
+        try {
+          const database = await openStore({ dataDir, databaseUrl: postgres?.url ?? "" });
+          try {
+            const books = await checkLedger(database, account.id);
+            assert.equal(books.activeHolds, 0, "the dead node's holds are closed");
+            assert.equal(books.balance, books.sumOfEntries);
+            assert.equal(books.lotsRemaining, books.balance);
+            const records = await database.selectFrom("usage_records").selectAll().where("account_id", "=", account.id).execute();
+            assert.equal(records.length, STREAMS, "one record a stream, none twice");
+            const charged = records.reduce((sum, record) => sum + Number(record.cost), 0);
+            assert.equal(books.balance, CREDIT - charged, "charged exactly what the records say");
+            const billed = new Map(records.map((record) => [record.request_id, record]));
+            assert.equal(billed.size, STREAMS);
+            const received = delivered.reduce((sum, count) => sum + count, 0);
+            const completion = records.reduce((sum, record) => sum + Number(record.completion_tokens), 0);
+            for (const record of records) {
+              const tokens = Number(record.completion_tokens);
+              assert.equal(record.finish_reason, "interrupted");
+              assert.ok(tokens > 0 && tokens <= MAX_TOKENS, `billed ${tokens} tokens`);
+              assert.equal(Number(record.cost), costOf({ prompt: pricing.prompt, cachedPrompt: pricing.cached_prompt, completion: pricing.completion }, {
+                promptTokens: Number(record.prompt_tokens),
+                cachedPromptTokens: Number(record.cached_prompt_tokens),
+                completionTokens: tokens,
+              }));
+            }
+            // A stream's checkpoint trails what it generated by at most 64 tokens or one second,
+            // plus one group commit; the clients received no more than was generated.
+            const perStreamRate = received / STREAMS / seconds;
+            const allowance = STREAMS * (64 + Math.ceil(perStreamRate * 1.2));
+            t.diagnostic(`${received} content chunks received by the clients in ${seconds.toFixed(1)} s, ${completion} completion tokens billed after the crash`);
+            assert.ok(completion >= received - allowance, `billed ${completion} completion tokens of ${received} received (allowance ${allowance})`);
+            assert.ok(completion > received / 4, `billed ${completion} of ${received}: most of what was received`);
+          } finally {
+            await database.destroy();
+          }
+        } finally {
+          await second.stop();
+        }
+      } finally {
+        await postgres?.drop();
+      }
+    });
+  });
+}
