@@ -19,7 +19,7 @@ import { RequestLimits } from "./limits/request-limits.ts";
 import { Metrics } from "./metrics/metrics.ts";
 import { MemorySignInThrottle, SIGN_UP_LIMITS, type SignInThrottle } from "./auth/sign-in-throttle.ts";
 import { RedisSignInThrottle } from "./auth/redis-sign-in-throttle.ts";
-import { deadNodes, forgetNodes, heartbeat, registerNode } from "./billing/nodes.ts";
+import { deadNodes, forgetNodes, heartbeat, orphanedNodes, registerNode } from "./billing/nodes.ts";
 import { sweepExpiredCredit, sweepHolds } from "./billing/ledger.ts";
 import { chargeStaleHolds } from "./billing/lease-store.ts";
 import { listPlans, syncConfigPlans } from "./billing/plans-store.ts";
@@ -116,7 +116,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
   /** Releases holds of dead nodes (e.g. a previous process killed mid-stream) and expired credit. */
   const sweep = async () => {
     await heartbeat(database, nodeId);
-    const dead = await deadNodes(database, nodeId, Date.now(), settings.dead_node_after * 1000);
+    const dead = [...(await deadNodes(database, nodeId, Date.now(), settings.dead_node_after * 1000)), ...(await orphanedNodes(database))];
     // Holds with usage recorded against them (leases, checkpointed streams) are charged it; the rest released.
     const charged = await chargeStaleHolds(database, { deadNodes: dead });
     const released = await sweepHolds(database, { deadNodes: dead });
@@ -133,13 +133,19 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     database,
     nodeId: () => nodeId,
     holdTtlMs: settings.hold_ttl * 1000,
+    leases: { hotRequestsPerSecond: settings.lease_above, checkpointIntervalMs: settings.checkpoint_interval * 1000 },
     onDeferred: (event) => {
       if (event.kind === "deferred") logger.warn({ request_id: event.requestId, err: event.error }, "the database is unavailable: this request's charge will be retried until it is back");
       else if (event.kind === "settled") logger.info({ request_id: event.requestId, cost: event.cost, attempts: event.attempts }, "deferred charge settled");
       else logger.error({ request_id: event.requestId, err: event.error, attempts: event.attempts }, "gave up on a deferred charge: its hold will be released uncharged");
     },
     onBatch: (event) => {
-      if (event.kind === "deferred") logger.warn({ records: event.records, err: event.error }, "the database is unavailable: usage records wait in memory and are retried until it is back");
+      if (event.kind === "deferred") {
+        logger.warn(
+          { records: event.records, checkpoints: event.checkpoints, err: event.error },
+          "the database is unavailable: usage records and checkpoints wait in memory and are retried until it is back",
+        );
+      }
       else if (event.kind === "written") logger.info({ records: event.records, attempts: event.attempts }, "waiting usage records written");
       else logger.warn({ hold_id: event.holdId, err: event.error }, "could not close a credit lease; retried at the next group commit");
     },
@@ -270,6 +276,11 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
       if (unwritten > 0) logger.error({ unwritten }, "stopping with usage records or leases the database did not take: the sweeper charges what was written and releases the rest");
       const unsettled = metering.stop();
       if (unsettled > 0) logger.error({ settlements: unsettled }, "stopping with charges the database never took: their holds will be released uncharged");
+      // No request runs any more: a hold of this node still active is one nobody will settle (its
+      // placing commit went through while the answer was lost, or its charge was given up on).
+      await chargeStaleHolds(database, { deadNodes: [nodeId] })
+        .then(() => sweepHolds(database, { deadNodes: [nodeId] }))
+        .catch((error: unknown) => logger.warn({ err: error }, "could not close this node's last holds; the other nodes' sweepers will"));
       await catalog.close();
       await limits.close();
       await signInThrottle.close?.();

@@ -54,6 +54,8 @@ for (const backend of ["sqlite", "postgres"] as const) {
       const dataDir = temporaryDirectory();
       const postgres = backend === "postgres" ? await freshPostgresSchema() : undefined;
       const store = postgres === undefined ? [] : ["--database-url", postgres.url];
+      // On PostgreSQL every stream is metered from a credit lease; on SQLite each from its own hold (20 streams are not a busy key).
+      const metering = postgres === undefined ? ["--lease-above", "1000"] : ["--lease-above", "0"];
       try {
         const configFile = path.join(dataDir, "turnpike.json");
         fs.writeFileSync(
@@ -63,7 +65,7 @@ for (const backend of ["sqlite", "postgres"] as const) {
             plans: [{ id: "big", name: "Big", price: { amount: 100, currency: "usd" }, credit: CREDIT }],
           }),
         );
-        const serve = ["--config", configFile, "--data-dir", dataDir, "--parallel", String(STREAMS), "--context-size", "4096", ...store];
+        const serve = ["--config", configFile, "--data-dir", dataDir, "--parallel", String(STREAMS), "--context-size", "4096", ...metering, ...store];
         const first = await startServeProcess(serve);
         const cli = async (args: string[]) => {
           const result = await runCli([...args, "--data-dir", dataDir, ...store]);

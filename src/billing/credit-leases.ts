@@ -72,7 +72,7 @@ export type CreditLeasesOptions = {
 };
 
 export type BatchEvent =
-  | { kind: "deferred"; records: number; error: unknown }
+  | { kind: "deferred"; records: number; checkpoints: number; error: unknown }
   | { kind: "written"; records: number; attempts: number }
   | { kind: "lease-close-failed"; holdId: string; error: unknown };
 
@@ -370,7 +370,7 @@ export class CreditLeases {
       // Kept for the next attempt, ahead of what came since (checkpoints are taken afresh).
       this.#records = [...records, ...this.#records];
       this.#drops = [...drops, ...this.#drops];
-      if (this.#failedAttempts++ === 0) this.#options.onBatch?.({ kind: "deferred", records: records.length, error });
+      if (this.#failedAttempts++ === 0) this.#options.onBatch?.({ kind: "deferred", records: records.length, checkpoints: checkpoints.length, error });
       throw error;
     }
     this.#writing = [];

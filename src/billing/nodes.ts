@@ -42,3 +42,20 @@ export async function deadNodes(database: Kysely<Database>, selfId: string, now 
 export async function forgetNodes(database: Kysely<Database>, ids: readonly string[]): Promise<void> {
   if (ids.length > 0) await database.deleteFrom("nodes").where("id", "in", [...ids]).execute();
 }
+
+/**
+ * Nodes that still own active holds but are no longer registered: they shut down (or were
+ * forgotten) with a hold open — one whose commit went through while its answer was lost to a
+ * cut connection, say. Their holds are swept like a dead node's.
+ */
+export async function orphanedNodes(database: Kysely<Database>): Promise<string[]> {
+  const rows = await database
+    .selectFrom("holds")
+    .select("node_id")
+    .distinct()
+    .where("status", "=", "active")
+    .where((expression) => expression.not(expression.exists(expression.selectFrom("nodes").select("nodes.id").whereRef("nodes.id", "=", "holds.node_id"))))
+    .execute();
+  return rows.map((row) => row.node_id);
+}
+

@@ -62,6 +62,8 @@ export const serveOptions: readonly OptionSpec[] = [
   { key: "sweep_interval", flag: "--sweep-interval <seconds>", env: "TURNPIKE_SWEEP_INTERVAL", kind: "number", defaultText: "10", description: "how often each node writes its heartbeat and sweeps dead nodes' holds and expired credit" },
   { key: "dead_node_after", flag: "--dead-node-after <seconds>", env: "TURNPIKE_DEAD_NODE_AFTER", kind: "number", defaultText: "60", description: "a node whose heartbeat is this old is dead: its holds are released" },
   { key: "hold_ttl", flag: "--hold-ttl <seconds>", env: "TURNPIKE_HOLD_TTL", kind: "number", defaultText: "1800", description: "a hold older than this is released by the sweeper (longer than any generation may run)" },
+  { key: "lease_above", flag: "--lease-above <requests/s>", env: "TURNPIKE_LEASE_ABOVE", kind: "number", defaultText: "20", description: "a key sending this many requests a second is metered from credit leases, its usage written in group commits (0: always)" },
+  { key: "checkpoint_interval", flag: "--checkpoint-interval <seconds>", env: "TURNPIKE_CHECKPOINT_INTERVAL", kind: "number", defaultText: "1", description: "a running request's usage is checkpointed this often (and every 64 tokens): what a killed node's streams are billed" },
 ];
 
 /** llama.cpp slows down sharply when its threads outnumber free cores: leave one for Node. */
@@ -98,4 +100,6 @@ export const defaultSettings = {
   sweep_interval: 10,
   dead_node_after: 60,
   hold_ttl: 1800,
+  lease_above: 20,
+  checkpoint_interval: 1,
 } as const;

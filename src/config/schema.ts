@@ -137,6 +137,10 @@ export const settingsSchema = z.object({
   dead_node_after: z.number().positive(),
   /** Seconds after which a hold is released by the sweeper. */
   hold_ttl: z.number().positive(),
+  /** Requests a second from one key above which it is metered from credit leases (0: always). */
+  lease_above: z.number().min(0),
+  /** Seconds between checkpoints of a running request's usage. */
+  checkpoint_interval: z.number().positive().max(3600),
 });
 
 export type Settings = z.infer<typeof settingsSchema>;
