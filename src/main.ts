@@ -154,6 +154,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
   const metrics = new Metrics({
     rateLimiterDegraded: () => limits.degraded,
     deferredCharges: () => metering.deferred,
+    leases: () => ({ open: metering.leases.openLeases, pendingRecords: metering.leases.pending }),
     members: () => catalog.list().map((model) => ({ model: model.id, members: model.engine.members() })),
   });
   const signInThrottle: SignInThrottle = settings.redis_url === "" ? new MemorySignInThrottle() : new RedisSignInThrottle({ url: settings.redis_url, logger });

@@ -184,6 +184,11 @@ export class CreditLeases {
     return this.#records.length;
   }
 
+  /** Usage records the database refused (an outage): written once it is back. */
+  get deferred(): number {
+    return this.#failedAttempts > 0 ? this.#records.length : 0;
+  }
+
   /** Shared leases not yet closed. */
   get openLeases(): number {
     return this.#leases.size;

@@ -108,9 +108,9 @@ export class Metering {
     this.#leases = new CreditLeases({ database: options.database, nodeId: options.nodeId, holdTtlMs: options.holdTtlMs, settings: options.leases, onBatch: options.onBatch });
   }
 
-  /** Settlements waiting for the database to come back, and usage records waiting for their group commit. */
+  /** Settlements waiting for the database to come back, and usage records whose group commit it refused. */
   get deferred(): number {
-    return this.#deferred + this.#leases.pending;
+    return this.#deferred + this.#leases.deferred;
   }
 
   /** Stops retrying (at shutdown); returns how many settlements were still waiting. */

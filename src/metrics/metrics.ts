@@ -13,6 +13,8 @@ export type MetricsSources = {
   members?: () => Array<{ model: string; members: EngineMember[] }>;
   /** Charges waiting for the database to come back. */
   deferredCharges?: () => number;
+  /** Credit leases: open on this node, and usage records waiting for the next group commit. */
+  leases?: () => { open: number; pendingRecords: number };
 };
 
 export class Metrics {
@@ -111,6 +113,22 @@ export class Metrics {
       registers,
       collect() {
         this.set(sources.deferredCharges?.() ?? 0);
+      },
+    });
+    new Gauge({
+      name: "turnpike_credit_leases_open",
+      help: "Credit leases this node holds: holds that busy keys' requests reserve from in memory",
+      registers,
+      collect() {
+        this.set(sources.leases?.().open ?? 0);
+      },
+    });
+    new Gauge({
+      name: "turnpike_usage_records_pending",
+      help: "Usage records of finished requests waiting for the next group commit",
+      registers,
+      collect() {
+        this.set(sources.leases?.().pendingRecords ?? 0);
       },
     });
     new Gauge({
