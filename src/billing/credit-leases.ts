@@ -241,10 +241,11 @@ export class CreditLeases {
       if (open !== undefined) {
         if (now - open.openedAt < this.#settings.leaseMaxAgeMs && open.amount - open.reserved - open.charged >= input.amount) {
           const ticket = this.#admit(open, input.amount, usageId);
-          // Near its end (three quarters of its credit or of its time gone): the next lease is
-          // taken in the background, so that no request waits for a take while the key stays busy.
+          // Half its credit or three quarters of its time gone: the next lease is taken in the
+          // background, so that no request waits for a take while the key stays busy (a take
+          // contending with other nodes' for the account's row can take tens of milliseconds).
           const left = open.amount - open.reserved - open.charged;
-          if ((left < open.amount / 4 || now - open.openedAt > (this.#settings.leaseMaxAgeMs * 3) / 4) && !this.#taking.has(leaseKey)) {
+          if ((left < open.amount / 2 || now - open.openedAt > (this.#settings.leaseMaxAgeMs * 3) / 4) && !this.#taking.has(leaseKey)) {
             const renewal = this.#takeShared(input, leaseKey).catch(() => undefined);
             this.#taking.set(leaseKey, renewal);
             void renewal.finally(() => {

@@ -1,7 +1,8 @@
 /**
  * Brings a database to the latest schema version. Reports each migration as it is applied.
  */
-import { PostgresAdapter, sql, type Kysely } from "kysely";
+import { sql, type Kysely } from "kysely";
+import { dialectOf } from "./dialect.ts";
 import { Migrator } from "kysely/migration";
 import { migrations } from "./migrations/index.ts";
 
@@ -22,7 +23,7 @@ export async function migrateToLatest(database: Kysely<any>, onApplied?: (name: 
     // PostgreSQL: keep the bookkeeping in the schema the store uses. Without it Kysely looks for
     // its tables in every schema, and another installation's (or test's) tables in the same
     // database would pass for ours.
-    ...(database.getExecutor().adapter instanceof PostgresAdapter ? { migrationTableSchema: await currentSchema(database) } : {}),
+    ...(dialectOf(database) === "postgres" ? { migrationTableSchema: await currentSchema(database) } : {}),
   });
   const { error, results } = await migrator.migrateToLatest();
   const applied: string[] = [];
