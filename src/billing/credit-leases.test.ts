@@ -17,6 +17,7 @@ import { InsufficientQuotaError } from "../protocol/errors.ts";
 import { backends, openTestDatabase, type TestDatabase } from "../../test/helpers/databases.ts";
 import { checkLedger, grantCredit, sweepHolds } from "./ledger.ts";
 import { chargeStaleHolds } from "./lease-store.ts";
+import { forgetNodes, orphanedNodes, registerNode } from "./nodes.ts";
 import { Metering } from "./metering.ts";
 import { costOf } from "./pricing.ts";
 import type { LeaseSettings } from "./credit-leases.ts";
@@ -146,6 +147,27 @@ for (const backend of backends) {
       assert.equal(after.lotsRemaining, after.balance);
       const left = await store.database.selectFrom("usage_checkpoints").select("id").where("account_id", "=", accountId).execute();
       assert.equal(left.length, 0, "checkpoints became records");
+    });
+
+    it("sweeps the holds of a node that is no longer registered, charging what was recorded against them", async () => {
+      const { accountId, key } = await fundedKey(1_000);
+      const node = metering("forgotten-node", { hotRequestsPerSecond: 0, leaseSeconds: 1 });
+      const admission = await node.admit({ key, plan: null, model, promptTokens: 10, maxTokens: 20, choices: 1, requestId: "orphan_1", stream: false });
+      await admission.settle({ usage: usage(5), status: 200, finishReason: "stop", latencyMs: 1 });
+      await node.leases.flush();
+      node.stop(); // gone without closing its lease, and never registered (or forgotten)
+      const live = await registerNode(store.database);
+      try {
+        assert.ok((await orphanedNodes(store.database)).includes("forgotten-node"));
+        assert.ok(!(await orphanedNodes(store.database)).includes(live), "a registered node is not an orphan");
+        assert.equal(await chargeStaleHolds(store.database, { deadNodes: await orphanedNodes(store.database) }), 1);
+        const after = await books(accountId);
+        assert.equal(after.activeHolds, 0);
+        assert.equal(after.balance, 1_000 - costOf(model.pricing, usage(5)));
+        assert.equal(after.balance, after.sumOfEntries);
+      } finally {
+        await forgetNodes(store.database, [live]);
+      }
     });
 
     it("never overspends nor bills twice, whatever interleaving of requests, crashes and sweeps on two nodes (property)", async () => {
