@@ -2,7 +2,7 @@
  * Profiles Turnpike as the gateway bench runs it: the zero-latency upstream, Turnpike in its own
  * process with a V8 CPU profile, one key's load for a few seconds; prints where Turnpike's CPU
  * went (self time by function, the top entries) and leaves the `.cpuprofile` for Chrome DevTools.
- *   node bench/gateway/profile.ts [--key operator|metered] [--stream] [--connections 16] [--seconds 8]
+ *   node bench/gateway/profile.ts [--key operator|metered] [--stream] [--connections 16] [--seconds 8] [--database sqlite|postgres://…]
  */
 import fs from "node:fs";
 import os from "node:os";
@@ -11,7 +11,7 @@ import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
 import { runLoad } from "./load.ts";
 import { readPortLine, startChild } from "./processes.ts";
-import { startTurnpike } from "./turnpike.ts";
+import { postgresSchema, SQLITE, startTurnpike } from "./turnpike.ts";
 
 const { values } = parseArgs({
   options: {
@@ -20,6 +20,8 @@ const { values } = parseArgs({
     connections: { type: "string", default: "16" },
     seconds: { type: "string", default: "8" },
     top: { type: "string", default: "40" },
+    /** `sqlite`, or a postgres:// URL (a fresh schema there). */
+    database: { type: "string", default: "sqlite" },
   },
 });
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
@@ -27,7 +29,7 @@ const profileDir = fs.mkdtempSync(path.join(os.tmpdir(), "turnpike-profile-"));
 process.env.TURNPIKE_BENCH_PROFILE_DIR = profileDir;
 const upstream = startChild("upstream", [path.join(root, "bench/gateway/upstream.ts")]);
 const upstreamOrigin = `http://127.0.0.1:${await readPortLine(upstream, 15_000)}`;
-const turnpike = await startTurnpike(root, upstreamOrigin, 60_000);
+const turnpike = await startTurnpike(root, upstreamOrigin, 60_000, values.database === "sqlite" ? SQLITE : await postgresSchema(values.database));
 try {
   const stream = values.stream;
   const result = await runLoad(

@@ -54,7 +54,7 @@ export async function postgresSchema(url: string): Promise<BenchDatabase> {
 }
 
 /** The config file's content: one upstream model (priced, so that metering moves credit) and one plan. */
-export function turnpikeConfig(upstreamOrigin: string, port: number, dataDir: string): Record<string, unknown> {
+export function turnpikeConfig(upstreamOrigin: string, port: number, dataDir: string, limits = true): Record<string, unknown> {
   return {
     host: "127.0.0.1",
     port,
@@ -71,7 +71,7 @@ export function turnpikeConfig(upstreamOrigin: string, port: number, dataDir: st
         pricing: { prompt: 1000, completion: 2000 },
       },
     ],
-    plans: [{ id: "bench", name: "Bench", price: { amount: 0, currency: "usd" }, credit: 1_000_000_000_000, rpm: GENEROUS_RPM, tpm: GENEROUS_TPM }],
+    plans: [{ id: "bench", name: "Bench", price: { amount: 0, currency: "usd" }, credit: 1_000_000_000_000, ...(limits ? { rpm: GENEROUS_RPM, tpm: GENEROUS_TPM } : {}) }],
   };
 }
 
@@ -93,7 +93,11 @@ async function runCli(root: string, args: string[], databaseUrl: string): Promis
  * Makes the keys with the CLI, starts `turnpike serve` and waits for `/ready`. Throws with the
  * reason (Turnpike's own stderr when it exits) when it does not come up within `timeoutMs`.
  */
-export async function startTurnpike(root: string, upstreamOrigin: string, timeoutMs: number, database: BenchDatabase = SQLITE): Promise<TurnpikeUnderTest> {
+/**
+ * `limits`: the metered key and its plan have RPM/TPM limits (checked, never biting), as a real
+ * account's would; false measures metering alone.
+ */
+export async function startTurnpike(root: string, upstreamOrigin: string, timeoutMs: number, database: BenchDatabase = SQLITE, limits = true): Promise<TurnpikeUnderTest> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "turnpike-gateway-bench-"));
   const cleanup = async () => {
     fs.rmSync(dataDir, { recursive: true, force: true });
@@ -104,12 +108,12 @@ export async function startTurnpike(root: string, upstreamOrigin: string, timeou
   try {
     const port = await freePort();
     const configFile = path.join(dataDir, "config.json");
-    fs.writeFileSync(configFile, JSON.stringify(turnpikeConfig(upstreamOrigin, port, dataDir), null, 2));
+    fs.writeFileSync(configFile, JSON.stringify(turnpikeConfig(upstreamOrigin, port, dataDir, limits), null, 2));
     const store = ["--data-dir", dataDir];
     await cli(root, ["accounts", "create", "--email", EMAIL, "--json", ...store]);
     await cli(root, ["plans", "grant", "--account", EMAIL, "--plan", "bench", "--config", configFile, ...store]);
     const metered = JSON.parse(
-      await cli(root, ["keys", "create", "--name", "metered", "--account", EMAIL, "--rpm", String(GENEROUS_RPM), "--tpm", String(GENEROUS_TPM), "--json", ...store]),
+      await cli(root, ["keys", "create", "--name", "metered", "--account", EMAIL, ...(limits ? ["--rpm", String(GENEROUS_RPM), "--tpm", String(GENEROUS_TPM)] : []), "--json", ...store]),
     ) as { key: string };
     const operator = JSON.parse(await cli(root, ["keys", "create", "--name", "operator", "--json", ...store])) as { key: string };
     // TURNPIKE_BENCH_PROFILE_DIR: write a V8 CPU profile of Turnpike there when it stops (to see where its time goes).
