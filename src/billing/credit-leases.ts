@@ -56,7 +56,7 @@ export const DEFAULT_LEASE_SETTINGS: LeaseSettings = {
   checkpointIntervalMs: 1_000,
   checkpointTokens: 64,
   hotRequestsPerSecond: 20,
-  leaseSeconds: 1,
+  leaseSeconds: 2,
   leaseMaxAgeMs: 5_000,
   leaseIdleMs: 500,
 };
