@@ -20,8 +20,8 @@ import { Metrics } from "./metrics/metrics.ts";
 import { MemorySignInThrottle, SIGN_UP_LIMITS, type SignInThrottle } from "./auth/sign-in-throttle.ts";
 import { RedisSignInThrottle } from "./auth/redis-sign-in-throttle.ts";
 import { deadNodes, forgetNodes, heartbeat, orphanedNodes, registerNode } from "./billing/nodes.ts";
-import { sweepExpiredCredit, sweepHolds } from "./billing/ledger.ts";
-import { chargeStaleHolds } from "./billing/lease-store.ts";
+import { sweepExpiredCredit } from "./billing/ledger.ts";
+import { closeStaleHolds } from "./billing/lease-store.ts";
 import { listPlans, syncConfigPlans } from "./billing/plans-store.ts";
 import { createStripeClient } from "./billing/stripe/stripe-client.ts";
 import { sweepSessions } from "./auth/sessions.ts";
@@ -118,8 +118,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     await heartbeat(database, nodeId);
     const dead = [...(await deadNodes(database, nodeId, Date.now(), settings.dead_node_after * 1000)), ...(await orphanedNodes(database))];
     // Holds with usage recorded against them (leases, checkpointed streams) are charged it; the rest released.
-    const charged = await chargeStaleHolds(database, { deadNodes: dead });
-    const released = await sweepHolds(database, { deadNodes: dead });
+    const { charged, released } = await closeStaleHolds(database, { deadNodes: dead });
     await forgetNodes(database, dead);
     const expired = await sweepExpiredCredit(database);
     await sweepSessions(database);
@@ -279,9 +278,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
       if (unsettled > 0) logger.error({ settlements: unsettled }, "stopping with charges the database never took: their holds will be released uncharged");
       // No request runs any more: a hold of this node still active is one nobody will settle (its
       // placing commit went through while the answer was lost, or its charge was given up on).
-      await chargeStaleHolds(database, { deadNodes: [nodeId] })
-        .then(() => sweepHolds(database, { deadNodes: [nodeId] }))
-        .catch((error: unknown) => logger.warn({ err: error }, "could not close this node's last holds; the other nodes' sweepers will"));
+      await closeStaleHolds(database, { deadNodes: [nodeId] }).catch((error: unknown) => logger.warn({ err: error }, "could not close this node's last holds; the other nodes' sweepers will"));
       await catalog.close();
       await limits.close();
       await signInThrottle.close?.();

@@ -16,7 +16,7 @@ import type { GenerationUsage } from "../engines/engine.ts";
 import { InsufficientQuotaError } from "../protocol/errors.ts";
 import { backends, openTestDatabase, type TestDatabase } from "../../test/helpers/databases.ts";
 import { checkLedger, grantCredit, sweepHolds } from "./ledger.ts";
-import { chargeStaleHolds } from "./lease-store.ts";
+import { chargeStaleHolds, closeStaleHolds } from "./lease-store.ts";
 import { forgetNodes, orphanedNodes, registerNode } from "./nodes.ts";
 import { Metering } from "./metering.ts";
 import { costOf } from "./pricing.ts";
@@ -53,8 +53,8 @@ for (const backend of backends) {
       return { ...check, records: records.map((record) => ({ ...record, cost: Number(record.cost), completion_tokens: Number(record.completion_tokens) })) };
     }
 
-    function metering(nodeId: string, leases: Partial<LeaseSettings>) {
-      return new Metering({ database: store.database, nodeId: () => nodeId, holdTtlMs: 60_000, leases: { ...FAST, leaseSeconds: 0, ...leases } });
+    function metering(nodeId: string, leases: Partial<LeaseSettings>, holdTtlMs = 60_000) {
+      return new Metering({ database: store.database, nodeId: () => nodeId, holdTtlMs, leases: { ...FAST, leaseSeconds: 0, ...leases } });
     }
 
     it("serves a busy key from a few leases, writes every record in group commits, and the books are exact once they close", async () => {
@@ -149,6 +149,33 @@ for (const backend of backends) {
       assert.equal(left.length, 0, "checkpoints became records");
     });
 
+    it("charges a live node's request in full, with its own record, when it ends after its hold expired and was swept", async () => {
+      const { accountId, key } = await fundedKey(10_000);
+      const node = metering("slow-node", { hotRequestsPerSecond: 1e9 }, 50);
+      let generated = 0;
+      const admission = await node.admit({ key, plan: null, model, promptTokens: 10, maxTokens: 1000, choices: 1, requestId: "outlived", stream: true });
+      admission.track(() => usage(generated));
+      generated = 40;
+      await delay(60);
+      await node.leases.flush();
+      assert.equal((await store.database.selectFrom("usage_checkpoints").select("id").where("request_id", "=", "outlived").execute()).length, 1, "checkpointed");
+      // Past its expiry, its node alive: the sweeper releases the hold, leaving its cost open.
+      assert.deepEqual(await closeStaleHolds(store.database, { deadNodes: [] }), { charged: 0, released: 1 });
+      generated = 100;
+      const { cost } = await admission.settle({ usage: usage(100), status: 200, finishReason: "length", latencyMs: 1 });
+      assert.equal(cost, costOf(model.pricing, usage(100)));
+      node.stop();
+      const after = await books(accountId);
+      assert.deepEqual(
+        after.records.map((record) => [record.request_id, record.completion_tokens, record.finish_reason]),
+        [["outlived", 100, "length"]],
+        "one record, the request's own",
+      );
+      assert.equal(after.balance, 10_000 - costOf(model.pricing, usage(100)));
+      assert.equal(after.balance, after.sumOfEntries);
+      assert.equal(after.activeHolds, 0);
+    });
+
     it("sweeps the holds of a node that is no longer registered, charging what was recorded against them", async () => {
       const { accountId, key } = await fundedKey(1_000);
       const node = metering("forgotten-node", { hotRequestsPerSecond: 0, leaseSeconds: 1 });
@@ -233,8 +260,7 @@ for (const backend of backends) {
               atRisk.set(nodeIds[action.node]!, new Set());
               nodes[action.node] = metering(nodeIds[action.node]!, { hotRequestsPerSecond: hotness(action.node) });
             } else if (action.kind === "sweep") {
-              await chargeStaleHolds(store.database, { deadNodes: dead });
-              await sweepHolds(store.database, { deadNodes: dead });
+              await closeStaleHolds(store.database, { deadNodes: dead });
             } else if (action.kind === "flush") {
               await nodes[action.node]!.leases.flush();
             } else {
@@ -250,8 +276,7 @@ for (const backend of backends) {
             assert.equal(await nodes[index]!.drain(), 0);
             for (const requestId of atRisk.get(nodeIds[index]!)!) settled.set(requestId, costs.get(requestId)!);
           }
-          await chargeStaleHolds(store.database, { deadNodes: dead });
-          await sweepHolds(store.database, { deadNodes: dead });
+          await closeStaleHolds(store.database, { deadNodes: dead });
           const after = await books(accountId);
           const recorded = new Map<string, number>();
           for (const record of after.records) {

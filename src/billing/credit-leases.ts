@@ -92,7 +92,6 @@ type Lease = {
   shared: boolean;
   /** Takes no new requests; closes once its requests are done. */
   retired: boolean;
-  closed: boolean;
 };
 
 /** The progress of a running request, as its checkpoint will record it. */
@@ -298,7 +297,7 @@ export class CreditLeases {
     const now = Date.now();
     const ttlMs = this.#options.holdTtlMs + (shared ? this.#settings.leaseMaxAgeMs : 0);
     const holdId = await placeHold(this.#options.database, { accountId: input.accountId, keyId: input.keyId, amount, nodeId: this.#options.nodeId(), ttlMs, now });
-    return { holdId, accountId: input.accountId, keyId: input.keyId, amount, reserved: 0, charged: 0, running: 0, openedAt: now, lastActiveAt: now, shared, retired: false, closed: false };
+    return { holdId, accountId: input.accountId, keyId: input.keyId, amount, reserved: 0, charged: 0, running: 0, openedAt: now, lastActiveAt: now, shared, retired: false };
   }
 
   #admit(lease: Lease, amount: number, usageId: string): Ticket {
@@ -347,7 +346,6 @@ export class CreditLeases {
     const running = this.#running.get(ticket.usageId);
     if (running !== undefined) {
       this.#running.delete(ticket.usageId);
-      running.lease.closed = true;
       if (running.checkpointed) this.#drops.push(ticket.usageId);
     }
     return settleHold(this.#options.database, ticket.holdId, cost, Date.now(), (charged) => ({ ...record(charged), id: ticket.usageId, hold_id: ticket.holdId }));
@@ -429,7 +427,6 @@ export class CreditLeases {
       try {
         // Its records were written by the flush before this (a lease with none running has none pending past it).
         await closeLease(this.#options.database, lease.holdId);
-        lease.closed = true;
         this.#leases.delete(lease);
       } catch (error) {
         failed++;

@@ -7,7 +7,7 @@
  */
 import type { Insertable, Kysely } from "kysely";
 import type { Database, UsageCheckpointTable, UsageRecordTable } from "../store/schema.ts";
-import { settleHold } from "./ledger.ts";
+import { settleHold, sweepHolds } from "./ledger.ts";
 
 export type UsageRow = Insertable<UsageRecordTable> & { id: string; hold_id: string | null };
 export type CheckpointRow = UsageCheckpointTable;
@@ -121,20 +121,24 @@ async function recordCheckpoints(database: Kysely<Database>, holdId: string): Pr
 }
 
 /**
- * Closes the stale holds (past their expiry, or placed by a dead node) that have usage to charge:
- * records written against them, or checkpoints of requests that were still generating. Each is
- * charged what was recorded, at most its amount. Returns how many were closed. Holds with nothing
- * recorded are left to `sweepHolds`, which releases them uncharged (their cost left open).
+ * Closes the holds of dead nodes that have usage to charge: records written against them, or
+ * checkpoints of requests that were still generating. Each is charged what was recorded, at most
+ * its amount. Returns how many were closed. A hold merely past its expiry is not charged here: its
+ * node is alive and may still settle it, in full and with the request's own record, once
+ * `sweepHolds` has released it (cost left open). Holds with nothing recorded are left to
+ * `sweepHolds` too.
  */
 export async function chargeStaleHolds(database: Kysely<Database>, options: { now?: number; deadNodes: readonly string[] }): Promise<number> {
   const now = options.now ?? Date.now();
+  if (options.deadNodes.length === 0) {
+    await dropClosedCheckpoints(database);
+    return 0;
+  }
   const stale = await database
     .selectFrom("holds")
     .select("id")
     .where("status", "=", "active")
-    .where((expression) =>
-      options.deadNodes.length > 0 ? expression.or([expression("expires_at", "<=", now), expression("node_id", "in", [...options.deadNodes])]) : expression("expires_at", "<=", now),
-    )
+    .where("node_id", "in", [...options.deadNodes])
     .where((expression) =>
       expression.or([
         expression.exists(expression.selectFrom("usage_records").select("usage_records.id").whereRef("usage_records.hold_id", "=", "holds.id")),
@@ -148,12 +152,27 @@ export async function chargeStaleHolds(database: Kysely<Database>, options: { no
     await closeLease(database, id, now);
     closed++;
   }
-  // Checkpoints whose hold is closed belong to requests recorded with it: nothing to keep.
+  await dropClosedCheckpoints(database);
+  return closed;
+}
+
+/** Checkpoints whose hold is closed belong to requests recorded (or released) with it: nothing to keep. */
+async function dropClosedCheckpoints(database: Kysely<Database>): Promise<void> {
   await database
     .deleteFrom("usage_checkpoints")
     .where((expression) =>
       expression.not(expression.exists(expression.selectFrom("holds").select("holds.id").whereRef("holds.id", "=", "usage_checkpoints.hold_id").where("holds.status", "=", "active"))),
     )
     .execute();
-  return closed;
+}
+
+/**
+ * Closes every stale hold: a dead node's with usage recorded against it is charged that
+ * (`chargeStaleHolds`); the rest, and every hold past its expiry, are released with their cost
+ * left open for a node that settles late (`sweepHolds`).
+ */
+export async function closeStaleHolds(database: Kysely<Database>, options: { now?: number; deadNodes: readonly string[] }): Promise<{ charged: number; released: number }> {
+  const charged = await chargeStaleHolds(database, options);
+  const released = await sweepHolds(database, options);
+  return { charged, released };
 }

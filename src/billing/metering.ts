@@ -315,11 +315,6 @@ export class Metering {
     return this.#leases.drain();
   }
 
-  /** Usage records waiting for their group commit (retried while the database is away). */
-  get pendingRecords(): number {
-    return this.#leases.pending;
-  }
-
   /** The credit leases (for tests and benchmarks: flush, open leases). */
   get leases(): CreditLeases {
     return this.#leases;
