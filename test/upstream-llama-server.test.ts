@@ -187,10 +187,14 @@ describe("llama-server as an upstream of Turnpike", { skip: skipWithoutLlamaServ
       stream: true,
       stream_options: { include_usage: true },
     });
+    // Read by hand: leaving a `for await` over the SDK's stream (break) aborts the request at once,
+    // and the cancellation would race the look at /slots below.
+    const chunks = stream[Symbol.asyncIterator]();
     let received = 0;
-    for await (const chunk of stream) {
-      if ((chunk.choices[0]?.delta.content ?? "") !== "") received++;
-      if (received === 20) break;
+    while (received < 20) {
+      const next = await chunks.next();
+      assert.ok(next.done !== true, `the stream ended after ${received} content chunks`);
+      if ((next.value.choices[0]?.delta.content ?? "") !== "") received++;
     }
     const busy = (await slots()).find((slot) => slot.is_processing);
     assert.ok(busy !== undefined, "llama-server is still generating when the client leaves");
