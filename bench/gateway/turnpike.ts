@@ -1,8 +1,9 @@
 /**
  * Turnpike as the gateway benchmark runs it: its own process (`bin/turnpike.js serve`), a temp
  * data dir with SQLite, one upstream model in front of the benchmark's upstream, and two keys
- * made with the CLI: an operator key (not metered) and a key of an account on a plan (metered:
- * auth, rate limits, hold, settle, usage record).
+ * made with the CLI: an operator key (not metered), a key of an account on a plan (metered:
+ * auth, rate limits, hold, settle, usage record) and a key of a second account on a plan without
+ * rate limits (metering alone), so that one run measures what each part adds.
  */
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -19,12 +20,15 @@ const GENEROUS_RPM = 1_000_000_000;
 // Within a PostgreSQL integer column (the plans table), so that the same set-up runs on both stores.
 const GENEROUS_TPM = 2_000_000_000;
 const EMAIL = "bench@example.com";
+const UNLIMITED_EMAIL = "bench-unlimited@example.com";
 
 export type TurnpikeUnderTest = {
   child: Child;
   origin: string;
   operatorKey: string;
   meteredKey: string;
+  /** A metered key of another account whose plan and key have no RPM/TPM limits. */
+  unlimitedKey: string;
   dataDir: string;
   /** The metered account's balance in credit units, read with the CLI (undefined if that fails). */
   meteredBalance: () => Promise<number | undefined>;
@@ -71,7 +75,10 @@ export function turnpikeConfig(upstreamOrigin: string, port: number, dataDir: st
         pricing: { prompt: 1000, completion: 2000 },
       },
     ],
-    plans: [{ id: "bench", name: "Bench", price: { amount: 0, currency: "usd" }, credit: 1_000_000_000_000, ...(limits ? { rpm: GENEROUS_RPM, tpm: GENEROUS_TPM } : {}) }],
+    plans: [
+      { id: "bench", name: "Bench", price: { amount: 0, currency: "usd" }, credit: 1_000_000_000_000, ...(limits ? { rpm: GENEROUS_RPM, tpm: GENEROUS_TPM } : {}) },
+      { id: "bench-unlimited", name: "Bench without limits", price: { amount: 0, currency: "usd" }, credit: 1_000_000_000_000 },
+    ],
   };
 }
 
@@ -116,6 +123,9 @@ export async function startTurnpike(root: string, upstreamOrigin: string, timeou
       await cli(root, ["keys", "create", "--name", "metered", "--account", EMAIL, ...(limits ? ["--rpm", String(GENEROUS_RPM), "--tpm", String(GENEROUS_TPM)] : []), "--json", ...store]),
     ) as { key: string };
     const operator = JSON.parse(await cli(root, ["keys", "create", "--name", "operator", "--json", ...store])) as { key: string };
+    await cli(root, ["accounts", "create", "--email", UNLIMITED_EMAIL, "--json", ...store]);
+    await cli(root, ["plans", "grant", "--account", UNLIMITED_EMAIL, "--plan", "bench-unlimited", "--config", configFile, ...store]);
+    const unlimited = JSON.parse(await cli(root, ["keys", "create", "--name", "unlimited", "--account", UNLIMITED_EMAIL, "--json", ...store])) as { key: string };
     // TURNPIKE_BENCH_PROFILE_DIR: write a V8 CPU profile of Turnpike there when it stops (to see where its time goes).
     const profile = process.env.TURNPIKE_BENCH_PROFILE_DIR ? ["--cpu-prof", `--cpu-prof-dir=${process.env.TURNPIKE_BENCH_PROFILE_DIR}`] : [];
     child = startChild("turnpike", [...profile, path.join(root, "bin/turnpike.js"), "serve", "--config", configFile], {
@@ -131,6 +141,7 @@ export async function startTurnpike(root: string, upstreamOrigin: string, timeou
       origin,
       operatorKey: operator.key,
       meteredKey: metered.key,
+      unlimitedKey: unlimited.key,
       dataDir,
       meteredBalance: async () => {
         try {
