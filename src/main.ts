@@ -175,7 +175,8 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     parallel: settings.parallel,
     queueSize: settings.queue_size,
     threads: settings.threads,
-    env: process.env,
+    upstreamApiKeys: Object.fromEntries(Object.entries(settings.upstream_api_keys).map(([variable, key]) => [variable, key.reveal()])),
+    hub: { endpoint: settings.hf_endpoint, ...(settings.hf_token === null ? {} : { token: settings.hf_token.reveal() }) },
     onProgress: (modelId, progress) => {
       let report = reporters.get(modelId);
       if (report === undefined) reporters.set(modelId, (report = progressReporter(modelId, logger)));
@@ -234,8 +235,8 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     refreshPlans: async () => {
       plans = await listPlans(database);
     },
-    stripe: createStripeClient({ secretKey: process.env.STRIPE_SECRET_KEY }),
-    stripeWebhookSecret: process.env.STRIPE_WEBHOOK_SECRET || undefined,
+    stripe: createStripeClient({ secretKey: settings.stripe_secret_key?.reveal() }),
+    stripeWebhookSecret: settings.stripe_webhook_secret?.reveal(),
     publicUrl,
     sessions: consoleSessions({ database, hosts }),
     hosts,
