@@ -24,6 +24,7 @@ import { sweepExpiredCredit } from "./billing/ledger.ts";
 import { closeStaleHolds } from "./billing/lease-store.ts";
 import { listPlans, syncConfigPlans } from "./billing/plans-store.ts";
 import { createStripeClient } from "./billing/stripe/stripe-client.ts";
+import { moneyPrices } from "./billing/credit-value.ts";
 import { sweepSessions } from "./auth/sessions.ts";
 import { consoleSessions } from "./http/middleware/console-session/console-session.ts";
 import { createHostPolicy, WILDCARD_LISTEN } from "./http/middleware/allowed-hosts/allowed-hosts.ts";
@@ -194,17 +195,22 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
       }
     },
   };
+  const creditValue = settings.credit_value;
   const models: CatalogModel[] = settings.models.map((entry) => {
     const engine = createEngine(entry, environment);
+    const pricing = entry.pricing
+      ? { prompt: entry.pricing.prompt, cachedPrompt: entry.pricing.cached_prompt ?? entry.pricing.prompt, completion: entry.pricing.completion }
+      : FREE;
     return {
       id: entry.id,
       ownedBy: entry.owned_by ?? "turnpike",
       created: startedAt,
       engine,
       configuredContextLength: entry.context_length ?? entry.context_size ?? settings.context_size,
-      pricing: entry.pricing
-        ? { prompt: entry.pricing.prompt, cachedPrompt: entry.pricing.cached_prompt ?? entry.pricing.prompt, completion: entry.pricing.completion }
-        : FREE,
+      pricing,
+      ...(creditValue === null
+        ? {}
+        : { moneyPricing: { currency: creditValue.currency, perMillionTokens: moneyPrices({ prompt: pricing.prompt, cached_prompt: pricing.cachedPrompt, completion: pricing.completion }, creditValue) } }),
       outputModalities: ["text"],
     };
   });
@@ -241,6 +247,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     sessions: consoleSessions({ database, hosts }),
     hosts,
     signup: settings.signup,
+    creditValue,
     consoleDirectory: CONSOLE_DIRECTORY,
     trustProxy: proxies.trustProxy,
     logger,
