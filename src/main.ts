@@ -24,6 +24,7 @@ import { sweepExpiredCredit } from "./billing/ledger.ts";
 import { closeStaleHolds } from "./billing/lease-store.ts";
 import { listPlans, syncConfigPlans } from "./billing/plans-store.ts";
 import { createStripeClient } from "./billing/stripe/stripe-client.ts";
+import { moneyPrices } from "./billing/credit-value.ts";
 import { sweepSessions } from "./auth/sessions.ts";
 import { consoleSessions } from "./http/middleware/console-session/console-session.ts";
 import { createHostPolicy, WILDCARD_LISTEN } from "./http/middleware/allowed-hosts/allowed-hosts.ts";
@@ -175,7 +176,8 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     parallel: settings.parallel,
     queueSize: settings.queue_size,
     threads: settings.threads,
-    env: process.env,
+    upstreamApiKeys: Object.fromEntries(Object.entries(settings.upstream_api_keys).map(([variable, key]) => [variable, key.reveal()])),
+    hub: { endpoint: settings.hf_endpoint, ...(settings.hf_token === null ? {} : { token: settings.hf_token.reveal() }) },
     onProgress: (modelId, progress) => {
       let report = reporters.get(modelId);
       if (report === undefined) reporters.set(modelId, (report = progressReporter(modelId, logger)));
@@ -193,17 +195,22 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
       }
     },
   };
+  const creditValue = settings.credit_value;
   const models: CatalogModel[] = settings.models.map((entry) => {
     const engine = createEngine(entry, environment);
+    const pricing = entry.pricing
+      ? { prompt: entry.pricing.prompt, cachedPrompt: entry.pricing.cached_prompt ?? entry.pricing.prompt, completion: entry.pricing.completion }
+      : FREE;
     return {
       id: entry.id,
       ownedBy: entry.owned_by ?? "turnpike",
       created: startedAt,
       engine,
       configuredContextLength: entry.context_length ?? entry.context_size ?? settings.context_size,
-      pricing: entry.pricing
-        ? { prompt: entry.pricing.prompt, cachedPrompt: entry.pricing.cached_prompt ?? entry.pricing.prompt, completion: entry.pricing.completion }
-        : FREE,
+      pricing,
+      ...(creditValue === null
+        ? {}
+        : { moneyPricing: { currency: creditValue.currency, perMillionTokens: moneyPrices({ prompt: pricing.prompt, cached_prompt: pricing.cachedPrompt, completion: pricing.completion }, creditValue) } }),
       outputModalities: ["text"],
     };
   });
@@ -234,12 +241,13 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     refreshPlans: async () => {
       plans = await listPlans(database);
     },
-    stripe: createStripeClient({ secretKey: process.env.STRIPE_SECRET_KEY }),
-    stripeWebhookSecret: process.env.STRIPE_WEBHOOK_SECRET || undefined,
+    stripe: createStripeClient({ secretKey: settings.stripe_secret_key?.reveal() }),
+    stripeWebhookSecret: settings.stripe_webhook_secret?.reveal(),
     publicUrl,
     sessions: consoleSessions({ database, hosts }),
     hosts,
     signup: settings.signup,
+    creditValue,
     consoleDirectory: CONSOLE_DIRECTORY,
     trustProxy: proxies.trustProxy,
     logger,

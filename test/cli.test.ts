@@ -77,6 +77,20 @@ describe("turnpike keys", () => {
     assert.equal(created.code, 0, created.stderr);
     assert.ok(fs.existsSync(path.join(dataDir, "turnpike.sqlite")));
   });
+
+  it("reads the data dir from the --config file as serve does, a flag or variable overriding it", async () => {
+    const fromFile = temporaryDirectory();
+    const fromEnv = temporaryDirectory();
+    const configFile = path.join(temporaryDirectory(), "turnpike.json");
+    fs.writeFileSync(configFile, JSON.stringify({ data_dir: fromFile }));
+    const created = await runCli(["keys", "create", "--json", "--config", configFile]);
+    assert.equal(created.code, 0, created.stderr);
+    assert.ok(fs.existsSync(path.join(fromFile, "turnpike.sqlite")), "the file's data dir");
+    const overridden = await runCli(["keys", "list", "--json"], { env: { TURNPIKE_CONFIG: configFile, TURNPIKE_DATA_DIR: fromEnv } });
+    assert.equal(overridden.code, 0, overridden.stderr);
+    assert.deepEqual(JSON.parse(overridden.stdout), [], "the variable's data dir, with no keys yet");
+    assert.ok(fs.existsSync(path.join(fromEnv, "turnpike.sqlite")));
+  });
 });
 
 describe("turnpike serve settings", () => {

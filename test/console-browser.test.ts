@@ -218,7 +218,7 @@ describe("the web console in a browser", { skip: fs.existsSync(CHROMIUM) ? false
     await user.getByRole("link", { name: "Models" }).click();
     await user.getByRole("heading", { name: "stories260K" }).waitFor();
     await user.getByText("Ready").first().waitFor();
-    await user.getByText("1,000,000 / 1M").first().waitFor();
+    await user.getByText("1,000,000 credits / 1M tokens").first().waitFor();
     await shot(user, "12-models");
   });
 

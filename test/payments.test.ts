@@ -27,20 +27,16 @@ let accountId: string;
 let accountKey: string;
 
 before(async () => {
-  process.env.STRIPE_SECRET_KEY = "sk_test_turnpike_not_a_real_key";
-  process.env.STRIPE_WEBHOOK_SECRET = secret;
   const configDir = temporaryDirectory();
   const configFile = path.join(configDir, "turnpike.json");
   fs.writeFileSync(configFile, JSON.stringify({ plans: [pro] }));
-  test = await startTestServer({ flags: { models: [storiesModel] }, configFile });
+  test = await startTestServer({ flags: { models: [storiesModel] }, configFile, env: { STRIPE_SECRET_KEY: "sk_test_turnpike_not_a_real_key", STRIPE_WEBHOOK_SECRET: secret } });
   const database = await openStore({ dataDir: test.dataDir, databaseUrl: "" });
   accountId = (await createAccount(database, { email: "buyer@example.com" })).id;
   accountKey = (await createApiKey(database, { accountId })).key;
   await database.destroy();
 });
 after(async () => {
-  delete process.env.STRIPE_SECRET_KEY;
-  delete process.env.STRIPE_WEBHOOK_SECRET;
   await test?.close();
 });
 

@@ -29,11 +29,10 @@ const targets: Target[] = [
     name: "upstream",
     start: async () => {
       const upstream = await startTestServer({ flags: { models: [storiesModel], parallel: "2" } });
-      process.env.TURNPIKE_TEST_SDK_UPSTREAM_KEY = upstream.key;
       const configDir = temporaryDirectory("turnpike-sdk-upstream-");
       const configFile = path.join(configDir, "turnpike.json");
       fs.writeFileSync(configFile, JSON.stringify({ models: [{ id: "stories260K", upstream: { urls: [upstream.baseURL], api_key_env: "TURNPIKE_TEST_SDK_UPSTREAM_KEY" } }] }));
-      const test = await startTestServer({ configFile });
+      const test = await startTestServer({ configFile, env: { TURNPIKE_TEST_SDK_UPSTREAM_KEY: upstream.key } });
       return {
         test,
         close: async () => {

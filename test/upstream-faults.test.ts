@@ -57,7 +57,6 @@ describe("upstream faults through Turnpike", () => {
   before(async () => {
     first = await FaultUpstream.start({ model: "faulty", maxModelLen: 4096 });
     second = await FaultUpstream.start({ model: "faulty", maxModelLen: 4096 });
-    process.env.TURNPIKE_TEST_FAULT_KEY = SECRET;
     const configFile = path.join(configDir, "turnpike.json");
     fs.writeFileSync(
       configFile,
@@ -70,7 +69,7 @@ describe("upstream faults through Turnpike", () => {
         ],
       }),
     );
-    gateway = await startTestServer({ configFile });
+    gateway = await startTestServer({ configFile, env: { TURNPIKE_TEST_FAULT_KEY: SECRET } });
   });
 
   beforeEach(() => {
@@ -82,7 +81,6 @@ describe("upstream faults through Turnpike", () => {
     await gateway?.close();
     await first?.close();
     await second?.close();
-    delete process.env.TURNPIKE_TEST_FAULT_KEY;
     fs.rmSync(configDir, { recursive: true, force: true });
   });
 

@@ -43,7 +43,6 @@ describe("an upstream pool when a member dies under load", () => {
     for (const directory of [first, second]) members.push(await startServeProcess(memberArgs(directory, 0)));
     await Promise.all(members.map((member) => ready(member.url)));
     ports = members.map((member) => Number(new URL(member.url).port));
-    process.env.TURNPIKE_TEST_POOL_KEY = created.key;
     const configDir = temporaryDirectory("turnpike-pool-");
     directories.push(configDir);
     const configFile = path.join(configDir, "turnpike.json");
@@ -58,13 +57,12 @@ describe("an upstream pool when a member dies under load", () => {
         ],
       }),
     );
-    gateway = await startTestServer({ configFile });
+    gateway = await startTestServer({ configFile, env: { TURNPIKE_TEST_POOL_KEY: created.key } });
   });
 
   after(async () => {
     await gateway?.close();
     await Promise.all(members.map((member) => member.stop("SIGKILL").catch(() => {})));
-    delete process.env.TURNPIKE_TEST_POOL_KEY;
     for (const directory of directories) fs.rmSync(directory, { recursive: true, force: true });
   });
 

@@ -31,7 +31,6 @@ describe("a Turnpike node as the upstream of another", () => {
 
   before(async () => {
     nodeA = await startTestServer({ flags: { models: [`story=${storiesChatmlModel}`], parallel: "2" } });
-    process.env.TURNPIKE_TEST_HOP_KEY = nodeA.key;
     const configFile = path.join(configDir, "turnpike.json");
     fs.writeFileSync(
       configFile,
@@ -39,7 +38,7 @@ describe("a Turnpike node as the upstream of another", () => {
         models: [{ id: "story-via-a", upstream: { urls: [nodeA.baseURL], model: "story", api_key_env: "TURNPIKE_TEST_HOP_KEY" }, pricing }],
       }),
     );
-    nodeB = await startTestServer({ configFile });
+    nodeB = await startTestServer({ configFile, env: { TURNPIKE_TEST_HOP_KEY: nodeA.key } });
     const database = await openStore({ dataDir: nodeB.dataDir, databaseUrl: "" });
     try {
       const account = await createAccount(database, { email: "two-hops@example.com" });
@@ -55,7 +54,6 @@ describe("a Turnpike node as the upstream of another", () => {
   after(async () => {
     await nodeB?.close();
     await nodeA?.close();
-    delete process.env.TURNPIKE_TEST_HOP_KEY;
     fs.rmSync(configDir, { recursive: true, force: true });
   });
 

@@ -57,9 +57,56 @@ export function formatRelative(time: number | null | undefined, now = Date.now()
   return "just now";
 }
 
-/** Credit units per million tokens. */
+/** A price in credit units per million tokens, with its unit: "100 credits / 1M tokens". */
 export function formatPrice(perMillion: number): string {
-  return perMillion === 0 ? "Free" : `${integer.format(perMillion)} / 1M`;
+  return perMillion === 0 ? "Free" : `${integer.format(perMillion)} credits / 1M tokens`;
+}
+
+/** What a credit is worth (`GET /api/settings`): 1,000,000 credits cost `per_million_credits` (an exact decimal string) of `currency`. */
+export type CreditValue = { currency: string; per_million_credits: string };
+
+/** `credits` in money, exact (BigInt over powers of ten, as the server computes it): a decimal string in the currency's major unit. */
+export function creditsToMoney(credits: number, value: CreditValue): string {
+  const [whole = "0", fraction = ""] = value.per_million_credits.split(".");
+  const digits = fraction.length + 6;
+  const product = BigInt(Math.trunc(credits)) * BigInt(`${whole}${fraction}`);
+  const sign = product < 0n ? "-" : "";
+  const text = (product < 0n ? -product : product).toString().padStart(digits + 1, "0");
+  return `${sign}${text.slice(0, -digits)}.${text.slice(-digits)}`;
+}
+
+/**
+ * An amount of money given as an exact decimal string ("0.00025"), in `currency` (ISO 4217):
+ * amounts of a cent or more with 2 to 4 decimals ("$2.5031"), smaller ones to 3 significant
+ * digits ("$0.00025"), so a price per million tokens never shows as $0.00.
+ */
+export function formatMoneyAmount(amount: string, currency: string): string {
+  const code = currency.toUpperCase();
+  try {
+    const digits = new Intl.NumberFormat("en-US", { style: "currency", currency: code }).resolvedOptions().maximumFractionDigits ?? 2;
+    // A Number only to choose the format; the amount itself is formatted from its exact digits.
+    const size = Math.abs(Number(amount));
+    const small = size !== 0 && size < 10 ** -digits;
+    const options: Intl.NumberFormatOptions = small ? { maximumSignificantDigits: 3 } : { minimumFractionDigits: digits, maximumFractionDigits: Math.max(digits, 4) };
+    return new Intl.NumberFormat("en-US", { style: "currency", currency: code, ...options }).format(amount as Intl.StringNumericLiteral);
+  } catch {
+    return `${amount} ${code}`;
+  }
+}
+
+/** A price per million tokens in money, with its unit: "$0.15 / 1M tokens". */
+export function formatMoneyPrice(amount: string, currency: string): string {
+  return Number(amount) === 0 ? "Free" : `${formatMoneyAmount(amount, currency)} / 1M tokens`;
+}
+
+/** A cost in a table cell: in money when the server says what a credit is worth, else the whole credits ("1,234"). */
+export function formatCost(credits: number, creditValue: CreditValue | null): string {
+  return creditValue === null ? integer.format(credits) : formatMoneyAmount(creditsToMoney(credits, creditValue), creditValue.currency);
+}
+
+/** A total spent: "$1.23 (1,234,567 credits)" with a credit value, "1,234,567 credits" without. */
+export function formatSpent(credits: number, creditValue: CreditValue | null): string {
+  return creditValue === null ? formatCredits(credits) : `${formatCost(credits, creditValue)} (${formatCredits(credits)})`;
 }
 
 /** The cost of a call, as the server computes it: tokens × prices per million, rounded up. */

@@ -4,7 +4,7 @@
  */
 import type { Engine, EngineMember, EngineStatus } from "../engines/engine.ts";
 import { ModelNotFoundError } from "../protocol/errors.ts";
-import type { ModelObject } from "../protocol/models.ts";
+import type { ModelObject, MoneyPrices } from "../protocol/models.ts";
 
 /** Credit units per million tokens. */
 export type Pricing = { prompt: number; cachedPrompt: number; completion: number };
@@ -18,6 +18,8 @@ export type CatalogModel = {
   /** Context length to report until the engine is loaded and knows its own. */
   configuredContextLength: number;
   pricing: Pricing;
+  /** The same prices in money, when the operator set what a credit is worth (`credit_value`). */
+  moneyPricing?: { currency: string; perMillionTokens: MoneyPrices };
   outputModalities: readonly string[];
 };
 
@@ -85,7 +87,12 @@ export function describeModel(model: CatalogModel): ModelObject {
     owned_by: model.ownedBy,
     context_length: model.engine.info()?.contextLength ?? model.configuredContextLength,
     modalities: { input: [...capabilities.inputModalities], output: [...model.outputModalities] },
-    pricing: { prompt: model.pricing.prompt, cached_prompt: model.pricing.cachedPrompt, completion: model.pricing.completion },
+    pricing: {
+      prompt: model.pricing.prompt,
+      cached_prompt: model.pricing.cachedPrompt,
+      completion: model.pricing.completion,
+      ...(model.moneyPricing === undefined ? {} : { currency: model.moneyPricing.currency, money: { ...model.moneyPricing.perMillionTokens } }),
+    },
     supported_parameters: [...capabilities.supportedParameters, ...capabilities.vendorFields],
     status: statusText(model.engine.status(), model.engine.members()),
   };

@@ -8,7 +8,7 @@ import { newId } from "../store/ids.ts";
 import { describeAccount } from "../accounts/describe-account.ts";
 import { grantPlan } from "../billing/grant-plan.ts";
 import { findPlan, listPlans, syncConfigPlans } from "../billing/plans-store.ts";
-import { loadSettings } from "../config/load.ts";
+import type { ResolvedSettings } from "../config/load.ts";
 import type { Database } from "../store/schema.ts";
 import { withStore, withStoreFlags, type StoreFlags } from "./store.ts";
 
@@ -76,9 +76,9 @@ export function registerAccountCommands(program: Command): void {
   });
 
   const plans = program.command("plans").description("list plans and grant them");
-  withStoreFlags(plans.command("list").description("list the plans on offer").option("--json", "print JSON").option(CONFIG_FLAG, CONFIG_HELP)).action(async (options: PlanFlags & { json?: boolean }) => {
-    const rows = await withStore(options, async (database) => {
-      await syncPlansFromConfig(database, options);
+  withStoreFlags(plans.command("list").description("list the plans on offer").option("--json", "print JSON")).action(async (options: StoreFlags & { json?: boolean }) => {
+    const rows = await withStore(options, async (database, settings) => {
+      await syncPlansFromConfig(database, settings);
       return listPlans(database);
     }).catch((error: unknown) => {
       fail((error as Error).message);
@@ -96,12 +96,11 @@ export function registerAccountCommands(program: Command): void {
       .command("grant")
       .description("grant a plan to an account (offline sales)")
       .requiredOption("--account <email>", "the account's email")
-      .requiredOption("--plan <id>", "the plan id")
-      .option(CONFIG_FLAG, CONFIG_HELP),
-  ).action(async (options: PlanFlags & { account: string; plan: string }) => {
+      .requiredOption("--plan <id>", "the plan id"),
+  ).action(async (options: StoreFlags & { account: string; plan: string }) => {
     try {
-      await withStore(options, async (database) => {
-        await syncPlansFromConfig(database, options);
+      await withStore(options, async (database, settings) => {
+        await syncPlansFromConfig(database, settings);
         const plan = await findPlan(database, options.plan);
         if (plan === undefined) throw new Error(`no plan '${options.plan}'; see: turnpike plans list`);
         const account = await requireAccountByEmail(database, options.account);
@@ -114,14 +113,8 @@ export function registerAccountCommands(program: Command): void {
   });
 }
 
-export const CONFIG_FLAG = "--config <file>";
-export const CONFIG_HELP = "the serve config file: its plans are written to the database first, as serve does at start (TURNPIKE_CONFIG)";
-export type PlanFlags = StoreFlags & { config?: string };
-
-/** Writes the config file's plans (if one is named) to the database, as `serve` does at start. */
-export async function syncPlansFromConfig(database: Kysely<Database>, options: PlanFlags): Promise<void> {
-  const configFile = options.config ?? process.env.TURNPIKE_CONFIG;
-  if (configFile === undefined || configFile === "") return;
-  const settings = loadSettings({ flags: {}, env: {}, configFile });
+/** Writes the config file's plans (when the settings name one) to the database, as `serve` does at start. */
+export async function syncPlansFromConfig(database: Kysely<Database>, settings: ResolvedSettings): Promise<void> {
+  if (settings.config === "") return;
   await syncConfigPlans(database, settings.plans);
 }

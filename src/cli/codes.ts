@@ -3,8 +3,8 @@
  */
 import type { Command } from "commander";
 import { createCodes, listCodes } from "../billing/codes.ts";
-import { syncPlansFromConfig, fail, CONFIG_FLAG, CONFIG_HELP, type PlanFlags } from "./accounts.ts";
-import { withStore, withStoreFlags } from "./store.ts";
+import { syncPlansFromConfig, fail } from "./accounts.ts";
+import { withStore, withStoreFlags, type StoreFlags } from "./store.ts";
 
 export function registerCodesCommands(program: Command): void {
   const codes = program.command("codes").description("make and list redemption codes");
@@ -14,14 +14,13 @@ export function registerCodesCommands(program: Command): void {
       .description("make single-use codes that grant a plan; each is printed once, one per line")
       .requiredOption("--plan <id>", "the plan a code grants")
       .option("--count <n>", "how many codes", "1")
-      .option("--json", "print JSON")
-      .option(CONFIG_FLAG, CONFIG_HELP),
-  ).action(async (options: PlanFlags & { plan: string; count: string; json?: boolean }) => {
+      .option("--json", "print JSON"),
+  ).action(async (options: StoreFlags & { plan: string; count: string; json?: boolean }) => {
     const count = Number(options.count);
     if (!Number.isInteger(count) || count < 1 || count > 10_000) return fail(`--count must be an integer from 1 to 10000, not '${options.count}'`);
     try {
-      const made = await withStore(options, async (database) => {
-        await syncPlansFromConfig(database, options);
+      const made = await withStore(options, async (database, settings) => {
+        await syncPlansFromConfig(database, settings);
         return createCodes(database, { planId: options.plan, count });
       });
       if (options.json) return void process.stdout.write(`${JSON.stringify({ plan: options.plan, codes: made })}\n`);
@@ -32,7 +31,7 @@ export function registerCodesCommands(program: Command): void {
     }
   });
   withStoreFlags(codes.command("list").description("list codes (their prefixes), plans and redemptions").option("--json", "print JSON")).action(
-    async (options: PlanFlags & { json?: boolean }) => {
+    async (options: StoreFlags & { json?: boolean }) => {
       const rows = await withStore(options, (database) => listCodes(database));
       if (options.json) return void process.stdout.write(`${JSON.stringify(rows)}\n`);
       if (rows.length === 0) return void process.stdout.write("No codes. Make some with: turnpike codes create --plan <id>\n");

@@ -3,8 +3,8 @@
  * SIGINT/SIGTERM (running requests finish within the shutdown timeout), exiting 0.
  */
 import type { Command } from "commander";
-import { ConfigError, loadSettings } from "../config/load.ts";
-import { serveOptions } from "../config/options.ts";
+import { ConfigError, loadProcessSettings } from "../config/load.ts";
+import { defaultTextOf, serveOptionList } from "../config/options.ts";
 
 /** Commander's camelCase attribute name for a flag like `--data-dir <dir>`. */
 function attributeName(flag: string): string {
@@ -16,18 +16,17 @@ function attributeName(flag: string): string {
 
 export function registerServeCommand(program: Command): void {
   const command = program.command("serve").description("serve the OpenAI-compatible API");
-  command.option("--config <file>", "a JSON file with the same settings (TURNPIKE_CONFIG)");
-  for (const option of serveOptions) {
-    const description = `${option.description} (${option.env}, default: ${option.defaultText})`;
+  for (const option of serveOptionList) {
+    const description = `${option.description} (${option.env}, default: ${defaultTextOf(option)})`;
     if (option.kind === "models" || option.kind === "upstreams") command.option(option.flag, description, (value: string, previous: string[] = []) => [...previous, value]);
     else command.option(option.flag, description);
   }
   command.action(async (raw: Record<string, string | string[] | undefined>) => {
     const flags: Record<string, string | string[] | undefined> = {};
-    for (const option of serveOptions) flags[option.key] = raw[attributeName(option.flag)];
+    for (const option of serveOptionList) flags[option.key] = raw[attributeName(option.flag)];
     let settings;
     try {
-      settings = loadSettings({ flags, env: process.env, configFile: raw.config as string | undefined });
+      settings = loadProcessSettings(flags);
     } catch (error) {
       if (error instanceof ConfigError) {
         process.stderr.write(`turnpike: ${error.message}\n`);

@@ -1,35 +1,44 @@
 /**
- * The database flags every CLI command shares, and opening the store they name.
+ * The flags every CLI command that opens the database shares (`--config`, `--data-dir`,
+ * `--database-url`), and opening the store the settings name.
  */
-import path from "node:path";
 import type { Command } from "commander";
 import type { Kysely } from "kysely";
 import type { Database } from "../store/schema.ts";
 import { openStore } from "../store/open.ts";
+import { loadProcessSettings, type ResolvedSettings } from "../config/load.ts";
+import { defaultTextOf, serveOptions, type OptionSpec } from "../config/options.ts";
 
-export type StoreFlags = { dataDir?: string; databaseUrl?: string };
+export type StoreFlags = { config?: string; dataDir?: string; databaseUrl?: string };
 
-/** The data dir: `--data-dir`, else TURNPIKE_DATA_DIR, else ./data. */
-export function resolveDataDir(options: { dataDir?: string }): string {
-  return path.resolve(options.dataDir ?? process.env.TURNPIKE_DATA_DIR ?? "./data");
+/** The settings these flags give, over the environment and the config file: the same as `serve` reads. */
+export function storeSettings(options: StoreFlags): ResolvedSettings {
+  return loadProcessSettings({ config: options.config, data_dir: options.dataDir, database_url: options.databaseUrl });
 }
 
-/** Adds `--data-dir` and `--database-url` to a command. */
+/** `--help` text of a setting: its meaning, variable and default, from the settings table. */
+function help(spec: Pick<OptionSpec, "description" | "env" | "default" | "defaultText">, meaning = spec.description): string {
+  return `${meaning} (${spec.env}, default: ${defaultTextOf(spec)})`;
+}
+
+/** Adds `--config`, `--data-dir` and `--database-url` to a command. */
 export function withStoreFlags(command: Command): Command {
   return command
-    .option("--data-dir <dir>", "the SQLite database and downloaded models (TURNPIKE_DATA_DIR)")
-    .option("--database-url <url>", "postgres://… (TURNPIKE_DATABASE_URL); default: SQLite in the data dir");
+    .option(serveOptions.config.flag, help(serveOptions.config, "the serve config file: its data dir and database (and, for plans and codes, its plans, written to the database first)"))
+    .option(serveOptions.data_dir.flag, help(serveOptions.data_dir))
+    .option(serveOptions.database_url.flag, help(serveOptions.database_url));
 }
 
-/** Opens the store named by the flags (migrating it), runs `work`, closes it. */
+/** Opens the store the settings name (migrating it), runs `work`, closes it. */
 export async function withStore<T>(
   options: StoreFlags,
-  work: (database: Kysely<Database>) => Promise<T>,
+  work: (database: Kysely<Database>, settings: ResolvedSettings) => Promise<T>,
   onMigration?: (name: string) => void,
 ): Promise<T> {
-  const database = await openStore({ dataDir: resolveDataDir(options), databaseUrl: options.databaseUrl, onMigration });
+  const settings = storeSettings(options);
+  const database = await openStore({ dataDir: settings.data_dir, databaseUrl: settings.database_url, onMigration });
   try {
-    return await work(database);
+    return await work(database, settings);
   } finally {
     await database.destroy();
   }

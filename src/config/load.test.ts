@@ -10,6 +10,8 @@ import { after, before, describe, it } from "node:test";
 import { ConfigError, loadSettings, parseModelFlag } from "./load.ts";
 import { defaultThreads } from "./options.ts";
 import { DEFAULT_MODEL } from "./schema.ts";
+import { Secret } from "./secret.ts";
+import { inspect } from "node:util";
 
 let directory: string;
 let fileCount = 0;
@@ -334,6 +336,128 @@ describe("upstream models", () => {
 
     it("the same id for an embedded and an upstream model", () => {
       assertConfigError(() => loadSettings({ flags: { models: ["x=./a.gguf"], upstreams: ["x=http://h/v1"] }, env: {} }), "'x'", "twice");
+    });
+  });
+});
+
+describe("settings that used to be read from the environment elsewhere", () => {
+  it("defaults: no config file, no Stripe keys, no HF token, the public hub, no credit value", () => {
+    const settings = loadSettings({ flags: {}, env: {} });
+    assert.equal(settings.config, "");
+    assert.equal(settings.stripe_secret_key, null);
+    assert.equal(settings.stripe_webhook_secret, null);
+    assert.equal(settings.hf_token, null);
+    assert.equal(settings.hf_endpoint, "https://huggingface.co");
+    assert.equal(settings.credit_value, null);
+    assert.equal(settings.public_url, "");
+    assert.equal(settings.trust_proxy, "");
+    assert.equal(settings.database_url, "");
+    assert.deepEqual(settings.upstream_api_keys, {});
+  });
+
+  it("reads the Stripe keys and the HF token from their variables, as secrets", () => {
+    const settings = loadSettings({ flags: {}, env: { STRIPE_SECRET_KEY: "sk_test_1", STRIPE_WEBHOOK_SECRET: "whsec_1", HF_TOKEN: "hf_1", HF_ENDPOINT: "https://mirror.example/" } });
+    assert.ok(settings.stripe_secret_key instanceof Secret);
+    assert.equal(settings.stripe_secret_key.reveal(), "sk_test_1");
+    assert.equal(settings.stripe_webhook_secret?.reveal(), "whsec_1");
+    assert.equal(settings.hf_token?.reveal(), "hf_1");
+    assert.equal(settings.hf_endpoint, "https://mirror.example", "without its trailing slash");
+  });
+
+  it("takes a secret's flag over its variable, and its variable over the file", () => {
+    const file = configFile({ stripe_secret_key: "sk_file", hf_token: "hf_file" });
+    const settings = loadSettings({ flags: { stripe_secret_key: "sk_flag" }, env: { STRIPE_SECRET_KEY: "sk_env", HF_TOKEN: "hf_env" }, configFile: file });
+    assert.equal(settings.stripe_secret_key?.reveal(), "sk_flag");
+    assert.equal(settings.hf_token?.reveal(), "hf_env");
+    assert.equal(loadSettings({ flags: {}, env: {}, configFile: file }).hf_token?.reveal(), "hf_file");
+  });
+
+  it("never writes a secret out: JSON, inspect and template strings show [secret]", () => {
+    const settings = loadSettings({ flags: {}, env: { STRIPE_SECRET_KEY: "sk_live_do_not_print", STRIPE_WEBHOOK_SECRET: "whsec_do_not_print", HF_TOKEN: "hf_do_not_print" } });
+    for (const text of [JSON.stringify(settings), inspect(settings, { depth: 5 }), `${settings.stripe_secret_key}`]) {
+      assert.ok(!/do_not_print/.test(text), text);
+    }
+    assert.match(JSON.stringify(settings), /"stripe_secret_key":"\[secret\]"/);
+  });
+
+  it("reads public_url, trust_proxy and database_url from flag, variable or file, the flag winning", () => {
+    const file = configFile({ public_url: "https://file.example", trust_proxy: "2", database_url: "postgres://file/db" });
+    const fromFile = loadSettings({ flags: {}, env: {}, configFile: file });
+    assert.equal(fromFile.public_url, "https://file.example");
+    assert.equal(fromFile.trust_proxy, "2");
+    assert.equal(fromFile.database_url, "postgres://file/db");
+    const fromEnv = loadSettings({ flags: {}, env: { TURNPIKE_PUBLIC_URL: "https://env.example", TURNPIKE_TRUST_PROXY: "1", TURNPIKE_DATABASE_URL: "postgres://env/db" }, configFile: file });
+    assert.equal(fromEnv.public_url, "https://env.example");
+    assert.equal(fromEnv.trust_proxy, "1");
+    assert.equal(fromEnv.database_url, "postgres://env/db");
+    const fromFlag = loadSettings({ flags: { public_url: "https://flag.example", trust_proxy: "10.0.0.1" }, env: { TURNPIKE_PUBLIC_URL: "https://env.example" }, configFile: file });
+    assert.equal(fromFlag.public_url, "https://flag.example");
+    assert.equal(fromFlag.trust_proxy, "10.0.0.1");
+  });
+
+  it("names the config file it read: --config over TURNPIKE_CONFIG", () => {
+    const first = configFile({ port: 9301 });
+    const second = configFile({ port: 9302 });
+    assert.equal(loadSettings({ flags: {}, env: { TURNPIKE_CONFIG: first } }).config, first);
+    const flagged = loadSettings({ flags: { config: second }, env: { TURNPIKE_CONFIG: first } });
+    assert.equal(flagged.config, second);
+    assert.equal(flagged.port, 9302);
+  });
+
+  it("refuses 'config' inside the config file", () => {
+    assertConfigError(() => loadSettings({ flags: {}, env: {}, configFile: configFile({ config: "other.json" }) }), "'config'");
+  });
+
+  it("reads the upstream API keys the entries name, and only those", () => {
+    const file = configFile({ models: [{ id: "u", upstream: { urls: ["http://127.0.0.1:1/v1"], api_key_env: "MY_UPSTREAM_KEY" } }] });
+    const settings = loadSettings({ flags: {}, env: { MY_UPSTREAM_KEY: "up-secret", OTHER: "x" }, configFile: file });
+    assert.deepEqual(Object.keys(settings.upstream_api_keys), ["MY_UPSTREAM_KEY"]);
+    assert.equal(settings.upstream_api_keys.MY_UPSTREAM_KEY?.reveal(), "up-secret");
+    assert.ok(!JSON.stringify(settings).includes("up-secret"));
+    assert.deepEqual(loadSettings({ flags: {}, env: {}, configFile: file }).upstream_api_keys, {}, "unset: the engine says so at start");
+  });
+
+  it("validates the defaults too: the default of every setting passes its own schema", () => {
+    assert.doesNotThrow(() => loadSettings({ flags: {}, env: {} }));
+  });
+});
+
+describe("credit_value", () => {
+  it("reads the file's object form", () => {
+    const settings = loadSettings({ flags: {}, env: {}, configFile: configFile({ credit_value: { currency: "usd", per_million_credits: 1 } }) });
+    assert.deepEqual(settings.credit_value, { currency: "usd", per_million_credits: "1" });
+  });
+
+  it("reads the file's decimal string exactly, and normalises the currency and zeros", () => {
+    const settings = loadSettings({ flags: {}, env: {}, configFile: configFile({ credit_value: { currency: "EUR", per_million_credits: "0.1500" } }) });
+    assert.deepEqual(settings.credit_value, { currency: "eur", per_million_credits: "0.15" });
+  });
+
+  it("reads currency:amount from the variable and the flag, the flag winning over the variable and the file", () => {
+    const file = configFile({ credit_value: "usd:3" });
+    assert.deepEqual(loadSettings({ flags: {}, env: {}, configFile: file }).credit_value, { currency: "usd", per_million_credits: "3" });
+    assert.deepEqual(loadSettings({ flags: {}, env: { TURNPIKE_CREDIT_VALUE: "usd:2" }, configFile: file }).credit_value, { currency: "usd", per_million_credits: "2" });
+    assert.deepEqual(loadSettings({ flags: { credit_value: "gbp:0.8" }, env: { TURNPIKE_CREDIT_VALUE: "usd:2" }, configFile: file }).credit_value, { currency: "gbp", per_million_credits: "0.8" });
+  });
+
+  it("is unset by an empty variable or null in the file", () => {
+    assert.equal(loadSettings({ flags: {}, env: { TURNPIKE_CREDIT_VALUE: "" } }).credit_value, null);
+    assert.equal(loadSettings({ flags: {}, env: {}, configFile: configFile({ credit_value: null }) }).credit_value, null);
+  });
+
+  describe("refuses", () => {
+    it("a currency that is not a three-letter code, naming the setting, flag and variable", () => {
+      assertConfigError(() => loadSettings({ flags: {}, env: { TURNPIKE_CREDIT_VALUE: "dollars:1" } }), "credit_value", "--credit-value", "TURNPIKE_CREDIT_VALUE", "ISO 4217");
+    });
+
+    it("an amount that is missing, negative, zero or not a decimal", () => {
+      for (const value of ["usd", "usd:", "usd:-1", "usd:0", "usd:0.000", "usd:1e-6", "usd:abc"]) {
+        assertConfigError(() => loadSettings({ flags: { credit_value: value }, env: {} }), "credit_value");
+      }
+    });
+
+    it("unknown fields in the object form", () => {
+      assertConfigError(() => loadSettings({ flags: {}, env: {}, configFile: configFile({ credit_value: { currency: "usd", per_million_credits: 1, per_credit: 2 } }) }), "credit_value");
     });
   });
 });

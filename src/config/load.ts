@@ -6,7 +6,8 @@
 import fs from "node:fs";
 import path from "node:path";
 import { DEFAULT_MODEL, settingsSchema, type ModelEntry, type Settings } from "./schema.ts";
-import { defaultSettings, defaultThreads, serveOptions, type OptionSpec } from "./options.ts";
+import { defaultThreads, serveOptionList, type OptionSpec } from "./options.ts";
+import { Secret } from "./secret.ts";
 import { formatParamPath } from "../protocol/parse.ts";
 
 export class ConfigError extends Error {
@@ -20,13 +21,21 @@ export class ConfigError extends Error {
 export type ConfigSources = {
   /** Values from command-line flags, keyed like the settings (`data_dir`); `models` is a list. */
   flags: Record<string, string | string[] | undefined>;
-  env: Record<string, string | undefined>;
-  /** `--config <file>` or `TURNPIKE_CONFIG`. */
+  /** The process's environment (the one place it is read is the CLI that calls this). */
+  env: Readonly<Record<string, string | undefined>>;
+  /** The config file, as `--config <file>` names it (over `flags.config` and `TURNPIKE_CONFIG`). */
   configFile?: string;
 };
 
-/** The frozen settings, with the model list resolved (the default model when none is given). */
-export type ResolvedSettings = Readonly<Omit<Settings, "models" | "upstreams">> & { readonly models: readonly ModelEntry[] };
+/**
+ * The frozen settings, with the model list resolved (the default model when none is given) and
+ * the API keys read from the variables the upstream entries name (`api_key_env`).
+ */
+export type ResolvedSettings = Readonly<Omit<Settings, "models" | "upstreams">> & {
+  readonly models: readonly ModelEntry[];
+  /** Upstream API keys by the variable an entry names; a variable not set is absent. */
+  readonly upstream_api_keys: Readonly<Record<string, Secret>>;
+};
 
 /**
  * Parses `[id=]source` as `--model` takes it. The id defaults to the file name without `.gguf`.
@@ -103,19 +112,27 @@ function convert(option: OptionSpec, raw: string, origin: string): unknown {
   }
 }
 
-/** Merges the sources and validates them into frozen settings. */
+/** The config file the sources name: `--config`, else `TURNPIKE_CONFIG`; "" when none. */
+function configFileOf(sources: ConfigSources): string {
+  const flag = sources.configFile ?? sources.flags.config;
+  const named = (Array.isArray(flag) ? flag.at(-1) : flag) ?? sources.env.TURNPIKE_CONFIG;
+  return named ?? "";
+}
+
+/** Merges the sources (defaults < config file < environment < flags) and validates them into frozen settings. */
 export function loadSettings(sources: ConfigSources): ResolvedSettings {
-  const merged: Record<string, unknown> = { ...defaultSettings };
-  const configFile = sources.configFile ?? sources.env.TURNPIKE_CONFIG;
-  if (configFile !== undefined && configFile !== "") {
+  const configFile = configFileOf(sources);
+  const merged: Record<string, unknown> = { config: configFile };
+  if (configFile !== "") {
     const fromFile = readConfigFile(configFile);
-    const known = new Set(["plans", ...serveOptions.map((option) => option.key)]);
+    const known = new Set(["plans", ...serveOptionList.filter((option) => !option.notInFile).map((option) => option.key)]);
     for (const [key, value] of Object.entries(fromFile)) {
       if (!known.has(key)) throw new ConfigError(`Unknown setting '${key}' in config file '${configFile}'.`);
       merged[key] = value;
     }
   }
-  for (const option of serveOptions) {
+  for (const option of serveOptionList) {
+    if (option.notInFile) continue;
     const fromEnv = sources.env[option.env];
     if (fromEnv !== undefined && fromEnv !== "") merged[option.key] = convert(option, fromEnv, `${option.env}`);
     const fromFlag = sources.flags[option.key];
@@ -134,8 +151,9 @@ export function loadSettings(sources: ConfigSources): ResolvedSettings {
   if (!result.success) {
     const issue = result.error.issues[0]!;
     const key = formatParamPath(issue.path) ?? "settings";
-    const option = serveOptions.find((candidate) => candidate.key === issue.path[0]);
+    const option = serveOptionList.find((candidate) => candidate.key === issue.path[0]);
     const where = option ? ` (${option.flag.split(" ")[0]}, ${option.env})` : "";
+    // A secret's value is never echoed: zod's messages here name rules, not values.
     throw new ConfigError(`Invalid setting '${key}'${where}: ${issue.message}.`);
   }
   const { upstreams, ...settings } = result.data;
@@ -151,5 +169,25 @@ export function loadSettings(sources: ConfigSources): ResolvedSettings {
     data_dir: path.resolve(settings.data_dir),
     threads: settings.threads === 0 ? defaultThreads() : settings.threads,
     models: Object.freeze(models.map((model) => Object.freeze({ ...model }))),
+    upstream_api_keys: Object.freeze(upstreamApiKeys(models, sources.env)),
   });
+}
+
+/** The values of the variables upstream entries name as their API key (`api_key_env`), those set. */
+function upstreamApiKeys(models: readonly ModelEntry[], env: ConfigSources["env"]): Record<string, Secret> {
+  const keys: Record<string, Secret> = {};
+  for (const model of models) {
+    const variable = model.upstream?.api_key_env;
+    const value = variable === undefined ? undefined : env[variable];
+    if (variable !== undefined && value !== undefined && value !== "") keys[variable] = new Secret(value);
+  }
+  return keys;
+}
+
+/**
+ * The settings of this process: its environment, the flags given and the config file they (or
+ * TURNPIKE_CONFIG) name. The `turnpike` commands call this; nothing else reads `process.env`.
+ */
+export function loadProcessSettings(flags: ConfigSources["flags"], configFile?: string): ResolvedSettings {
+  return loadSettings({ flags, env: process.env, ...(configFile === undefined ? {} : { configFile }) });
 }

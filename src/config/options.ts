@@ -1,105 +1,315 @@
 /**
- * The table of `turnpike serve` options: flag, environment variable, default, meaning.
- * The CLI, the loader and the README reference are all read from here.
+ * The table of `turnpike serve` settings, the one place each is written: its key (in the
+ * settings and the JSON config file), flag, environment variable, schema, default and meaning.
+ * The settings schema (`schema.ts`), the loader, `--help` and the README reference all come from
+ * here, so a default is written once.
  */
 import os from "node:os";
+import { z } from "zod";
+import { creditValueSchema } from "../billing/credit-value.ts";
+import { modelEntrySchema } from "./model-entry.ts";
+import { secretOrNull } from "./secret.ts";
 
+/** How a flag's or variable's text becomes the setting's input: as is, a number, or a list of models. */
 export type OptionKind = "string" | "integer" | "number" | "models" | "upstreams";
 
-export type OptionSpec = {
-  /** Key in the settings and in the JSON config file. */
-  key: string;
+export type OptionSpec<Schema extends z.ZodType = z.ZodType> = {
   flag: string;
   env: string;
   kind: OptionKind;
+  /** Validates (and converts) the value from any source; the default goes through it too. */
+  schema: Schema;
+  /** The value when no source gives one, as a config file would write it. */
+  default: z.input<Schema>;
+  /** The default as `--help` and the README show it; the default itself when absent. */
+  defaultText?: string;
   /** Shown in `--help` and the README. */
   description: string;
-  /** The default as the README shows it. */
-  defaultText: string;
+  /** Never logged, and only from the environment, a flag or the file, never echoed back. */
+  secret?: boolean;
+  /** Only from a flag or the environment (the config file's own name). */
+  notInFile?: boolean;
 };
 
-export const serveOptions: readonly OptionSpec[] = [
-  { key: "host", flag: "--host <host>", env: "TURNPIKE_HOST", kind: "string", defaultText: "127.0.0.1", description: "address to listen on" },
-  { key: "port", flag: "--port <port>", env: "TURNPIKE_PORT", kind: "integer", defaultText: "8080", description: "port to listen on (0 picks a free one)" },
-  { key: "data_dir", flag: "--data-dir <dir>", env: "TURNPIKE_DATA_DIR", kind: "string", defaultText: "./data", description: "the SQLite database and downloaded models" },
-  { key: "database_url", flag: "--database-url <url>", env: "TURNPIKE_DATABASE_URL", kind: "string", defaultText: "SQLite in the data dir", description: "postgres://… to share state between several nodes" },
-  { key: "redis_url", flag: "--redis-url <url>", env: "TURNPIKE_REDIS_URL", kind: "string", defaultText: "limits kept in memory", description: "redis://… to share rate limits and sign-in throttling between several nodes" },
-  {
-    key: "models",
+function option<Schema extends z.ZodType>(spec: OptionSpec<Schema>): OptionSpec<Schema> {
+  return spec;
+}
+
+const seconds = (max?: number) => (max === undefined ? z.number().positive() : z.number().positive().max(max));
+const secret = z.string().transform(secretOrNull);
+
+/** Every `turnpike serve` setting, in the order `--help` and the README list them. */
+export const serveOptions = {
+  config: option({
+    flag: "--config <file>",
+    env: "TURNPIKE_CONFIG",
+    kind: "string",
+    schema: z.string(),
+    default: "",
+    defaultText: "none",
+    notInFile: true,
+    description: "a JSON file with these settings by key (and plans, and models in full); variables and flags override it",
+  }),
+  host: option({ flag: "--host <host>", env: "TURNPIKE_HOST", kind: "string", schema: z.string().min(1), default: "127.0.0.1", description: "address to listen on" }),
+  port: option({ flag: "--port <port>", env: "TURNPIKE_PORT", kind: "integer", schema: z.number().int().min(0).max(65535), default: 8080, description: "port to listen on (0 picks a free one)" }),
+  data_dir: option({ flag: "--data-dir <dir>", env: "TURNPIKE_DATA_DIR", kind: "string", schema: z.string().min(1), default: "./data", description: "the SQLite database and downloaded models" }),
+  database_url: option({
+    flag: "--database-url <url>",
+    env: "TURNPIKE_DATABASE_URL",
+    kind: "string",
+    schema: z.string().regex(/^(postgres(ql)?:\/\/.+)?$/, "must be a postgres:// URL (or empty for SQLite)"),
+    default: "",
+    defaultText: "SQLite in the data dir",
+    description: "postgres://… to share state between several nodes",
+  }),
+  redis_url: option({
+    flag: "--redis-url <url>",
+    env: "TURNPIKE_REDIS_URL",
+    kind: "string",
+    schema: z.string().regex(/^(rediss?:\/\/.+)?$/, "must be a redis:// URL (or empty for in-memory limits)"),
+    default: "",
+    defaultText: "limits kept in memory",
+    description: "redis://… to share rate limits and sign-in throttling between several nodes",
+  }),
+  models: option({
     flag: "--model <[id=]source>",
     env: "TURNPIKE_MODELS",
     kind: "models",
+    schema: z.array(modelEntrySchema),
+    default: [],
     defaultText: "the default model",
     description: "a model to serve: a .gguf path, or hf:owner/repo/file.gguf or an https:// URL downloaded once into <data-dir>/models; repeatable (comma-separated in the variable)",
-  },
-  {
-    key: "upstreams",
+  }),
+  upstreams: option({
     flag: "--upstream <id=url[,url…]>",
     env: "TURNPIKE_UPSTREAMS",
     kind: "upstreams",
+    // Appended to `models` once validated.
+    schema: z.array(modelEntrySchema),
+    default: [],
     defaultText: "none",
     description:
       "a model served by OpenAI-compatible servers (vLLM, SGLang, llama-server, Ollama, OpenAI), detected by probing: id=http://host:8000/v1, several URLs for a pool; repeatable (';'-separated in the variable)",
-  },
-  { key: "parallel", flag: "--parallel <n>", env: "TURNPIKE_PARALLEL", kind: "integer", defaultText: "4", description: "sequences generated at once per model" },
-  { key: "threads", flag: "--threads <n>", env: "TURNPIKE_THREADS", kind: "integer", defaultText: "cores - 1 (at least 1)", description: "llama.cpp threads; 0 picks from the cores available" },
-  { key: "context_size", flag: "--context-size <tokens>", env: "TURNPIKE_CONTEXT_SIZE", kind: "integer", defaultText: "4096", description: "largest context per sequence (capped at the model's training context)" },
-  { key: "gpu", flag: "--gpu <backend>", env: "TURNPIKE_GPU", kind: "string", defaultText: "auto", description: "auto, cpu, cuda, vulkan or metal" },
-  { key: "queue_size", flag: "--queue-size <n>", env: "TURNPIKE_QUEUE_SIZE", kind: "integer", defaultText: "64", description: "requests that may wait for a slot per model; more get 503" },
-  { key: "shutdown_timeout", flag: "--shutdown-timeout <seconds>", env: "TURNPIKE_SHUTDOWN_TIMEOUT", kind: "number", defaultText: "30", description: "how long running requests may finish after SIGINT/SIGTERM" },
-  { key: "keep_alive_interval", flag: "--keep-alive-interval <seconds>", env: "TURNPIKE_KEEP_ALIVE_INTERVAL", kind: "number", defaultText: "5", description: "a stream quiet this long gets an SSE comment (waiting for a slot, a long prompt evaluation)" },
-  { key: "log_level", flag: "--log-level <level>", env: "TURNPIKE_LOG_LEVEL", kind: "string", defaultText: "info", description: "fatal, error, warn, info, debug, trace or silent" },
-  { key: "body_limit", flag: "--body-limit <bytes>", env: "TURNPIKE_BODY_LIMIT", kind: "integer", defaultText: "10485760", description: "largest request body" },
-  { key: "request_timeout", flag: "--request-timeout <seconds>", env: "TURNPIKE_REQUEST_TIMEOUT", kind: "number", defaultText: "60", description: "a request's headers and body must arrive whole within this (a streamed response is not limited by it)" },
-  { key: "idle_timeout", flag: "--idle-timeout <seconds>", env: "TURNPIKE_IDLE_TIMEOUT", kind: "number", defaultText: "5", description: "an idle keep-alive connection is closed after this" },
-  { key: "max_connections", flag: "--max-connections <n>", env: "TURNPIKE_MAX_CONNECTIONS", kind: "integer", defaultText: "1024", description: "open connections at most; more are refused (0: no cap)" },
-  { key: "stall_timeout", flag: "--stall-timeout <seconds>", env: "TURNPIKE_STALL_TIMEOUT", kind: "number", defaultText: "30", description: "a stream whose client stopped reading is paused, then cut after this (billed for what was generated)" },
-  { key: "public_url", flag: "--public-url <url>", env: "TURNPIKE_PUBLIC_URL", kind: "string", defaultText: "http://host:port", description: "the address people use to reach this server: payment return links, the console's allowed origin and host" },
-  { key: "allowed_hosts", flag: "--allowed-hosts <hosts>", env: "TURNPIKE_ALLOWED_HOSTS", kind: "string", defaultText: "none", description: "more Host names accepted besides the public URL's, the listen address, localhost and IP addresses (comma-separated; .example.com for a domain and its names; others get 421)" },
-  { key: "trust_proxy", flag: "--trust-proxy <proxies>", env: "TURNPIKE_TRUST_PROXY", kind: "string", defaultText: "none", description: "believe X-Forwarded-* from reverse proxies: a hop count (1 for one proxy) or the proxies' addresses/subnets, comma-separated" },
-  { key: "signup", flag: "--signup <mode>", env: "TURNPIKE_SIGNUP", kind: "string", defaultText: "open", description: "open: anyone may sign up in the console; closed: accounts are made by admins or the CLI (and the first admin with the setup code)" },
-  { key: "database_timeout", flag: "--database-timeout <seconds>", env: "TURNPIKE_DATABASE_TIMEOUT", kind: "number", defaultText: "10", description: "PostgreSQL: a query that has not answered in this long fails (503 database_unavailable)" },
-  { key: "sweep_interval", flag: "--sweep-interval <seconds>", env: "TURNPIKE_SWEEP_INTERVAL", kind: "number", defaultText: "10", description: "how often each node writes its heartbeat and sweeps dead nodes' holds and expired credit" },
-  { key: "dead_node_after", flag: "--dead-node-after <seconds>", env: "TURNPIKE_DEAD_NODE_AFTER", kind: "number", defaultText: "60", description: "a node whose heartbeat is this old is dead: its holds are released" },
-  { key: "hold_ttl", flag: "--hold-ttl <seconds>", env: "TURNPIKE_HOLD_TTL", kind: "number", defaultText: "1800", description: "a hold older than this is released by the sweeper (longer than any generation may run)" },
-  { key: "lease_above", flag: "--lease-above <requests/s>", env: "TURNPIKE_LEASE_ABOVE", kind: "number", defaultText: "20", description: "a key sending this many requests a second is metered from credit leases, its usage written in group commits (0: always)" },
-  { key: "checkpoint_interval", flag: "--checkpoint-interval <seconds>", env: "TURNPIKE_CHECKPOINT_INTERVAL", kind: "number", defaultText: "1", description: "a running request's usage is checkpointed this often (and every 64 tokens): what a killed node's streams are billed" },
-];
+  }),
+  parallel: option({ flag: "--parallel <n>", env: "TURNPIKE_PARALLEL", kind: "integer", schema: z.number().int().min(1).max(64), default: 4, description: "sequences generated at once per model" }),
+  threads: option({
+    flag: "--threads <n>",
+    env: "TURNPIKE_THREADS",
+    kind: "integer",
+    // 0: pick from the cores available (`defaultThreads`).
+    schema: z.number().int().min(0).max(1024),
+    default: 0,
+    defaultText: "cores - 1 (at least 1)",
+    description: "llama.cpp threads; 0 picks from the cores available",
+  }),
+  context_size: option({
+    flag: "--context-size <tokens>",
+    env: "TURNPIKE_CONTEXT_SIZE",
+    kind: "integer",
+    schema: z.number().int().min(64),
+    default: 4096,
+    description: "largest context per sequence (capped at the model's training context)",
+  }),
+  gpu: option({ flag: "--gpu <backend>", env: "TURNPIKE_GPU", kind: "string", schema: z.enum(["auto", "cpu", "cuda", "vulkan", "metal"]), default: "auto", description: "auto, cpu, cuda, vulkan or metal" }),
+  queue_size: option({ flag: "--queue-size <n>", env: "TURNPIKE_QUEUE_SIZE", kind: "integer", schema: z.number().int().min(0), default: 64, description: "requests that may wait for a slot per model; more get 503" }),
+  shutdown_timeout: option({
+    flag: "--shutdown-timeout <seconds>",
+    env: "TURNPIKE_SHUTDOWN_TIMEOUT",
+    kind: "number",
+    schema: z.number().min(0),
+    default: 30,
+    description: "how long running requests may finish after SIGINT/SIGTERM",
+  }),
+  keep_alive_interval: option({
+    flag: "--keep-alive-interval <seconds>",
+    env: "TURNPIKE_KEEP_ALIVE_INTERVAL",
+    kind: "number",
+    schema: seconds(),
+    default: 5,
+    description: "a stream quiet this long gets an SSE comment (waiting for a slot, a long prompt evaluation)",
+  }),
+  log_level: option({
+    flag: "--log-level <level>",
+    env: "TURNPIKE_LOG_LEVEL",
+    kind: "string",
+    schema: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]),
+    default: "info",
+    description: "fatal, error, warn, info, debug, trace or silent",
+  }),
+  body_limit: option({ flag: "--body-limit <bytes>", env: "TURNPIKE_BODY_LIMIT", kind: "integer", schema: z.number().int().min(1024), default: 10 * 1024 * 1024, description: "largest request body" }),
+  request_timeout: option({
+    flag: "--request-timeout <seconds>",
+    env: "TURNPIKE_REQUEST_TIMEOUT",
+    kind: "number",
+    schema: seconds(3600),
+    default: 60,
+    description: "a request's headers and body must arrive whole within this (a streamed response is not limited by it)",
+  }),
+  idle_timeout: option({ flag: "--idle-timeout <seconds>", env: "TURNPIKE_IDLE_TIMEOUT", kind: "number", schema: seconds(3600), default: 5, description: "an idle keep-alive connection is closed after this" }),
+  max_connections: option({
+    flag: "--max-connections <n>",
+    env: "TURNPIKE_MAX_CONNECTIONS",
+    kind: "integer",
+    schema: z.number().int().min(0),
+    default: 1024,
+    description: "open connections at most; more are refused (0: no cap)",
+  }),
+  stall_timeout: option({
+    flag: "--stall-timeout <seconds>",
+    env: "TURNPIKE_STALL_TIMEOUT",
+    kind: "number",
+    schema: seconds(),
+    default: 30,
+    description: "a stream whose client stopped reading is paused, then cut after this (billed for what was generated)",
+  }),
+  public_url: option({
+    flag: "--public-url <url>",
+    env: "TURNPIKE_PUBLIC_URL",
+    kind: "string",
+    schema: z.string().regex(/^(https?:\/\/[^\s/]+\/?)?$/, "must be an http:// or https:// origin (or empty)"),
+    default: "",
+    defaultText: "http://host:port",
+    description: "the address people use to reach this server: payment return links, the console's allowed origin and host",
+  }),
+  allowed_hosts: option({
+    flag: "--allowed-hosts <hosts>",
+    env: "TURNPIKE_ALLOWED_HOSTS",
+    kind: "string",
+    schema: z.string(),
+    default: "",
+    defaultText: "none",
+    description: "more Host names accepted besides the public URL's, the listen address, localhost and IP addresses (comma-separated; .example.com for a domain and its names; others get 421)",
+  }),
+  trust_proxy: option({
+    flag: "--trust-proxy <proxies>",
+    env: "TURNPIKE_TRUST_PROXY",
+    kind: "string",
+    schema: z.string(),
+    default: "",
+    defaultText: "none",
+    description: "believe X-Forwarded-* from reverse proxies: a hop count (1 for one proxy) or the proxies' addresses/subnets, comma-separated",
+  }),
+  signup: option({
+    flag: "--signup <mode>",
+    env: "TURNPIKE_SIGNUP",
+    kind: "string",
+    schema: z.enum(["open", "closed"]),
+    default: "open",
+    description: "open: anyone may sign up in the console; closed: accounts are made by admins or the CLI (and the first admin with the setup code)",
+  }),
+  database_timeout: option({
+    flag: "--database-timeout <seconds>",
+    env: "TURNPIKE_DATABASE_TIMEOUT",
+    kind: "number",
+    schema: seconds(3600),
+    default: 10,
+    description: "PostgreSQL: a query that has not answered in this long fails (503 database_unavailable)",
+  }),
+  sweep_interval: option({
+    flag: "--sweep-interval <seconds>",
+    env: "TURNPIKE_SWEEP_INTERVAL",
+    kind: "number",
+    schema: seconds(3600),
+    default: 10,
+    description: "how often each node writes its heartbeat and sweeps dead nodes' holds and expired credit",
+  }),
+  dead_node_after: option({
+    flag: "--dead-node-after <seconds>",
+    env: "TURNPIKE_DEAD_NODE_AFTER",
+    kind: "number",
+    schema: seconds(),
+    default: 60,
+    description: "a node whose heartbeat is this old is dead: its holds are released",
+  }),
+  hold_ttl: option({
+    flag: "--hold-ttl <seconds>",
+    env: "TURNPIKE_HOLD_TTL",
+    kind: "number",
+    schema: seconds(),
+    default: 1800,
+    description: "a hold older than this is released by the sweeper (longer than any generation may run)",
+  }),
+  lease_above: option({
+    flag: "--lease-above <requests/s>",
+    env: "TURNPIKE_LEASE_ABOVE",
+    kind: "number",
+    schema: z.number().min(0),
+    default: 20,
+    description: "a key sending this many requests a second is metered from credit leases, its usage written in group commits (0: always)",
+  }),
+  checkpoint_interval: option({
+    flag: "--checkpoint-interval <seconds>",
+    env: "TURNPIKE_CHECKPOINT_INTERVAL",
+    kind: "number",
+    schema: seconds(3600),
+    default: 1,
+    description: "a running request's usage is checkpointed this often (and every 64 tokens): what a killed node's streams are billed",
+  }),
+  credit_value: option({
+    flag: "--credit-value <currency:amount>",
+    env: "TURNPIKE_CREDIT_VALUE",
+    kind: "string",
+    schema: creditValueSchema,
+    default: null,
+    defaultText: "unset: credits only",
+    description:
+      'what 1,000,000 credits cost, shown beside credit prices and costs (billing stays in credits): usd:1 means 1,000,000 credits cost 1 USD; in the file also {"currency": "usd", "per_million_credits": "1"}',
+  }),
+  stripe_secret_key: option({
+    flag: "--stripe-secret-key <key>",
+    env: "STRIPE_SECRET_KEY",
+    kind: "string",
+    schema: secret,
+    default: "",
+    defaultText: "none: no card payments",
+    secret: true,
+    description: "Stripe's secret API key (sk_…), to sell plans by card; never logged (prefer the variable over the flag, which other users may see)",
+  }),
+  stripe_webhook_secret: option({
+    flag: "--stripe-webhook-secret <secret>",
+    env: "STRIPE_WEBHOOK_SECRET",
+    kind: "string",
+    schema: secret,
+    default: "",
+    defaultText: "none: webhooks refused",
+    secret: true,
+    description: "the signing secret (whsec_…) of the Stripe webhook endpoint /api/billing/stripe/webhook; never logged",
+  }),
+  hf_token: option({
+    flag: "--hf-token <token>",
+    env: "HF_TOKEN",
+    kind: "string",
+    schema: secret,
+    default: "",
+    defaultText: "none",
+    secret: true,
+    description: "a Hugging Face token, sent with hf: downloads only (gated models); never logged",
+  }),
+  hf_endpoint: option({
+    flag: "--hf-endpoint <url>",
+    env: "HF_ENDPOINT",
+    kind: "string",
+    schema: z.string().regex(/^https?:\/\/[^\s]+$/, "must be an http:// or https:// URL").transform((url) => url.replace(/\/+$/, "")),
+    default: "https://huggingface.co",
+    description: "where hf: sources are downloaded from (a Hugging Face mirror)",
+  }),
+} as const;
+
+export type ServeOptions = typeof serveOptions;
+export type SettingKey = keyof ServeOptions;
+
+/** The table as a list, each option with its key. */
+export const serveOptionList: ReadonlyArray<OptionSpec & { key: SettingKey }> = Object.entries(serveOptions).map(([key, spec]) => ({
+  ...(spec as OptionSpec),
+  key: key as SettingKey,
+}));
+
+/** The default as `--help` and the README show it. */
+export function defaultTextOf(spec: Pick<OptionSpec, "default" | "defaultText">): string {
+  return spec.defaultText ?? String(spec.default);
+}
 
 /** llama.cpp slows down sharply when its threads outnumber free cores: leave one for Node. */
 export function defaultThreads(): number {
   return Math.max(1, Math.min(os.availableParallelism() - 1, 32));
 }
-
-export const defaultSettings = {
-  host: "127.0.0.1",
-  port: 8080,
-  data_dir: "./data",
-  database_url: "",
-  redis_url: "",
-  models: [],
-  upstreams: [],
-  parallel: 4,
-  threads: 0,
-  context_size: 4096,
-  gpu: "auto",
-  queue_size: 64,
-  shutdown_timeout: 30,
-  keep_alive_interval: 5,
-  log_level: "info",
-  body_limit: 10 * 1024 * 1024,
-  request_timeout: 60,
-  idle_timeout: 5,
-  max_connections: 1024,
-  stall_timeout: 30,
-  public_url: "",
-  allowed_hosts: "",
-  trust_proxy: "",
-  signup: "open",
-  database_timeout: 10,
-  sweep_interval: 10,
-  dead_node_after: 60,
-  hold_ttl: 1800,
-  lease_above: 20,
-  checkpoint_interval: 1,
-} as const;

@@ -1,153 +1,27 @@
 /**
- * Turnpike's settings: one schema, validated once at start, then frozen.
- * Every option has a flag, an environment variable and a default (see `options.ts`).
+ * Turnpike's settings: one schema, validated once at start, then frozen. Every setting, its
+ * flag, environment variable and default come from the table in `options.ts`.
  */
 import { z } from "zod";
 import { planSchema } from "../billing/plans.ts";
+import { serveOptions, type ServeOptions } from "./options.ts";
 
-/** Prices in credit units per million tokens. A model without prices costs nothing. */
-export const pricingSchema = z.object({
-  prompt: z.number().int().min(0).default(0),
-  cached_prompt: z.number().int().min(0).optional(),
-  completion: z.number().int().min(0).default(0),
-});
+export { DEFAULT_MODEL, modelEntrySchema, pricingSchema, UPSTREAM_KINDS, upstreamSchema, VENDOR_FIELDS } from "./model-entry.ts";
+export type { ModelEntry, UpstreamEntry, UpstreamKind, VendorField } from "./model-entry.ts";
 
-const modelIdPattern = /^[A-Za-z0-9][A-Za-z0-9._:@/-]*$/;
+type SettingsShape = { [Key in keyof ServeOptions]: z.ZodPrefault<ServeOptions[Key]["schema"]> };
 
-/** The kinds of upstream server Turnpike speaks to; each has its own dialect (see `engines/openai-compatible/dialects.ts`). */
-export const UPSTREAM_KINDS = ["vllm", "sglang", "llama-server", "ollama", "openai"] as const;
-export type UpstreamKind = (typeof UPSTREAM_KINDS)[number];
-
-/** Vendor sampling fields a model entry may let requests pass through to its engine. */
-export const VENDOR_FIELDS = ["top_k", "min_p", "repetition_penalty", "reasoning_effort", "chat_template_kwargs"] as const;
-export type VendorField = (typeof VENDOR_FIELDS)[number];
-
-/** A pool of OpenAI-compatible servers serving one model. */
-export const upstreamSchema = z.object({
-  /** Detected by probing when absent. */
-  kind: z.enum(UPSTREAM_KINDS).optional(),
-  /** Base URLs ending in `/v1` (a missing `/v1` is added); one per member of the pool. */
-  urls: z.array(z.string().regex(/^https?:\/\/[^\s]+$/, "must be an http:// or https:// URL")).min(1).max(256),
-  /** The model's name upstream; default: the entry's id. */
-  model: z.string().min(1).optional(),
-  /** The environment variable holding the upstreams' API key (sent as a bearer token; never logged). */
-  api_key_env: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "must be an environment variable name").optional(),
-  /** Requests one member runs at once; more wait in the model's queue. */
-  max_in_flight: z.number().int().min(1).max(100_000).default(64),
-  /** Seconds to open a connection to a member before trying the next. */
-  connect_timeout: z.number().positive().max(600).default(5),
-  /** Seconds to wait for the first token before trying the next member (nothing was sent yet). */
-  first_token_timeout: z.number().positive().max(3600).default(60),
-  /** Seconds a stream may go without a chunk once it began before it is ended with an error. */
-  idle_timeout: z.number().positive().max(3600).default(60),
-  /** Members tried for one request at most (the first included). */
-  max_attempts: z.number().int().min(1).max(16).default(3),
-  /** Seconds between health probes of each member. */
-  health_interval: z.number().positive().max(3600).default(5),
-});
-
-export type UpstreamEntry = z.infer<typeof upstreamSchema>;
-
-export const modelEntrySchema = z
-  .object({
-    id: z.string().regex(modelIdPattern, "must start with a letter or digit and hold only letters, digits and . _ : @ / -"),
-    /** A local GGUF file. */
-    path: z.string().min(1).optional(),
-    /** `hf:owner/repo/file.gguf`, or an https URL: downloaded into `<data-dir>/models` on first start. */
-    hf: z.string().min(1).optional(),
-    /** Served by a pool of OpenAI-compatible servers instead of in this process. */
-    upstream: upstreamSchema.optional(),
-    /** Tokens per sequence (prompt + completion); default: the smaller of the model's training context and `context_size`. */
-    context_size: z.number().int().min(64).optional(),
-    /** For upstream models: tokens per request (prompt + completion); default: what the upstream reports. */
-    context_length: z.number().int().min(64).optional(),
-    /** Sequences served at once for this model; default: the global `parallel`. */
-    parallel: z.number().int().min(1).max(64).optional(),
-    owned_by: z.string().optional(),
-    pricing: pricingSchema.optional(),
-    /** What the model reads (`/v1/models` `modalities.input`); default `["text"]`. */
-    input_modalities: z.array(z.enum(["text", "image"])).min(1).optional(),
-    /** Vendor sampling fields requests may pass through; default: those the upstream's kind understands (none for embedded models). */
-    vendor_fields: z.array(z.enum(VENDOR_FIELDS)).optional(),
-  })
-  .refine((entry) => [entry.path, entry.hf, entry.upstream].filter((source) => source !== undefined).length === 1, {
-    message: "needs exactly one of 'path' (a local GGUF file), 'hf' (hf:owner/repo/file.gguf) or 'upstream' (OpenAI-compatible servers)",
-  })
-  .refine((entry) => entry.upstream !== undefined || !entry.input_modalities?.includes("image"), {
-    message:
-      "cannot declare 'image' input: the embedded llama.cpp engine (node-llama-cpp 3.22) cannot load vision projectors (mmproj); image input needs an upstream engine",
-    path: ["input_modalities"],
-  })
-  .refine((entry) => entry.upstream !== undefined || entry.vendor_fields === undefined || entry.vendor_fields.length === 0, {
-    message: "vendor fields pass through to upstream engines only; the embedded llama.cpp engine takes none",
-    path: ["vendor_fields"],
-  });
-
-export type ModelEntry = z.infer<typeof modelEntrySchema>;
+/** Each setting's schema, its default filled in (and validated like any other value) when no source gives one. */
+function settingsShape(): SettingsShape {
+  const shape: Record<string, z.ZodType> = {};
+  for (const [key, spec] of Object.entries(serveOptions)) shape[key] = (spec.schema as z.ZodType).prefault(spec.default);
+  return shape as SettingsShape;
+}
 
 export const settingsSchema = z.object({
-  host: z.string().min(1),
-  port: z.number().int().min(0).max(65535),
-  data_dir: z.string().min(1),
-  /** `postgres://…` to share state between nodes; empty: SQLite in the data dir. */
-  database_url: z.string().regex(/^(postgres(ql)?:\/\/.+)?$/, "must be a postgres:// URL (or empty for SQLite)"),
-  /** `redis://…` to share rate limits between nodes; empty: limits kept in this process. */
-  redis_url: z.string().regex(/^(rediss?:\/\/.+)?$/, "must be a redis:// URL (or empty for in-memory limits)"),
-  models: z.array(modelEntrySchema),
-  /** `--upstream` models, appended to `models` once validated. */
-  upstreams: z.array(modelEntrySchema).default([]),
+  ...settingsShape(),
   /** Plans on offer; only from the config file. */
   plans: z.array(planSchema).default([]),
-  parallel: z.number().int().min(1).max(64),
-  /** llama.cpp threads per context; 0 means "pick from the cores available". */
-  threads: z.number().int().min(0).max(1024),
-  context_size: z.number().int().min(64),
-  /** llama.cpp backend: `auto` tries CUDA, Vulkan and Metal builds shipped with node-llama-cpp, then the CPU. */
-  gpu: z.enum(["auto", "cpu", "cuda", "vulkan", "metal"]),
-  /** Requests that may wait for a slot, per model; one more gets 503. */
-  queue_size: z.number().int().min(0),
-  /** Seconds running requests get to finish after SIGINT/SIGTERM. */
-  shutdown_timeout: z.number().min(0),
-  /** Seconds between SSE keep-alive comments while a stream waits for a slot. */
-  keep_alive_interval: z.number().positive(),
-  log_level: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]),
-  /** Largest request body in bytes. */
-  body_limit: z.number().int().min(1024),
-  /** Seconds a request's headers and body may take to arrive (not the response). */
-  request_timeout: z.number().positive().max(3600),
-  /** Seconds an idle keep-alive connection stays open. */
-  idle_timeout: z.number().positive().max(3600),
-  /** Open connections at most; 0: no cap. */
-  max_connections: z.number().int().min(0),
-  /** Seconds a stream may wait for a client that stopped reading before it is cut. */
-  stall_timeout: z.number().positive(),
-  /** `https://host[:port]`: the address people reach this server at; empty: `http://host:port`. */
-  public_url: z.string().regex(/^(https?:\/\/[^\s/]+\/?)?$/, "must be an http:// or https:// origin (or empty)"),
-  /** More `Host` names accepted, comma-separated (`*.example.com` matches subdomains). */
-  allowed_hosts: z.string(),
-  /** Reverse proxies to believe: a hop count, or addresses/subnets comma-separated; empty: none. */
-  trust_proxy: z.string(),
-  /** Whether anyone may sign up in the console. */
-  signup: z.enum(["open", "closed"]),
-  /** Seconds a PostgreSQL query may take before it fails. */
-  database_timeout: z.number().positive().max(3600),
-  /** Seconds between heartbeats and ledger sweeps. */
-  sweep_interval: z.number().positive().max(3600),
-  /** Seconds without a heartbeat after which a node is dead and its holds released. */
-  dead_node_after: z.number().positive(),
-  /** Seconds after which a hold is released by the sweeper. */
-  hold_ttl: z.number().positive(),
-  /** Requests a second from one key above which it is metered from credit leases (0: always). */
-  lease_above: z.number().min(0),
-  /** Seconds between checkpoints of a running request's usage. */
-  checkpoint_interval: z.number().positive().max(3600),
 });
 
 export type Settings = z.infer<typeof settingsSchema>;
-
-/** The model served when none is configured: small, instruct-tuned, downloaded on first start. */
-export const DEFAULT_MODEL: ModelEntry = {
-  id: "qwen2.5-0.5b-instruct",
-  hf: "hf:Qwen/Qwen2.5-0.5B-Instruct-GGUF/qwen2.5-0.5b-instruct-q4_k_m.gguf",
-  owned_by: "qwen",
-};

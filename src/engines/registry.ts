@@ -7,7 +7,7 @@ import type { Llama } from "node-llama-cpp";
 import type { ModelEntry } from "../config/schema.ts";
 import type { Engine, EngineStatus } from "./engine.ts";
 import { LlamaCppEngine } from "./llamacpp/llamacpp-engine.ts";
-import type { DownloadProgress } from "./llamacpp/model-file.ts";
+import type { DownloadProgress, HuggingFaceHub } from "./llamacpp/model-file.ts";
 import { createUpstreamEngine } from "./openai-compatible/create.ts";
 import type { MemberOutcome } from "./openai-compatible/pool-types.ts";
 
@@ -21,8 +21,10 @@ export type EngineEnvironment = {
   parallel: number;
   queueSize: number;
   threads: number;
-  /** Environment variables (upstream API keys are read from here, never logged). */
-  env: Readonly<Record<string, string | undefined>>;
+  /** Upstream API keys by the variable an entry names (`api_key_env`), read once with the settings; never logged. */
+  upstreamApiKeys: Readonly<Record<string, string>>;
+  /** Where `hf:` sources are downloaded from, and the token sent with them. */
+  hub: HuggingFaceHub;
   onProgress: (modelId: string, progress: DownloadProgress) => void;
   onStatus: (modelId: string, status: EngineStatus, source: string | undefined) => void;
   /** Operator-facing events of upstream pools (a member down, an upstream refusing our key). */
@@ -38,6 +40,7 @@ export function createEngine(entry: ModelEntry, environment: EngineEnvironment):
     modelId: entry.id,
     source: entry.path !== undefined ? { path: entry.path } : { remote: entry.hf! },
     dataDir: environment.dataDir,
+    hub: environment.hub,
     llama: environment.llama,
     contextSize: entry.context_size ?? environment.contextSize,
     parallel: entry.parallel ?? environment.parallel,

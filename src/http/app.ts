@@ -12,6 +12,8 @@ import type { RequestLimits } from "../limits/request-limits.ts";
 import type { Metrics } from "../metrics/metrics.ts";
 import { registerMetricsRoute } from "./routes/metrics/route.ts";
 import { registerUsageRoutes } from "./routes/usage/route.ts";
+import { registerSettingsRoute } from "./routes/settings/route.ts";
+import type { CreditValue } from "../billing/credit-value.ts";
 import { registerBillingRoutes } from "./routes/billing/route.ts";
 import type Stripe from "stripe";
 import type { Plan } from "../billing/plans.ts";
@@ -79,6 +81,8 @@ export type AppOptions = {
   hosts?: HostPolicy;
   /** `--signup` (default open). */
   signup?: "open" | "closed";
+  /** What a credit is worth (`--credit-value`): prices and costs shown in money too; absent: credits only. */
+  creditValue?: CreditValue | null;
 };
 
 export type App = {
@@ -195,7 +199,8 @@ export function buildApp(options: AppOptions): App {
     stallTimeoutMs: options.stallTimeoutMs ?? 30_000,
   });
 
-  registerUsageRoutes(server, { database: options.database, authenticate: authenticateAccount });
+  registerUsageRoutes(server, { database: options.database, authenticate: authenticateAccount, creditValue: options.creditValue ?? null });
+  registerSettingsRoute(server, { creditValue: options.creditValue ?? null });
   registerBillingRoutes(server, { database: options.database, authenticate: authenticateAccount, onPlansChanged: options.refreshPlans });
   registerStripeRoutes(server, {
     stripe: options.stripe,

@@ -1,6 +1,6 @@
 /**
  * Opens the configured database and migrates it: SQLite in the data dir by default,
- * PostgreSQL when a `postgres://` URL is given (TURNPIKE_DATABASE_URL).
+ * PostgreSQL when a `postgres://` URL is given (the `database_url` setting).
  */
 import path from "node:path";
 import type { Kysely } from "kysely";
@@ -11,7 +11,7 @@ import { migrateToLatest } from "./migrate.ts";
 
 export type StoreOptions = {
   dataDir: string;
-  /** `postgres://…`; undefined or empty for SQLite in the data dir. */
+  /** `postgres://…` (the `database_url` setting); undefined or empty for SQLite in the data dir. */
   databaseUrl?: string;
   /** Called for each migration applied (progress for operators). */
   onMigration?: (name: string) => void;
@@ -24,8 +24,9 @@ export type StoreOptions = {
   queryTimeoutMs?: number;
 };
 
+/** Opens the database `options` name, migrated to the latest schema. */
 export async function openStore(options: StoreOptions): Promise<Kysely<Database>> {
-  const url = options.databaseUrl === undefined ? process.env.TURNPIKE_DATABASE_URL : options.databaseUrl;
+  const url = options.databaseUrl;
   if (!url) return migrated(openSqlite(path.join(options.dataDir, "turnpike.sqlite")), options.onMigration);
   if (options.queryTimeoutMs === undefined) return migrated(openPostgres(url, { onConnectionError: options.onConnectionError }), options.onMigration);
   // A migration may rightly run long (an index on a large table), or wait for another node's:

@@ -47,6 +47,8 @@ export type TestServerOptions = {
   flags?: Record<string, string | string[] | undefined>;
   /** A --config file (plans, model prices). */
   configFile?: string;
+  /** Environment variables the settings read (Stripe keys, upstream API keys); none from the test process. */
+  env?: Record<string, string | undefined>;
 };
 
 export async function startTestServer(options: TestServerOptions = {}): Promise<TestServer> {
@@ -63,7 +65,7 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
       log_level: "info",
       ...options.flags,
     },
-    env: {},
+    env: options.env ?? {},
     configFile: options.configFile,
   });
   const database = await openStore({ dataDir, databaseUrl: settings.database_url });

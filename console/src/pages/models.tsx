@@ -1,6 +1,6 @@
 /** Models: the catalog of `/v1/models` with context length, modalities, prices, parameters and status. */
 import type { List, Model } from "../api.ts";
-import { formatNumber, formatPrice } from "../format.ts";
+import { formatCredits, formatMoneyPrice, formatNumber, formatPrice } from "../format.ts";
 import { Badge, EmptyState, ErrorState, Loading, PageHeader, useApi } from "../components/ui.tsx";
 
 export function statusBadge(status: Model["status"]) {
@@ -26,11 +26,26 @@ export function statusBadge(status: Model["status"]) {
   }
 }
 
+/** A price per million tokens: in money with the credits beside it when the server sets a credit value, else in credits. */
+function Price({ pricing, name }: { pricing: Model["pricing"]; name: "prompt" | "cached_prompt" | "completion" }) {
+  const credits = pricing[name];
+  const money = pricing.money?.[name];
+  if (money === undefined || pricing.currency === undefined || credits === 0) return <>{formatPrice(credits)}</>;
+  return (
+    <>
+      <div data-price="money">{formatMoneyPrice(money, pricing.currency)}</div>
+      <div className="muted small" data-price="credits">
+        {formatCredits(credits)}
+      </div>
+    </>
+  );
+}
+
 export function ModelsPage() {
   const models = useApi<List<Model>>("/api/models");
   return (
     <>
-      <PageHeader title="Models" description="The models this server offers. Prices are in credits per million tokens." />
+      <PageHeader title="Models" description="The models this server offers. Prices are per million tokens." />
       {models.error ? (
         <ErrorState error={models.error} retry={models.reload} />
       ) : !models.data ? (
@@ -66,15 +81,21 @@ export function ModelsPage() {
                 </div>
                 <div>
                   <dt>Prompt</dt>
-                  <dd>{formatPrice(model.pricing.prompt)}</dd>
+                  <dd data-testid="price-prompt">
+                    <Price pricing={model.pricing} name="prompt" />
+                  </dd>
                 </div>
                 <div>
                   <dt>Cached prompt</dt>
-                  <dd>{formatPrice(model.pricing.cached_prompt)}</dd>
+                  <dd data-testid="price-cached_prompt">
+                    <Price pricing={model.pricing} name="cached_prompt" />
+                  </dd>
                 </div>
                 <div>
                   <dt>Completion</dt>
-                  <dd>{formatPrice(model.pricing.completion)}</dd>
+                  <dd data-testid="price-completion">
+                    <Price pricing={model.pricing} name="completion" />
+                  </dd>
                 </div>
               </dl>
               <div className="chips" aria-label="Supported parameters">

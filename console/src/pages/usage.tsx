@@ -3,7 +3,8 @@ import { useMemo, useState } from "react";
 import { Bar, BarChart, CartesianGrid, Legend, ResponsiveContainer, Tooltip, XAxis, YAxis } from "recharts";
 import type { List, UsageGroup, UsageRequest } from "../api.ts";
 import { useSignedIn } from "../session.tsx";
-import { formatCredits, formatDateTime, formatNumber } from "../format.ts";
+import { formatCost, formatDateTime, formatNumber, formatSpent } from "../format.ts";
+import { useCreditValue } from "../credit-value.ts";
 import { Badge, EmptyState, ErrorState, Field, Loading, PageHeader, Tabs, useApi } from "../components/ui.tsx";
 
 type Range = "7" | "30" | "90" | "custom";
@@ -38,6 +39,7 @@ export function UsagePage() {
   const query = `from=${new Date(from).toISOString()}&to=${new Date(to).toISOString()}${scope}`;
   const byDay = useApi<List<UsageGroup>>(`/api/usage?${query}&group_by=day`);
   const byModel = useApi<List<UsageGroup>>(`/api/usage?${query}&group_by=model`);
+  const creditValue = useCreditValue();
   const requests = useApi<List<UsageRequest>>(`/api/usage/requests?limit=50${scope}`);
 
   const days = useMemo(() => {
@@ -129,7 +131,7 @@ export function UsagePage() {
           <div className="stat-grid">
             <Stat label="Requests" value={formatNumber(totals.requests)} testId="usage-requests" />
             <Stat label="Tokens" value={formatNumber(totals.tokens)} testId="usage-tokens" />
-            <Stat label="Spent" value={formatCredits(totals.cost)} testId="usage-cost" />
+            <Stat label="Spent" value={formatSpent(totals.cost, creditValue)} testId="usage-cost" />
           </div>
           <section className="card" aria-labelledby="per-day">
             <div className="card-header">
@@ -204,7 +206,7 @@ export function UsagePage() {
                       <th scope="col" className="number">Prompt tokens</th>
                       <th scope="col" className="number">Cached</th>
                       <th scope="col" className="number">Completion tokens</th>
-                      <th scope="col" className="number">Credits</th>
+                      <th scope="col" className="number">{creditValue === null ? "Credits" : "Cost"}</th>
                     </tr>
                   </thead>
                   <tbody>
@@ -215,7 +217,9 @@ export function UsagePage() {
                         <td className="number">{formatNumber(row.prompt_tokens)}</td>
                         <td className="number">{formatNumber(row.cached_prompt_tokens)}</td>
                         <td className="number">{formatNumber(row.completion_tokens)}</td>
-                        <td className="number">{formatNumber(row.cost)}</td>
+                        <td className="number" title={`${formatNumber(row.cost)} credits`}>
+                          {formatCost(row.cost, creditValue)}
+                        </td>
                       </tr>
                     ))}
                   </tbody>
@@ -259,6 +263,7 @@ function Stat({ label, value, testId }: { label: string; value: string; testId: 
 }
 
 function RequestsTable({ rows }: { rows: UsageRequest[] }) {
+  const creditValue = useCreditValue();
   return (
     <div className="table-wrap">
       <table className="table" aria-label="Recent requests">
@@ -269,7 +274,7 @@ function RequestsTable({ rows }: { rows: UsageRequest[] }) {
             <th scope="col">Model</th>
             <th scope="col" className="number">Prompt</th>
             <th scope="col" className="number">Completion</th>
-            <th scope="col" className="number">Credits</th>
+            <th scope="col" className="number">{creditValue === null ? "Credits" : "Cost"}</th>
             <th scope="col" className="number">Latency</th>
             <th scope="col">Status</th>
           </tr>
@@ -287,8 +292,8 @@ function RequestsTable({ rows }: { rows: UsageRequest[] }) {
               <td className="number" data-column="completion_tokens">
                 {formatNumber(row.completion_tokens)}
               </td>
-              <td className="number" data-column="cost">
-                {formatNumber(row.cost)}
+              <td className="number" data-column="cost" title={`${formatNumber(row.cost)} credits`}>
+                {formatCost(row.cost, creditValue)}
               </td>
               <td className="number">{formatNumber(row.latency_ms)} ms</td>
               <td>

@@ -32,7 +32,7 @@ import { planReply, type ReplyPlan } from "./reply-plan.ts";
 import { generateChoice, sharePromptPrefix } from "./generate-choice.ts";
 import { DecodeBarrier, type DecodeBarrierStats } from "./decode-barrier.ts";
 import { tokenDescriber, type DescribeToken } from "./token-logprobs.ts";
-import { resolveModelFile, type DownloadProgress, type ModelFileSource } from "./model-file.ts";
+import { resolveModelFile, type DownloadProgress, type HuggingFaceHub, type ModelFileSource } from "./model-file.ts";
 import { RuntimeUnavailableError } from "./runtime.ts";
 
 
@@ -50,6 +50,8 @@ export type LlamaCppEngineOptions = {
   modelId: string;
   source: ModelFileSource;
   dataDir: string;
+  /** Where `hf:` sources are downloaded from, and with which token; the public hub when absent. */
+  hub?: HuggingFaceHub;
   /** Gives the shared llama.cpp runtime (loaded once per process). */
   llama: () => Promise<Llama>;
   /** Largest context per sequence; capped at the model's training context. */
@@ -197,6 +199,7 @@ export class LlamaCppEngine implements Engine {
       if ("remote" in options.source) this.#setStatus({ state: "downloading", detail: options.source.remote });
       const file = await resolveModelFile(options.source, options.dataDir, {
         signal: this.#closing.signal,
+        ...(options.hub === undefined ? {} : { hub: options.hub }),
         onProgress: (progress) => {
           const fraction = progress.totalBytes > 0 ? progress.downloadedBytes / progress.totalBytes : undefined;
           this.#status = { state: "downloading", progress: fraction, detail: "remote" in options.source ? options.source.remote : undefined };

@@ -47,13 +47,13 @@ describe("model files", () => {
     assert.equal(probeUrl("hf:o/r/dir/m.gguf"), "https://huggingface.co/o/r/resolve/main/dir/m.gguf");
     assert.equal(probeUrl("hf:o/r/m.gguf#v2"), "https://huggingface.co/o/r/resolve/v2/m.gguf");
     assert.equal(probeUrl("https://example.com/m.gguf"), "https://example.com/m.gguf");
-    assert.equal(probeUrl("hf:o/r/m.gguf", { HF_ENDPOINT: "https://hf-mirror.example/" }), "https://hf-mirror.example/o/r/resolve/main/m.gguf", "a mirror, as the downloader uses it");
+    assert.equal(probeUrl("hf:o/r/m.gguf", { endpoint: "https://hf-mirror.example/" }), "https://hf-mirror.example/o/r/resolve/main/m.gguf", "a mirror, as the downloader uses it");
   });
 
-  it("probes gated Hugging Face files with HF_TOKEN, as the downloader fetches them, and nothing else", () => {
-    assert.deepEqual(probeHeaders("hf:o/r/m.gguf", { HF_TOKEN: "hf_secret" }), { authorization: "Bearer hf_secret" });
-    assert.deepEqual(probeHeaders("hf:o/r/m.gguf", {}), {});
-    assert.deepEqual(probeHeaders("https://example.com/m.gguf", { HF_TOKEN: "hf_secret" }), {}, "the token never goes to other hosts");
+  it("probes gated Hugging Face files with the hub token (HF_TOKEN), as the downloader fetches them, and nothing else", () => {
+    assert.deepEqual(probeHeaders("hf:o/r/m.gguf", { endpoint: "https://huggingface.co", token: "hf_secret" }), { authorization: "Bearer hf_secret" });
+    assert.deepEqual(probeHeaders("hf:o/r/m.gguf", { endpoint: "https://huggingface.co" }), {});
+    assert.deepEqual(probeHeaders("https://example.com/m.gguf", { endpoint: "https://huggingface.co", token: "hf_secret" }), {}, "the token never goes to other hosts");
   });
 
   it("refuses a local path that is not there", async () => {

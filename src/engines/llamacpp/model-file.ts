@@ -31,11 +31,21 @@ export class ModelFileError extends Error {
   }
 }
 
+/** Where `hf:` sources come from, and the token sent with them (gated models). */
+export type HuggingFaceHub = {
+  /** `https://huggingface.co`, or a mirror (`--hf-endpoint`, HF_ENDPOINT); no trailing slash. */
+  endpoint: string;
+  /** `--hf-token` (HF_TOKEN); sent to the hub only, never logged. */
+  token?: string;
+};
+
+/** The public hub, without a token. */
+export const HUGGING_FACE: HuggingFaceHub = { endpoint: "https://huggingface.co" };
+
 /** The address to probe before a download: the file itself, or the Hugging Face host. */
-export function probeUrl(remote: string, env: NodeJS.ProcessEnv = process.env): string {
+export function probeUrl(remote: string, hub: HuggingFaceHub = HUGGING_FACE): string {
   if (!remote.startsWith("hf:")) return remote;
-  // A mirror, as node-llama-cpp's downloader reads it.
-  const endpoint = (env.HF_ENDPOINT || env.MODEL_ENDPOINT || "https://huggingface.co").replace(/\/+$/, "");
+  const endpoint = hub.endpoint.replace(/\/+$/, "");
   const match = /^hf:([^/]+)\/([^/:#]+)\/([^#]+?)(?:#(.+))?$/.exec(remote);
   if (match === null) return `${endpoint}/`;
   const [, owner, repo, file, branch] = match;
@@ -43,11 +53,11 @@ export function probeUrl(remote: string, env: NodeJS.ProcessEnv = process.env): 
 }
 
 /**
- * Headers for the probe: Hugging Face's token for `hf:` sources when `HF_TOKEN` is set, as
- * node-llama-cpp's downloader sends it, so gated models are probed with the same rights.
+ * Headers for the probe: the hub's token for `hf:` sources, as node-llama-cpp's downloader sends
+ * it, so gated models are probed with the same rights.
  */
-export function probeHeaders(remote: string, env: NodeJS.ProcessEnv = process.env): Record<string, string> {
-  const token = env.HF_TOKEN?.trim();
+export function probeHeaders(remote: string, hub: HuggingFaceHub = HUGGING_FACE): Record<string, string> {
+  const token = hub.token?.trim();
   return remote.startsWith("hf:") && token ? { authorization: `Bearer ${token}` } : {};
 }
 
@@ -60,19 +70,19 @@ const STALL_TIMEOUT_MS = 120_000;
  * Fails fast when the remote cannot be reached: node-llama-cpp's downloader retries for a
  * long time on its own, which would leave an offline server "downloading" for minutes.
  */
-async function probeRemote(remote: string, signal?: AbortSignal): Promise<void> {
-  const url = probeUrl(remote);
+async function probeRemote(remote: string, hub: HuggingFaceHub, signal?: AbortSignal): Promise<void> {
+  const url = probeUrl(remote, hub);
   const host = new URL(url).host;
   try {
     const response = await fetch(url, {
       method: "HEAD",
-      headers: probeHeaders(remote),
+      headers: probeHeaders(remote, hub),
       redirect: "manual",
       signal: AbortSignal.any([AbortSignal.timeout(PROBE_TIMEOUT_MS), ...(signal ? [signal] : [])]),
     });
     if (response.status === 404) throw new ModelFileError(`${remote} does not exist (${host} answered 404)`);
     if (response.status === 401 || response.status === 403) {
-      const advice = remote.startsWith("hf:") ? (process.env.HF_TOKEN ? "; HF_TOKEN is set but may not read it" : "; set HF_TOKEN to a Hugging Face token that may read it") : "";
+      const advice = remote.startsWith("hf:") ? (hub.token ? "; the Hugging Face token (HF_TOKEN) may not read it" : "; set HF_TOKEN (or --hf-token) to a Hugging Face token that may read it") : "";
       throw new ModelFileError(`${remote} needs access rights (${host} answered ${response.status})${advice}`);
     }
   } catch (error) {
@@ -90,7 +100,7 @@ async function probeRemote(remote: string, signal?: AbortSignal): Promise<void> 
 export async function resolveModelFile(
   source: ModelFileSource,
   dataDir: string,
-  options: { onProgress?: (progress: DownloadProgress) => void; signal?: AbortSignal } = {},
+  options: { onProgress?: (progress: DownloadProgress) => void; signal?: AbortSignal; hub?: HuggingFaceHub } = {},
 ): Promise<string> {
   if ("path" in source) {
     const resolved = path.resolve(source.path);
@@ -100,7 +110,8 @@ export async function resolveModelFile(
   const target = downloadedModelPath(dataDir, source.remote);
   if (fs.existsSync(target)) return target;
   fs.mkdirSync(path.dirname(target), { recursive: true });
-  await probeRemote(source.remote, options.signal);
+  const hub = options.hub ?? HUGGING_FACE;
+  await probeRemote(source.remote, hub, options.signal);
   const stalled = new AbortController();
   let watchdog = setTimeout(() => stalled.abort(), STALL_TIMEOUT_MS);
   try {
@@ -109,6 +120,8 @@ export async function resolveModelFile(
       dirPath: path.dirname(target),
       fileName: path.basename(target),
       showCliProgress: false,
+      endpoints: { huggingFace: hub.endpoint },
+      ...(hub.token ? { tokens: { huggingFace: hub.token } } : {}),
       deleteTempFileOnCancel: false,
       onProgress: (status) => {
         clearTimeout(watchdog);

@@ -1,6 +1,6 @@
 /**
- * Builds the engine of an upstream model entry: its pool of members, the API key read from the
- * environment variable the entry names (never logged), and the engine over them.
+ * Builds the engine of an upstream model entry: its pool of members, the API key the settings
+ * read from the environment variable the entry names (never logged), and the engine over them.
  */
 import type { ModelEntry } from "../../config/schema.ts";
 import type { Engine } from "../engine.ts";
@@ -15,7 +15,7 @@ import { createUpstreamPool, poolOptionsFromEntry } from "./pool.ts";
 export function createUpstreamEngine(entry: ModelEntry & { upstream: NonNullable<ModelEntry["upstream"]> }, environment: EngineEnvironment): Engine {
   const upstream = entry.upstream;
   const apiKeyEnv = upstream.api_key_env;
-  const apiKey = apiKeyEnv === undefined ? undefined : environment.env[apiKeyEnv];
+  const apiKey = apiKeyEnv === undefined ? undefined : environment.upstreamApiKeys[apiKeyEnv];
   if (apiKeyEnv !== undefined && (apiKey === undefined || apiKey === "")) {
     throw new Error(`Model '${entry.id}': the environment variable ${apiKeyEnv} (its upstream API key) is not set.`);
   }

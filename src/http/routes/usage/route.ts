@@ -1,7 +1,8 @@
 /**
  * `GET /api/usage` (sums grouped by day, model or key) and `GET /api/usage/requests` (recent
  * requests) for the caller's account. Admins (and operator keys) may name any account with
- * `account=<id>`, or `account=all`.
+ * `account=<id>`, or `account=all`. With a `credit_value` setting, each row's credit `cost` comes
+ * with `cost_money` (an exact decimal string) and the response names its `currency`.
  */
 import type { FastifyInstance, FastifyRequest, preHandlerHookHandler } from "fastify";
 import type { Kysely } from "kysely";
@@ -11,8 +12,15 @@ import { queryUsage, recentRequests } from "../../../billing/usage.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
 import { InvalidRequestError } from "../../../protocol/errors.ts";
 import { principalOf, requireAdmin } from "../../middleware/account-auth/account-auth.ts";
+import type { CreditValue } from "../../../billing/credit-value.ts";
+import { moneyCurrency, withMoneyCosts } from "../../../billing/usage-money.ts";
 
-export type UsageRouteOptions = { database: Kysely<Database>; authenticate: preHandlerHookHandler };
+export type UsageRouteOptions = {
+  database: Kysely<Database>;
+  authenticate: preHandlerHookHandler;
+  /** What a credit is worth (costs are shown in money too); null or absent: credits only. */
+  creditValue?: CreditValue | null;
+};
 
 const DAY_MS = 86_400_000;
 
@@ -54,6 +62,7 @@ function accountScope(request: FastifyRequest, named: string | undefined): strin
 }
 
 export function registerUsageRoutes(app: FastifyInstance, options: UsageRouteOptions): void {
+  const creditValue = options.creditValue ?? null;
   app.get("/api/usage", { preHandler: options.authenticate }, async function usage(request) {
     const query = parseWithSchema(usageQuerySchema, request.query ?? {});
     const to = query.to ?? Date.now();
@@ -62,13 +71,13 @@ export function registerUsageRoutes(app: FastifyInstance, options: UsageRouteOpt
     if (to - from > 3660 * DAY_MS) throw new InvalidRequestError("The range may span at most ten years.", "from");
     const accountId = accountScope(request, query.account);
     const data = await queryUsage(options.database, { accountId, from, to, groupBy: query.group_by });
-    return { object: "list", group_by: query.group_by, from, to, data };
+    return { object: "list", group_by: query.group_by, from, to, ...moneyCurrency(creditValue), data: withMoneyCosts(data, creditValue) };
   });
 
   app.get("/api/usage/requests", { preHandler: options.authenticate }, async function requests(request) {
     const query = parseWithSchema(requestsQuerySchema, request.query ?? {});
     const accountId = accountScope(request, query.account);
     const data = await recentRequests(options.database, { accountId, limit: query.limit, before: query.before });
-    return { object: "list", data, has_more: data.length === query.limit };
+    return { object: "list", ...moneyCurrency(creditValue), data: withMoneyCosts(data, creditValue), has_more: data.length === query.limit };
   });
 }

@@ -1,0 +1,22 @@
+/**
+ * `GET /api/settings`: what the console needs to know of the server's settings, public (no
+ * session or key): today what a credit is worth, so prices and costs can be shown in money.
+ */
+import type { FastifyInstance } from "fastify";
+import type { CreditValue } from "../../../billing/credit-value.ts";
+
+export type SettingsRouteOptions = { creditValue: CreditValue | null };
+
+/** The body of `GET /api/settings`. */
+export type PublicSettings = {
+  object: "settings";
+  /** `{currency, per_million_credits}`: 1,000,000 credits cost `per_million_credits` (a decimal string) of `currency`; null: credits only. */
+  credit_value: CreditValue | null;
+};
+
+export function registerSettingsRoute(app: FastifyInstance, options: SettingsRouteOptions): void {
+  const body: PublicSettings = { object: "settings", credit_value: options.creditValue === null ? null : { ...options.creditValue } };
+  app.get("/api/settings", async function publicSettings(): Promise<PublicSettings> {
+    return body;
+  });
+}
