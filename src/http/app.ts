@@ -13,6 +13,8 @@ import type { Metrics } from "../metrics/metrics.ts";
 import { registerMetricsRoute } from "./routes/metrics/route.ts";
 import { registerUsageRoutes } from "./routes/usage/route.ts";
 import { registerBillingRoutes } from "./routes/billing/route.ts";
+import { registerBillingHistoryRoute } from "./routes/billing-history/route.ts";
+import { registerUsageExportRoute } from "./routes/usage-export/route.ts";
 import type Stripe from "stripe";
 import type { Plan } from "../billing/plans.ts";
 import { registerStripeRoutes } from "../billing/stripe/route.ts";
@@ -196,6 +198,8 @@ export function buildApp(options: AppOptions): App {
   });
 
   registerUsageRoutes(server, { database: options.database, authenticate: authenticateAccount });
+  registerUsageExportRoute(server, { database: options.database, authenticate: authenticateAccount });
+  registerBillingHistoryRoute(server, { database: options.database, authenticate: authenticateAccount });
   registerBillingRoutes(server, { database: options.database, authenticate: authenticateAccount, onPlansChanged: options.refreshPlans });
   registerStripeRoutes(server, {
     stripe: options.stripe,
