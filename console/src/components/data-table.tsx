@@ -18,6 +18,8 @@ export type Column<Row> = {
   numeric?: boolean;
   /** Kept on one line (short values); other cells wrap. */
   nowrap?: boolean;
+  /** May break inside a word (emails, ids: one long word). */
+  breakAnywhere?: boolean;
   /** Bold (the row's name). */
   strong?: boolean;
   /** Buttons: the header is read by screen readers only, and a card shows no label for it. */
@@ -37,7 +39,7 @@ export type DataTableProps<Row> = {
 };
 
 function cellClass(column: Column<unknown>): string | undefined {
-  const classes = [column.numeric && "number", column.nowrap && "nowrap", column.strong && "strong", column.actions && "actions"].filter(Boolean);
+  const classes = [column.numeric && "number", column.nowrap && "nowrap", column.breakAnywhere && "break-anywhere", column.strong && "strong", column.actions && "actions"].filter(Boolean);
   return classes.length === 0 ? undefined : classes.join(" ");
 }
 

@@ -70,9 +70,17 @@ function statusBadge(key: ApiKey) {
 
 export function KeysTable({ keys, onRevoke, showOwner }: { keys: ApiKey[]; onRevoke: (key: ApiKey) => void; showOwner?: boolean }) {
   const columns: Array<Column<ApiKey> | false> = [
-    { id: "name", header: "Name", strong: true, cell: (key) => key.name || <span className="muted">Unnamed</span> },
-    showOwner === true && { id: "owner", header: "Owner", cell: (key) => key.account_email ?? <span className="muted">operator</span> },
-    { id: "prefix", header: "Key", nowrap: true, cell: (key) => <code className="key-prefix">{key.display_prefix}…</code> },
+    {
+      id: "name",
+      header: "Name",
+      strong: true,
+      cell: (key) => (
+        <>
+          {key.name || <span className="muted">Unnamed</span>} <code className="key-prefix">{key.display_prefix}…</code>
+        </>
+      ),
+    },
+    showOwner === true && { id: "owner", header: "Owner", breakAnywhere: true, cell: (key) => key.account_email ?? <span className="muted">operator</span> },
     { id: "scope", header: "Access", nowrap: true, cell: scopeBadge },
     { id: "created", header: "Created", nowrap: true, cell: (key) => formatDate(key.created) },
     { id: "last_used", header: "Last used", cell: (key) => formatRelative(key.last_used) },

@@ -288,7 +288,7 @@ export function PlaygroundPage() {
                 </div>
                 {turn.state === "failed" ? (
                   <div className="message error" role="alert" data-testid="failed-message">
-                    <div className="message-role">Not sent to the model again</div>
+                    <div className="message-role">Failed · left out of the conversation</div>
                     {turn.answer !== "" && <div className="message-content muted">{turn.answer}</div>}
                     <div className="message-content">{turn.error}</div>
                     <div>

@@ -32,7 +32,7 @@ export function AccountsSection() {
         rowKey={(account) => account.id}
         rowAttributes={(account) => ({ "data-account": account.email })}
         columns={[
-          { id: "email", header: "Email", strong: true, cell: (account) => account.email },
+          { id: "email", header: "Email", strong: true, breakAnywhere: true, cell: (account) => account.email },
           { id: "role", header: "Role", nowrap: true, cell: (account) => (account.role === "admin" ? <Badge tone="blue">Admin</Badge> : "User") },
           { id: "plan", header: "Plan", cell: (account) => account.plan?.name ?? <span className="muted">—</span> },
           { id: "balance", header: "Balance", numeric: true, cell: (account) => formatNumber(account.balance) },

@@ -80,7 +80,7 @@ export function CodesSection() {
               { id: "plan", header: "Plan", cell: (code) => code.plan },
               { id: "created", header: "Created", nowrap: true, cell: (code) => formatDate(code.created) },
               { id: "redeemed", header: "Redeemed", nowrap: true, cell: (code) => (code.redeemed ? formatDate(code.redeemed) : <Badge tone="green">Unused</Badge>) },
-              { id: "redeemed_by", header: "By", cell: (code) => code.redeemed_by ?? "—" },
+              { id: "redeemed_by", header: "By", breakAnywhere: true, cell: (code) => code.redeemed_by ?? "—" },
             ]}
           />
         )}
