@@ -10,31 +10,12 @@
  */
 import { sql, type Kysely } from "kysely";
 import type { Database, LedgerEntryKind } from "../store/schema.ts";
+import type { HistoryEntry, HistorySource } from "../protocol/billing-history.ts";
 
 /** The ledger kinds the history lists. */
-export const HISTORY_KINDS: readonly LedgerEntryKind[] = ["grant", "settle", "expiry", "refund"];
+export const HISTORY_KINDS: ReadonlyArray<HistoryEntry["kind"]> = ["grant", "settle", "expiry", "refund"];
 
-/** Where an entry came from, as people say it. */
-export type HistorySource = "purchase" | "code" | "admin" | "grant" | "usage" | "expiry" | "refund";
-
-export type HistoryEntry = {
-  object: "billing.entry";
-  id: string;
-  /** The ledger's kind: grant, settle (a charge for usage), expiry or refund. */
-  kind: LedgerEntryKind;
-  source: HistorySource;
-  description: string;
-  /** Credit units, signed: grants add, charges and expiries subtract. */
-  amount: number;
-  /** Credit units: the running sum of the listed entries up to and including this one. */
-  balance_after: number;
-  /** The plan of the granted (or expired) credit; null for usage. */
-  plan: string | null;
-  /** The key a charge was made with; null otherwise (or for a key since deleted). */
-  key_name: string | null;
-  /** Seconds since the epoch. */
-  created: number;
-};
+export type { HistoryEntry, HistorySource };
 
 /** Thrown when `before` names no entry of the account. */
 export class UnknownCursorError extends Error {}
@@ -132,7 +113,7 @@ export async function billingHistory(
     const entry: HistoryEntry = {
       object: "billing.entry",
       id: row.id,
-      kind: row.kind,
+      kind: row.kind as HistoryEntry["kind"],
       source,
       description: describe(source, planName, row.key_name ?? null),
       amount,
