@@ -1,6 +1,6 @@
 /**
  * Builds the console into `console/dist` when its sources changed since the last build
- * (a hash of `console/src`, `index.html`, the Vite config and the lockfile). `npm start` runs
+ * (a hash of `console/src`, `console/public`, `index.html`, the Vite config and the lockfile). `npm start` runs
  * it first; `--if-possible` warns instead of failing, so the API starts even if the build cannot.
  */
 import { createHash } from "node:crypto";
@@ -25,6 +25,7 @@ export function sourceStamp(): string {
   const hash = createHash("sha256");
   const inputs = [
     ...filesUnder(path.join(consoleDirectory, "src")),
+    ...filesUnder(path.join(consoleDirectory, "public")),
     path.join(consoleDirectory, "index.html"),
     path.join(consoleDirectory, "vite.config.ts"),
     path.join(consoleDirectory, "..", "package-lock.json"),

@@ -4,6 +4,7 @@ import { ApiError, get, post, setCsrfToken, setSignedOutHandler, type Session } 
 import { Link, useRouter } from "./router.tsx";
 import { SessionContext, useSession } from "./session.tsx";
 import { Loading, ErrorState } from "./components/ui.tsx";
+import { ThemeMenu } from "./components/theme.tsx";
 import { AuthPage } from "./pages/auth.tsx";
 import { KeysPage } from "./pages/keys.tsx";
 import { BillingPage } from "./pages/billing.tsx";
@@ -150,6 +151,7 @@ function Shell({ current, children }: { current: string | undefined; children: R
               {session?.email}
             </div>
             <div className="muted small">{session?.role === "admin" ? "Administrator" : "Member"}</div>
+            <ThemeMenu />
             <button type="button" className="button full" onClick={() => void signOut()}>
               Sign out
             </button>

@@ -15,6 +15,8 @@ import { registerUsageRoutes } from "./routes/usage/route.ts";
 import { registerSettingsRoute } from "./routes/settings/route.ts";
 import type { CreditValue } from "../billing/credit-value.ts";
 import { registerBillingRoutes } from "./routes/billing/route.ts";
+import { registerBillingHistoryRoute } from "./routes/billing-history/route.ts";
+import { registerUsageExportRoute } from "./routes/usage-export/route.ts";
 import type Stripe from "stripe";
 import type { Plan } from "../billing/plans.ts";
 import { registerStripeRoutes } from "../billing/stripe/route.ts";
@@ -201,6 +203,8 @@ export function buildApp(options: AppOptions): App {
 
   registerUsageRoutes(server, { database: options.database, authenticate: authenticateAccount, creditValue: options.creditValue ?? null });
   registerSettingsRoute(server, { creditValue: options.creditValue ?? null });
+  registerUsageExportRoute(server, { database: options.database, authenticate: authenticateAccount });
+  registerBillingHistoryRoute(server, { database: options.database, authenticate: authenticateAccount });
   registerBillingRoutes(server, { database: options.database, authenticate: authenticateAccount, onPlansChanged: options.refreshPlans });
   registerStripeRoutes(server, {
     stripe: options.stripe,

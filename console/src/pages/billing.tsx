@@ -1,8 +1,9 @@
-/** Billing: balance, plan and expiry; the plans on offer (Buy → Stripe Checkout); redeem a code. */
-import { useState } from "react";
+/** Billing: balance, plan and expiry; the plans on offer (Buy → Stripe Checkout); redeem a code; the history. */
+import { useEffect, useState } from "react";
 import { ApiError, post, type Account, type List, type Plan } from "../api.ts";
 import { formatCredits, formatDate, formatMoney, formatNumber } from "../format.ts";
 import { useRouter } from "../router.tsx";
+import { BillingHistory } from "./billing-history.tsx";
 import { EmptyState, ErrorState, Field, Loading, Notice, PageHeader, useApi } from "../components/ui.tsx";
 
 export function BillingPage() {
@@ -10,6 +11,7 @@ export function BillingPage() {
   const plans = useApi<List<Plan>>("/api/plans");
   const { search } = useRouter();
   const checkout = search.get("checkout");
+  const [historyGeneration, setHistoryGeneration] = useState(0);
 
   return (
     <>
@@ -58,7 +60,13 @@ export function BillingPage() {
           </div>
         )}
       </section>
-      <RedeemCode onRedeemed={account.reload} />
+      <RedeemCode
+        onRedeemed={() => {
+          account.reload();
+          setHistoryGeneration((value) => value + 1);
+        }}
+      />
+      <BillingHistory generation={historyGeneration} />
     </>
   );
 }
@@ -112,6 +120,10 @@ function RedeemCode({ onRedeemed }: { onRedeemed: () => void }) {
   const [code, setCode] = useState("");
   const [busy, setBusy] = useState(false);
   const [result, setResult] = useState<{ tone: "success" | "error"; text: string }>();
+  useEffect(() => {
+    // "Redeem a code" in the low-balance banner links here.
+    if (window.location.hash === "#redeem-code") document.getElementById("redeem-code")?.focus();
+  }, []);
   async function submit(event: React.FormEvent) {
     event.preventDefault();
     setBusy(true);

@@ -4,6 +4,8 @@ import { api, post, type ApiKey, type CreatedKey, type List, type Model } from "
 import type { KeyScope } from "../../../src/protocol/account-api.ts";
 import { useSignedIn } from "../session.tsx";
 import { formatCredits, formatDate, formatRelative } from "../format.ts";
+import { BalanceBanner } from "../components/balance-banner.tsx";
+import { DataTable, type Column } from "../components/data-table.tsx";
 import { Badge, ConfirmDialog, CopyButton, Dialog, EmptyState, ErrorState, Field, Loading, Notice, PageHeader, useApi } from "../components/ui.tsx";
 
 export function KeysPage() {
@@ -23,6 +25,7 @@ export function KeysPage() {
         description="Your secret keys authenticate requests to /v1. Keep them safe: anyone with a key can spend your credit."
         actions={createButton}
       />
+      <BalanceBanner />
       {keys.error && <ErrorState error={keys.error} retry={keys.reload} />}
       {!keys.data && keys.loading && <Loading />}
       {keys.data && keys.data.data.length === 0 && (
@@ -66,57 +69,47 @@ function statusBadge(key: ApiKey) {
 }
 
 export function KeysTable({ keys, onRevoke, showOwner }: { keys: ApiKey[]; onRevoke: (key: ApiKey) => void; showOwner?: boolean }) {
-  return (
-    <div className="table-wrap">
-      <table className="table" aria-label="API Keys">
-        <thead>
-          <tr>
-            <th scope="col">Name</th>
-            {showOwner && <th scope="col">Owner</th>}
-            <th scope="col">Key</th>
-            <th scope="col">Access</th>
-            <th scope="col">Created</th>
-            <th scope="col">Last used</th>
-            <th scope="col">Expires</th>
-            <th scope="col">Models</th>
-            <th scope="col">Spent</th>
-            <th scope="col">Status</th>
-            <th scope="col">
-              <span className="visually-hidden">Actions</span>
-            </th>
-          </tr>
-        </thead>
-        <tbody>
-          {keys.map((key) => (
-            <tr key={key.id} data-key-id={key.id}>
-              <td className="strong">{key.name || <span className="muted">Unnamed</span>}</td>
-              {showOwner && <td>{key.account_email ?? <span className="muted">operator</span>}</td>}
-              <td>
-                <code className="key-prefix">{key.display_prefix}…</code>
-              </td>
-              <td>{scopeBadge(key)}</td>
-              <td>{formatDate(key.created)}</td>
-              <td>{formatRelative(key.last_used)}</td>
-              <td>{key.expires === null ? "Never" : formatDate(key.expires)}</td>
-              <td>{key.models === null ? <span className="muted">All</span> : key.models.join(", ")}</td>
-              <td>
-                {key.spent.toLocaleString()}
-                {key.spend_cap !== null && <span className="muted"> / {formatCredits(key.spend_cap)}</span>}
-              </td>
-              <td>{statusBadge(key)}</td>
-              <td className="actions">
-                {key.status !== "revoked" && (
-                  <button type="button" className="button small danger-text" onClick={() => onRevoke(key)} aria-label={`Revoke ${key.name || key.display_prefix}`}>
-                    Revoke
-                  </button>
-                )}
-              </td>
-            </tr>
-          ))}
-        </tbody>
-      </table>
-    </div>
-  );
+  const columns: Array<Column<ApiKey> | false> = [
+    {
+      id: "name",
+      header: "Name",
+      strong: true,
+      cell: (key) => (
+        <>
+          {key.name || <span className="muted">Unnamed</span>} <code className="key-prefix">{key.display_prefix}…</code>
+        </>
+      ),
+    },
+    showOwner === true && { id: "owner", header: "Owner", breakAnywhere: true, cell: (key) => key.account_email ?? <span className="muted">operator</span> },
+    { id: "scope", header: "Access", nowrap: true, cell: scopeBadge },
+    { id: "created", header: "Created", nowrap: true, cell: (key) => formatDate(key.created) },
+    { id: "last_used", header: "Last used", cell: (key) => formatRelative(key.last_used) },
+    { id: "expires", header: "Expires", nowrap: true, cell: (key) => (key.expires === null ? "Never" : formatDate(key.expires)) },
+    { id: "models", header: "Models", cell: (key) => (key.models === null ? <span className="muted">All</span> : key.models.join(", ")) },
+    {
+      id: "spent",
+      header: "Spent",
+      cell: (key) => (
+        <>
+          {key.spent.toLocaleString()}
+          {key.spend_cap !== null && <span className="muted"> / {formatCredits(key.spend_cap)}</span>}
+        </>
+      ),
+    },
+    { id: "status", header: "Status", nowrap: true, cell: statusBadge },
+    {
+      id: "actions",
+      header: "Actions",
+      actions: true,
+      cell: (key) =>
+        key.status !== "revoked" && (
+          <button type="button" className="button small danger-text" onClick={() => onRevoke(key)} aria-label={`Revoke ${key.name || key.display_prefix}`}>
+            Revoke
+          </button>
+        ),
+    },
+  ];
+  return <DataTable label="API Keys" columns={columns} rows={keys} rowKey={(key) => key.id} rowAttributes={(key) => ({ "data-key-id": key.id })} />;
 }
 
 const EXPIRY_CHOICES: Array<[string, string]> = [

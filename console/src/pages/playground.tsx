@@ -7,9 +7,17 @@ import { useEffect, useRef, useState } from "react";
 import { api, post, type CreatedKey, type List, type Model } from "../api.ts";
 import { costOf, formatCredits, formatNumber } from "../format.ts";
 import { useSession } from "../session.tsx";
-import { CopyButton, Dialog, EmptyState, ErrorState, Field, Loading, Notice, PageHeader, Tabs, useApi } from "../components/ui.tsx";
+import { BalanceBanner } from "../components/balance-banner.tsx";
+import { EmptyState, ErrorState, Field, Loading, PageHeader, useApi } from "../components/ui.tsx";
+import { CodeDialog } from "./playground-code.tsx";
 
 type Message = { role: "user" | "assistant"; content: string };
+/**
+ * One exchange: the user's message and the answer. A failed exchange (the call was refused, or
+ * ended in an error or was stopped before any text) shows its error and is never sent again:
+ * the next request carries the successful exchanges only. Retry sends its message afresh.
+ */
+type Turn = { id: number; user: string; answer: string; state: "streaming" | "done" | "failed"; error?: string };
 type Usage = { prompt_tokens: number; completion_tokens: number; prompt_tokens_details?: { cached_tokens?: number } };
 type Parameters = { temperature: number; max_tokens: number; top_p: number; seed: string };
 
@@ -56,6 +64,19 @@ async function readEvents(body: ReadableStream<Uint8Array>, onData: (data: strin
   }
 }
 
+/** The successful exchanges as messages, in order: what the next request carries after the system prompt. */
+function historyOf(turns: readonly Turn[]): Message[] {
+  return turns
+    .filter((turn) => turn.state === "done")
+    .flatMap((turn): Message[] => [
+      { role: "user", content: turn.user },
+      { role: "assistant", content: turn.answer },
+    ]);
+}
+
+/** Whether the screen is wide enough for the settings beside the chat (the layout's breakpoint). */
+const WIDE = "(min-width: 801px)";
+
 export function PlaygroundPage() {
   const { session } = useSession();
   const models = useApi<List<Model>>("/api/models");
@@ -64,14 +85,15 @@ export function PlaygroundPage() {
   const [ownKey, setOwnKey] = useState("");
   const [system, setSystem] = useState("You are a helpful assistant.");
   const [parameters, setParameters] = useState<Parameters>({ temperature: 1, max_tokens: 256, top_p: 1, seed: "" });
-  const [messages, setMessages] = useState<Message[]>([]);
+  const [turns, setTurns] = useState<Turn[]>([]);
   const [draft, setDraft] = useState("");
-  const [streaming, setStreaming] = useState(false);
-  const [error, setError] = useState<string>();
   const [usage, setUsage] = useState<{ usage: Usage; cost: number; finish: string | null }>();
   const [showCode, setShowCode] = useState(false);
+  const [settingsOpen, setSettingsOpen] = useState(() => window.matchMedia?.(WIDE).matches ?? true);
   const abort = useRef<AbortController | null>(null);
+  const nextId = useRef(1);
   const endOfChat = useRef<HTMLDivElement>(null);
+  const streaming = turns.some((turn) => turn.state === "streaming");
 
   const model = models.data?.data.find((candidate) => candidate.id === modelId);
   useEffect(() => {
@@ -80,8 +102,9 @@ export function PlaygroundPage() {
   useEffect(() => {
     // Braces: newer browsers return a promise from scrollIntoView, which React would take for a cleanup.
     endOfChat.current?.scrollIntoView?.({ block: "nearest" });
-  }, [messages]);
+  }, [turns]);
 
+  /** The request body for `conversation`: what Send posts and View code shows. */
   function requestBody(conversation: Message[]) {
     const supported = new Set(model?.supported_parameters ?? []);
     const body: Record<string, unknown> = {
@@ -97,31 +120,33 @@ export function PlaygroundPage() {
     return body;
   }
 
-  async function send(event: React.FormEvent) {
-    event.preventDefault();
-    if (draft.trim() === "" || streaming || !model || !session) return;
-    setError(undefined);
+  function update(id: number, change: Partial<Turn>) {
+    setTurns((previous) => previous.map((turn) => (turn.id === id ? { ...turn, ...change } : turn)));
+  }
+
+  /** Sends `text` after the successful exchanges of `history`. */
+  async function run(text: string, history: Turn[]) {
+    if (!model || !session) return;
+    const id = nextId.current++;
+    const body = requestBody([...historyOf(history), { role: "user", content: text }]);
+    setTurns([...history, { id, user: text, answer: "", state: "streaming" }]);
     setUsage(undefined);
-    const conversation: Message[] = [...messages, { role: "user", content: draft }];
-    setMessages([...conversation, { role: "assistant", content: "" }]);
-    setDraft("");
-    setStreaming(true);
     const controller = new AbortController();
     abort.current = controller;
+    let answer = "";
     try {
       const key = keyMode === "own" ? ownKey.trim() : await temporaryKey(session.id);
       if (key === "") throw new Error("Paste one of your API keys, or use a temporary key.");
       const response = await fetch("/v1/chat/completions", {
         method: "POST",
         headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
-        body: JSON.stringify(requestBody(conversation)),
+        body: JSON.stringify(body),
         signal: controller.signal,
       });
       if (!response.ok || response.body === null) {
         const failure = (await response.json().catch(() => ({}))) as { error?: { message?: string } };
         throw new Error(failure.error?.message ?? `The server answered ${response.status}.`);
       }
-      let answer = "";
       let finish: string | null = null;
       await readEvents(response.body, (data) => {
         if (data === "[DONE]") return;
@@ -130,7 +155,7 @@ export function PlaygroundPage() {
         const choice = chunk.choices?.[0];
         if (choice?.delta?.content) {
           answer += choice.delta.content;
-          setMessages([...conversation, { role: "assistant", content: answer }]);
+          update(id, { answer });
         }
         if (choice?.finish_reason) finish = choice.finish_reason;
         if (chunk.usage) {
@@ -138,12 +163,32 @@ export function PlaygroundPage() {
           setUsage({ usage: chunk.usage, cost, finish });
         }
       });
+      update(id, { state: "done" });
     } catch (failure) {
-      if ((failure as Error).name !== "AbortError") setError((failure as Error).message);
+      const stopped = (failure as Error).name === "AbortError";
+      // Stopped after some text: keep what came, as the answer. Anything else failed.
+      if (stopped && answer !== "") update(id, { state: "done" });
+      else update(id, { state: "failed", error: stopped ? "Stopped before the model answered." : (failure as Error).message });
     } finally {
-      setStreaming(false);
       abort.current = null;
     }
+  }
+
+  function send(event: React.FormEvent) {
+    event.preventDefault();
+    if (draft.trim() === "" || streaming) return;
+    const text = draft;
+    setDraft("");
+    void run(text, turns);
+  }
+
+  /** Sends a failed exchange's message again, in its place at the end of the chat. */
+  function retry(turn: Turn) {
+    if (streaming) return;
+    void run(
+      turn.user,
+      turns.filter((candidate) => candidate.id !== turn.id),
+    );
   }
 
   if (models.error) return <ErrorState error={models.error} retry={models.reload} />;
@@ -151,6 +196,7 @@ export function PlaygroundPage() {
   if (models.data.data.length === 0) return <EmptyState title="No models">The operator has not configured any models.</EmptyState>;
 
   const supported = new Set(model?.supported_parameters ?? []);
+  const nextBody = requestBody([...historyOf(turns), ...(draft.trim() === "" ? [] : [{ role: "user" as const, content: draft }])]);
   return (
     <>
       <PageHeader
@@ -161,71 +207,106 @@ export function PlaygroundPage() {
             <button type="button" className="button" onClick={() => setShowCode(true)}>
               {"</>"} View code
             </button>
-            <button type="button" className="button" onClick={() => (setMessages([]), setUsage(undefined), setError(undefined))} disabled={streaming}>
+            <button type="button" className="button" onClick={() => (setTurns([]), setUsage(undefined))} disabled={streaming}>
               Clear
             </button>
           </>
         }
       />
+      <BalanceBanner />
       <div className="playground">
-        <aside className="card playground-settings" aria-label="Settings">
-          <Field label="Model" htmlFor="pg-model">
-            <select id="pg-model" value={modelId} onChange={(event) => setModelId(event.target.value)}>
-              {models.data.data.map((candidate) => (
-                <option key={candidate.id} value={candidate.id}>
-                  {candidate.id}
-                  {candidate.status.state === "ready" ? "" : ` (${candidate.status.state})`}
-                </option>
-              ))}
-            </select>
-          </Field>
-          <Field label="API key" htmlFor="pg-key-mode">
-            <select id="pg-key-mode" value={keyMode} onChange={(event) => setKeyMode(event.target.value as "temporary" | "own")}>
-              <option value="temporary">Temporary key for this session</option>
-              <option value="own">Paste one of my keys</option>
-            </select>
-          </Field>
-          {keyMode === "own" && (
-            <Field label="Your key" htmlFor="pg-key" hint="Used only in this tab, never stored.">
-              <input id="pg-key" type="password" className="mono" autoComplete="off" value={ownKey} onChange={(event) => setOwnKey(event.target.value)} placeholder="tp-…" />
+        <details
+          className="card playground-settings"
+          open={settingsOpen}
+          onToggle={(event) => setSettingsOpen((event.currentTarget as HTMLDetailsElement).open)}
+        >
+          <summary>
+            <span className="summary-title">Settings</span>
+            <span className="muted small summary-detail">
+              {modelId} · {keyMode === "temporary" ? "temporary key" : "your key"}
+            </span>
+          </summary>
+          <div className="settings-fields">
+            <Field label="Model" htmlFor="pg-model">
+              <select id="pg-model" value={modelId} onChange={(event) => setModelId(event.target.value)}>
+                {models.data.data.map((candidate) => (
+                  <option key={candidate.id} value={candidate.id}>
+                    {candidate.id}
+                    {candidate.status.state === "ready" ? "" : ` (${candidate.status.state})`}
+                  </option>
+                ))}
+              </select>
             </Field>
-          )}
-          <Field label="System prompt" htmlFor="pg-system">
-            <textarea id="pg-system" rows={4} value={system} onChange={(event) => setSystem(event.target.value)} />
-          </Field>
-          {supported.has("temperature") && (
-            <Field label={`Temperature: ${parameters.temperature.toFixed(2)}`} htmlFor="pg-temperature">
-              <input id="pg-temperature" type="range" min={0} max={2} step={0.05} value={parameters.temperature} onChange={(event) => setParameters({ ...parameters, temperature: Number(event.target.value) })} />
+            <Field
+              label="API key"
+              htmlFor="pg-key-mode"
+              hint={keyMode === "temporary" ? "Inference only; expires in 12 hours or at sign-out." : "Used only in this tab, never stored."}
+            >
+              <select id="pg-key-mode" value={keyMode} onChange={(event) => setKeyMode(event.target.value as "temporary" | "own")}>
+                <option value="temporary">Temporary key</option>
+                <option value="own">One of my keys</option>
+              </select>
             </Field>
-          )}
-          {supported.has("top_p") && (
-            <Field label={`Top P: ${parameters.top_p.toFixed(2)}`} htmlFor="pg-top-p">
-              <input id="pg-top-p" type="range" min={0} max={1} step={0.05} value={parameters.top_p} onChange={(event) => setParameters({ ...parameters, top_p: Number(event.target.value) })} />
+            {keyMode === "own" && (
+              <Field label="Your key" htmlFor="pg-key">
+                <input id="pg-key" type="password" className="mono" autoComplete="off" value={ownKey} onChange={(event) => setOwnKey(event.target.value)} placeholder="tp-…" />
+              </Field>
+            )}
+            <Field label="System prompt" htmlFor="pg-system">
+              <textarea id="pg-system" rows={4} value={system} onChange={(event) => setSystem(event.target.value)} />
             </Field>
-          )}
-          {supported.has("max_tokens") && (
-            <Field label="Maximum tokens" htmlFor="pg-max-tokens">
-              <input id="pg-max-tokens" type="number" min={1} max={model?.context_length} value={parameters.max_tokens} onChange={(event) => setParameters({ ...parameters, max_tokens: Math.max(1, Number(event.target.value) || 1) })} />
-            </Field>
-          )}
-          {supported.has("seed") && (
-            <Field label="Seed (optional)" htmlFor="pg-seed">
-              <input id="pg-seed" type="number" value={parameters.seed} onChange={(event) => setParameters({ ...parameters, seed: event.target.value })} />
-            </Field>
-          )}
-        </aside>
+            {supported.has("temperature") && (
+              <Field label={`Temperature: ${parameters.temperature.toFixed(2)}`} htmlFor="pg-temperature">
+                <input id="pg-temperature" type="range" min={0} max={2} step={0.05} value={parameters.temperature} onChange={(event) => setParameters({ ...parameters, temperature: Number(event.target.value) })} />
+              </Field>
+            )}
+            {supported.has("top_p") && (
+              <Field label={`Top P: ${parameters.top_p.toFixed(2)}`} htmlFor="pg-top-p">
+                <input id="pg-top-p" type="range" min={0} max={1} step={0.05} value={parameters.top_p} onChange={(event) => setParameters({ ...parameters, top_p: Number(event.target.value) })} />
+              </Field>
+            )}
+            {supported.has("max_tokens") && (
+              <Field label="Maximum tokens" htmlFor="pg-max-tokens">
+                <input id="pg-max-tokens" type="number" min={1} max={model?.context_length} value={parameters.max_tokens} onChange={(event) => setParameters({ ...parameters, max_tokens: Math.max(1, Number(event.target.value) || 1) })} />
+              </Field>
+            )}
+            {supported.has("seed") && (
+              <Field label="Seed (optional)" htmlFor="pg-seed">
+                <input id="pg-seed" type="number" value={parameters.seed} onChange={(event) => setParameters({ ...parameters, seed: event.target.value })} />
+              </Field>
+            )}
+          </div>
+        </details>
         <section className="card playground-chat" aria-label="Conversation">
           <div className="messages" aria-live="polite">
-            {messages.length === 0 && <p className="muted center">Send a message to start.</p>}
-            {messages.map((message, index) => (
-              <div key={index} className={`message ${message.role}`} data-testid={message.role === "assistant" ? "assistant-message" : undefined}>
-                <div className="message-role">{message.role === "user" ? "You" : "Assistant"}</div>
-                <div className="message-content">{message.content || (streaming && index === messages.length - 1 ? <span className="typing">…</span> : "")}</div>
+            {turns.length === 0 && <p className="muted center">Send a message to start.</p>}
+            {turns.map((turn) => (
+              <div key={turn.id} className={turn.state === "failed" ? "exchange failed" : "exchange"} data-testid="exchange" data-state={turn.state}>
+                <div className="message user">
+                  <div className="message-role">You</div>
+                  <div className="message-content">{turn.user}</div>
+                </div>
+                {turn.state === "failed" ? (
+                  <div className="message error" role="alert" data-testid="failed-message">
+                    <div className="message-role">Failed · left out of the conversation</div>
+                    {turn.answer !== "" && <div className="message-content muted">{turn.answer}</div>}
+                    <div className="message-content">{turn.error}</div>
+                    <div>
+                      <button type="button" className="button small" onClick={() => retry(turn)} disabled={streaming}>
+                        Retry
+                      </button>
+                    </div>
+                  </div>
+                ) : (
+                  <div className="message assistant" data-testid="assistant-message">
+                    <div className="message-role">Assistant</div>
+                    <div className="message-content">{turn.answer || (turn.state === "streaming" ? <span className="typing">…</span> : "")}</div>
+                  </div>
+                )}
               </div>
             ))}
             <div ref={endOfChat} />
           </div>
-          {error && <Notice tone="error">{error}</Notice>}
           {usage && (
             <div className="usage-line" data-testid="playground-usage">
               {formatNumber(usage.usage.prompt_tokens)} prompt + {formatNumber(usage.usage.completion_tokens)} completion tokens · {formatCredits(usage.cost)}
@@ -261,40 +342,7 @@ export function PlaygroundPage() {
           </form>
         </section>
       </div>
-      {showCode && <CodeDialog body={{ ...requestBody([...messages.filter((message) => message.content !== ""), ...(draft.trim() ? [{ role: "user" as const, content: draft }] : [])]) }} onClose={() => setShowCode(false)} />}
+      {showCode && <CodeDialog body={nextBody} onClose={() => setShowCode(false)} />}
     </>
-  );
-}
-
-function CodeDialog({ body, onClose }: { body: Record<string, unknown>; onClose: () => void }) {
-  const [language, setLanguage] = useState<"curl" | "node" | "python">("curl");
-  const baseUrl = `${window.location.origin}/v1`;
-  const plain = { ...body };
-  delete plain.stream;
-  delete plain.stream_options;
-  const json = JSON.stringify(plain, null, 2);
-  const indented = (text: string, by: string) => text.split("\n").join(`\n${by}`);
-  const code = {
-    curl: `curl ${baseUrl}/chat/completions \\\n  -H "Authorization: Bearer $TURNPIKE_KEY" \\\n  -H "Content-Type: application/json" \\\n  -d '${json.replace(/'/g, "'\\''")}'`,
-    node: `import OpenAI from "openai";\n\nconst client = new OpenAI({ baseURL: "${baseUrl}", apiKey: process.env.TURNPIKE_KEY });\n\nconst completion = await client.chat.completions.create(${indented(json, "")});\nconsole.log(completion.choices[0].message.content, completion.usage);`,
-    python: `import os\nfrom openai import OpenAI\n\nclient = OpenAI(base_url="${baseUrl}", api_key=os.environ["TURNPIKE_KEY"])\n\ncompletion = client.chat.completions.create(**${indented(json.replace(/\btrue\b/g, "True").replace(/\bfalse\b/g, "False").replace(/\bnull\b/g, "None"), "")})\nprint(completion.choices[0].message.content, completion.usage)`,
-  }[language];
-  return (
-    <Dialog title="View code" onClose={onClose} wide footer={<CopyButton text={code} label="Copy code" />}>
-      <p className="muted">The same request with your own key in <code>TURNPIKE_KEY</code>.</p>
-      <Tabs
-        label="Language"
-        value={language}
-        onChange={setLanguage}
-        tabs={[
-          ["curl", "curl"],
-          ["node", "Node.js (openai)"],
-          ["python", "Python (openai)"],
-        ]}
-      />
-      <pre className="code" tabIndex={0} aria-label={`${language} code`}>
-        <code>{code}</code>
-      </pre>
-    </Dialog>
   );
 }

@@ -5,10 +5,13 @@ import type { List, UsageGroup, UsageRequest } from "../api.ts";
 import { useSignedIn } from "../session.tsx";
 import { formatCost, formatDateTime, formatNumber, formatSpent } from "../format.ts";
 import { useCreditValue } from "../credit-value.ts";
+import { DataTable, type Column } from "../components/data-table.tsx";
 import { Badge, EmptyState, ErrorState, Field, Loading, PageHeader, Tabs, useApi } from "../components/ui.tsx";
 
 type Range = "7" | "30" | "90" | "custom";
 const DAY = 86_400_000;
+/** The longest range `GET /api/usage/export` takes. */
+const MAX_EXPORT_DAYS = 366;
 
 function isoDay(time: number): string {
   return new Date(time).toISOString().slice(0, 10);
@@ -59,6 +62,9 @@ export function UsagePage() {
     }
     return rows;
   }, [byDay.data, from, to]);
+  // A single day with usage would be a sliver at the chart's edge among empty days: drawn alone, centred.
+  const usedDays = days.filter((day) => day.requests > 0);
+  const chartDays = usedDays.length === 1 ? usedDays : days;
 
   const totals = (byModel.data?.data ?? []).reduce(
     (sum, row) => ({
@@ -109,6 +115,15 @@ export function UsagePage() {
               <option value="90">Last 90 days</option>
               <option value="custom">Custom range</option>
             </select>
+            {to - from > MAX_EXPORT_DAYS * DAY ? (
+              <button type="button" className="button" disabled title={`An export covers at most ${MAX_EXPORT_DAYS} days.`}>
+                Export CSV
+              </button>
+            ) : (
+              <a className="button" href={`/api/usage/export?${query}`} download>
+                Export CSV
+              </a>
+            )}
           </div>
         }
       />
@@ -146,16 +161,17 @@ export function UsagePage() {
                 ]}
               />
             </div>
+            {usedDays.length === 1 && <p className="muted small chart-note">Only {usedDays[0]!.day} had usage in this range.</p>}
             <div className="chart" role="img" aria-label={`${metric === "tokens" ? "Tokens" : "Cost"} per day`}>
               <ResponsiveContainer width="100%" height={260}>
-                <BarChart data={days} margin={{ top: 8, right: 8, bottom: 0, left: 0 }}>
+                <BarChart data={chartDays} maxBarSize={56} margin={{ top: 8, right: 8, bottom: 0, left: 0 }}>
                   <CartesianGrid strokeDasharray="3 3" vertical={false} stroke="var(--border)" />
                   <XAxis dataKey="day" tick={{ fontSize: 12, fill: "var(--muted)" }} tickLine={false} axisLine={false} minTickGap={16} />
                   <YAxis tick={{ fontSize: 12, fill: "var(--muted)" }} tickLine={false} axisLine={false} width={56} allowDecimals={false} />
                   <Tooltip contentStyle={{ background: "var(--surface)", border: "1px solid var(--border)", borderRadius: 8 }} cursor={{ fill: "var(--hover)" }} />
                   {metric === "tokens" ? (
                     <>
-                      <Legend wrapperStyle={{ fontSize: 12 }} />
+                      <Legend wrapperStyle={{ fontSize: 12 }} formatter={(value: string) => <span className="chart-legend-text">{value}</span>} />
                       <Bar dataKey="prompt" name="Prompt" stackId="tokens" fill="#6366f1" isAnimationActive={false} />
                       <Bar dataKey="cached" name="Cached prompt" stackId="tokens" fill="#a5b4fc" isAnimationActive={false} />
                       <Bar dataKey="completion" name="Completion" stackId="tokens" fill="#10b981" isAnimationActive={false} radius={[4, 4, 0, 0]} />
@@ -197,34 +213,25 @@ export function UsagePage() {
                   </BarChart>
                 </ResponsiveContainer>
               </div>
-              <div className="table-wrap">
-                <table className="table" aria-label="Usage per model">
-                  <thead>
-                    <tr>
-                      <th scope="col">Model</th>
-                      <th scope="col" className="number">Requests</th>
-                      <th scope="col" className="number">Prompt tokens</th>
-                      <th scope="col" className="number">Cached</th>
-                      <th scope="col" className="number">Completion tokens</th>
-                      <th scope="col" className="number">{creditValue === null ? "Credits" : "Cost"}</th>
-                    </tr>
-                  </thead>
-                  <tbody>
-                    {byModel.data.data.map((row) => (
-                      <tr key={row.group}>
-                        <td className="strong">{row.group}</td>
-                        <td className="number">{formatNumber(row.requests)}</td>
-                        <td className="number">{formatNumber(row.prompt_tokens)}</td>
-                        <td className="number">{formatNumber(row.cached_prompt_tokens)}</td>
-                        <td className="number">{formatNumber(row.completion_tokens)}</td>
-                        <td className="number" title={`${formatNumber(row.cost)} credits`}>
-                          {formatCost(row.cost, creditValue)}
-                        </td>
-                      </tr>
-                    ))}
-                  </tbody>
-                </table>
-              </div>
+              <DataTable
+                label="Usage per model"
+                bare
+                rows={byModel.data.data}
+                rowKey={(row) => row.group}
+                columns={[
+                  { id: "model", header: "Model", strong: true, cell: (row) => row.group },
+                  { id: "requests", header: "Requests", numeric: true, cell: (row) => formatNumber(row.requests) },
+                  { id: "prompt_tokens", header: "Prompt tokens", numeric: true, cell: (row) => formatNumber(row.prompt_tokens) },
+                  { id: "cached_prompt_tokens", header: "Cached", numeric: true, cell: (row) => formatNumber(row.cached_prompt_tokens) },
+                  { id: "completion_tokens", header: "Completion tokens", numeric: true, cell: (row) => formatNumber(row.completion_tokens) },
+                  {
+      id: "cost",
+      header: creditValue === null ? "Credits" : "Cost",
+      numeric: true,
+      cell: (row) => <span title={`${formatNumber(row.cost)} credits`}>{formatCost(row.cost, creditValue)}</span>,
+    },
+                ]}
+              />
               </>
             )}
           </section>
@@ -264,47 +271,40 @@ function Stat({ label, value, testId }: { label: string; value: string; testId: 
 
 function RequestsTable({ rows }: { rows: UsageRequest[] }) {
   const creditValue = useCreditValue();
-  return (
-    <div className="table-wrap">
-      <table className="table" aria-label="Recent requests">
-        <thead>
-          <tr>
-            <th scope="col">Time</th>
-            <th scope="col">Key</th>
-            <th scope="col">Model</th>
-            <th scope="col" className="number">Prompt</th>
-            <th scope="col" className="number">Completion</th>
-            <th scope="col" className="number">{creditValue === null ? "Credits" : "Cost"}</th>
-            <th scope="col" className="number">Latency</th>
-            <th scope="col">Status</th>
-          </tr>
-        </thead>
-        <tbody>
-          {rows.map((row) => (
-            <tr key={row.id} data-request-id={row.request_id}>
-              <td>{formatDateTime(row.created)}</td>
-              <td>{row.key_name || <code>{row.key_id ?? "—"}</code>}</td>
-              <td>{row.model}</td>
-              <td className="number" data-column="prompt_tokens">
-                {formatNumber(row.prompt_tokens)}
-                {row.cached_prompt_tokens > 0 && <span className="muted small"> ({formatNumber(row.cached_prompt_tokens)} cached)</span>}
-              </td>
-              <td className="number" data-column="completion_tokens">
-                {formatNumber(row.completion_tokens)}
-              </td>
-              <td className="number" data-column="cost" title={`${formatNumber(row.cost)} credits`}>
-                {formatCost(row.cost, creditValue)}
-              </td>
-              <td className="number">{formatNumber(row.latency_ms)} ms</td>
-              <td>
-                <Badge tone={row.status < 400 ? "green" : "red"}>{row.status}</Badge>
-                {row.finish_reason && <span className="muted small"> {row.finish_reason}</span>}
-                {Boolean(row.stream) && <span className="muted small"> · stream</span>}
-              </td>
-            </tr>
-          ))}
-        </tbody>
-      </table>
-    </div>
-  );
+  const columns: Array<Column<UsageRequest>> = [
+    { id: "time", header: "Time", nowrap: true, cell: (row) => formatDateTime(row.created) },
+    { id: "key", header: "Key", cell: (row) => row.key_name || <code>{row.key_id ?? "—"}</code> },
+    { id: "model", header: "Model", cell: (row) => row.model },
+    {
+      id: "prompt_tokens",
+      header: "Prompt",
+      numeric: true,
+      cell: (row) => (
+        <>
+          {formatNumber(row.prompt_tokens)}
+          {row.cached_prompt_tokens > 0 && <span className="muted small"> ({formatNumber(row.cached_prompt_tokens)} cached)</span>}
+        </>
+      ),
+    },
+    { id: "completion_tokens", header: "Completion", numeric: true, cell: (row) => formatNumber(row.completion_tokens) },
+    {
+      id: "cost",
+      header: creditValue === null ? "Credits" : "Cost",
+      numeric: true,
+      cell: (row) => <span title={`${formatNumber(row.cost)} credits`}>{formatCost(row.cost, creditValue)}</span>,
+    },
+    { id: "latency", header: "Latency", numeric: true, nowrap: true, cell: (row) => `${formatNumber(row.latency_ms)} ms` },
+    {
+      id: "status",
+      header: "Status",
+      cell: (row) => (
+        <>
+          <Badge tone={row.status < 400 ? "green" : "red"}>{row.status}</Badge>
+          {row.finish_reason && <span className="muted small"> {row.finish_reason}</span>}
+          {Boolean(row.stream) && <span className="muted small"> · stream</span>}
+        </>
+      ),
+    },
+  ];
+  return <DataTable label="Recent requests" columns={columns} rows={rows} rowKey={(row) => row.id} rowAttributes={(row) => ({ "data-request-id": row.request_id })} bare />;
 }

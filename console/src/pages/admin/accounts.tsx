@@ -3,6 +3,7 @@ import { useState } from "react";
 import { post, type List, type Plan } from "../../api.ts";
 import { formatCredits, formatDate, formatNumber } from "../../format.ts";
 import { useSession } from "../../session.tsx";
+import { DataTable } from "../../components/data-table.tsx";
 import { Badge, ConfirmDialog, Dialog, EmptyState, ErrorState, Field, Loading, Notice, useApi } from "../../components/ui.tsx";
 
 type AdminAccount = {
@@ -25,49 +26,38 @@ export function AccountsSection() {
   if (!accounts.data) return <Loading />;
   return (
     <>
-      <div className="table-wrap">
-        <table className="table" aria-label="Accounts">
-          <thead>
-            <tr>
-              <th scope="col">Email</th>
-              <th scope="col">Role</th>
-              <th scope="col">Plan</th>
-              <th scope="col" className="number">Balance</th>
-              <th scope="col" className="number">Keys</th>
-              <th scope="col">Created</th>
-              <th scope="col">Status</th>
-              <th scope="col">
-                <span className="visually-hidden">Actions</span>
-              </th>
-            </tr>
-          </thead>
-          <tbody>
-            {accounts.data.data.map((account) => (
-              <tr key={account.id} data-account={account.email}>
-                <td className="strong">{account.email}</td>
-                <td>{account.role === "admin" ? <Badge tone="blue">Admin</Badge> : "User"}</td>
-                <td>{account.plan?.name ?? <span className="muted">—</span>}</td>
-                <td className="number" data-column="balance">
-                  {formatNumber(account.balance)}
-                </td>
-                <td className="number">{account.active_keys}</td>
-                <td>{formatDate(account.created)}</td>
-                <td>{account.disabled === null ? <Badge tone="green">Active</Badge> : <Badge tone="red">Disabled</Badge>}</td>
-                <td className="actions">
-                  <button type="button" className="button small" onClick={() => setGranting(account)} aria-label={`Grant a plan to ${account.email}`}>
-                    Grant plan
+      <DataTable
+        label="Accounts"
+        rows={accounts.data.data}
+        rowKey={(account) => account.id}
+        rowAttributes={(account) => ({ "data-account": account.email })}
+        columns={[
+          { id: "email", header: "Email", strong: true, breakAnywhere: true, cell: (account) => account.email },
+          { id: "role", header: "Role", nowrap: true, cell: (account) => (account.role === "admin" ? <Badge tone="blue">Admin</Badge> : "User") },
+          { id: "plan", header: "Plan", cell: (account) => account.plan?.name ?? <span className="muted">—</span> },
+          { id: "balance", header: "Balance", numeric: true, cell: (account) => formatNumber(account.balance) },
+          { id: "keys", header: "Keys", numeric: true, cell: (account) => account.active_keys },
+          { id: "created", header: "Created", nowrap: true, cell: (account) => formatDate(account.created) },
+          { id: "status", header: "Status", nowrap: true, cell: (account) => (account.disabled === null ? <Badge tone="green">Active</Badge> : <Badge tone="red">Disabled</Badge>) },
+          {
+            id: "actions",
+            header: "Actions",
+            actions: true,
+            cell: (account) => (
+              <>
+                <button type="button" className="button small" onClick={() => setGranting(account)} aria-label={`Grant a plan to ${account.email}`}>
+                  Grant plan
+                </button>
+                {account.id !== session?.id && (
+                  <button type="button" className="button small danger-text" onClick={() => setToggling(account)} aria-label={`${account.disabled === null ? "Disable" : "Enable"} ${account.email}`}>
+                    {account.disabled === null ? "Disable" : "Enable"}
                   </button>
-                  {account.id !== session?.id && (
-                    <button type="button" className="button small danger-text" onClick={() => setToggling(account)} aria-label={`${account.disabled === null ? "Disable" : "Enable"} ${account.email}`}>
-                      {account.disabled === null ? "Disable" : "Enable"}
-                    </button>
-                  )}
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      </div>
+                )}
+              </>
+            ),
+          },
+        ]}
+      />
       {granting && <GrantDialog account={granting} onClose={() => setGranting(undefined)} onGranted={accounts.reload} />}
       {toggling && (
         <ConfirmDialog

@@ -2,6 +2,7 @@
 import { useState } from "react";
 import { post, type List, type Plan } from "../../api.ts";
 import { formatDate } from "../../format.ts";
+import { DataTable } from "../../components/data-table.tsx";
 import { Badge, CopyButton, Dialog, EmptyState, ErrorState, Field, Loading, Notice, useApi } from "../../components/ui.tsx";
 
 type Code = { code?: string; display_prefix?: string; plan: string; created?: number; redeemed?: number | null; redeemed_by?: string | null };
@@ -69,32 +70,19 @@ export function CodesSection() {
         ) : codes.data.data.length === 0 ? (
           <EmptyState title="No codes yet" />
         ) : (
-          <div className="table-wrap">
-            <table className="table" aria-label="Redemption codes">
-              <thead>
-                <tr>
-                  <th scope="col">Code</th>
-                  <th scope="col">Plan</th>
-                  <th scope="col">Created</th>
-                  <th scope="col">Redeemed</th>
-                  <th scope="col">By</th>
-                </tr>
-              </thead>
-              <tbody>
-                {codes.data.data.map((code, index) => (
-                  <tr key={index}>
-                    <td>
-                      <code>{code.display_prefix ?? "—"}…</code>
-                    </td>
-                    <td>{code.plan}</td>
-                    <td>{formatDate(code.created)}</td>
-                    <td>{code.redeemed ? formatDate(code.redeemed) : <Badge tone="green">Unused</Badge>}</td>
-                    <td>{code.redeemed_by ?? "—"}</td>
-                  </tr>
-                ))}
-              </tbody>
-            </table>
-          </div>
+          <DataTable
+            label="Redemption codes"
+            bare
+            rows={codes.data.data}
+            rowKey={(_code, index) => String(index)}
+            columns={[
+              { id: "code", header: "Code", nowrap: true, cell: (code) => <code>{code.display_prefix ?? "—"}…</code> },
+              { id: "plan", header: "Plan", cell: (code) => code.plan },
+              { id: "created", header: "Created", nowrap: true, cell: (code) => formatDate(code.created) },
+              { id: "redeemed", header: "Redeemed", nowrap: true, cell: (code) => (code.redeemed ? formatDate(code.redeemed) : <Badge tone="green">Unused</Badge>) },
+              { id: "redeemed_by", header: "By", breakAnywhere: true, cell: (code) => code.redeemed_by ?? "—" },
+            ]}
+          />
         )}
       </section>
     </>

@@ -2,6 +2,7 @@
 import { useState } from "react";
 import { api, type ApiKey, type List, type Model } from "../../api.ts";
 import { formatNumber } from "../../format.ts";
+import { DataTable } from "../../components/data-table.tsx";
 import { ConfirmDialog, EmptyState, ErrorState, Loading, useApi } from "../../components/ui.tsx";
 import { KeysTable } from "../keys.tsx";
 import { statusBadge } from "../models.tsx";
@@ -40,32 +41,29 @@ export function ModelsSection() {
   if (models.error) return <ErrorState error={models.error} retry={models.reload} />;
   if (!models.data) return <Loading />;
   return (
-    <div className="table-wrap">
-      <table className="table" aria-label="Models and their status">
-        <thead>
-          <tr>
-            <th scope="col">Model</th>
-            <th scope="col">Status</th>
-            <th scope="col" className="number">Context</th>
-            <th scope="col">Prices (prompt / cached / completion per 1M)</th>
-          </tr>
-        </thead>
-        <tbody>
-          {models.data.data.map((model) => (
-            <tr key={model.id}>
-              <td className="strong mono">{model.id}</td>
-              <td>
-                {statusBadge(model.status)}
-                {model.status.state === "unavailable" && <div className="muted small">{model.status.detail}</div>}
-              </td>
-              <td className="number">{formatNumber(model.context_length)}</td>
-              <td>
-                {formatNumber(model.pricing.prompt)} / {formatNumber(model.pricing.cached_prompt)} / {formatNumber(model.pricing.completion)}
-              </td>
-            </tr>
-          ))}
-        </tbody>
-      </table>
-    </div>
+    <DataTable
+      label="Models and their status"
+      rows={models.data.data}
+      rowKey={(model) => model.id}
+      columns={[
+        { id: "model", header: "Model", strong: true, cell: (model) => <span className="mono">{model.id}</span> },
+        {
+          id: "status",
+          header: "Status",
+          cell: (model) => (
+            <>
+              {statusBadge(model.status)}
+              {model.status.state === "unavailable" && <div className="muted small">{model.status.detail}</div>}
+            </>
+          ),
+        },
+        { id: "context", header: "Context", numeric: true, cell: (model) => formatNumber(model.context_length) },
+        {
+          id: "prices",
+          header: "Prices (prompt / cached / completion per 1M)",
+          cell: (model) => `${formatNumber(model.pricing.prompt)} / ${formatNumber(model.pricing.cached_prompt)} / ${formatNumber(model.pricing.completion)}`,
+        },
+      ]}
+    />
   );
 }
