@@ -27,7 +27,7 @@ export function toKeyScope(value: string): KeyScope {
 /** 403: a key tried to create a key with more power than its own. */
 export class KeyLooserThanParentError extends ApiError {
   constructor(detail: string, param: string) {
-    super(`A key may only create keys no looser than itself: ${detail}`, { status: 403, type: "permission_error", code: "key_looser_than_parent", param });
+    super(`A key may only create keys no looser than itself: ${detail}`, "key_looser_than_parent", { param });
   }
 }
 

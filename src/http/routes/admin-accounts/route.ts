@@ -33,7 +33,7 @@ export type AdminAccountsRoutesOptions = {
 
 class AccountNotFoundApiError extends ApiError {
   constructor(id: string) {
-    super(`No account with id '${id.slice(0, 64)}'.`, { status: 404, type: "not_found_error", code: "account_not_found", param: "id" });
+    super(`No account with id '${id.slice(0, 64)}'.`, "account_not_found", { param: "id" });
   }
 }
 
@@ -87,7 +87,7 @@ export function registerAdminAccountsRoutes(app: FastifyInstance, options: Admin
     const body = parseWithSchema(grantSchema, request.body);
     const account = await existingAccount(id);
     const plan = options.plans().find((candidate) => candidate.id === body.plan);
-    if (plan === undefined) throw new InvalidRequestError(`Invalid 'plan': there is no plan '${body.plan.slice(0, 100)}'.`, "plan", "plan_not_found");
+    if (plan === undefined) throw new InvalidRequestError(`Invalid 'plan': there is no plan '${body.plan.slice(0, 100)}'.`, "plan");
     const { granted } = await grantPlan(database, { accountId: account.id, plan, source: `admin:${newId("grant")}` });
     request.log.info({ account_id: account.id, plan_id: plan.id, by: admin.accountId }, "plan granted by admin");
     return { ...(await describeAccount(database, account.id)), granted };

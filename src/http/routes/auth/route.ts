@@ -54,52 +54,37 @@ const signUpSchema = credentialsSchema.extend({
 
 class InvalidCredentialsError extends ApiError {
   constructor() {
-    super("Incorrect email or password.", { status: 401, type: "invalid_request_error", code: "invalid_credentials" });
+    super("Incorrect email or password.", "invalid_credentials");
   }
 }
 
 class TooManySignUpsError extends ApiError {
   constructor(retryAfterSeconds: number) {
-    super(`Too many accounts were created from this address. Try again in ${retryAfterSeconds} seconds.`, {
-      status: 429,
-      type: "rate_limit_error",
-      code: "too_many_sign_ups",
-      headers: { "retry-after": String(retryAfterSeconds) },
-    });
+    super(`Too many accounts were created from this address. Try again in ${retryAfterSeconds} seconds.`, "too_many_sign_ups", { headers: { "retry-after": String(retryAfterSeconds) } });
   }
 }
 
 class TooManySignInAttemptsError extends ApiError {
   constructor(retryAfterSeconds: number) {
-    super(`Too many failed sign-in attempts. Try again in ${retryAfterSeconds} seconds.`, {
-      status: 429,
-      type: "rate_limit_error",
-      code: "too_many_sign_in_attempts",
-      headers: { "retry-after": String(retryAfterSeconds) },
-    });
+    super(`Too many failed sign-in attempts. Try again in ${retryAfterSeconds} seconds.`, "too_many_sign_in_attempts", { headers: { "retry-after": String(retryAfterSeconds) } });
   }
 }
 
 class SignUpClosedError extends ApiError {
   constructor() {
-    super("Sign-up is closed on this server. Ask an administrator for an account.", { status: 403, type: "permission_error", code: "signup_closed" });
+    super("Sign-up is closed on this server. Ask an administrator for an account.", "signup_closed");
   }
 }
 
 class InvalidSetupCodeError extends ApiError {
   constructor() {
-    super("This setup code is not valid: it is mistyped, or this server has an administrator already. Leave it empty to create a regular account.", {
-      status: 403,
-      type: "permission_error",
-      code: "invalid_setup_code",
-      param: "setup_code",
-    });
+    super("This setup code is not valid: it is mistyped, or this server has an administrator already. Leave it empty to create a regular account.", "invalid_setup_code", { param: "setup_code" });
   }
 }
 
 class EmailTakenError extends ApiError {
   constructor() {
-    super("An account with this email exists already. Sign in instead.", { status: 409, type: "invalid_request_error", code: "account_exists", param: "email" });
+    super("An account with this email exists already. Sign in instead.", "account_exists", { param: "email" });
   }
 }
 

@@ -67,7 +67,7 @@ export const createKeySchema = z.object({
 
 export class KeyNotFoundError extends ApiError {
   constructor(id: string) {
-    super(`No API key with id '${id.slice(0, 64)}'.`, { status: 404, type: "not_found_error", code: "key_not_found", param: "id" });
+    super(`No API key with id '${id.slice(0, 64)}'.`, "key_not_found", { param: "id" });
   }
 }
 
