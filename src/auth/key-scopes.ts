@@ -10,8 +10,9 @@
  * rpm, tpm and spend cap must all be within the parent's (`checkChildWithinParent`).
  */
 import { ApiError } from "../protocol/errors.ts";
+import { KEY_SCOPES } from "../protocol/account-api-requests.ts";
 
-export const KEY_SCOPES = ["inference", "account", "admin"] as const;
+export { KEY_SCOPES };
 export type KeyScope = (typeof KEY_SCOPES)[number];
 
 /** True when a key of scope `held` may do what `needed` allows. */
