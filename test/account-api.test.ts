@@ -182,8 +182,13 @@ describe("usage through the API", () => {
     assert.equal(recent.body.data[0].key_name, "api");
     assert.equal(recent.body.data[0].completion_tokens, completions[1]!.usage!.completion_tokens);
     assert.equal(recent.body.data[0].status, 200);
-    const older = await api("GET", `/api/usage/requests?before=${recent.body.data[0].created}`, buyer.key);
+    assert.ok(Math.abs(recent.body.data[0].created - Date.now() / 1000) < 60, "a request's time is in seconds");
+    assert.ok(Number.isInteger(recent.body.data[0].created));
+    const older = await api("GET", `/api/usage/requests?after=${recent.body.data[0].id}`, buyer.key);
+    assert.equal(older.body.data.length, 1);
     assert.equal(older.body.data[0].completion_tokens, completions[0]!.usage!.completion_tokens);
+    const beforeNow = await api("GET", `/api/usage/requests?before=${Math.floor(Date.now() / 1000) + 1}`, buyer.key);
+    assert.equal(beforeNow.body.data.length, 2, "'before' takes seconds");
 
     // Another account sees none of it; the admin can look at any account.
     const stranger = await account();
@@ -192,11 +197,14 @@ describe("usage through the API", () => {
     assert.equal((await api("GET", `/api/usage?account=${buyer.id}&group_by=model`, test.key)).body.data[0].cost, charged);
   });
 
-  it("takes ISO dates or milliseconds and refuses bad ranges with the parameter named", async () => {
+  it("takes ISO dates or seconds and refuses bad ranges with the parameter named", async () => {
     const buyer = await account();
-    const now = Date.now();
-    assert.equal((await api("GET", `/api/usage?from=2026-01-01&to=${now}`, buyer.key)).status, 200);
-    const reversed = await api("GET", `/api/usage?from=${now}&to=${now - 1000}`, buyer.key);
+    const now = Math.floor(Date.now() / 1000);
+    const range = await api("GET", `/api/usage?from=2026-01-01&to=${now}`, buyer.key);
+    assert.equal(range.status, 200);
+    assert.equal(range.body.to, now, "'to' answers in seconds too");
+    assert.equal(range.body.from, Date.parse("2026-01-01") / 1000);
+    const reversed = await api("GET", `/api/usage?from=${now}&to=${now - 1}`, buyer.key);
     assert.equal(reversed.status, 400);
     assert.equal(reversed.body.error.param, "from");
     const group = await api("GET", "/api/usage?group_by=week", buyer.key);

@@ -11,6 +11,7 @@ import { BillingPage } from "./pages/billing.tsx";
 import { ModelsPage } from "./pages/models.tsx";
 import { forgetTemporaryKey, PlaygroundPage } from "./pages/playground.tsx";
 import { AdminPage } from "./pages/admin/index.tsx";
+import { ApiReferencePage } from "./pages/api-reference.tsx";
 
 // The charts library is the bulk of the bundle: loaded with the Usage page only.
 const UsagePage = lazy(() => import("./pages/usage.tsx").then((module) => ({ default: module.UsagePage })));
@@ -32,6 +33,7 @@ const pages: Page[] = [
   { path: "/usage", title: "Usage", render: () => <UsagePage />, icon: <Icon><path d="M3 3v18h18" /><path d="M8 17V11M13 17V7M18 17v-4" /></Icon> },
   { path: "/billing", title: "Billing", render: () => <BillingPage />, icon: <Icon><rect x="2" y="5" width="20" height="14" rx="2" /><path d="M2 10h20" /></Icon> },
   { path: "/models", title: "Models", render: () => <ModelsPage />, icon: <Icon><path d="M12 2 3 7v10l9 5 9-5V7z" /><path d="m3 7 9 5 9-5M12 12v10" /></Icon> },
+  { path: "/api-reference", title: "API reference", render: () => <ApiReferencePage />, icon: <Icon><path d="M4 4h16v16H4z" /><path d="m9 9-3 3 3 3M15 9l3 3-3 3" /></Icon> },
   { path: "/admin", title: "Admin", render: () => <AdminPage />, admin: true, icon: <Icon><path d="M12 2 4 5v6c0 5 3.4 9.5 8 11 4.6-1.5 8-6 8-11V5z" /></Icon> },
 ];
 

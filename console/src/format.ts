@@ -23,18 +23,17 @@ export function formatMoney(price: { amount: number; currency: string }): string
   }
 }
 
-/** Times from `/api` are seconds since the epoch (values that look like milliseconds are taken as such). */
-export function toDate(time: number | string): Date {
-  if (typeof time === "string") return new Date(time);
-  return new Date(time < 1e12 ? time * 1000 : time);
+/** Times from `/api` are seconds since the epoch, every one of them. */
+export function toDate(seconds: number): Date {
+  return new Date(seconds * 1000);
 }
 
-export function formatDate(time: number | string | null | undefined): string {
+export function formatDate(time: number | null | undefined): string {
   if (time === null || time === undefined) return "—";
   return toDate(time).toLocaleDateString(undefined, { year: "numeric", month: "short", day: "numeric" });
 }
 
-export function formatDateTime(time: number | string | null | undefined): string {
+export function formatDateTime(time: number | null | undefined): string {
   if (time === null || time === undefined) return "—";
   return toDate(time).toLocaleString(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit" });
 }

@@ -10,8 +10,9 @@
  * rpm, tpm and spend cap must all be within the parent's (`checkChildWithinParent`).
  */
 import { ApiError } from "../protocol/errors.ts";
+import { KEY_SCOPES } from "../protocol/account-api-requests.ts";
 
-export const KEY_SCOPES = ["inference", "account", "admin"] as const;
+export { KEY_SCOPES };
 export type KeyScope = (typeof KEY_SCOPES)[number];
 
 /** True when a key of scope `held` may do what `needed` allows. */
@@ -27,7 +28,7 @@ export function toKeyScope(value: string): KeyScope {
 /** 403: a key tried to create a key with more power than its own. */
 export class KeyLooserThanParentError extends ApiError {
   constructor(detail: string, param: string) {
-    super(`A key may only create keys no looser than itself: ${detail}`, { status: 403, type: "permission_error", code: "key_looser_than_parent", param });
+    super(`A key may only create keys no looser than itself: ${detail}`, "key_looser_than_parent", { param });
   }
 }
 

@@ -60,10 +60,13 @@ export async function queryUsage(
 }
 
 
-/** The newest requests first, `limit` of them, older than `before` when given (for paging). */
+/**
+ * The newest requests first, `limit` of them: made before `before` (milliseconds) when given, and
+ * after the request whose id is `after` (the last of the previous page) when given.
+ */
 export async function recentRequests(
   database: Kysely<Database>,
-  options: { accountId: string | null | undefined; limit: number; before?: number },
+  options: { accountId: string | null | undefined; limit: number; before?: number; after?: string },
 ): Promise<RecentRequest[]> {
   let query = database
     .selectFrom("usage_records as usage")
@@ -88,11 +91,19 @@ export async function recentRequests(
     query = options.accountId === null ? query.where("usage.account_id", "is", null) : query.where("usage.account_id", "=", options.accountId);
   }
   if (options.before !== undefined) query = query.where("usage.created_at", "<", options.before);
+  if (options.after !== undefined) {
+    const last = await database.selectFrom("usage_records").select(["id", "created_at"]).where("id", "=", options.after).executeTakeFirst();
+    if (last === undefined) return [];
+    const lastCreated = Number(last.created_at);
+    query = query.where((expression) =>
+      expression.or([expression("usage.created_at", "<", lastCreated), expression.and([expression("usage.created_at", "=", lastCreated), expression("usage.id", "<", last.id)])]),
+    );
+  }
   const rows = await query.orderBy("usage.created_at", "desc").orderBy("usage.id", "desc").limit(options.limit).execute();
   return rows.map((row) => ({
     id: row.id,
     request_id: row.request_id,
-    created: Number(row.created_at),
+    created: Math.floor(Number(row.created_at) / 1000),
     key_id: row.key_id,
     key_name: row.key_name ?? null,
     model: row.model,

@@ -11,6 +11,7 @@ import type { Metering } from "../billing/metering.ts";
 import type { RequestLimits } from "../limits/request-limits.ts";
 import type { Metrics } from "../metrics/metrics.ts";
 import { registerMetricsRoute } from "./routes/metrics/route.ts";
+import { registerOpenApiRoute } from "./routes/openapi/route.ts";
 import { registerUsageRoutes } from "./routes/usage/route.ts";
 import { registerSettingsRoute } from "./routes/settings/route.ts";
 import type { CreditValue } from "../billing/credit-value.ts";
@@ -95,6 +96,8 @@ export type App = {
   abortRunning(): void;
   /** Requests whose response has not ended yet (streams included). */
   inFlight(): number;
+  /** Every route registered, as Fastify saw it (the OpenAPI test checks each is documented). */
+  routes(): ReadonlyArray<{ method: string; url: string }>;
 };
 
 /** Trusts the nearest `hops` addresses of X-Forwarded-For (the socket's peer is hop 0). */
@@ -123,6 +126,10 @@ export function buildApp(options: AppOptions): App {
   });
   let closing = false;
   const shutdown = new AbortController();
+  const routes: Array<{ method: string; url: string }> = [];
+  server.addHook("onRoute", function collectRoute(route) {
+    for (const method of [route.method].flat()) routes.push({ method, url: route.url });
+  });
 
   // Large JSON bodies are parsed (chat requests validated too) in a worker thread.
   registerJsonBodyParser(server, new JsonBodyWorker());
@@ -189,6 +196,7 @@ export function buildApp(options: AppOptions): App {
   server.register(fastifyCookie);
   registerHealthRoutes(server, { catalog: options.catalog, isClosing: () => closing });
   registerMetricsRoute(server, options.metrics);
+  registerOpenApiRoute(server);
   registerModelsRoutes(server, { catalog: options.catalog, authenticate });
   registerChatCompletionsRoute(server, {
     catalog: options.catalog,
@@ -236,6 +244,7 @@ export function buildApp(options: AppOptions): App {
       closing = true;
     },
     inFlight: () => inFlight,
+    routes: () => routes,
     abortRunning: () => {
       shutdown.abort(new ShuttingDownError());
       // Streams end on their own once aborted; connections still open after that are cut.

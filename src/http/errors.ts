@@ -7,6 +7,7 @@ import { INVALID_JSON_MESSAGE } from "./json-body/json-body-protocol.ts";
 import type { Duplex } from "node:stream";
 import type { FastifyError, FastifyReply, FastifyRequest } from "fastify";
 import { ApiError, DatabaseUnavailableError, InternalServerError, InvalidRequestError, type ErrorBody } from "../protocol/errors.ts";
+import { ERROR_CATALOG, type ErrorCode } from "../protocol/error-catalog.ts";
 import { isDatabaseUnavailable } from "../store/errors.ts";
 import { SECURITY_HEADERS } from "./middleware/security-headers/security-headers.ts";
 
@@ -17,6 +18,13 @@ const clientErrorMessages: Record<string, string> = {
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: "The Content-Length header does not match the body.",
   FST_ERR_CTP_BODY_TOO_LARGE: "The request body is too large.",
 };
+
+/** The catalog code for one of Fastify's client errors, by its status. */
+function clientErrorCode(status: number): ErrorCode {
+  if (status === 413) return "request_too_large";
+  if (status === 415) return "unsupported_media_type";
+  return "invalid_request_error";
+}
 
 /** Turns anything thrown into an `ApiError`. */
 export function toApiError(error: unknown): ApiError {
@@ -32,11 +40,7 @@ export function toApiError(error: unknown): ApiError {
       return new InvalidRequestError(INVALID_JSON_MESSAGE, null, "invalid_json");
     }
     const message = clientErrorMessages[code] ?? "The request could not be processed.";
-    return new ApiError(message, {
-      status,
-      type: "invalid_request_error",
-      code: code === "FST_ERR_CTP_BODY_TOO_LARGE" ? "request_too_large" : "invalid_request_error",
-    });
+    return new ApiError(message, clientErrorCode(status));
   }
   return new InternalServerError(undefined, error);
 }
@@ -54,13 +58,14 @@ export function handleClientError(error: Error & { code?: string }, socket: Dupl
     socket.destroy();
     return;
   }
-  const [status, reason, code, message] =
+  const [reason, code, message]: [string, ErrorCode, string] =
     error.code === "HPE_HEADER_OVERFLOW"
-      ? [431, "Request Header Fields Too Large", "headers_too_large", "The request's URL and headers are too large."]
+      ? ["Request Header Fields Too Large", "headers_too_large", "The request's URL and headers are too large."]
       : error.code === "ERR_HTTP_REQUEST_TIMEOUT"
-        ? [408, "Request Timeout", "request_timeout", "The request did not arrive in time."]
-        : [400, "Bad Request", "malformed_request", "The request is not valid HTTP."];
-  const body = JSON.stringify({ error: { message, type: "invalid_request_error", param: null, code } });
+        ? ["Request Timeout", "request_timeout", "The request did not arrive in time."]
+        : ["Bad Request", "malformed_request", "The request is not valid HTTP."];
+  const { status, type } = ERROR_CATALOG[code];
+  const body = JSON.stringify({ error: { message, type, param: null, code } });
   const security = Object.entries(SECURITY_HEADERS)
     .map(([name, value]) => `${name}: ${value}\r\n`)
     .join("");

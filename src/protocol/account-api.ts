@@ -1,9 +1,10 @@
 /**
  * The wire shapes of the account API (`/api`), shared by the server's routes and the web
- * console (which imports these types). Dependency-free on purpose. Credit and prices are
- * integer credit units; `created`, `last_used`, `expires`, `revoked`, `disabled` and
- * `credit_expires` are seconds since the epoch, as in OpenAI's objects; usage queries and
- * request records use milliseconds (`from`, `to`, `before`, `created` of a request).
+ * console (which imports these types). Dependency-free on purpose; the request schemas are in
+ * `account-api-requests.ts`. Credit and prices are integer credit units. Every time is an
+ * integer count of seconds since the epoch, as in OpenAI's objects (`created`, `last_used`,
+ * `expires`, `revoked`, `disabled`, `credit_expires`, `redeemed`, usage's `from` and `to`);
+ * durations carry their unit in their name (`latency_ms`).
  */
 
 export type ListOf<T> = { object: "list"; data: T[] };
@@ -102,7 +103,7 @@ export type UsageRow = {
 export type RecentRequest = {
   id: string;
   request_id: string;
-  /** Milliseconds since the epoch; pass it as `before` for the next page. */
+  /** Seconds since the epoch. Page with `after=<id>` of the last request. */
   created: number;
   key_id: string | null;
   key_name: string | null;

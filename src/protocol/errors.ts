@@ -3,41 +3,35 @@
  * response throws one of these; `http/errors.ts` turns them into the OpenAI error body in one place.
  */
 
-/** The `type` field of an OpenAI error body. */
-export type ApiErrorType =
-  | "invalid_request_error"
-  | "authentication_error"
-  | "permission_error"
-  | "not_found_error"
-  | "rate_limit_error"
-  | "insufficient_quota"
-  | "server_error"
-  | "service_unavailable";
+import { ERROR_CATALOG, type ApiErrorType, type ErrorCode, type ErrorCodeWithStatus } from "./error-catalog.ts";
+
+export type { ApiErrorType, ErrorCode };
 
 export type ApiErrorOptions = {
-  status: number;
-  type: ApiErrorType;
-  code: string;
   param?: string | null;
   /** Extra response headers, e.g. `retry-after`. */
   headers?: Record<string, string>;
   cause?: unknown;
 };
 
-/** The base class: an error whose message is safe to show to the API client. */
+/**
+ * The base class: an error whose message is safe to show to the API client. Its status and
+ * type come from the error catalog entry of its `code`.
+ */
 export class ApiError extends Error {
   readonly status: number;
   readonly type: ApiErrorType;
-  readonly code: string;
+  readonly code: ErrorCode;
   readonly param: string | null;
   readonly headers: Record<string, string>;
 
-  constructor(message: string, options: ApiErrorOptions) {
+  constructor(message: string, code: ErrorCode, options: ApiErrorOptions = {}) {
     super(message, { cause: options.cause });
     this.name = "ApiError";
-    this.status = options.status;
-    this.type = options.type;
-    this.code = options.code;
+    const entry = ERROR_CATALOG[code];
+    this.status = entry.status;
+    this.type = entry.type;
+    this.code = code;
     this.param = options.param ?? null;
     this.headers = options.headers ?? {};
   }
@@ -49,132 +43,97 @@ export class ApiError extends Error {
 }
 
 export type ErrorBody = {
-  error: { message: string; type: string; param: string | null; code: string };
+  error: { message: string; type: ApiErrorType; param: string | null; code: ErrorCode };
 };
 
 /** 400: the request is malformed or a field is out of range. */
 export class InvalidRequestError extends ApiError {
-  constructor(message: string, param: string | null = null, code = "invalid_request_error") {
-    super(message, { status: 400, type: "invalid_request_error", code, param });
+  constructor(message: string, param: string | null = null, code: ErrorCodeWithStatus<400> = "invalid_request_error") {
+    super(message, code, { param });
   }
 }
 
 /** 400: the request uses a field this model or this release does not support. */
 export class UnsupportedParameterError extends ApiError {
   constructor(message: string, param: string) {
-    super(message, { status: 400, type: "invalid_request_error", code: "unsupported_parameter", param });
+    super(message, "unsupported_parameter", { param });
   }
 }
 
 /** 400: prompt + requested completion do not fit the model's context window. */
 export class ContextLengthExceededError extends ApiError {
   constructor(message: string) {
-    super(message, { status: 400, type: "invalid_request_error", code: "context_length_exceeded", param: "messages" });
+    super(message, "context_length_exceeded", { param: "messages" });
   }
 }
 
 /** 401: no key, an unknown key, or a revoked one. Never echoes the presented key. */
 export class InvalidApiKeyError extends ApiError {
   constructor(message = "Invalid API key. Pass a valid key as 'Authorization: Bearer <key>'.") {
-    super(message, { status: 401, type: "invalid_request_error", code: "invalid_api_key" });
+    super(message, "invalid_api_key");
   }
 }
 
 /** 429: the account's (or the key's) credit does not cover the request's worst case. */
 export class InsufficientQuotaError extends ApiError {
   constructor(message = "You exceeded your current quota: the account's credit does not cover this request. Buy a plan or redeem a code.") {
-    super(message, { status: 429, type: "insufficient_quota", code: "insufficient_quota" });
+    super(message, "insufficient_quota");
   }
 }
 
 /** 429: over the requests-per-minute or tokens-per-minute limit. */
 export class RateLimitExceededError extends ApiError {
   constructor(message: string, retryAfterSeconds: number, headers: Record<string, string> = {}) {
-    super(message, {
-      status: 429,
-      type: "rate_limit_error",
-      code: "rate_limit_exceeded",
-      headers: { ...headers, "retry-after": String(retryAfterSeconds) },
-    });
+    super(message, "rate_limit_exceeded", { headers: { ...headers, "retry-after": String(retryAfterSeconds) } });
   }
 }
 
 /** 403: the key or the account's plan may not use this model. */
 export class ModelNotAllowedError extends ApiError {
   constructor(modelId: string, why: string) {
-    super(`This API key may not use the model '${modelId}': ${why}.`, {
-      status: 403,
-      type: "permission_error",
-      code: "model_not_allowed",
-      param: "model",
-    });
+    super(`This API key may not use the model '${modelId}': ${why}.`, "model_not_allowed", { param: "model" });
   }
 }
 
 /** 404: the model id is not in the catalog. */
 export class ModelNotFoundError extends ApiError {
   constructor(modelId: string) {
-    super(`The model '${modelId}' does not exist. GET /v1/models lists the models on offer.`, {
-      status: 404,
-      type: "invalid_request_error",
-      code: "model_not_found",
-      param: "model",
-    });
+    super(`The model '${modelId}' does not exist. GET /v1/models lists the models on offer.`, "model_not_found", { param: "model" });
   }
 }
 
 /** 404: no route here. */
 export class RouteNotFoundError extends ApiError {
   constructor(method: string, url: string) {
-    super(`Unknown request URL: ${method} ${url}.`, { status: 404, type: "invalid_request_error", code: "unknown_url" });
+    super(`Unknown request URL: ${method} ${url}.`, "unknown_url");
   }
 }
 
 /** 503: the model exists but cannot serve now (still downloading, failed to load). */
 export class ModelNotReadyError extends ApiError {
   constructor(message: string, retryAfterSeconds?: number) {
-    super(message, {
-      status: 503,
-      type: "service_unavailable",
-      code: "model_not_ready",
-      headers: retryAfterSeconds === undefined ? {} : { "retry-after": String(retryAfterSeconds) },
-    });
+    super(message, "model_not_ready", { headers: retryAfterSeconds === undefined ? {} : { "retry-after": String(retryAfterSeconds) } });
   }
 }
 
 /** 503: the engine's wait queue is full. */
 export class EngineOverloadedError extends ApiError {
   constructor(message: string, retryAfterSeconds = 1) {
-    super(message, {
-      status: 503,
-      type: "service_unavailable",
-      code: "engine_overloaded",
-      headers: { "retry-after": String(retryAfterSeconds) },
-    });
+    super(message, "engine_overloaded", { headers: { "retry-after": String(retryAfterSeconds) } });
   }
 }
 
 /** 503: the database cannot be reached right now (an outage, a restart, too many connections). */
 export class DatabaseUnavailableError extends ApiError {
   constructor() {
-    super("The service's database is unavailable at the moment. Retry shortly.", {
-      status: 503,
-      type: "service_unavailable",
-      code: "database_unavailable",
-      headers: { "retry-after": "2" },
-    });
+    super("The service's database is unavailable at the moment. Retry shortly.", "database_unavailable", { headers: { "retry-after": "2" } });
   }
 }
 
 /** 503: the server is shutting down and takes no new work. */
 export class ShuttingDownError extends ApiError {
   constructor() {
-    super("The server is shutting down. Retry on another node or in a moment.", {
-      status: 503,
-      type: "service_unavailable",
-      code: "shutting_down",
-      headers: { "retry-after": "5" },
-    });
+    super("The server is shutting down. Retry on another node or in a moment.", "shutting_down", { headers: { "retry-after": "5" } });
   }
 }
 
@@ -184,14 +143,14 @@ export class ShuttingDownError extends ApiError {
  */
 export class ClientClosedRequestError extends ApiError {
   constructor() {
-    super("The client closed the connection before the response was sent.", { status: 499, type: "invalid_request_error", code: "client_closed_request" });
+    super("The client closed the connection before the response was sent.", "client_closed_request");
   }
 }
 
 /** 500: something broke on our side. The message never carries internals. */
 export class InternalServerError extends ApiError {
   constructor(message = "The server had an error while processing your request.", cause?: unknown) {
-    super(message, { status: 500, type: "server_error", code: "internal_error", cause });
+    super(message, "internal_error", { cause });
   }
 }
 
@@ -201,20 +160,20 @@ export class InternalServerError extends ApiError {
  */
 export class UpstreamUnavailableError extends ApiError {
   constructor(message = "The model's upstream servers are unavailable at the moment. Retry shortly.", retryAfterSeconds = 5) {
-    super(message, { status: 503, type: "service_unavailable", code: "upstream_unavailable", headers: { "retry-after": String(retryAfterSeconds) } });
+    super(message, "upstream_unavailable", { headers: { "retry-after": String(retryAfterSeconds) } });
   }
 }
 
 /** 502: every upstream server tried failed (refused, reset, answered 5xx or garbage) before any content was sent. */
 export class UpstreamError extends ApiError {
   constructor(message = "The model's upstream servers failed to answer. Retry shortly.") {
-    super(message, { status: 502, type: "server_error", code: "upstream_error" });
+    super(message, "upstream_error");
   }
 }
 
 /** 504: the upstream servers tried did not answer (connect, first token, or between chunks) in time. */
 export class UpstreamTimeoutError extends ApiError {
   constructor(message = "The model's upstream servers did not answer in time. Retry shortly.") {
-    super(message, { status: 504, type: "server_error", code: "upstream_timeout" });
+    super(message, "upstream_timeout");
   }
 }

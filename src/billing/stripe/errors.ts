@@ -7,11 +7,7 @@ import { ApiError } from "../../protocol/errors.ts";
 /** 503: Stripe keys are not set, so nothing can be bought and no payment can be credited. */
 export class PaymentsNotConfiguredError extends ApiError {
   constructor() {
-    super("Payments are not configured on this server. The operator must set STRIPE_SECRET_KEY and STRIPE_WEBHOOK_SECRET.", {
-      status: 503,
-      type: "service_unavailable",
-      code: "payments_not_configured",
-    });
+    super("Payments are not configured on this server. The operator must set STRIPE_SECRET_KEY and STRIPE_WEBHOOK_SECRET.", "payments_not_configured");
   }
 }
 
@@ -20,31 +16,21 @@ export { PlanNotFoundError } from "../errors.ts";
 /** 400: the plan is free (price 0); Stripe takes no payment for it. */
 export class PlanNotPurchasableError extends ApiError {
   constructor(planId: string) {
-    super(`The plan '${planId}' is free and cannot be bought through Stripe.`, {
-      status: 400,
-      type: "invalid_request_error",
-      code: "plan_not_purchasable",
-      param: "plan",
-    });
+    super(`The plan '${planId}' is free and cannot be bought through Stripe.`, "plan_not_purchasable", { param: "plan" });
   }
 }
 
 /** 400: the webhook's `Stripe-Signature` is missing, forged, or older than the tolerance. */
 export class InvalidSignatureError extends ApiError {
   constructor(message: string, cause?: unknown) {
-    super(message, { status: 400, type: "invalid_request_error", code: "invalid_signature", cause });
+    super(message, "invalid_signature", { cause });
   }
 }
 
 /** 502: Stripe refused or could not be reached; the details go to the log, not to the client. */
 export class PaymentProviderError extends ApiError {
   constructor(cause?: unknown) {
-    super("The payment provider could not start the checkout. Try again in a moment.", {
-      status: 502,
-      type: "server_error",
-      code: "payment_provider_error",
-      cause,
-    });
+    super("The payment provider could not start the checkout. Try again in a moment.", "payment_provider_error", { cause });
   }
 }
 

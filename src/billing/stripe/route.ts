@@ -9,6 +9,8 @@
 import type { FastifyInstance, FastifyRequest, preHandlerHookHandler } from "fastify";
 import type Stripe from "stripe";
 import type { Plan } from "../plans.ts";
+import { parseWithSchema } from "../../protocol/parse.ts";
+import { checkoutRequestSchema } from "../../protocol/account-api-requests.ts";
 import { InvalidRequestError } from "../../protocol/errors.ts";
 import { createCheckoutSession, type CheckoutSession } from "./checkout.ts";
 import { describeStripeError, PaymentProviderError, PaymentsNotConfiguredError, PlanNotFoundError } from "./errors.ts";
@@ -51,7 +53,7 @@ function planIdFrom(body: unknown): string {
     throw new InvalidRequestError("Missing required parameter: 'plan'. Send {\"plan\": \"<plan id>\"}.", "plan", "missing_required_parameter");
   }
   if (typeof plan !== "string") throw new InvalidRequestError("'plan' must be a string: the id of a plan.", "plan", "invalid_type");
-  return plan;
+  return parseWithSchema(checkoutRequestSchema, body).plan;
 }
 
 /** Registers the checkout and webhook routes; the webhook lives in its own scope that keeps raw bodies. */

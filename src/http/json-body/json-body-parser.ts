@@ -17,12 +17,7 @@ export const MAX_WAITING_BODIES = 16;
 
 export class ServerBusyError extends ApiError {
   constructor() {
-    super("The server is busy reading other large requests. Retry in a moment, or send a smaller body.", {
-      status: 503,
-      type: "service_unavailable",
-      code: "server_busy",
-      headers: { "retry-after": "1" },
-    });
+    super("The server is busy reading other large requests. Retry in a moment, or send a smaller body.", "server_busy", { headers: { "retry-after": "1" } });
   }
 }
 
@@ -73,7 +68,7 @@ export class JsonBodyWorker {
       if (answer.error === undefined) {
         if (answer.validated && typeof answer.value === "object" && answer.value !== null) validatedChatRequests.add(answer.value);
         pending.resolve(answer.value);
-      } else pending.reject(new ApiError(answer.error.message, { status: answer.error.status, type: answer.error.type, code: answer.error.code, param: answer.error.param }));
+      } else pending.reject(new ApiError(answer.error.message, answer.error.code, { param: answer.error.param }));
     });
     const fail = (error: unknown) => {
       // A crashed worker (out of memory, say) fails what it held; the next body starts a new one.

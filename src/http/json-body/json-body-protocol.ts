@@ -1,5 +1,5 @@
 /** The messages between the JSON body parser and its worker. */
-import type { ApiErrorType } from "../../protocol/errors.ts";
+import type { ApiErrorType, ErrorCode } from "../../protocol/error-catalog.ts";
 
 /** What the worker checks besides JSON syntax: nothing, or the chat completion request schema. */
 export type BodyValidation = "none" | "chat-completion";
@@ -7,7 +7,7 @@ export type BodyValidation = "none" | "chat-completion";
 export type BodyJob = { id: number; bytes: Uint8Array; validate: BodyValidation };
 
 /** An `ApiError`'s fields, as they cross the thread boundary. */
-export type BodyError = { status: number; type: ApiErrorType; code: string; param: string | null; message: string };
+export type BodyError = { status: number; type: ApiErrorType; code: ErrorCode; param: string | null; message: string };
 
 /** `validated`: the value is the chat completion schema's output. */
 export type BodyAnswer = { id: number; value: unknown; validated: boolean; error?: undefined } | { id: number; error: BodyError; value?: undefined };

@@ -8,7 +8,7 @@ import { parentPort } from "node:worker_threads";
 import { ApiError } from "../../protocol/errors.ts";
 import { chatCompletionRequestSchema } from "../../protocol/chat-completion-request.ts";
 import { parseWithSchema } from "../../protocol/parse.ts";
-import { INVALID_JSON_MESSAGE, type BodyJob, type BodyAnswer } from "./json-body-protocol.ts";
+import { INVALID_JSON_MESSAGE, type BodyJob, type BodyAnswer, type BodyError } from "./json-body-protocol.ts";
 
 /** Keys that would poison a prototype once the body is merged into an object (Fastify refuses them too). */
 function refusePoisoning(key: string, value: unknown): unknown {
@@ -20,13 +20,18 @@ function refusePoisoning(key: string, value: unknown): unknown {
 /** Fastify's default parser's check: only bodies that mention the keys pay for the reviver. */
 const MAY_POISON = /"(?:__proto__|constructor)"\s*:/;
 
+/** An error's fields, to cross the thread boundary. */
+function fieldsOf(error: ApiError): BodyError {
+  return { status: error.status, type: error.type, code: error.code, param: error.param, message: error.message };
+}
+
 function answer(job: BodyJob): BodyAnswer {
   const text = Buffer.from(job.bytes.buffer, job.bytes.byteOffset, job.bytes.byteLength).toString("utf8");
   let parsed: unknown;
   try {
     parsed = MAY_POISON.test(text) ? JSON.parse(text, refusePoisoning) : JSON.parse(text);
   } catch {
-    return { id: job.id, error: { status: 400, type: "invalid_request_error", code: "invalid_json", param: null, message: INVALID_JSON_MESSAGE } };
+    return { id: job.id, error: fieldsOf(new ApiError(INVALID_JSON_MESSAGE, "invalid_json")) };
   }
   if (job.validate !== "chat-completion") return { id: job.id, value: parsed, validated: false };
   try {
@@ -34,7 +39,7 @@ function answer(job: BodyJob): BodyAnswer {
     return { id: job.id, value: parseWithSchema(chatCompletionRequestSchema, parsed), validated: true };
   } catch (error) {
     if (!(error instanceof ApiError)) throw error;
-    return { id: job.id, error: { status: error.status, type: error.type, code: error.code, param: error.param, message: error.message } };
+    return { id: job.id, error: fieldsOf(error) };
   }
 }
 

@@ -39,24 +39,20 @@ export type AccountAuthOptions = {
 
 export class AuthenticationRequiredError extends ApiError {
   constructor() {
-    super("Sign in, or pass an API key as 'Authorization: Bearer <key>'.", { status: 401, type: "invalid_request_error", code: "authentication_required" });
+    super("Sign in, or pass an API key as 'Authorization: Bearer <key>'.", "authentication_required");
   }
 }
 
 export class AdminRequiredError extends ApiError {
   constructor() {
-    super("Only administrators may do this.", { status: 403, type: "permission_error", code: "admin_required" });
+    super("Only administrators may do this.", "admin_required");
   }
 }
 
 /** 403: an inference-only key on `/api`. */
 export class KeyScopeExceededError extends ApiError {
   constructor() {
-    super("This key is inference-only: it may call /v1, not the account API. Use a key with scope 'account', or sign in to the console.", {
-      status: 403,
-      type: "permission_error",
-      code: "key_scope_exceeded",
-    });
+    super("This key is inference-only: it may call /v1, not the account API. Use a key with scope 'account', or sign in to the console.", "key_scope_exceeded");
   }
 }
 
@@ -65,14 +61,13 @@ export class AdminScopeRequiredError extends ApiError {
   constructor(scope: string) {
     super(
       `Admin routes take a console session or a key with scope 'admin'; this key's scope is '${scope}'. Create one in the console or with 'turnpike keys create --account EMAIL --admin'.`,
-      { status: 403, type: "permission_error", code: "admin_scope_required" },
-    );
+      "admin_scope_required");
   }
 }
 
 export class AccountDisabledError extends ApiError {
   constructor() {
-    super("This account is disabled.", { status: 403, type: "permission_error", code: "account_disabled" });
+    super("This account is disabled.", "account_disabled");
   }
 }
 

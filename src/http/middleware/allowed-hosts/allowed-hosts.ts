@@ -44,8 +44,7 @@ export class HostNotAllowedError extends ApiError {
   constructor(host: string) {
     super(
       `This server does not answer to the host ${JSON.stringify(host.slice(0, 100))}. Its operator can add it with --allowed-hosts (TURNPIKE_ALLOWED_HOSTS) or --public-url.`,
-      { status: 421, type: "invalid_request_error", code: "host_not_allowed" },
-    );
+      "host_not_allowed");
   }
 }
 

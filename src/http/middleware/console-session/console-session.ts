@@ -20,7 +20,7 @@ const SAFE_METHODS = new Set(["GET", "HEAD", "OPTIONS"]);
 
 export class CsrfError extends ApiError {
   constructor(why: string) {
-    super(`Cross-site request refused: ${why}. Reload the console and try again.`, { status: 403, type: "permission_error", code: "csrf_failed" });
+    super(`Cross-site request refused: ${why}. Reload the console and try again.`, "csrf_failed");
   }
 }
 

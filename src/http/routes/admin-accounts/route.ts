@@ -10,7 +10,6 @@
  */
 import type { FastifyInstance, FastifyRequest, preHandlerHookHandler } from "fastify";
 import type { Kysely } from "kysely";
-import { z } from "zod";
 import type { Database } from "../../../store/schema.ts";
 import type { Plan } from "../../../billing/plans.ts";
 import { findAccountById, listAccounts } from "../../../accounts/accounts.ts";
@@ -21,6 +20,7 @@ import { grantPlan } from "../../../billing/grant-plan.ts";
 import { newId } from "../../../store/ids.ts";
 import { ApiError, InvalidRequestError } from "../../../protocol/errors.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
+import { grantPlanRequestSchema } from "../../../protocol/account-api-requests.ts";
 import { requireAdmin } from "../../middleware/account-auth/account-auth.ts";
 import { KeyNotFoundError, toApiKeyObject } from "../keys/route.ts";
 
@@ -33,11 +33,10 @@ export type AdminAccountsRoutesOptions = {
 
 class AccountNotFoundApiError extends ApiError {
   constructor(id: string) {
-    super(`No account with id '${id.slice(0, 64)}'.`, { status: 404, type: "not_found_error", code: "account_not_found", param: "id" });
+    super(`No account with id '${id.slice(0, 64)}'.`, "account_not_found", { param: "id" });
   }
 }
 
-const grantSchema = z.object({ plan: z.string().min(1).max(200) });
 
 export function registerAdminAccountsRoutes(app: FastifyInstance, options: AdminAccountsRoutesOptions): void {
   const { database } = options;
@@ -84,10 +83,10 @@ export function registerAdminAccountsRoutes(app: FastifyInstance, options: Admin
   app.post("/api/admin/accounts/:id/grant", adminOnly, async function grantAccountPlan(request): Promise<AccountDescription & { granted: boolean }> {
     const admin = requireAdmin(request);
     const { id } = request.params as { id: string };
-    const body = parseWithSchema(grantSchema, request.body);
+    const body = parseWithSchema(grantPlanRequestSchema, request.body);
     const account = await existingAccount(id);
     const plan = options.plans().find((candidate) => candidate.id === body.plan);
-    if (plan === undefined) throw new InvalidRequestError(`Invalid 'plan': there is no plan '${body.plan.slice(0, 100)}'.`, "plan", "plan_not_found");
+    if (plan === undefined) throw new InvalidRequestError(`Invalid 'plan': there is no plan '${body.plan.slice(0, 100)}'.`, "plan");
     const { granted } = await grantPlan(database, { accountId: account.id, plan, source: `admin:${newId("grant")}` });
     request.log.info({ account_id: account.id, plan_id: plan.id, by: admin.accountId }, "plan granted by admin");
     return { ...(await describeAccount(database, account.id)), granted };

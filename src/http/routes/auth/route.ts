@@ -13,7 +13,6 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Kysely } from "kysely";
-import { z } from "zod";
 import type { Database } from "../../../store/schema.ts";
 import { AccountExistsError, createAccount, isValidEmail, normalizeEmail } from "../../../accounts/accounts.ts";
 import { forgetSetupCodes, isValidSetupCode, adminExists } from "../../../accounts/setup-code.ts";
@@ -23,6 +22,7 @@ import { createSession, csrfTokenFor, deleteSession, findSession, renewSession }
 import { SIGN_UP_SUBJECT, type SignInThrottle } from "../../../auth/sign-in-throttle.ts";
 import { ApiError, InvalidRequestError } from "../../../protocol/errors.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
+import { signInRequestSchema, signUpRequestSchema } from "../../../protocol/account-api-requests.ts";
 import { AccountDisabledError, AuthenticationRequiredError } from "../../middleware/account-auth/account-auth.ts";
 import { checkCsrf, checkSameOrigin, clearSessionCookie, sessionTokenOf, setSessionCookie } from "../../middleware/console-session/console-session.ts";
 import type { HostPolicy } from "../../middleware/allowed-hosts/allowed-hosts.ts";
@@ -41,65 +41,40 @@ export type AuthRoutesOptions = {
 /** What the console knows about who is signed in. */
 export type SessionReply = SessionObject;
 
-const credentialsSchema = z.object({
-  email: z.string().max(254),
-  password: z.string().min(1).max(1024),
-});
-
-const signUpSchema = credentialsSchema.extend({
-  password: z.string().min(8, "must have at least 8 characters").max(1024),
-  /** The setup code `turnpike serve` printed, to become the first admin. */
-  setup_code: z.string().max(64).optional(),
-});
 
 class InvalidCredentialsError extends ApiError {
   constructor() {
-    super("Incorrect email or password.", { status: 401, type: "invalid_request_error", code: "invalid_credentials" });
+    super("Incorrect email or password.", "invalid_credentials");
   }
 }
 
 class TooManySignUpsError extends ApiError {
   constructor(retryAfterSeconds: number) {
-    super(`Too many accounts were created from this address. Try again in ${retryAfterSeconds} seconds.`, {
-      status: 429,
-      type: "rate_limit_error",
-      code: "too_many_sign_ups",
-      headers: { "retry-after": String(retryAfterSeconds) },
-    });
+    super(`Too many accounts were created from this address. Try again in ${retryAfterSeconds} seconds.`, "too_many_sign_ups", { headers: { "retry-after": String(retryAfterSeconds) } });
   }
 }
 
 class TooManySignInAttemptsError extends ApiError {
   constructor(retryAfterSeconds: number) {
-    super(`Too many failed sign-in attempts. Try again in ${retryAfterSeconds} seconds.`, {
-      status: 429,
-      type: "rate_limit_error",
-      code: "too_many_sign_in_attempts",
-      headers: { "retry-after": String(retryAfterSeconds) },
-    });
+    super(`Too many failed sign-in attempts. Try again in ${retryAfterSeconds} seconds.`, "too_many_sign_in_attempts", { headers: { "retry-after": String(retryAfterSeconds) } });
   }
 }
 
 class SignUpClosedError extends ApiError {
   constructor() {
-    super("Sign-up is closed on this server. Ask an administrator for an account.", { status: 403, type: "permission_error", code: "signup_closed" });
+    super("Sign-up is closed on this server. Ask an administrator for an account.", "signup_closed");
   }
 }
 
 class InvalidSetupCodeError extends ApiError {
   constructor() {
-    super("This setup code is not valid: it is mistyped, or this server has an administrator already. Leave it empty to create a regular account.", {
-      status: 403,
-      type: "permission_error",
-      code: "invalid_setup_code",
-      param: "setup_code",
-    });
+    super("This setup code is not valid: it is mistyped, or this server has an administrator already. Leave it empty to create a regular account.", "invalid_setup_code", { param: "setup_code" });
   }
 }
 
 class EmailTakenError extends ApiError {
   constructor() {
-    super("An account with this email exists already. Sign in instead.", { status: 409, type: "invalid_request_error", code: "account_exists", param: "email" });
+    super("An account with this email exists already. Sign in instead.", "account_exists", { param: "email" });
   }
 }
 
@@ -120,7 +95,7 @@ export function registerAuthRoutes(app: FastifyInstance, options: AuthRoutesOpti
 
   app.post("/api/auth/signup", async function signUp(request, reply): Promise<SessionReply> {
     checkSameOrigin(request, options.hosts);
-    const body = parseWithSchema(signUpSchema, request.body);
+    const body = parseWithSchema(signUpRequestSchema, request.body);
     const email = normalizeEmail(body.email);
     if (!isValidEmail(email)) throw new InvalidRequestError("Invalid 'email': enter an email address like name@example.com.", "email");
     const setupCode = body.setup_code?.trim() || undefined;
@@ -152,7 +127,7 @@ export function registerAuthRoutes(app: FastifyInstance, options: AuthRoutesOpti
 
   app.post("/api/auth/signin", async function signIn(request, reply): Promise<SessionReply> {
     checkSameOrigin(request, options.hosts);
-    const body = parseWithSchema(credentialsSchema, request.body);
+    const body = parseWithSchema(signInRequestSchema, request.body);
     const email = normalizeEmail(body.email);
     // One atomic step: however many attempts arrive at once, at most the limit's worth get past it.
     const attempt = await throttle.reserve(email, request.ip);

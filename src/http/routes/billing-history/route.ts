@@ -5,35 +5,24 @@
  */
 import type { FastifyInstance, preHandlerHookHandler } from "fastify";
 import type { Kysely } from "kysely";
-import { z } from "zod";
 import type { Database } from "../../../store/schema.ts";
 import { billingHistory, UnknownCursorError } from "../../../billing/history.ts";
 import { findAccountById } from "../../../accounts/accounts.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
+import { billingHistoryQuerySchema } from "../../../protocol/account-api-requests.ts";
 import { ApiError, InvalidRequestError } from "../../../protocol/errors.ts";
 import { accountIdOf, requireAdmin } from "../../middleware/account-auth/account-auth.ts";
 
 export type BillingHistoryRouteOptions = { database: Kysely<Database>; authenticate: preHandlerHookHandler };
 
-const historyQuerySchema = z.object({
-  limit: z
-    .string()
-    .regex(/^\d+$/, "must be a whole number")
-    .transform(Number)
-    .pipe(z.number().int().min(1).max(100))
-    .default(20),
-  before: z.string().min(1).max(100).optional(),
-  account_id: z.string().min(1).max(100).optional(),
-});
-
 export function registerBillingHistoryRoute(app: FastifyInstance, options: BillingHistoryRouteOptions): void {
   app.get("/api/billing/history", { preHandler: options.authenticate }, async function history(request, reply) {
-    const query = parseWithSchema(historyQuerySchema, request.query ?? {});
+    const query = parseWithSchema(billingHistoryQuerySchema, request.query ?? {});
     let accountId: string;
     if (query.account_id !== undefined) {
       requireAdmin(request);
       if ((await findAccountById(options.database, query.account_id)) === undefined) {
-        throw new ApiError(`No account with id '${query.account_id}'.`, { status: 404, type: "not_found_error", code: "account_not_found", param: "account_id" });
+        throw new ApiError(`No account with id '${query.account_id}'.`, "account_not_found", { param: "account_id" });
       }
       accountId = query.account_id;
     } else {
@@ -44,7 +33,7 @@ export function registerBillingHistoryRoute(app: FastifyInstance, options: Billi
       const page = await billingHistory(options.database, { accountId, limit: query.limit, before: query.before });
       return { object: "list", data: page.data, has_more: page.hasMore };
     } catch (error) {
-      if (error instanceof UnknownCursorError) throw new InvalidRequestError(`'before' must be the id of an entry in this account's history; '${error.message}' is not.`, "before");
+      if (error instanceof UnknownCursorError) throw new InvalidRequestError(`'before' must be the id of an entry in this account's history; '${error.message}' is not.`, "before", "invalid_cursor");
       throw error;
     }
   });

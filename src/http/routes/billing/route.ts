@@ -5,14 +5,14 @@
  */
 import type { FastifyInstance, preHandlerHookHandler } from "fastify";
 import type { Kysely } from "kysely";
-import { z } from "zod";
 import type { Database } from "../../../store/schema.ts";
-import { planSchema, type Plan } from "../../../billing/plans.ts";
+import type { Plan } from "../../../billing/plans.ts";
 import { findPlan, listPlans, savePlan } from "../../../billing/plans-store.ts";
 import { createCodes, listCodes, redeemCode } from "../../../billing/codes.ts";
 import { describeAccount } from "../../../accounts/describe-account.ts";
 import { PlanExistsError, PlanNotFoundError } from "../../../billing/errors.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
+import { createCodesRequestSchema, createPlanRequestSchema, editPlanRequestSchema, redeemRequestSchema } from "../../../protocol/account-api-requests.ts";
 import { accountIdOf, requireAdmin } from "../../middleware/account-auth/account-auth.ts";
 
 export type BillingRouteOptions = {
@@ -22,9 +22,6 @@ export type BillingRouteOptions = {
   onPlansChanged: () => Promise<void>;
 };
 
-const redeemSchema = z.object({ code: z.string().min(1).max(100) });
-const codesSchema = z.object({ plan: z.string().min(1), count: z.number().int().min(1).max(1000).default(1) });
-const planPatchSchema = planSchema.omit({ id: true }).partial();
 
 function planBody(plan: Plan) {
   return { object: "plan", ...plan };
@@ -39,7 +36,7 @@ export function registerBillingRoutes(app: FastifyInstance, options: BillingRout
 
   app.post("/api/billing/redeem", { preHandler: options.authenticate }, async function redeem(request) {
     const accountId = accountIdOf(request, "Redeeming a code");
-    const { code } = parseWithSchema(redeemSchema, request.body);
+    const { code } = parseWithSchema(redeemRequestSchema, request.body);
     const { plan } = await redeemCode(database, { code, accountId });
     request.log.info({ account_id: accountId, plan: plan.id }, "code redeemed");
     const account = await describeAccount(database, accountId);
@@ -55,15 +52,15 @@ export function registerBillingRoutes(app: FastifyInstance, options: BillingRout
       data: (await listPlans(database)).map((plan) => ({
         ...planBody(plan),
         origin: meta.get(plan.id)?.origin ?? "admin",
-        created: Number(meta.get(plan.id)?.created_at ?? 0),
-        updated: Number(meta.get(plan.id)?.updated_at ?? 0),
+        created: Math.floor(Number(meta.get(plan.id)?.created_at ?? 0) / 1000),
+        updated: Math.floor(Number(meta.get(plan.id)?.updated_at ?? 0) / 1000),
       })),
     };
   });
 
   app.post("/api/admin/plans", { preHandler: options.authenticate }, async function createPlan(request, reply) {
     requireAdmin(request);
-    const plan = parseWithSchema(planSchema, request.body);
+    const plan = parseWithSchema(createPlanRequestSchema, request.body);
     if ((await findPlan(database, plan.id)) !== undefined) throw new PlanExistsError(plan.id);
     await savePlan(database, plan, "admin");
     await options.onPlansChanged();
@@ -76,7 +73,7 @@ export function registerBillingRoutes(app: FastifyInstance, options: BillingRout
     requireAdmin(request);
     const existing = await findPlan(database, request.params.id);
     if (existing === undefined) throw new PlanNotFoundError(request.params.id);
-    const changes = parseWithSchema(planPatchSchema, request.body);
+    const changes = parseWithSchema(editPlanRequestSchema, request.body);
     // Only the fields sent change (the schema's defaults would fill the others in).
     const sent = new Set(Object.keys(request.body as object));
     const plan: Plan = { ...existing, ...Object.fromEntries(Object.entries(changes).filter(([field, value]) => sent.has(field) && value !== undefined)) };
@@ -91,8 +88,8 @@ export function registerBillingRoutes(app: FastifyInstance, options: BillingRout
     const data = (await listCodes(database)).map((row) => ({
       display_prefix: row.displayPrefix,
       plan: row.planId,
-      created: row.created,
-      redeemed: row.redeemed,
+      created: Math.floor(row.created / 1000),
+      redeemed: row.redeemed === null ? null : Math.floor(row.redeemed / 1000),
       redeemed_by: row.redeemedBy,
     }));
     return { object: "list", data };
@@ -100,7 +97,7 @@ export function registerBillingRoutes(app: FastifyInstance, options: BillingRout
 
   app.post("/api/admin/codes", { preHandler: options.authenticate }, async function makeCodes(request, reply) {
     requireAdmin(request);
-    const { plan, count } = parseWithSchema(codesSchema, request.body);
+    const { plan, count } = parseWithSchema(createCodesRequestSchema, request.body);
     const codes = await createCodes(database, { planId: plan, count });
     request.log.info({ plan, count }, "redemption codes created");
     void reply.code(201);

@@ -11,15 +11,13 @@
  */
 import type { FastifyInstance, preHandlerHookHandler } from "fastify";
 import type { Kysely } from "kysely";
-import { MAX_CREDIT } from "../../../billing/money-bounds.ts";
-import { z } from "zod";
 import type { Database } from "../../../store/schema.ts";
 import type { Catalog } from "../../../catalog/catalog.ts";
 import { createApiKey, findApiKey, listApiKeys, revokeApiKey, type ApiKeyRecord } from "../../../auth/api-keys.ts";
 import { ApiError, InvalidRequestError } from "../../../protocol/errors.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
+import { createKeyRequestSchema } from "../../../protocol/account-api-requests.ts";
 import { AdminRequiredError, principalOf } from "../../middleware/account-auth/account-auth.ts";
-import { KEY_SCOPES } from "../../../auth/key-scopes.ts";
 import type { ApiKeyObject, CreatedApiKeyObject } from "../../../protocol/account-api.ts";
 
 export type { ApiKeyObject };
@@ -49,25 +47,10 @@ export function toApiKeyObject(key: ApiKeyRecord, now = Date.now()): ApiKeyObjec
   };
 }
 
-const positive = z.number().int().min(1).max(Number.MAX_SAFE_INTEGER);
-/** Spend caps are credit: bounded like balances. */
-const creditCap = z.number().int().min(1).max(MAX_CREDIT, `at most ${MAX_CREDIT} credit units`);
-
-export const createKeySchema = z.object({
-  name: z.string().trim().min(1, "give the key a name").max(100),
-  /** What the key may reach; default 'account'. */
-  scope: z.enum(KEY_SCOPES).optional(),
-  /** Seconds since the epoch; null or absent: the key does not expire. */
-  expires_at: z.number().int().positive().nullable().optional(),
-  models: z.array(z.string().min(1)).max(100).nullable().optional(),
-  spend_cap: creditCap.nullable().optional(),
-  rpm: positive.nullable().optional(),
-  tpm: positive.nullable().optional(),
-});
 
 export class KeyNotFoundError extends ApiError {
   constructor(id: string) {
-    super(`No API key with id '${id.slice(0, 64)}'.`, { status: 404, type: "not_found_error", code: "key_not_found", param: "id" });
+    super(`No API key with id '${id.slice(0, 64)}'.`, "key_not_found", { param: "id" });
   }
 }
 
@@ -96,7 +79,7 @@ export function registerKeysRoutes(app: FastifyInstance, options: KeysRoutesOpti
   app.post("/api/keys", { preHandler: options.authenticate }, async function createOwnKey(request, reply): Promise<CreatedApiKeyObject> {
     const principal = principalOf(request);
     const { accountId } = principal;
-    const body = parseWithSchema(createKeySchema, request.body);
+    const body = parseWithSchema(createKeyRequestSchema, request.body);
     checkModels(options.catalog, body.models);
     const now = Date.now();
     if (body.expires_at != null && body.expires_at * 1000 <= now) throw new InvalidRequestError("Invalid 'expires_at': the time has passed already.", "expires_at");

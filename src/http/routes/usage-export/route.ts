@@ -1,45 +1,24 @@
 /**
  * `GET /api/usage/export?from&to`: the account's usage records in `[from, to)` as CSV, one row
  * per request, oldest first, streamed a page at a time (never one big array). `from` and `to`
- * are seconds since the epoch or ISO 8601 dates (a number past 10^12 is taken as milliseconds,
- * what `/api/usage` took before); `to` defaults to now and `from` to 30 days before it; the range
+ * are seconds since the epoch or ISO 8601 dates, as everywhere on `/api`; `to` defaults to now and `from` to 30 days before it; the range
  * may span at most 366 days. Admins (and admin-scoped keys) may name an account with
  * `account=<id>`, `account=operator` or `account=all`, as `/api/usage` allows.
  */
 import { Readable } from "node:stream";
 import type { FastifyInstance, FastifyRequest, preHandlerHookHandler } from "fastify";
 import type { Kysely } from "kysely";
-import { z } from "zod";
 import type { Database } from "../../../store/schema.ts";
 import { exportUsageRecords, type ExportedRecord } from "../../../billing/usage-export.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
 import { InvalidRequestError } from "../../../protocol/errors.ts";
+import { MAX_EXPORT_DAYS, usageExportQuerySchema } from "../../../protocol/account-api-requests.ts";
 import { principalOf, requireAdmin } from "../../middleware/account-auth/account-auth.ts";
 import { csvLine } from "../../csv.ts";
 
 export type UsageExportRouteOptions = { database: Kysely<Database>; authenticate: preHandlerHookHandler };
 
 const DAY_MS = 86_400_000;
-/** The longest range one export may cover. */
-export const MAX_EXPORT_DAYS = 366;
-
-/** Seconds since the epoch (or milliseconds, past 10^12), or an ISO 8601 date; to milliseconds. */
-const timeSchema = z.union([
-  z
-    .string()
-    .regex(/^\d{1,15}$/)
-    .transform((value) => (Number(value) < 1e12 ? Number(value) * 1000 : Number(value))),
-  z
-    .string()
-    .refine((value) => /^\d{4}-\d{2}-\d{2}/.test(value) && !Number.isNaN(Date.parse(value)), "must be seconds since the epoch or an ISO 8601 date")
-    .transform((value) => Date.parse(value)),
-]);
-
-const exportQuerySchema = z.object({
-  from: timeSchema.optional(),
-  to: timeSchema.optional(),
-  account: z.string().min(1).max(100).optional(),
-});
 
 /** The columns, in order; the header row names them. */
 const COLUMNS: Array<[string, (record: ExportedRecord) => string | number | boolean | null]> = [
@@ -74,7 +53,7 @@ async function* csvRows(records: AsyncIterable<ExportedRecord>): AsyncGenerator<
 
 export function registerUsageExportRoute(app: FastifyInstance, options: UsageExportRouteOptions): void {
   app.get("/api/usage/export", { preHandler: options.authenticate }, async function exportUsage(request, reply) {
-    const query = parseWithSchema(exportQuerySchema, request.query ?? {});
+    const query = parseWithSchema(usageExportQuerySchema, request.query ?? {});
     const to = query.to ?? Date.now();
     const from = query.from ?? to - 30 * DAY_MS;
     if (from >= to) throw new InvalidRequestError("'from' must be before 'to'.", "from");

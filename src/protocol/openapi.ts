@@ -1,0 +1,178 @@
+/**
+ * The OpenAPI 3.1 document of `/v1` and `/api` (`GET /openapi.json`), written from the operation
+ * list (`api-operations.ts`), the zod schemas that validate each request (through zod's
+ * `z.toJSONSchema`, input side) and the error catalog: every operation lists, per status, the
+ * error codes it can answer, its own and those its authentication, body and transport bring.
+ */
+import { z } from "zod";
+import { API_OPERATIONS, PATH_PARAMETER_DESCRIPTION, type ApiOperation, type OperationAuth } from "./api-operations.ts";
+import { ERROR_CATALOG, ERROR_CODES, type ErrorCode } from "./error-catalog.ts";
+
+/** A JSON object of the document; OpenAPI is open-ended, so its parts are plain records. */
+type Json = Record<string, unknown>;
+
+/** What any request can meet before or around its route: the connection, the host check, shutdown, a crash. */
+const TRANSPORT_ERRORS: readonly ErrorCode[] = ["malformed_request", "invalid_url", "request_timeout", "headers_too_large", "host_not_allowed", "shutting_down", "internal_error"];
+
+/** What a JSON body can meet: parsing and the schema. */
+const BODY_ERRORS: readonly ErrorCode[] = ["invalid_request_error", "invalid_json", "unsupported_media_type", "request_too_large", "server_busy"];
+
+/** What each kind of authentication can answer. */
+const AUTH_ERRORS: Record<OperationAuth, readonly ErrorCode[]> = {
+  none: [],
+  key: ["invalid_api_key", "account_disabled", "database_unavailable"],
+  account: ["authentication_required", "invalid_api_key", "account_disabled", "key_scope_exceeded", "database_unavailable"],
+  admin: ["authentication_required", "invalid_api_key", "account_disabled", "key_scope_exceeded", "admin_required", "admin_scope_required", "database_unavailable"],
+};
+
+/** Every error code `operation` can answer, in the catalog's order. */
+export function errorCodesOf(operation: ApiOperation): ErrorCode[] {
+  const codes = new Set<ErrorCode>([...TRANSPORT_ERRORS, ...AUTH_ERRORS[operation.auth], ...operation.errors]);
+  if (operation.body !== undefined) for (const code of BODY_ERRORS) codes.add(code);
+  if (operation.query !== undefined) codes.add("invalid_request_error");
+  // A session's state-changing calls must pass the CSRF check.
+  if (operation.auth !== "none" && operation.auth !== "key" && operation.method !== "get") codes.add("csrf_failed");
+  if (operation.auth === "none" && operation.tag !== "Service") codes.add("database_unavailable");
+  return ERROR_CODES.filter((code) => codes.has(code));
+}
+
+/** The input side of a zod schema as JSON Schema 2020-12 (OpenAPI 3.1's dialect), without `$schema`. */
+export function jsonSchemaOf(schema: z.ZodType): Json {
+  const { $schema: _dialect, ...rest } = z.toJSONSchema(schema, { io: "input", unrepresentable: "any", target: "draft-2020-12" }) as Json;
+  return rest;
+}
+
+/** A stable operationId: the method and the path's words, camel-cased (`postV1ChatCompletions`). */
+export function operationIdOf(operation: Pick<ApiOperation, "method" | "path">): string {
+  const words = operation.path.split(/[^A-Za-z0-9]+/).filter((word) => word !== "");
+  return operation.method + words.map((word) => word[0]!.toUpperCase() + word.slice(1)).join("");
+}
+
+function securityOf(auth: OperationAuth): Json[] {
+  if (auth === "none") return [];
+  if (auth === "key") return [{ apiKey: [] }];
+  return [{ apiKey: [] }, { session: [] }];
+}
+
+function parametersOf(operation: ApiOperation): Json[] {
+  const parameters: Json[] = [];
+  for (const match of operation.path.matchAll(/\{([a-z_]+)\}/g)) {
+    parameters.push({ name: match[1], in: "path", required: true, description: PATH_PARAMETER_DESCRIPTION, schema: { type: "string" } });
+  }
+  if (operation.query === undefined) return parameters;
+  const schema = jsonSchemaOf(operation.query);
+  const properties = (schema.properties ?? {}) as Record<string, Json>;
+  const required = new Set((schema.required ?? []) as string[]);
+  for (const [name, property] of Object.entries(properties)) {
+    const example = operation.example?.[name];
+    parameters.push({ name, in: "query", required: required.has(name), schema: property, ...(example !== undefined ? { example } : {}) });
+  }
+  return parameters;
+}
+
+function responsesOf(operation: ApiOperation): Json {
+  const { success } = operation;
+  const responses: Json = {
+    [String(success.status)]: {
+      description: success.description,
+      content: { [success.contentType ?? "application/json"]: { schema: {} } },
+    },
+  };
+  const byStatus = new Map<number, ErrorCode[]>();
+  for (const code of errorCodesOf(operation)) {
+    const status = ERROR_CATALOG[code].status;
+    byStatus.set(status, [...(byStatus.get(status) ?? []), code]);
+  }
+  for (const [status, codes] of [...byStatus].sort(([first], [second]) => first - second)) {
+    responses[String(status)] = {
+      description: codes.map((code) => `\`${code}\`: ${ERROR_CATALOG[code].meaning}`).join("\n\n"),
+      content: {
+        "application/json": {
+          schema: {
+            allOf: [{ $ref: "#/components/schemas/ErrorResponse" }, { type: "object", properties: { error: { type: "object", properties: { code: { enum: codes } } } } }],
+          },
+        },
+      },
+      "x-error-codes": codes,
+    };
+  }
+  return responses;
+}
+
+function operationObject(operation: ApiOperation): Json {
+  const parameters = parametersOf(operation);
+  return {
+    operationId: operationIdOf(operation),
+    tags: [operation.tag],
+    summary: operation.summary,
+    security: securityOf(operation.auth),
+    "x-auth": operation.auth,
+    ...(parameters.length > 0 ? { parameters } : {}),
+    ...(operation.body !== undefined
+      ? {
+          requestBody: {
+            required: true,
+            content: { "application/json": { schema: jsonSchemaOf(operation.body), ...(operation.example !== undefined ? { example: operation.example } : {}) } },
+          },
+        }
+      : {}),
+    responses: responsesOf(operation),
+  };
+}
+
+const TAG_DESCRIPTIONS: Record<ApiOperation["tag"], string> = {
+  Chat: "OpenAI's Chat Completions.",
+  Models: "The catalog.",
+  Auth: "Console accounts and sessions.",
+  Account: "The signed-in account.",
+  Keys: "The account's API keys.",
+  Usage: "What the account's requests used and cost. Times are seconds since the epoch.",
+  Billing: "Plans, redemption codes and payments.",
+  Admin: "For administrators.",
+  Service: "Health, readiness, metrics and this document.",
+};
+
+/** The whole document. `version` is the server's (package.json's). */
+export function buildOpenApiDocument(options: { version: string; operations?: readonly ApiOperation[] } = { version: "0.0.0" }): Json {
+  const operations = options.operations ?? API_OPERATIONS;
+  const paths: Record<string, Json> = {};
+  for (const operation of operations) (paths[operation.path] ??= {})[operation.method] = operationObject(operation);
+  const tags = [...new Set(operations.map((operation) => operation.tag))].map((name) => ({ name, description: TAG_DESCRIPTIONS[name] }));
+  return {
+    openapi: "3.1.0",
+    info: {
+      title: "Turnpike",
+      version: options.version,
+      description:
+        "A self-hostable, OpenAI-compatible chat completion service: `/v1` for inference, `/api` for accounts, keys, usage and billing. Every error is `{\"error\": {\"message\", \"type\", \"param\", \"code\"}}`; every time on `/api` is seconds since the epoch.",
+    },
+    jsonSchemaDialect: "https://json-schema.org/draft/2020-12/schema",
+    tags,
+    paths,
+    components: {
+      securitySchemes: {
+        apiKey: { type: "http", scheme: "bearer", description: "`Authorization: Bearer <key>`." },
+        session: { type: "apiKey", in: "cookie", name: "turnpike_session", description: "The console's session; state-changing calls also send `x-csrf-token`." },
+      },
+      schemas: {
+        ErrorResponse: {
+          type: "object",
+          required: ["error"],
+          properties: {
+            error: {
+              type: "object",
+              required: ["message", "type", "param", "code"],
+              properties: {
+                message: { type: "string" },
+                type: { type: "string", enum: [...new Set(ERROR_CODES.map((code) => ERROR_CATALOG[code].type))] },
+                param: { type: ["string", "null"] },
+                code: { type: "string", enum: ERROR_CODES },
+              },
+            },
+          },
+        },
+      },
+    },
+    "x-error-catalog": ERROR_CODES.map((code) => ({ code, ...ERROR_CATALOG[code] })),
+  };
+}
