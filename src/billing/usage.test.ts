@@ -106,14 +106,20 @@ for (const backend of backends) {
       assert.deepEqual(theirs.map((row) => row.cost), [1000]);
     });
 
-    it("lists recent requests newest first, with key names, and pages with before", async () => {
+    it("lists recent requests newest first, with key names and times in seconds, and pages with after", async () => {
       const first = await recentRequests(store.database, { accountId, limit: 3 });
       assert.deepEqual(first.map((row) => row.request_id), ["req_3", "req_2", "req_1"]);
       assert.equal(first[0]!.key_name, "beta");
       assert.equal(first[0]!.stream, true);
       assert.equal(first[0]!.cost, 29);
-      const next = await recentRequests(store.database, { accountId, limit: 3, before: first.at(-1)!.created });
+      assert.equal(first[0]!.created, Math.floor((day0 + 2 * DAY + 5) / 1000));
+      const next = await recentRequests(store.database, { accountId, limit: 3, after: first.at(-1)!.id });
       assert.deepEqual(next.map((row) => row.request_id), ["req_0"]);
+    });
+
+    it("keeps only requests made before a time (milliseconds here; the route takes seconds)", async () => {
+      const before = await recentRequests(store.database, { accountId, limit: 10, before: day0 + DAY });
+      assert.deepEqual(before.map((row) => row.request_id), ["req_1", "req_0"]);
     });
   });
 }
