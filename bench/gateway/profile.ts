@@ -2,7 +2,7 @@
  * Profiles Turnpike as the gateway bench runs it: the zero-latency upstream, Turnpike in its own
  * process with a V8 CPU profile, one key's load for a few seconds; prints where Turnpike's CPU
  * went (self time by function, the top entries) and leaves the `.cpuprofile` for Chrome DevTools.
- *   node bench/gateway/profile.ts [--key operator|metered] [--stream] [--connections 16] [--seconds 8] [--database sqlite|postgres://…]
+ *   node bench/gateway/profile.ts [--key operator|metered|unlimited] [--stream] [--connections 16] [--seconds 8] [--database sqlite|postgres://…]
  */
 import fs from "node:fs";
 import os from "node:os";
@@ -36,13 +36,13 @@ try {
     {
       origin: turnpike.origin,
       path: "/v1/chat/completions",
-      headers: { authorization: `Bearer ${values.key === "metered" ? turnpike.meteredKey : turnpike.operatorKey}`, "content-type": "application/json" },
+      headers: { authorization: `Bearer ${values.key === "metered" ? turnpike.meteredKey : values.key === "unlimited" ? turnpike.unlimitedKey : turnpike.operatorKey}`, "content-type": "application/json" },
       body: JSON.stringify({ model: "bench", messages: [{ role: "user", content: "Say something." }], max_tokens: 16, stream, ...(stream ? { stream_options: { include_usage: true } } : {}) }),
       stream,
     },
     { connections: Number(values.connections), warmupMs: 1000, durationMs: Number(values.seconds) * 1000, maxRequests: 1_000_000 },
   );
-  console.log(JSON.stringify({ requestsPerSecond: Math.round(result.requests / result.seconds), errors: result.errors }));
+  console.log(JSON.stringify({ requestsPerSecond: Math.round(result.requests / result.seconds), requests: result.requests, errors: result.errors }));
 } finally {
   await turnpike.child.stop();
   await upstream.stop();

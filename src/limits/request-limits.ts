@@ -35,6 +35,15 @@ export type LimitAdmission = {
 
 type Scope = { kind: "requests" | "tokens"; key: string; limit: number; cost: number; who: string };
 
+/** The admission of a request that no limit applies to. */
+const NO_LIMITS: LimitAdmission = Object.freeze({ headers: Object.freeze({}) as Record<string, string>, raise: async () => {}, finish: async () => {} });
+
+/** The headers of the most restrictive requests and tokens limits among `states` (one per scope, in order). */
+function headersOf(scopes: readonly Scope[], states: readonly LimitState[]): Record<string, string> {
+  const of = (kind: Scope["kind"]) => mostRestrictive(states.filter((_state, index) => scopes[index]!.kind === kind));
+  return rateLimitHeaders({ requests: of("requests"), tokens: of("tokens") });
+}
+
 export class RequestLimits {
   readonly #limiter: RateLimiter;
 
@@ -49,38 +58,46 @@ export class RequestLimits {
   /** Charges the request against every limit that applies, or throws 429 `rate_limit_exceeded`. */
   async admit(input: LimitInput): Promise<LimitAdmission> {
     const scopes = scopesOf(input);
-    if (scopes.length === 0) return { headers: {}, raise: async () => {}, finish: async () => {} };
+    if (scopes.length === 0) return NO_LIMITS;
     const first = await this.#consume(scopes);
-    if (!first.decision.allowed) throw refusal(scopes, first.decision, first.headers);
-    let headers = first.headers;
+    if (!first.allowed) throw refusal(scopes, first, headersOf(scopes, first.states));
+    // The latest state of every limit, by position in `scopes`; the headers are written from it
+    // when asked for (once a request, as a rule), not after every charge.
+    const states = first.states;
+    let headers: Record<string, string> | undefined;
     /** Tokens charged so far against each tokens-per-minute limit. */
     let charged = scopes.find((scope) => scope.kind === "tokens")?.cost ?? 0;
     let finished = false;
-    const tokenScopes = scopes.filter((scope) => scope.kind === "tokens");
+    const tokenIndexes = scopes.flatMap((scope, index) => (scope.kind === "tokens" ? [index] : []));
     return {
       get headers() {
+        headers ??= headersOf(scopes, states);
         return headers;
       },
       raise: async (tokens) => {
         const total = Math.max(0, Math.ceil(tokens));
         const extra = total - charged;
-        if (extra <= 0 || tokenScopes.length === 0 || finished) return;
+        if (extra <= 0 || tokenIndexes.length === 0 || finished) return;
         // The whole request, not just the difference, must fit the limit (else waiting never helps).
-        const whole = tokenScopes.map((scope) => ({ ...scope, cost: total }));
-        const tooLarge = whole.find((scope) => scope.cost > scope.limit);
-        if (tooLarge !== undefined) throw tooLargeError(tooLarge, headers);
-        const extraScopes = tokenScopes.map((scope) => ({ ...scope, cost: extra }));
+        const tooLarge = tokenIndexes.map((index) => scopes[index]!).find((scope) => total > scope.limit);
+        if (tooLarge !== undefined) throw tooLargeError({ ...tooLarge, cost: total }, headersOf(scopes, states));
+        const extraScopes = tokenIndexes.map((index) => ({ ...scopes[index]!, cost: extra }));
         const more = await this.#consume(extraScopes);
-        if (!more.decision.allowed) throw refusal(extraScopes, more.decision, { ...headers, ...more.headers });
+        if (!more.allowed) {
+          const after = states.slice();
+          tokenIndexes.forEach((scopeIndex, index) => (after[scopeIndex] = more.states[index]!));
+          throw refusal(extraScopes, more, headersOf(scopes, after));
+        }
         charged = total;
-        headers = { ...headers, ...more.headers };
+        tokenIndexes.forEach((scopeIndex, index) => (states[scopeIndex] = more.states[index]!));
+        headers = undefined;
       },
       finish: async (usedTokens) => {
         if (finished) return;
         finished = true;
         const unused = Math.max(0, charged - Math.max(0, Math.floor(usedTokens)));
         if (unused === 0) return;
-        await Promise.all(tokenScopes.map((scope) => this.#limiter.refund(scope.key, unused)));
+        await Promise.all(tokenIndexes.map((index) => this.#limiter.refund(scopes[index]!.key, unused)));
       },
     };
   }
@@ -89,14 +106,12 @@ export class RequestLimits {
   async peek(input: Omit<LimitInput, "tokens">): Promise<Record<string, string>> {
     const scopes = scopesOf({ ...input, tokens: 0 }).map((scope) => ({ ...scope, cost: 0 }));
     if (scopes.length === 0) return {};
-    return (await this.#consume(scopes)).headers;
+    return headersOf(scopes, (await this.#consume(scopes)).states);
   }
 
-  /** Charges the scopes' costs (all or none) and gives the headers of the states after it. */
-  async #consume(scopes: readonly Scope[]): Promise<{ decision: LimitDecision; headers: Record<string, string> }> {
-    const decision = await this.#limiter.consume(scopes.map(({ key, limit, cost }): LimitCheck => ({ key, limit, cost })));
-    const states = (kind: Scope["kind"]): LimitState[] => decision.states.filter((_state, index) => scopes[index]!.kind === kind);
-    return { decision, headers: rateLimitHeaders({ requests: mostRestrictive(states("requests")), tokens: mostRestrictive(states("tokens")) }) };
+  /** Charges the scopes' costs (all or none). */
+  #consume(scopes: readonly Scope[]): Promise<LimitDecision> {
+    return this.#limiter.consume(scopes.map(({ key, limit, cost }): LimitCheck => ({ key, limit, cost })));
   }
 
   close(): Promise<void> {

@@ -8,10 +8,10 @@ import type { FastifyInstance, FastifyReply, onRequestHookHandler } from "fastif
 import type { Catalog } from "../../../catalog/catalog.ts";
 import { SseWriter } from "../../sse.ts";
 import type { Metering } from "../../../billing/metering.ts";
-import type { RequestLimits } from "../../../limits/request-limits.ts";
+import type { LimitAdmission, RequestLimits } from "../../../limits/request-limits.ts";
 import type { Metrics } from "../../../metrics/metrics.ts";
 import { ShuttingDownError } from "../../../protocol/errors.ts";
-import { admitChatCompletion } from "./admit.ts";
+import { admitChatCompletion, type AdmittedChatCompletion } from "./admit.ts";
 import { runCompletion, runStream } from "./run.ts";
 
 export type ChatCompletionsRouteOptions = {
@@ -64,17 +64,25 @@ export function registerChatCompletionsRoute(app: FastifyInstance, options: Chat
   app.post("/v1/chat/completions", { onRequest: [options.authenticate, refuseUnpaidLargeBody] }, async function chatCompletions(request, reply) {
     const startedAt = performance.now();
     // Cheap checks first: permission, rate limits and quota before any schema, grammar, template or tokenizer runs.
-    const admitted = await admitChatCompletion(options, {
-      body: request.body,
-      key: request.apiKey!,
-      requestId: request.id,
-      onLimited: (limited) => {
-        void reply.headers(limited.headers);
-        request.rateLimitsApplied = true;
-      },
-      onRefundError: (error) => request.log.warn({ err: error }, "could not refund rate-limit tokens"),
-    });
-    // The exact charge may have changed the limits' state since they admitted the request.
+    let limited: LimitAdmission | undefined;
+    let admitted: AdmittedChatCompletion;
+    try {
+      admitted = await admitChatCompletion(options, {
+        body: request.body,
+        key: request.apiKey!,
+        requestId: request.id,
+        onLimited: (admittedByLimits) => {
+          limited = admittedByLimits;
+          request.rateLimitsApplied = true;
+        },
+        onRefundError: (error) => request.log.warn({ err: error }, "could not refund rate-limit tokens"),
+      });
+    } catch (error) {
+      // A refusal after the limits admitted the request (a 400, no quota) reports their state too.
+      if (limited !== undefined) void reply.headers(limited.headers);
+      throw error;
+    }
+    // Written once, after the exact charge: the state the request leaves the limits in.
     void reply.headers(admitted.limited.headers);
     const input = { ...admitted, cut: abortOnDisconnect(reply, options.shutdownSignal), keyId: request.apiKey?.id, startedAt };
     const dependencies = { metrics: options.metrics, logger: request.log, keepAliveIntervalMs: options.keepAliveIntervalMs, stallTimeoutMs: options.stallTimeoutMs };
