@@ -1,0 +1,59 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import type { ApiKeyRecord } from "../auth/api-keys.ts";
+import type { Plan } from "../billing/plans.ts";
+import { RateLimitExceededError } from "../protocol/errors.ts";
+import { MemoryRateLimiter } from "./memory.ts";
+import { RequestLimits } from "./request-limits.ts";
+
+/** A fixed clock: buckets do not drain between the steps of a test. */
+const frozen = () => 1_000_000;
+
+function keyWith(limits: { rpm: number | null; tpm: number | null }): ApiKeyRecord {
+  return { id: "key_1", accountId: "acct_1", rpm: limits.rpm, tpm: limits.tpm, ancestorLimits: [] } as unknown as ApiKeyRecord;
+}
+const plan = { id: "plan_1", rpm: 100, tpm: 10_000 } as unknown as Plan;
+
+describe("RequestLimits", () => {
+  it("reports the state after the exact charge once raised, the most restrictive of key and plan", async () => {
+    const limits = new RequestLimits(new MemoryRateLimiter({ now: frozen }));
+    const admitted = await limits.admit({ key: keyWith({ rpm: 10, tpm: 1_000 }), plan, tokens: 50 });
+    assert.equal(admitted.headers["x-ratelimit-remaining-requests"], "9");
+    assert.equal(admitted.headers["x-ratelimit-limit-tokens"], "1000");
+    assert.equal(admitted.headers["x-ratelimit-remaining-tokens"], "950");
+    await admitted.raise(300);
+    assert.equal(admitted.headers["x-ratelimit-remaining-tokens"], "700", "the headers follow the raise");
+    assert.equal(admitted.headers["x-ratelimit-remaining-requests"], "9");
+    await admitted.finish(120);
+    const next = await limits.admit({ key: keyWith({ rpm: 10, tpm: 1_000 }), plan, tokens: 0 });
+    assert.equal(next.headers["x-ratelimit-remaining-tokens"], "880", "finish gave back what was not used");
+  });
+
+  it("refuses a raise past the limit with 429 and the headers of the state it leaves", async () => {
+    const limits = new RequestLimits(new MemoryRateLimiter({ now: frozen }));
+    const first = await limits.admit({ key: keyWith({ rpm: null, tpm: 1_000 }), plan: null, tokens: 600 });
+    const second = await limits.admit({ key: keyWith({ rpm: null, tpm: 1_000 }), plan: null, tokens: 100 });
+    await assert.rejects(second.raise(500), (error: unknown) => {
+      assert.ok(error instanceof RateLimitExceededError);
+      assert.equal(error.headers["x-ratelimit-remaining-tokens"], "300");
+      return true;
+    });
+    assert.equal(second.headers["x-ratelimit-remaining-tokens"], "300", "a refused raise charged nothing more");
+    await second.finish(0);
+    await first.finish(600);
+  });
+
+  it("refuses as too large a request that no wait would let through", async () => {
+    const limits = new RequestLimits(new MemoryRateLimiter({ now: frozen }));
+    const admitted = await limits.admit({ key: keyWith({ rpm: null, tpm: 1_000 }), plan: null, tokens: 10 });
+    await assert.rejects(admitted.raise(5_000), /Request too large: it needs 5000 tokens/);
+  });
+
+  it("gives a key without limits empty headers and nothing to charge", async () => {
+    const limits = new RequestLimits(new MemoryRateLimiter({ now: frozen }));
+    const admitted = await limits.admit({ key: { ...keyWith({ rpm: null, tpm: null }), accountId: null }, plan: null, tokens: 10 });
+    assert.deepEqual(admitted.headers, {});
+    await admitted.raise(1_000_000);
+    await admitted.finish(0);
+  });
+});
