@@ -1,7 +1,8 @@
 /**
  * Prices in money in a real browser (Debian's chromium driven by playwright-core): with a
  * `credit_value` set, the Models page shows each price per million tokens in money beside its
- * credits, and the Usage page shows costs in money. Screenshots go to test-output/console/.
+ * credits, and the Usage page shows costs in money, its Cost charts included (axis and tooltip
+ * in the currency). Screenshots go to test-output/console/.
  */
 import assert from "node:assert/strict";
 import fs from "node:fs";
@@ -103,5 +104,47 @@ describe("prices in money in the console", { skip: fs.existsSync(CHROMIUM) ? fal
     assert.equal((await row.locator('[data-column="cost"]').innerText()).trim(), "$0.000013");
     await page.getByTestId("usage-cost").getByText("$0.000013 (26 credits)").waitFor();
     await page.screenshot({ path: path.join(screenshots, "21-usage-money.png"), fullPage: true });
+  });
+
+  it("plots the Cost charts in money: the axis in the currency, the tooltip the exact cost", async () => {
+    const database = await openStore({ dataDir: test.dataDir, databaseUrl: "" });
+    try {
+      const account = await requireAccountByEmail(database, "money@example.com");
+      // 5,000,000 credits at 0.50 USD per million: 2.50 USD, beside the 26 credits above.
+      await recordUsage(database, {
+        request_id: "req_console_money_large",
+        account_id: account.id,
+        key_id: null,
+        model: "stories260K",
+        prompt_tokens: 3000,
+        cached_prompt_tokens: 0,
+        completion_tokens: 1000,
+        cost: 5_000_000,
+        latency_ms: 900,
+        status: 200,
+        finish_reason: "stop",
+        stream: 0,
+        created_at: Date.now() - 500,
+      });
+    } finally {
+      await database.destroy();
+    }
+    await page.reload();
+    await page.locator('tr[data-request-id="req_console_money_large"]').waitFor();
+    await page.getByRole("tab", { name: "Cost" }).click();
+    const perDay = page.getByRole("img", { name: "Cost per day" });
+    await perDay.locator(".recharts-bar-rectangle").first().waitFor();
+    const ticks = (await perDay.locator(".recharts-yAxis-tick-labels .recharts-cartesian-axis-tick-value").allTextContents()).map((text) => text.trim());
+    assert.ok(ticks.length >= 2 && ticks.every((tick) => tick.startsWith("$")), `money ticks: ${ticks.join(" ")}`);
+    assert.ok(ticks.some((tick) => /^\$[12](\.\d+)?$/.test(tick)), `ticks up to the $2.50 spent: ${ticks.join(" ")}`);
+    const modelTicks = (await page.getByRole("img", { name: "Cost per model" }).locator(".recharts-xAxis-tick-labels .recharts-cartesian-axis-tick-value").allTextContents()).map((text) => text.trim());
+    assert.ok(modelTicks.length >= 2 && modelTicks.every((tick) => tick.startsWith("$")), `money ticks per model: ${modelTicks.join(" ")}`);
+    await perDay.locator(".recharts-bar-rectangle").first().hover();
+    const tooltip = perDay.locator(".recharts-tooltip-wrapper");
+    await tooltip.getByText("Cost (USD)").waitFor();
+    // 5,000,026 credits: 2.500013 USD, as the table formats it.
+    assert.match(await tooltip.innerText(), /Cost \(USD\)\s*:\s*\$2\.50/);
+    assert.doesNotMatch(await tooltip.innerText(), /Credits/);
+    await page.screenshot({ path: path.join(screenshots, "22-usage-cost-chart-money.png"), fullPage: true });
   });
 });

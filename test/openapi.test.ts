@@ -1,7 +1,8 @@
 /**
  * `GET /openapi.json` against a running server: every route the server registers is in the
  * document (and nothing else), the document has OpenAPI 3.1's shape, its JSON Schemas compile,
- * and its examples validate against both the document's schema and the route's zod schema.
+ * its examples validate against both the document's schema and the route's zod schema, and
+ * its answers' schemas compile (`openapi-responses.test.ts` checks real answers against them).
  */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
@@ -100,7 +101,7 @@ describe("GET /openapi.json", () => {
     }
   });
 
-  it("carries JSON Schemas that compile, and examples that pass them and the routes' zod schemas", () => {
+  it("carries JSON Schemas that compile, requests' and answers', and examples that pass them and the routes' zod schemas", () => {
     const ajv = new Ajv2020({ strict: false, allErrors: true });
     let examples = 0;
     for (const [path, item] of Object.entries<any>(document.paths)) {
@@ -114,6 +115,10 @@ describe("GET /openapi.json", () => {
             const zodSchema = API_OPERATIONS.find((operation) => operation.path === path && operation.method === method)!.body!;
             assert.ok(zodSchema.safeParse(json.example).success, `${method} ${path}: the route's schema refuses its example`);
           }
+        }
+        for (const [status, response] of Object.entries<any>(operation.responses)) {
+          if (!status.startsWith("2")) continue;
+          for (const media of Object.values<any>(response.content ?? {})) ajv.compile(media.schema);
         }
         for (const parameter of operation.parameters ?? []) {
           const validate = ajv.compile(parameter.schema);

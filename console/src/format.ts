@@ -103,6 +103,24 @@ export function formatCost(credits: number, creditValue: CreditValue | null): st
   return creditValue === null ? integer.format(credits) : formatMoneyAmount(creditsToMoney(credits, creditValue), creditValue.currency);
 }
 
+/**
+ * A chart's value for `credits`: the money they are worth, in the currency's major unit, with a
+ * credit value (a Number, fine for drawing; labels use `formatCost` on the credits), else the credits.
+ */
+export function chartCost(credits: number, creditValue: CreditValue | null): number {
+  return creditValue === null ? credits : Number(creditsToMoney(credits, creditValue));
+}
+
+/** An axis tick of money in `currency`: to 3 significant digits ("$0.0025", "$12.5"), compact from a thousand ("$1.2K"). */
+export function formatMoneyTick(value: number, currency: string): string {
+  const code = currency.toUpperCase();
+  try {
+    return new Intl.NumberFormat("en-US", { style: "currency", currency: code, maximumSignificantDigits: 3, notation: Math.abs(value) >= 1000 ? "compact" : "standard" }).format(value);
+  } catch {
+    return `${value} ${code}`;
+  }
+}
+
 /** A total spent: "$1.23 (1,234,567 credits)" with a credit value, "1,234,567 credits" without. */
 export function formatSpent(credits: number, creditValue: CreditValue | null): string {
   return creditValue === null ? formatCredits(credits) : `${formatCost(credits, creditValue)} (${formatCredits(credits)})`;

@@ -1,65 +1,102 @@
 /**
- * The response bodies of `POST /v1/chat/completions`: the whole completion and the streamed chunk.
+ * The response bodies of `POST /v1/chat/completions`: the whole completion and the streamed
+ * chunk, as zod schemas (the OpenAPI document shows them) and the types the server builds them with.
+ * Objects are open on the wire: clients ignore fields they do not know.
  */
+import { z } from "zod";
 
-export type FinishReason = "stop" | "length" | "tool_calls" | "content_filter";
+export const finishReasonSchema = z.enum(["stop", "length", "tool_calls", "content_filter"]);
+export type FinishReason = z.infer<typeof finishReasonSchema>;
 
-export type Usage = {
-  prompt_tokens: number;
-  completion_tokens: number;
-  total_tokens: number;
-  prompt_tokens_details: { cached_tokens: number };
-  completion_tokens_details: { reasoning_tokens: number };
-};
+export const usageSchema = z.object({
+  prompt_tokens: z.number().int(),
+  completion_tokens: z.number().int(),
+  total_tokens: z.number().int(),
+  prompt_tokens_details: z.object({ cached_tokens: z.number().int() }),
+  completion_tokens_details: z.object({ reasoning_tokens: z.number().int() }),
+});
+export type Usage = z.infer<typeof usageSchema>;
 
 /** A tool call in a whole completion: `arguments` is JSON text. */
-export type ToolCallObject = { id: string; type: "function"; function: { name: string; arguments: string } };
+export const toolCallObjectSchema = z.object({
+  id: z.string(),
+  type: z.literal("function"),
+  function: z.object({ name: z.string(), arguments: z.string().describe("JSON text.") }),
+});
+export type ToolCallObject = z.infer<typeof toolCallObjectSchema>;
 
 /** A streamed piece of a tool call: the first carries id, type and name; later ones argument text. */
-export type ToolCallDelta = {
-  index: number;
-  id?: string;
-  type?: "function";
-  function: { name?: string; arguments: string };
-};
+export const toolCallDeltaSchema = z.object({
+  index: z.number().int(),
+  id: z.string().optional(),
+  type: z.literal("function").optional(),
+  function: z.object({ name: z.string().optional(), arguments: z.string() }),
+});
+export type ToolCallDelta = z.infer<typeof toolCallDeltaSchema>;
 
 /** One token's log probability; `bytes` are its UTF-8 bytes (null when it has none). */
-export type TopLogprob = { token: string; logprob: number; bytes: number[] | null };
-export type TokenLogprobEntry = TopLogprob & { top_logprobs: TopLogprob[] };
+export const topLogprobSchema = z.object({ token: z.string(), logprob: z.number(), bytes: z.array(z.number().int()).nullable() });
+export type TopLogprob = z.infer<typeof topLogprobSchema>;
+export const tokenLogprobEntrySchema = topLogprobSchema.extend({ top_logprobs: z.array(topLogprobSchema) });
+export type TokenLogprobEntry = z.infer<typeof tokenLogprobEntrySchema>;
 /** `choices[].logprobs`: set when the request asked for `logprobs`, else null. */
-export type ChoiceLogprobs = { content: TokenLogprobEntry[] | null; refusal: null };
+export const choiceLogprobsSchema = z.object({ content: z.array(tokenLogprobEntrySchema).nullable(), refusal: z.null() });
+export type ChoiceLogprobs = z.infer<typeof choiceLogprobsSchema>;
 
-export type ChatCompletion = {
-  id: string;
-  object: "chat.completion";
-  created: number;
-  model: string;
-  system_fingerprint: string | null;
-  choices: Array<{
-    index: number;
-    /** `reasoning_content`: a reasoning model's thinking, as vLLM, SGLang and DeepSeek send it. */
-    message: { role: "assistant"; content: string | null; refusal: null; reasoning_content?: string; tool_calls?: ToolCallObject[] };
-    logprobs: ChoiceLogprobs | null;
-    finish_reason: FinishReason;
-  }>;
-  usage: Usage;
-};
+export const chatCompletionSchema = z.object({
+  id: z.string(),
+  object: z.literal("chat.completion"),
+  /** Seconds since the epoch. */
+  created: z.number().int(),
+  model: z.string(),
+  system_fingerprint: z.string().nullable(),
+  choices: z.array(
+    z.object({
+      index: z.number().int(),
+      message: z.object({
+        role: z.literal("assistant"),
+        /** Null when the answer is only tool calls. */
+        content: z.string().nullable(),
+        refusal: z.null(),
+        /** As vLLM, SGLang and DeepSeek send it. */
+        reasoning_content: z.string().optional().describe("A reasoning model's thinking; absent when there was none."),
+        /** Absent when the model called no tool. */
+        tool_calls: z.array(toolCallObjectSchema).optional(),
+      }),
+      logprobs: choiceLogprobsSchema.nullable(),
+      finish_reason: finishReasonSchema,
+    }),
+  ),
+  usage: usageSchema,
+});
+export type ChatCompletion = z.infer<typeof chatCompletionSchema>;
 
-export type ChatCompletionChunk = {
-  id: string;
-  object: "chat.completion.chunk";
-  created: number;
-  model: string;
-  system_fingerprint: string | null;
-  choices: Array<{
-    index: number;
-    delta: { role?: "assistant"; content?: string | null; reasoning_content?: string; refusal?: null; tool_calls?: ToolCallDelta[] };
-    logprobs: ChoiceLogprobs | null;
-    finish_reason: FinishReason | null;
-  }>;
+/** The `data` of each `text/event-stream` event of a streamed completion (before the closing `[DONE]`). */
+export const chatCompletionChunkSchema = z.object({
+  id: z.string(),
+  object: z.literal("chat.completion.chunk"),
+  created: z.number().int(),
+  model: z.string(),
+  system_fingerprint: z.string().nullable(),
+  /** Empty in the last chunk, the one carrying `usage`. */
+  choices: z.array(
+    z.object({
+      index: z.number().int(),
+      delta: z.object({
+        role: z.literal("assistant").optional(),
+        content: z.string().nullable().optional(),
+        reasoning_content: z.string().optional(),
+        refusal: z.null().optional(),
+        tool_calls: z.array(toolCallDeltaSchema).optional(),
+      }),
+      logprobs: choiceLogprobsSchema.nullable(),
+      finish_reason: finishReasonSchema.nullable(),
+    }),
+  ),
   /** Present (as `null`) on every chunk when usage was asked for; the last chunk carries it. */
-  usage?: Usage | null;
-};
+  usage: usageSchema.nullable().optional().describe("With `stream_options.include_usage`: null on every chunk but the last, which carries it."),
+});
+export type ChatCompletionChunk = z.infer<typeof chatCompletionChunkSchema>;
 
 /** Builds the usage object from exact token counts. */
 export function makeUsage(promptTokens: number, completionTokens: number, cachedPromptTokens = 0, reasoningTokens = 0): Usage {

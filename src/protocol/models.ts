@@ -1,28 +1,45 @@
 /** The `/v1/models` wire format, with Turnpike's catalog fields after OpenAI's four. */
-export type ModelObject = {
-  id: string;
-  object: "model";
-  created: number;
-  owned_by: string;
+import { z } from "zod";
+
+/** Prices per million tokens in money: exact decimal strings in the currency's major unit. */
+export const moneyPricesSchema = z.object({ prompt: z.string(), cached_prompt: z.string(), completion: z.string() });
+export type MoneyPrices = z.infer<typeof moneyPricesSchema>;
+
+const memberCounts = { members_healthy: z.number().int(), members_total: z.number().int() };
+
+export const modelObjectSchema = z.object({
+  id: z.string(),
+  object: z.literal("model"),
+  /** Seconds since the epoch. */
+  created: z.number().int(),
+  owned_by: z.string(),
   /** Tokens one request may use: prompt plus completion. */
-  context_length: number;
-  modalities: { input: string[]; output: string[] };
+  context_length: z.number().int().describe("Tokens one request may use: prompt plus completion."),
+  modalities: z.object({ input: z.array(z.string()), output: z.array(z.string()) }),
   /**
    * Credit units per million tokens; with a `credit_value` setting also `currency` (ISO 4217,
    * lower case) and `money`: the same prices in that currency per million tokens, as exact
    * decimal strings in its major unit (`"0.15"` dollars). Absent without a credit value.
    */
-  pricing: { prompt: number; cached_prompt: number; completion: number; currency?: string; money?: MoneyPrices };
-  supported_parameters: string[];
+  pricing: z
+    .object({
+      prompt: z.number().int(),
+      cached_prompt: z.number().int(),
+      completion: z.number().int(),
+      currency: z.string().optional(),
+      money: moneyPricesSchema.optional(),
+    })
+    .describe("Credit units per million tokens; with a credit value set, also `currency` and `money` (the same prices as exact decimal strings in the currency's major unit)."),
+  supported_parameters: z.array(z.string()),
   /** `ready`, `degraded` (some members of its pool are down) or `unavailable`; with the members healthy and in all. */
-  status:
-    | { state: "ready" | "degraded"; members_healthy: number; members_total: number }
-    | { state: "loading" }
-    | { state: "downloading"; progress?: number }
-    | { state: "unavailable"; detail: string; members_healthy: number; members_total: number };
-};
+  status: z.union([
+    z.object({ state: z.enum(["ready", "degraded"]), ...memberCounts }),
+    z.object({ state: z.literal("loading") }),
+    z.object({ state: z.literal("downloading"), progress: z.number().optional() }),
+    z.object({ state: z.literal("unavailable"), detail: z.string(), ...memberCounts }),
+  ]),
+});
+export type ModelObject = z.infer<typeof modelObjectSchema>;
 
-/** Prices per million tokens in money: exact decimal strings in the currency's major unit. */
-export type MoneyPrices = { prompt: string; cached_prompt: string; completion: string };
-
-export type ModelList = { object: "list"; data: ModelObject[] };
+export const modelListSchema = z.object({ object: z.literal("list"), data: z.array(modelObjectSchema) });
+export type ModelList = z.infer<typeof modelListSchema>;

@@ -39,3 +39,28 @@ test("operation ids are unique and paths are unique per method", () => {
   assert.equal(new Set(ids).size, ids.length);
   assert.equal(operationIdOf({ method: "post", path: "/api/admin/accounts/{id}/grant" }), "postApiAdminAccountsIdGrant");
 });
+
+test("documents the schema of every JSON answer as an open object, and each event of a stream", () => {
+  const document = buildOpenApiDocument({ version: "1.2.3" }) as any;
+  for (const operation of API_OPERATIONS) {
+    const content = document.paths[operation.path][operation.method].responses[String(operation.success.status)].content;
+    if (operation.success.contentType !== undefined) {
+      assert.deepEqual(Object.keys(content), [operation.success.contentType]);
+      continue;
+    }
+    assert.ok(operation.response !== undefined, `${operation.method} ${operation.path} has no response schema`);
+    assert.equal(content["application/json"].schema.type, "object", `${operation.method} ${operation.path}`);
+  }
+  const chat = document.paths["/v1/chat/completions"].post.responses["200"].content;
+  assert.deepEqual(Object.keys(chat), ["application/json", "text/event-stream"]);
+  assert.equal(chat["text/event-stream"].schema.properties.object.const, "chat.completion.chunk");
+  // Faithful to what the route sends: optional fields optional, nullable ones nullable.
+  const message = chat["application/json"].schema.properties.choices.items.properties.message;
+  assert.deepEqual(message.required, ["role", "content", "refusal"]);
+  assert.deepEqual(message.properties.content.type, ["string", "null"]);
+  const usage = document.paths["/api/usage"].get.responses["200"].content["application/json"].schema;
+  assert.ok(!usage.required.includes("currency") && !usage.properties.data.items.required.includes("cost_money"));
+  assert.equal(usage.properties.from.type, "integer");
+  assert.equal(usage.properties.from.maximum, undefined, "no safe-integer noise");
+  assert.ok(!JSON.stringify(document.paths).includes('"additionalProperties":false'));
+});

@@ -1,8 +1,9 @@
 /**
  * The OpenAPI 3.1 document of `/v1` and `/api` (`GET /openapi.json`), written from the operation
- * list (`api-operations.ts`), the zod schemas that validate each request (through zod's
- * `z.toJSONSchema`, input side) and the error catalog: every operation lists, per status, the
- * error codes it can answer, its own and those its authentication, body and transport bring.
+ * list (`api-operations.ts`), the zod schemas of each request (through zod's `z.toJSONSchema`,
+ * input side) and of each answer (output side), and the error catalog: every operation lists,
+ * per status, the error codes it can answer, its own and those its authentication, body and
+ * transport bring.
  */
 import { z } from "zod";
 import { API_OPERATIONS, PATH_PARAMETER_DESCRIPTION, type ApiOperation, type OperationAuth } from "./api-operations.ts";
@@ -36,10 +37,27 @@ export function errorCodesOf(operation: ApiOperation): ErrorCode[] {
   return ERROR_CODES.filter((code) => codes.has(code));
 }
 
-/** The input side of a zod schema as JSON Schema 2020-12 (OpenAPI 3.1's dialect), without `$schema`. */
-export function jsonSchemaOf(schema: z.ZodType): Json {
-  const { $schema: _dialect, ...rest } = z.toJSONSchema(schema, { io: "input", unrepresentable: "any", target: "draft-2020-12" }) as Json;
+/**
+ * A zod schema as JSON Schema 2020-12 (OpenAPI 3.1's dialect), without `$schema`: its input side
+ * (what a request may send) or its output side (what an answer holds). Answers are documented
+ * as open objects, as OpenAI's are: zod's `additionalProperties: false` for the output side is
+ * dropped (clients must ignore fields they do not know), as are the safe-integer bounds of `.int()`.
+ */
+export function jsonSchemaOf(schema: z.ZodType, io: "input" | "output" = "input"): Json {
+  const { $schema: _dialect, ...rest } = z.toJSONSchema(schema, {
+    io,
+    unrepresentable: "any",
+    target: "draft-2020-12",
+    override: io === "input" ? undefined : openOutputObject,
+  }) as Json;
   return rest;
+}
+
+function openOutputObject(context: { jsonSchema: Json }): void {
+  const { jsonSchema } = context;
+  if (jsonSchema.additionalProperties === false) delete jsonSchema.additionalProperties;
+  if (jsonSchema.minimum === Number.MIN_SAFE_INTEGER) delete jsonSchema.minimum;
+  if (jsonSchema.maximum === Number.MAX_SAFE_INTEGER) delete jsonSchema.maximum;
 }
 
 /** A stable operationId: the method and the path's words, camel-cased (`postV1ChatCompletions`). */
@@ -70,13 +88,21 @@ function parametersOf(operation: ApiOperation): Json[] {
   return parameters;
 }
 
+/** The success answer's content: its JSON schema (and a stream's per-event schema), or a string for text. */
+function successContentOf(operation: ApiOperation): Json {
+  const { success, response, streamEvent } = operation;
+  if (success.contentType !== undefined) return { [success.contentType]: { schema: { type: "string" } } };
+  return {
+    "application/json": { schema: response === undefined ? {} : jsonSchemaOf(response, "output") },
+    // OpenAPI 3.1 has no schema for one event of a stream; this is the schema of each event's `data`.
+    ...(streamEvent !== undefined ? { "text/event-stream": { schema: jsonSchemaOf(streamEvent, "output") } } : {}),
+  };
+}
+
 function responsesOf(operation: ApiOperation): Json {
   const { success } = operation;
   const responses: Json = {
-    [String(success.status)]: {
-      description: success.description,
-      content: { [success.contentType ?? "application/json"]: { schema: {} } },
-    },
+    [String(success.status)]: { description: success.description, content: successContentOf(operation) },
   };
   const byStatus = new Map<number, ErrorCode[]>();
   for (const code of errorCodesOf(operation)) {

@@ -1,9 +1,9 @@
 /** Usage: tokens and cost per day and per model over a chosen range, and the latest requests. */
 import { useMemo, useState } from "react";
-import { Bar, BarChart, CartesianGrid, Legend, ResponsiveContainer, Tooltip, XAxis, YAxis } from "recharts";
+import { Bar, BarChart, CartesianGrid, Legend, ResponsiveContainer, Tooltip, XAxis, YAxis, type DefaultTooltipContentProps } from "recharts";
 import type { List, UsageGroup, UsageRequest } from "../api.ts";
 import { useSignedIn } from "../session.tsx";
-import { formatCost, formatDateTime, formatNumber, formatSpent } from "../format.ts";
+import { chartCost, formatCost, formatDateTime, formatMoneyTick, formatNumber, formatSpent } from "../format.ts";
 import { useCreditValue } from "../credit-value.ts";
 import { DataTable, type Column } from "../components/data-table.tsx";
 import { Badge, EmptyState, ErrorState, Field, Loading, PageHeader, Tabs, useApi } from "../components/ui.tsx";
@@ -56,12 +56,13 @@ export function UsagePage() {
         prompt: row ? row.prompt_tokens - row.cached_prompt_tokens : 0,
         cached: row?.cached_prompt_tokens ?? 0,
         completion: row?.completion_tokens ?? 0,
-        cost: row?.cost ?? 0,
+        cost: chartCost(row?.cost ?? 0, creditValue),
+        credits: row?.cost ?? 0,
         requests: row?.requests ?? 0,
       });
     }
     return rows;
-  }, [byDay.data, from, to]);
+  }, [byDay.data, from, to, creditValue]);
   // A single day with usage would be a sliver at the chart's edge among empty days: drawn alone, centred.
   const usedDays = days.filter((day) => day.requests > 0);
   const chartDays = usedDays.length === 1 ? usedDays : days;
@@ -74,6 +75,14 @@ export function UsagePage() {
     }),
     { requests: 0, tokens: 0, cost: 0 },
   );
+
+  // The cost charts plot money when the server says what a credit is worth, credits otherwise.
+  const inMoney = metric === "cost" && creditValue !== null;
+  const costName = creditValue === null ? "Credits" : `Cost (${creditValue.currency.toUpperCase()})`;
+  const costTicks = inMoney ? { allowDecimals: true, tickFormatter: (value: number) => formatMoneyTick(value, creditValue.currency) } : { allowDecimals: false };
+  const costTooltip: DefaultTooltipContentProps["formatter"] = inMoney
+    ? (_value, name, item) => [formatCost(Number((item.payload as { credits?: number }).credits ?? 0), creditValue), name]
+    : undefined;
 
   return (
     <>
@@ -167,8 +176,8 @@ export function UsagePage() {
                 <BarChart data={chartDays} maxBarSize={56} margin={{ top: 8, right: 8, bottom: 0, left: 0 }}>
                   <CartesianGrid strokeDasharray="3 3" vertical={false} stroke="var(--border)" />
                   <XAxis dataKey="day" tick={{ fontSize: 12, fill: "var(--muted)" }} tickLine={false} axisLine={false} minTickGap={16} />
-                  <YAxis tick={{ fontSize: 12, fill: "var(--muted)" }} tickLine={false} axisLine={false} width={56} allowDecimals={false} />
-                  <Tooltip contentStyle={{ background: "var(--surface)", border: "1px solid var(--border)", borderRadius: 8 }} cursor={{ fill: "var(--hover)" }} />
+                  <YAxis tick={{ fontSize: 12, fill: "var(--muted)" }} tickLine={false} axisLine={false} width={inMoney ? 72 : 56} {...costTicks} />
+                  <Tooltip contentStyle={{ background: "var(--surface)", border: "1px solid var(--border)", borderRadius: 8 }} cursor={{ fill: "var(--hover)" }} formatter={costTooltip} />
                   {metric === "tokens" ? (
                     <>
                       <Legend wrapperStyle={{ fontSize: 12 }} formatter={(value: string) => <span className="chart-legend-text">{value}</span>} />
@@ -177,7 +186,7 @@ export function UsagePage() {
                       <Bar dataKey="completion" name="Completion" stackId="tokens" fill="#10b981" isAnimationActive={false} radius={[4, 4, 0, 0]} />
                     </>
                   ) : (
-                    <Bar dataKey="cost" name="Credits" fill="#f59e0b" isAnimationActive={false} radius={[4, 4, 0, 0]} />
+                    <Bar dataKey="cost" name={costName} fill="#f59e0b" isAnimationActive={false} radius={[4, 4, 0, 0]} />
                   )}
                 </BarChart>
               </ResponsiveContainer>
@@ -195,20 +204,20 @@ export function UsagePage() {
                 <ResponsiveContainer width="100%" height={Math.max(90, 44 * byModel.data.data.length + 40)}>
                   <BarChart
                     layout="vertical"
-                    data={byModel.data.data.map((row) => ({ model: row.group, prompt: row.prompt_tokens, completion: row.completion_tokens, cost: row.cost }))}
+                    data={byModel.data.data.map((row) => ({ model: row.group, prompt: row.prompt_tokens, completion: row.completion_tokens, cost: chartCost(row.cost, creditValue), credits: row.cost }))}
                     margin={{ top: 0, right: 16, bottom: 0, left: 0 }}
                   >
                     <CartesianGrid strokeDasharray="3 3" horizontal={false} stroke="var(--border)" />
-                    <XAxis type="number" tick={{ fontSize: 12, fill: "var(--muted)" }} tickLine={false} axisLine={false} allowDecimals={false} />
+                    <XAxis type="number" tick={{ fontSize: 12, fill: "var(--muted)" }} tickLine={false} axisLine={false} {...costTicks} />
                     <YAxis type="category" dataKey="model" tick={{ fontSize: 12, fill: "var(--muted)" }} tickLine={false} axisLine={false} width={140} />
-                    <Tooltip contentStyle={{ background: "var(--surface)", border: "1px solid var(--border)", borderRadius: 8 }} cursor={{ fill: "var(--hover)" }} />
+                    <Tooltip contentStyle={{ background: "var(--surface)", border: "1px solid var(--border)", borderRadius: 8 }} cursor={{ fill: "var(--hover)" }} formatter={costTooltip} />
                     {metric === "tokens" ? (
                       <>
                         <Bar dataKey="prompt" name="Prompt" stackId="tokens" fill="#6366f1" isAnimationActive={false} />
                         <Bar dataKey="completion" name="Completion" stackId="tokens" fill="#10b981" isAnimationActive={false} radius={[0, 4, 4, 0]} />
                       </>
                     ) : (
-                      <Bar dataKey="cost" name="Credits" fill="#f59e0b" isAnimationActive={false} radius={[0, 4, 4, 0]} />
+                      <Bar dataKey="cost" name={costName} fill="#f59e0b" isAnimationActive={false} radius={[0, 4, 4, 0]} />
                     )}
                   </BarChart>
                 </ResponsiveContainer>

@@ -2,6 +2,7 @@
 import type Stripe from "stripe";
 import type { Plan } from "../plans.ts";
 import { PaymentProviderError, PlanNotPurchasableError } from "./errors.ts";
+import type { CheckoutSession } from "../../protocol/account-api.ts";
 
 export type CheckoutSessionInput = {
   stripe: Stripe;
@@ -14,7 +15,7 @@ export type CheckoutSessionInput = {
   cancelUrl: string;
 };
 
-export type CheckoutSession = { id: string; url: string };
+export type { CheckoutSession };
 
 /**
  * Creates a Checkout session in `payment` mode with the plan's price inline (no Stripe product

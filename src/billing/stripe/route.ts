@@ -12,7 +12,8 @@ import type { Plan } from "../plans.ts";
 import { parseWithSchema } from "../../protocol/parse.ts";
 import { checkoutRequestSchema } from "../../protocol/account-api-requests.ts";
 import { InvalidRequestError } from "../../protocol/errors.ts";
-import { createCheckoutSession, type CheckoutSession } from "./checkout.ts";
+import { createCheckoutSession } from "./checkout.ts";
+import type { CheckoutSession, WebhookReply } from "../../protocol/account-api.ts";
 import { describeStripeError, PaymentProviderError, PaymentsNotConfiguredError, PlanNotFoundError } from "./errors.ts";
 import type { CheckoutSessionRecord, PurchaseOutcome } from "./purchases.ts";
 import { purchaseFromEvent, verifyStripeEvent, type StripePurchase } from "./webhook.ts";
@@ -43,8 +44,6 @@ export type StripeRoutesOptions = {
   /** Maximum age of a webhook signature in seconds; default 300. */
   webhookToleranceSeconds?: number;
 };
-
-export type WebhookReply = { received: true; granted?: boolean };
 
 /** The `plan` field of a checkout request body. */
 function planIdFrom(body: unknown): string {

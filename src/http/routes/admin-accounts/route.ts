@@ -23,6 +23,7 @@ import { parseWithSchema } from "../../../protocol/parse.ts";
 import { grantPlanRequestSchema } from "../../../protocol/account-api-requests.ts";
 import { requireAdmin } from "../../middleware/account-auth/account-auth.ts";
 import { KeyNotFoundError, toApiKeyObject } from "../keys/route.ts";
+import type { AdminAccount, AdminApiKeyObject, ApiKeyObject, GrantedAccount, ListOf } from "../../../protocol/account-api.ts";
 
 export type AdminAccountsRoutesOptions = {
   database: Kysely<Database>;
@@ -55,7 +56,7 @@ export function registerAdminAccountsRoutes(app: FastifyInstance, options: Admin
     return account;
   }
 
-  app.get("/api/admin/accounts", adminOnly, async function listAllAccounts() {
+  app.get("/api/admin/accounts", adminOnly, async function listAllAccounts(): Promise<ListOf<AdminAccount>> {
     const accounts = await listAccounts(database);
     const plans = new Map(options.plans().map((plan) => [plan.id, plan]));
     const keyCounts = await database
@@ -80,7 +81,7 @@ export function registerAdminAccountsRoutes(app: FastifyInstance, options: Admin
     };
   });
 
-  app.post("/api/admin/accounts/:id/grant", adminOnly, async function grantAccountPlan(request): Promise<AccountDescription & { granted: boolean }> {
+  app.post("/api/admin/accounts/:id/grant", adminOnly, async function grantAccountPlan(request): Promise<GrantedAccount> {
     const admin = requireAdmin(request);
     const { id } = request.params as { id: string };
     const body = parseWithSchema(grantPlanRequestSchema, request.body);
@@ -109,13 +110,13 @@ export function registerAdminAccountsRoutes(app: FastifyInstance, options: Admin
     });
   }
 
-  app.get("/api/admin/keys", adminOnly, async function listAllKeys() {
+  app.get("/api/admin/keys", adminOnly, async function listAllKeys(): Promise<ListOf<AdminApiKeyObject>> {
     const emails = new Map((await listAccounts(database)).map((account) => [account.id, account.email]));
     const keys = await listApiKeys(database);
     return { object: "list", data: keys.map((key) => ({ ...toApiKeyObject(key), account_email: key.accountId === null ? null : (emails.get(key.accountId) ?? null) })) };
   });
 
-  app.delete("/api/admin/keys/:id", adminOnly, async function revokeAnyKey(request) {
+  app.delete("/api/admin/keys/:id", adminOnly, async function revokeAnyKey(request): Promise<ApiKeyObject> {
     const admin = requireAdmin(request);
     const { id } = request.params as { id: string };
     if ((await findApiKey(database, id)) === undefined) throw new KeyNotFoundError(id);

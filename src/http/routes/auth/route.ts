@@ -17,7 +17,7 @@ import type { Database } from "../../../store/schema.ts";
 import { AccountExistsError, createAccount, isValidEmail, normalizeEmail } from "../../../accounts/accounts.ts";
 import { forgetSetupCodes, isValidSetupCode, adminExists } from "../../../accounts/setup-code.ts";
 import { hashPassword, needsRehash, verifyPassword } from "../../../auth/passwords.ts";
-import type { AuthSetupObject, SessionObject } from "../../../protocol/account-api.ts";
+import type { AuthSetupObject, SessionObject, SignedOut } from "../../../protocol/account-api.ts";
 import { createSession, csrfTokenFor, deleteSession, findSession, renewSession } from "../../../auth/sessions.ts";
 import { SIGN_UP_SUBJECT, type SignInThrottle } from "../../../auth/sign-in-throttle.ts";
 import { ApiError, InvalidRequestError } from "../../../protocol/errors.ts";
@@ -156,7 +156,7 @@ export function registerAuthRoutes(app: FastifyInstance, options: AuthRoutesOpti
     return startSession(database, request, reply, row);
   });
 
-  app.post("/api/auth/signout", async function signOut(request, reply): Promise<{ signed_out: true }> {
+  app.post("/api/auth/signout", async function signOut(request, reply): Promise<SignedOut> {
     const token = sessionTokenOf(request);
     if (token !== undefined && (await findSession(database, token)) !== undefined) {
       checkCsrf(request, token, options.hosts);

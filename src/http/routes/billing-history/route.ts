@@ -12,11 +12,12 @@ import { parseWithSchema } from "../../../protocol/parse.ts";
 import { billingHistoryQuerySchema } from "../../../protocol/account-api-requests.ts";
 import { ApiError, InvalidRequestError } from "../../../protocol/errors.ts";
 import { accountIdOf, requireAdmin } from "../../middleware/account-auth/account-auth.ts";
+import type { HistoryPage } from "../../../protocol/billing-history.ts";
 
 export type BillingHistoryRouteOptions = { database: Kysely<Database>; authenticate: preHandlerHookHandler };
 
 export function registerBillingHistoryRoute(app: FastifyInstance, options: BillingHistoryRouteOptions): void {
-  app.get("/api/billing/history", { preHandler: options.authenticate }, async function history(request, reply) {
+  app.get("/api/billing/history", { preHandler: options.authenticate }, async function history(request, reply): Promise<HistoryPage> {
     const query = parseWithSchema(billingHistoryQuerySchema, request.query ?? {});
     let accountId: string;
     if (query.account_id !== undefined) {

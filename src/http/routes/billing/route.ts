@@ -14,6 +14,7 @@ import { PlanExistsError, PlanNotFoundError } from "../../../billing/errors.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
 import { createCodesRequestSchema, createPlanRequestSchema, editPlanRequestSchema, redeemRequestSchema } from "../../../protocol/account-api-requests.ts";
 import { accountIdOf, requireAdmin } from "../../middleware/account-auth/account-auth.ts";
+import type { AdminCode, AdminPlan, CreatedCode, ListOf, PlanListing, RedeemResponse } from "../../../protocol/account-api.ts";
 
 export type BillingRouteOptions = {
   database: Kysely<Database>;
@@ -23,18 +24,18 @@ export type BillingRouteOptions = {
 };
 
 
-function planBody(plan: Plan) {
+function planBody(plan: Plan): PlanListing {
   return { object: "plan", ...plan };
 }
 
 export function registerBillingRoutes(app: FastifyInstance, options: BillingRouteOptions): void {
   const { database } = options;
 
-  app.get("/api/plans", { preHandler: options.authenticate }, async function plansOnOffer() {
+  app.get("/api/plans", { preHandler: options.authenticate }, async function plansOnOffer(): Promise<ListOf<PlanListing>> {
     return { object: "list", data: (await listPlans(database)).map(planBody) };
   });
 
-  app.post("/api/billing/redeem", { preHandler: options.authenticate }, async function redeem(request) {
+  app.post("/api/billing/redeem", { preHandler: options.authenticate }, async function redeem(request): Promise<RedeemResponse> {
     const accountId = accountIdOf(request, "Redeeming a code");
     const { code } = parseWithSchema(redeemRequestSchema, request.body);
     const { plan } = await redeemCode(database, { code, accountId });
@@ -43,7 +44,7 @@ export function registerBillingRoutes(app: FastifyInstance, options: BillingRout
     return { granted: true, plan: planBody(plan), balance: account.balance, credit_expires: account.credit_expires };
   });
 
-  app.get("/api/admin/plans", { preHandler: options.authenticate }, async function adminPlans(request) {
+  app.get("/api/admin/plans", { preHandler: options.authenticate }, async function adminPlans(request): Promise<ListOf<AdminPlan>> {
     requireAdmin(request);
     const rows = await database.selectFrom("plans").select(["id", "origin", "created_at", "updated_at"]).execute();
     const meta = new Map(rows.map((row) => [row.id, row]));
@@ -51,14 +52,14 @@ export function registerBillingRoutes(app: FastifyInstance, options: BillingRout
       object: "list",
       data: (await listPlans(database)).map((plan) => ({
         ...planBody(plan),
-        origin: meta.get(plan.id)?.origin ?? "admin",
+        origin: meta.get(plan.id)?.origin === "config" ? "config" : "admin",
         created: Math.floor(Number(meta.get(plan.id)?.created_at ?? 0) / 1000),
         updated: Math.floor(Number(meta.get(plan.id)?.updated_at ?? 0) / 1000),
       })),
     };
   });
 
-  app.post("/api/admin/plans", { preHandler: options.authenticate }, async function createPlan(request, reply) {
+  app.post("/api/admin/plans", { preHandler: options.authenticate }, async function createPlan(request, reply): Promise<PlanListing> {
     requireAdmin(request);
     const plan = parseWithSchema(createPlanRequestSchema, request.body);
     if ((await findPlan(database, plan.id)) !== undefined) throw new PlanExistsError(plan.id);
@@ -69,7 +70,7 @@ export function registerBillingRoutes(app: FastifyInstance, options: BillingRout
     return planBody(plan);
   });
 
-  app.patch<{ Params: { id: string } }>("/api/admin/plans/:id", { preHandler: options.authenticate }, async function editPlan(request) {
+  app.patch<{ Params: { id: string } }>("/api/admin/plans/:id", { preHandler: options.authenticate }, async function editPlan(request): Promise<PlanListing> {
     requireAdmin(request);
     const existing = await findPlan(database, request.params.id);
     if (existing === undefined) throw new PlanNotFoundError(request.params.id);
@@ -83,7 +84,7 @@ export function registerBillingRoutes(app: FastifyInstance, options: BillingRout
     return planBody(plan);
   });
 
-  app.get("/api/admin/codes", { preHandler: options.authenticate }, async function adminCodes(request) {
+  app.get("/api/admin/codes", { preHandler: options.authenticate }, async function adminCodes(request): Promise<ListOf<AdminCode>> {
     requireAdmin(request);
     const data = (await listCodes(database)).map((row) => ({
       display_prefix: row.displayPrefix,
@@ -95,7 +96,7 @@ export function registerBillingRoutes(app: FastifyInstance, options: BillingRout
     return { object: "list", data };
   });
 
-  app.post("/api/admin/codes", { preHandler: options.authenticate }, async function makeCodes(request, reply) {
+  app.post("/api/admin/codes", { preHandler: options.authenticate }, async function makeCodes(request, reply): Promise<ListOf<CreatedCode>> {
     requireAdmin(request);
     const { plan, count } = parseWithSchema(createCodesRequestSchema, request.body);
     const codes = await createCodes(database, { planId: plan, count });

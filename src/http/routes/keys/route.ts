@@ -18,7 +18,7 @@ import { ApiError, InvalidRequestError } from "../../../protocol/errors.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
 import { createKeyRequestSchema } from "../../../protocol/account-api-requests.ts";
 import { AdminRequiredError, principalOf } from "../../middleware/account-auth/account-auth.ts";
-import type { ApiKeyObject, CreatedApiKeyObject } from "../../../protocol/account-api.ts";
+import type { ApiKeyObject, CreatedApiKeyObject, ListOf } from "../../../protocol/account-api.ts";
 
 export type { ApiKeyObject };
 
@@ -71,7 +71,7 @@ export function checkModels(catalog: Catalog, models: string[] | null | undefine
 export function registerKeysRoutes(app: FastifyInstance, options: KeysRoutesOptions): void {
   const { database } = options;
 
-  app.get("/api/keys", { preHandler: options.authenticate }, async function listOwnKeys(request) {
+  app.get("/api/keys", { preHandler: options.authenticate }, async function listOwnKeys(request): Promise<ListOf<ApiKeyObject>> {
     const { accountId } = principalOf(request);
     return { object: "list", data: (await listApiKeys(database, accountId)).map((key) => toApiKeyObject(key)) };
   });
@@ -104,7 +104,7 @@ export function registerKeysRoutes(app: FastifyInstance, options: KeysRoutesOpti
     return { ...toApiKeyObject(created, now), key: created.key };
   });
 
-  app.delete("/api/keys/:id", { preHandler: options.authenticate }, async function revokeOwnKey(request) {
+  app.delete("/api/keys/:id", { preHandler: options.authenticate }, async function revokeOwnKey(request): Promise<ApiKeyObject> {
     const { accountId } = principalOf(request);
     const { id } = request.params as { id: string };
     const key = await findApiKey(database, id);

@@ -4,15 +4,9 @@
  */
 import type { FastifyInstance } from "fastify";
 import type { CreditValue } from "../../../billing/credit-value.ts";
+import type { PublicSettings } from "../../../protocol/service.ts";
 
 export type SettingsRouteOptions = { creditValue: CreditValue | null };
-
-/** The body of `GET /api/settings`. */
-export type PublicSettings = {
-  object: "settings";
-  /** `{currency, per_million_credits}`: 1,000,000 credits cost `per_million_credits` (a decimal string) of `currency`; null: credits only. */
-  credit_value: CreditValue | null;
-};
 
 export function registerSettingsRoute(app: FastifyInstance, options: SettingsRouteOptions): void {
   const body: PublicSettings = { object: "settings", credit_value: options.creditValue === null ? null : { ...options.creditValue } };

@@ -15,6 +15,7 @@ import { InvalidRequestError } from "../../../protocol/errors.ts";
 import { principalOf, requireAdmin } from "../../middleware/account-auth/account-auth.ts";
 import type { CreditValue } from "../../../billing/credit-value.ts";
 import { moneyCurrency, withMoneyCosts } from "../../../billing/usage-money.ts";
+import type { RecentRequestsResponse, UsageResponse } from "../../../protocol/account-api.ts";
 
 export type UsageRouteOptions = {
   database: Kysely<Database>;
@@ -37,7 +38,7 @@ function accountScope(request: FastifyRequest, named: string | undefined): strin
 
 export function registerUsageRoutes(app: FastifyInstance, options: UsageRouteOptions): void {
   const creditValue = options.creditValue ?? null;
-  app.get("/api/usage", { preHandler: options.authenticate }, async function usage(request) {
+  app.get("/api/usage", { preHandler: options.authenticate }, async function usage(request): Promise<UsageResponse> {
     const query = parseWithSchema(usageQuerySchema, request.query ?? {});
     const to = query.to ?? Date.now();
     const from = query.from ?? to - 30 * DAY_MS;
@@ -48,7 +49,7 @@ export function registerUsageRoutes(app: FastifyInstance, options: UsageRouteOpt
     return { object: "list", group_by: query.group_by, from: Math.floor(from / 1000), to: Math.floor(to / 1000), ...moneyCurrency(creditValue), data: withMoneyCosts(data, creditValue) };
   });
 
-  app.get("/api/usage/requests", { preHandler: options.authenticate }, async function requests(request) {
+  app.get("/api/usage/requests", { preHandler: options.authenticate }, async function requests(request): Promise<RecentRequestsResponse> {
     const query = parseWithSchema(recentRequestsQuerySchema, request.query ?? {});
     const accountId = accountScope(request, query.account);
     const data = await recentRequests(options.database, { accountId, limit: query.limit, before: query.before, after: query.after });

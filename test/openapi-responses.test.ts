@@ -1,0 +1,321 @@
+/**
+ * The answers `/openapi.json` documents are the answers the server gives: real routes of a real
+ * server (with a credit value, so money fields appear, and one without), every body checked with
+ * ajv against the document's schema for its operation and status, and walked so that a field
+ * the schema does not declare fails the test (the schemas are open objects, as OpenAI's are, so
+ * ajv alone would let an undocumented field through). Every streamed chunk is checked too, and
+ * every operation with a response schema must have been exercised (Stripe's two excepted).
+ */
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import path from "node:path";
+import { after, before, describe, it } from "node:test";
+import { Ajv2020, type ValidateFunction } from "ajv/dist/2020.js";
+import { API_OPERATIONS } from "../src/protocol/api-operations.ts";
+import { readSse, startTestServer, storiesModel, temporaryDirectory, type TestServer } from "./helpers/server.ts";
+import { ConsoleClient } from "./helpers/console.ts";
+import { setupCodeOf } from "./helpers/console.ts";
+
+type Json = Record<string, any>;
+
+/** Operations whose answers need Stripe; `payments.test.ts` covers them. */
+const NOT_EXERCISED = new Set(["post /api/billing/checkout", "post /api/billing/stripe/webhook"]);
+
+const ajv = new Ajv2020({ strict: false, allErrors: true });
+const validators = new WeakMap<object, ValidateFunction>();
+function validatorOf(schema: Json): ValidateFunction {
+  let validate = validators.get(schema);
+  if (validate === undefined) {
+    validate = ajv.compile(schema);
+    validators.set(schema, validate);
+  }
+  return validate;
+}
+
+/** `schema` with every `#/...` reference into `document` replaced by its target (the document's refs are not recursive). */
+function inlineRefs(schema: unknown, document: Json): any {
+  if (Array.isArray(schema)) return schema.map((item) => inlineRefs(item, document));
+  if (typeof schema !== "object" || schema === null) return schema;
+  const node = schema as Json;
+  if (typeof node.$ref === "string" && node.$ref.startsWith("#/")) {
+    const target = node.$ref
+      .slice(2)
+      .split("/")
+      .reduce((at: any, segment: string) => at?.[segment.replaceAll("~1", "/").replaceAll("~0", "~")], document);
+    assert.ok(target !== undefined, `${node.$ref} resolves`);
+    const { $ref: _ref, ...rest } = node;
+    return inlineRefs({ ...target, ...rest }, document);
+  }
+  return Object.fromEntries(Object.entries(node).map(([key, value]) => [key, inlineRefs(value, document)]));
+}
+
+/** The schemas that all apply to `value`: `schemas` with their `allOf` parts, and of each `anyOf`/`oneOf` the branches `value` passes. */
+function applicable(schemas: Json[], value: unknown): Json[] {
+  const result: Json[] = [];
+  const pending = [...schemas];
+  while (pending.length > 0) {
+    const schema = pending.pop()!;
+    result.push(schema);
+    for (const part of schema.allOf ?? []) pending.push(part);
+    for (const branch of [...(schema.anyOf ?? []), ...(schema.oneOf ?? [])]) if (validatorOf(branch)(value)) pending.push(branch);
+  }
+  return result;
+}
+
+/** Every property of `value` (at any depth) that no applicable schema declares, as `where.name`. */
+function undeclaredProperties(value: unknown, schemas: Json[], where = "$"): string[] {
+  const all = applicable(schemas, value);
+  // `{}` (zod's unknown) accepts anything, undeclared fields included.
+  const structural = all.filter((schema) => Object.keys(schema).some((key) => !["description", "title", "example", "examples", "default"].includes(key)));
+  if (structural.length === 0) return [];
+  if (Array.isArray(value)) {
+    const items = all.flatMap((schema) => (schema.items !== undefined && typeof schema.items === "object" ? [schema.items] : []));
+    return value.flatMap((item, index) => undeclaredProperties(item, items, `${where}[${index}]`));
+  }
+  if (typeof value !== "object" || value === null) return [];
+  const found: string[] = [];
+  for (const [name, field] of Object.entries(value)) {
+    const declared = all.flatMap((schema) => (schema.properties?.[name] !== undefined ? [schema.properties[name]] : []));
+    const extra = all.flatMap((schema) => (typeof schema.additionalProperties === "object" ? [schema.additionalProperties] : []));
+    if (declared.length === 0 && extra.length === 0) {
+      found.push(`${where}.${name}`);
+      continue;
+    }
+    found.push(...undeclaredProperties(field, declared.length > 0 ? declared : extra, `${where}.${name}`));
+  }
+  return found;
+}
+
+describe("the answers /openapi.json documents", () => {
+  let priced: TestServer;
+  let plain: TestServer;
+  let document: Json;
+  let plainDocument: Json;
+  const configDirectory = temporaryDirectory("turnpike-openapi-responses-");
+  /** `method path` of each operation whose success answer was checked. */
+  const checked = new Set<string>();
+
+  /** The document's schema for the answer to `method path` with `status`, refs inlined. */
+  function documentedSchema(from: Json, method: string, route: string, status: number, contentType = "application/json"): Json {
+    const operation = from.paths[route]?.[method];
+    assert.ok(operation !== undefined, `${method} ${route} is documented`);
+    const response = operation.responses[String(status)];
+    assert.ok(response !== undefined, `${method} ${route}: ${status} is documented (${Object.keys(operation.responses).join(", ")})`);
+    const schema = response.content?.[contentType]?.schema;
+    assert.ok(schema !== undefined, `${method} ${route} ${status}: no ${contentType} schema`);
+    return inlineRefs(schema, from);
+  }
+
+  /** Checks `body` against the document: it passes the schema and has no field the schema leaves out. */
+  function conforms(method: string, route: string, status: number, body: unknown, options: { contentType?: string; from?: Json } = {}): void {
+    const schema = documentedSchema(options.from ?? document, method, route, status, options.contentType);
+    if (status < 300) assert.ok(Object.keys(schema).length > 0, `${method} ${route}: the success answer has an empty schema`);
+    const validate = validatorOf(schema);
+    assert.ok(validate(body), `${method} ${route} ${status}: ${ajv.errorsText(validate.errors)}\n${JSON.stringify(body).slice(0, 2000)}`);
+    const undeclared = undeclaredProperties(body, [schema]);
+    assert.deepEqual(undeclared, [], `${method} ${route} ${status}: fields the document does not declare`);
+    if (status < 300) checked.add(`${method} ${route}`);
+  }
+
+  /** Calls the server and checks the answer against `route` (the documented path) with the status expected. */
+  async function call(
+    client: ConsoleClient,
+    method: "get" | "post" | "patch" | "delete",
+    url: string,
+    options: { route?: string; status?: number; body?: unknown; from?: Json } = {},
+  ): Promise<any> {
+    const response = await client.request(method.toUpperCase(), url, options.body);
+    const route = options.route ?? url.split("?")[0]!;
+    const operation = API_OPERATIONS.find((candidate) => candidate.method === method && candidate.path === route);
+    const status = options.status ?? operation?.success.status ?? 200;
+    assert.equal(response.status, status, `${method} ${url}: ${response.text.slice(0, 500)}`);
+    conforms(method, route, status, response.body, { from: options.from });
+    return response.body;
+  }
+
+  let operator: ConsoleClient;
+  let admin: ConsoleClient;
+  let alice: ConsoleClient;
+  let bob: ConsoleClient;
+
+  before(async () => {
+    const configFile = path.join(configDirectory, "turnpike.json");
+    fs.writeFileSync(
+      configFile,
+      JSON.stringify({
+        credit_value: { currency: "USD", per_million_credits: "2.50" },
+        models: [{ id: "story", path: storiesModel, pricing: { prompt: 1_000_000, cached_prompt: 500_000, completion: 2_000_000 } }],
+        plans: [{ id: "starter", name: "Starter", price: { amount: 500, currency: "usd" }, credit: 500_000, days: 30, rpm: 600 }],
+      }),
+    );
+    priced = await startTestServer({ configFile });
+    plain = await startTestServer({ flags: { models: [storiesModel] }, env: { TURNPIKE_CREDIT_VALUE: "" } });
+    operator = new ConsoleClient(priced.url, { authorization: `Bearer ${priced.key}` });
+    admin = new ConsoleClient(priced.url, { "x-forwarded-for": "10.0.0.1" });
+    alice = new ConsoleClient(priced.url);
+    bob = new ConsoleClient(priced.url);
+    document = (await new ConsoleClient(priced.url).get("/openapi.json")).body;
+    plainDocument = (await new ConsoleClient(plain.url).get("/openapi.json")).body;
+    // The document itself is an answer it documents.
+    conforms("get", "/openapi.json", 200, document);
+  });
+  after(async () => {
+    await priced?.close();
+    await plain?.close();
+    fs.rmSync(configDirectory, { recursive: true, force: true });
+  });
+
+  it("documents a schema for every JSON answer, and a stream's event for chat completions", () => {
+    for (const operation of API_OPERATIONS) {
+      const content = document.paths[operation.path][operation.method].responses[String(operation.success.status)].content;
+      if (operation.success.contentType !== undefined) {
+        assert.deepEqual(content[operation.success.contentType].schema, { type: "string" });
+        continue;
+      }
+      assert.ok(Object.keys(content["application/json"].schema).length > 0, `${operation.method} ${operation.path}: no response schema`);
+    }
+    const chat = document.paths["/v1/chat/completions"].post.responses["200"].content;
+    assert.equal(chat["text/event-stream"].schema.properties.object.const, "chat.completion.chunk");
+    assert.ok(!JSON.stringify(document.paths).includes('"additionalProperties":false'), "answers are open objects");
+  });
+
+  it("answers sign-up, sign-in, the session, the setup state and sign-out as documented", async () => {
+    await call(new ConsoleClient(priced.url), "get", "/api/auth/setup");
+    await call(admin, "post", "/api/auth/signup", { body: { email: "admin@example.com", password: "correct horse battery", setup_code: setupCodeOf(priced) } });
+    admin.csrfToken = (await admin.get("/api/auth/session")).body.csrf_token;
+    const signedUp = await call(alice, "post", "/api/auth/signup", { body: { email: "alice@example.com", password: "correct horse battery" } });
+    alice.csrfToken = signedUp.csrf_token;
+    await call(bob, "post", "/api/auth/signup", { body: { email: "bob@example.com", password: "correct horse battery" } });
+    bob.csrfToken = (await bob.get("/api/auth/session")).body.csrf_token;
+    const signedIn = await call(bob, "post", "/api/auth/signin", { body: { email: "bob@example.com", password: "correct horse battery" } });
+    bob.csrfToken = signedIn.csrf_token;
+    await call(bob, "get", "/api/auth/session");
+    await call(bob, "post", "/api/auth/signout");
+    // Errors follow the document too: a wrong password, no session.
+    await call(bob, "post", "/api/auth/signin", { body: { email: "bob@example.com", password: "not the password" }, status: 401 });
+    await call(bob, "get", "/api/auth/session", { status: 401 });
+    await bob.signIn("bob@example.com");
+  });
+
+  it("answers the service routes as documented, with and without a credit value", async () => {
+    const anyone = new ConsoleClient(priced.url);
+    await call(anyone, "get", "/health");
+    await call(anyone, "get", "/ready");
+    const settings = await call(anyone, "get", "/api/settings");
+    assert.deepEqual(settings.credit_value, { currency: "usd", per_million_credits: "2.5" });
+    const plainSettings = await call(new ConsoleClient(plain.url), "get", "/api/settings", { from: plainDocument });
+    assert.equal(plainSettings.credit_value, null);
+  });
+
+  it("answers the catalog as documented, prices in money included", async () => {
+    const models = await call(operator, "get", "/v1/models");
+    assert.equal(models.data[0].pricing.currency, "usd");
+    await call(operator, "get", "/v1/models/story", { route: "/v1/models/{id}" });
+    await call(operator, "get", "/v1/models/nope", { route: "/v1/models/{id}", status: 404 });
+    await call(alice, "get", "/api/models");
+    await call(new ConsoleClient(priced.url), "get", "/v1/models", { status: 401 });
+    const plainModels = await call(new ConsoleClient(plain.url, { authorization: `Bearer ${plain.key}` }), "get", "/v1/models", { from: plainDocument });
+    assert.equal(plainModels.data[0].pricing.currency, undefined);
+  });
+
+  it("answers chat completions as documented: JSON, and every chunk of a stream", async () => {
+    const request = { model: "story", messages: [{ role: "user", content: "Once upon a time" }], max_tokens: 6 };
+    const completion = await call(operator, "post", "/v1/chat/completions", { body: request });
+    assert.equal(completion.object, "chat.completion");
+    const withLogprobs = await call(operator, "post", "/v1/chat/completions", { body: { ...request, n: 2, logprobs: true, top_logprobs: 2 } });
+    assert.equal(withLogprobs.choices.length, 2);
+    assert.ok(withLogprobs.choices[0].logprobs.content.length > 0);
+    await call(operator, "post", "/v1/chat/completions", { body: { ...request, model: "nope" }, status: 404 });
+
+    for (const extra of [{}, { stream_options: { include_usage: true }, logprobs: true, top_logprobs: 2, n: 2 }]) {
+      const response = await fetch(`${priced.baseURL}/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${priced.key}`, "content-type": "application/json" },
+        body: JSON.stringify({ ...request, stream: true, ...extra }),
+      });
+      assert.equal(response.status, 200);
+      assert.match(response.headers.get("content-type") ?? "", /^text\/event-stream/);
+      const { events } = await readSse(response);
+      assert.equal(events.at(-1), "[DONE]");
+      const chunks = events.slice(0, -1).map((event) => JSON.parse(event));
+      assert.ok(chunks.length >= 3, `${chunks.length} chunks`);
+      for (const chunk of chunks) conforms("post", "/v1/chat/completions", 200, chunk, { contentType: "text/event-stream" });
+      if ("stream_options" in extra) assert.equal(chunks.at(-1).usage.total_tokens > 0, true);
+    }
+  });
+
+  it("answers plans, codes, redemption and grants as documented", async () => {
+    await call(alice, "get", "/api/plans");
+    await call(admin, "get", "/api/admin/plans");
+    await call(admin, "post", "/api/admin/plans", { body: { id: "pro", name: "Pro", price: { amount: 2000, currency: "usd" }, credit: 2_500_000, days: null, models: ["story"] } });
+    await call(admin, "patch", "/api/admin/plans/pro", { route: "/api/admin/plans/{id}", body: { rpm: 120 } });
+    await call(admin, "patch", "/api/admin/plans/none", { route: "/api/admin/plans/{id}", body: { rpm: 120 }, status: 404 });
+    const codes = await call(admin, "post", "/api/admin/codes", { body: { plan: "starter", count: 2 } });
+    await call(alice, "post", "/api/billing/redeem", { body: { code: codes.data[0].code } });
+    await call(alice, "post", "/api/billing/redeem", { body: { code: codes.data[0].code }, status: 409 });
+    await call(admin, "get", "/api/admin/codes");
+    const accounts = await call(admin, "get", "/api/admin/accounts");
+    const bobId = accounts.data.find((account: Json) => account.email === "bob@example.com").id;
+    await call(admin, "post", `/api/admin/accounts/${bobId}/grant`, { route: "/api/admin/accounts/{id}/grant", body: { plan: "pro" } });
+    await call(admin, "post", `/api/admin/accounts/${bobId}/disable`, { route: "/api/admin/accounts/{id}/disable" });
+    await call(admin, "post", `/api/admin/accounts/${bobId}/enable`, { route: "/api/admin/accounts/{id}/enable" });
+    await call(alice, "get", "/api/admin/accounts", { status: 403 });
+    await call(alice, "get", "/api/account");
+  });
+
+  it("answers keys, usage and billing history as documented, with costs in money", async () => {
+    const created = await call(alice, "post", "/api/keys", { body: { name: "laptop", scope: "account", spend_cap: 400_000, models: ["story"], rpm: 60 } });
+    const aliceKey = new ConsoleClient(priced.url, { authorization: `Bearer ${created.key}` });
+    await call(aliceKey, "post", "/v1/chat/completions", { body: { model: "story", messages: [{ role: "user", content: "Hi" }], max_tokens: 3 } });
+    const spare = await call(aliceKey, "post", "/api/keys", { body: { name: "child", scope: "inference", models: ["story"], spend_cap: 1000, rpm: 30 } });
+    await call(alice, "get", "/api/keys");
+    await call(alice, "delete", `/api/keys/${spare.id}`, { route: "/api/keys/{id}" });
+    await call(alice, "delete", "/api/keys/key_none", { route: "/api/keys/{id}", status: 404 });
+    const keys = await call(admin, "get", "/api/admin/keys");
+    assert.ok(keys.data.some((key: Json) => key.account_email === null), "the operator's key has no owner");
+    await call(admin, "delete", `/api/admin/keys/${created.id}`, { route: "/api/admin/keys/{id}" });
+
+    for (const groupBy of ["day", "model", "key"]) {
+      const usage = await call(operator, "get", `/api/usage?group_by=${groupBy}`);
+      assert.equal(usage.currency, "usd");
+      assert.ok(usage.data.length > 0 && usage.data.every((row: Json) => typeof row.cost_money === "string"), JSON.stringify(usage.data));
+    }
+    await call(alice, "get", "/api/usage?group_by=model");
+    const requests = await call(operator, "get", "/api/usage/requests?limit=2");
+    assert.equal(requests.has_more, true);
+    assert.equal(typeof requests.data[0].cost_money, "string");
+    await call(operator, "get", `/api/usage/requests?limit=2&after=${requests.data[1].id}`, { route: "/api/usage/requests" });
+    await call(operator, "get", "/api/usage?from=2026-01-02&to=2026-01-01", { route: "/api/usage", status: 400 });
+
+    const history = await call(alice, "get", "/api/billing/history?limit=10");
+    assert.ok(history.data.some((entry: Json) => entry.kind === "settle") && history.data.some((entry: Json) => entry.kind === "grant"), JSON.stringify(history.data));
+    await call(operator, "get", "/api/billing/history", { status: 400 });
+  });
+
+  it("answers usage without money fields on a server without a credit value", async () => {
+    const client = new ConsoleClient(plain.url, { authorization: `Bearer ${plain.key}` });
+    await call(client, "post", "/v1/chat/completions", { body: { model: plain.server.catalog.list()[0]!.id, messages: [{ role: "user", content: "Hi" }], max_tokens: 2 }, from: plainDocument });
+    const usage = await call(client, "get", "/api/usage?group_by=model", { from: plainDocument });
+    assert.ok(usage.data.length > 0);
+    assert.ok(!("currency" in usage) && usage.data.every((row: Json) => !("cost_money" in row)));
+    const requests = await call(client, "get", "/api/usage/requests", { from: plainDocument });
+    assert.ok(!("currency" in requests) && requests.data.every((row: Json) => !("cost_money" in row)));
+  });
+
+  it("has checked the answer of every operation with a JSON schema", () => {
+    const expected = API_OPERATIONS.filter((operation) => operation.success.contentType === undefined).map((operation) => `${operation.method} ${operation.path}`);
+    const missing = expected.filter((operation) => !checked.has(operation) && !NOT_EXERCISED.has(operation));
+    assert.deepEqual(missing, []);
+  });
+
+  it("fails a body with a field the schema does not declare, or a wrong type", () => {
+    const schema = documentedSchema(document, "get", "/api/account", 200);
+    const account = { id: "acct_1", email: "a@example.com", role: "user", balance: 0, plan: null, credit_expires: null, created: 1, disabled: null };
+    assert.deepEqual(undeclaredProperties(account, [schema]), []);
+    assert.deepEqual(undeclaredProperties({ ...account, secret: 1 }, [schema]), ["$.secret"]);
+    const withPlan = { ...account, plan: { id: "p", name: "P", price: { amount: 1, currency: "usd", cents: 1 }, credit: 1, days: null, rpm: null, tpm: null, models: null } };
+    assert.deepEqual(undeclaredProperties(withPlan, [schema]), ["$.plan.price.cents"]);
+    assert.equal(validatorOf(schema)({ ...account, balance: "0" }), false);
+    assert.equal(validatorOf(schema)({ ...account, disabled: undefined }), false);
+  });
+});
