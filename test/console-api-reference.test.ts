@@ -8,16 +8,16 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
-import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
+import { type Browser, type BrowserContext, type Page } from "playwright-core";
 import { buildConsole } from "../console/build.ts";
 import { repoRoot, startTestServer, temporaryDirectory, type TestServer } from "./helpers/server.ts";
 import { setupCodeOf, writeConsoleConfig } from "./helpers/console.ts";
+import { launchChromium, signInThroughForm, skipWithoutChromium } from "./helpers/browser.ts";
 
-const CHROMIUM = process.env.TURNPIKE_CHROMIUM ?? "/usr/bin/chromium";
 const screenshots = path.join(repoRoot, "test-output", "console");
 const password = "a long enough password";
 
-describe("the console's API reference", { skip: fs.existsSync(CHROMIUM) ? false : `no browser at ${CHROMIUM} (apt-get install chromium)` }, () => {
+describe("the console's API reference", { skip: skipWithoutChromium() }, () => {
   let test: TestServer;
   let browser: Browser;
   const contexts: BrowserContext[] = [];
@@ -35,10 +35,7 @@ describe("the console's API reference", { skip: fs.existsSync(CHROMIUM) ? false 
     await buildConsole({ quiet: true });
     fs.mkdirSync(screenshots, { recursive: true });
     test = await startTestServer({ configFile: writeConsoleConfig(temporaryDirectory()), flags: { models: undefined } });
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-    });
+    browser = await launchChromium();
   });
   after(async () => {
     for (const context of contexts) await context.close();
@@ -84,11 +81,7 @@ describe("the console's API reference", { skip: fs.existsSync(CHROMIUM) ? false 
 
   it("is readable at 390 px wide: nothing wider than the screen", async () => {
     const phone = await newPage({ width: 390, height: 844 }, "dark");
-    await phone.goto("/signin");
-    await phone.getByLabel("Email address").fill("admin@example.com");
-    await phone.getByLabel("Password").fill(password);
-    await phone.getByRole("button", { name: "Sign in" }).click();
-    await phone.getByRole("heading", { name: "Playground" }).waitFor();
+    await signInThroughForm(phone, "admin@example.com", password);
     await phone.getByRole("button", { name: "Menu" }).click();
     await phone.getByRole("link", { name: "API reference" }).click();
     await phone.getByRole("heading", { name: "API reference", level: 1 }).waitFor();

@@ -9,12 +9,12 @@ import fs from "node:fs";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import OpenAI from "openai";
-import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
+import { type Browser, type BrowserContext, type Page } from "playwright-core";
 import { buildConsole } from "../console/build.ts";
 import { repoRoot, startTestServer, temporaryDirectory, type TestServer } from "./helpers/server.ts";
 import { setupCodeOf, writeConsoleConfig } from "./helpers/console.ts";
+import { launchChromium, signInThroughForm, skipWithoutChromium } from "./helpers/browser.ts";
 
-const CHROMIUM = process.env.TURNPIKE_CHROMIUM ?? "/usr/bin/chromium";
 const screenshots = path.join(repoRoot, "test-output", "console");
 const password = "a long enough password";
 
@@ -46,7 +46,7 @@ async function signUp(page: Page, email: string, setupCode?: string): Promise<vo
   await page.getByRole("heading", { name: "API Keys" }).waitFor();
 }
 
-describe("the web console in a browser", { skip: fs.existsSync(CHROMIUM) ? false : `no browser at ${CHROMIUM} (apt-get install chromium)` }, () => {
+describe("the web console in a browser", { skip: skipWithoutChromium() }, () => {
   let admin: Page;
   let user: Page;
   let key = "";
@@ -56,10 +56,7 @@ describe("the web console in a browser", { skip: fs.existsSync(CHROMIUM) ? false
     await buildConsole({ quiet: true });
     fs.mkdirSync(screenshots, { recursive: true });
     test = await startTestServer({ configFile: writeConsoleConfig(temporaryDirectory()), flags: { models: undefined } });
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-    });
+    browser = await launchChromium();
     admin = await newPage();
     user = await newPage();
   });
@@ -288,11 +285,7 @@ describe("the web console in a browser", { skip: fs.existsSync(CHROMIUM) ? false
 
   it("works at phone width (in dark mode) and signs out", async () => {
     const phone = await newPage({ width: 390, height: 844 }, "dark");
-    await phone.goto("/signin");
-    await phone.getByLabel("Email address").fill("user@example.com");
-    await phone.getByLabel("Password").fill(password);
-    await phone.getByRole("button", { name: "Sign in" }).click();
-    await phone.getByRole("heading", { name: "Playground" }).waitFor();
+    await signInThroughForm(phone, "user@example.com", password);
     await phone.getByRole("button", { name: "Menu" }).click();
     await phone.getByRole("link", { name: "API Keys" }).click();
     await phone.getByRole("heading", { name: "API Keys" }).waitFor();

@@ -8,18 +8,18 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
-import { chromium, type Browser, type Page } from "playwright-core";
+import { type Browser, type Page } from "playwright-core";
 import { buildConsole } from "../console/build.ts";
 import { requireAccountByEmail } from "../src/accounts/accounts.ts";
 import { recordUsage } from "../src/billing/usage.ts";
 import { openStore } from "../src/store/open.ts";
 import { setupCodeOf } from "./helpers/console.ts";
 import { repoRoot, startTestServer, storiesModel, temporaryDirectory, type TestServer } from "./helpers/server.ts";
+import { launchChromium, skipWithoutChromium } from "./helpers/browser.ts";
 
-const CHROMIUM = process.env.TURNPIKE_CHROMIUM ?? "/usr/bin/chromium";
 const screenshots = path.join(repoRoot, "test-output", "console");
 
-describe("prices in money in the console", { skip: fs.existsSync(CHROMIUM) ? false : `no browser at ${CHROMIUM} (apt-get install chromium)` }, () => {
+describe("prices in money in the console", { skip: skipWithoutChromium() }, () => {
   let test: TestServer;
   let browser: Browser;
   let page: Page;
@@ -39,10 +39,7 @@ describe("prices in money in the console", { skip: fs.existsSync(CHROMIUM) ? fal
       }),
     );
     test = await startTestServer({ configFile });
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-    });
+    browser = await launchChromium();
     const context = await browser.newContext({ viewport: { width: 1280, height: 860 }, baseURL: test.url });
     page = await context.newPage();
     page.on("pageerror", (error) => pageErrors.push(`${error.message}\n${error.stack ?? ""}`));

@@ -11,14 +11,14 @@ import fs from "node:fs";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import OpenAI from "openai";
-import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
+import { type Browser, type BrowserContext, type Page } from "playwright-core";
 import { buildConsole } from "../console/build.ts";
 import { openStore } from "../src/store/open.ts";
 import { grantCredit } from "../src/billing/ledger.ts";
 import { repoRoot, startTestServer, temporaryDirectory, type TestServer } from "./helpers/server.ts";
 import { ConsoleClient, writeConsoleConfig } from "./helpers/console.ts";
+import { launchChromium, signInThroughForm, skipWithoutChromium } from "./helpers/browser.ts";
 
-const CHROMIUM = process.env.TURNPIKE_CHROMIUM ?? "/usr/bin/chromium";
 const screenshots = path.join(repoRoot, "test-output", "console");
 const password = "correct horse battery";
 const DESKTOP = { width: 1280, height: 860 };
@@ -38,11 +38,7 @@ async function newPage(viewport = DESKTOP, colorScheme: "light" | "dark" = "ligh
 }
 
 async function signIn(page: Page, email: string): Promise<void> {
-  await page.goto("/signin");
-  await page.getByLabel("Email address").fill(email);
-  await page.getByLabel("Password").fill(password);
-  await page.getByRole("button", { name: "Sign in" }).click();
-  await page.getByRole("heading", { name: "Playground" }).waitFor();
+  await signInThroughForm(page, email, password);
 }
 
 async function shot(page: Page, name: string): Promise<void> {
@@ -141,7 +137,7 @@ async function legendColours(page: Page): Promise<Array<{ text: string; color: s
   );
 }
 
-describe("the console at 1280 px and 390 px", { skip: fs.existsSync(CHROMIUM) ? false : `no browser at ${CHROMIUM} (apt-get install chromium)` }, () => {
+describe("the console at 1280 px and 390 px", { skip: skipWithoutChromium() }, () => {
   before(async () => {
     await buildConsole({ quiet: true });
     fs.mkdirSync(screenshots, { recursive: true });
@@ -170,10 +166,7 @@ describe("the console at 1280 px and 390 px", { skip: fs.existsSync(CHROMIUM) ? 
     const codes = await admin.post("/api/admin/codes", { plan: "pro", count: 2 });
     assert.equal(codes.status, 201);
     assert.equal((await funded.post("/api/billing/redeem", { code: codes.body.data[0].code })).status, 200);
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-    });
+    browser = await launchChromium();
   });
   after(async () => {
     for (const context of contexts) await context.close();

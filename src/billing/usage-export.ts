@@ -4,6 +4,7 @@
  */
 import type { Kysely } from "kysely";
 import type { Database } from "../store/schema.ts";
+import { requestFieldsOf, requestRecords } from "./usage.ts";
 
 export type ExportedRecord = {
   id: string;
@@ -40,32 +41,10 @@ export async function* exportUsageRecords(
   const pageSize = options.pageSize ?? EXPORT_PAGE_SIZE;
   let cursor: { created_at: number; id: string } | undefined;
   for (;;) {
-    let query = database
-      .selectFrom("usage_records as usage")
-      .leftJoin("api_keys as key", "key.id", "usage.key_id")
-      .select([
-        "usage.id",
-        "usage.request_id",
-        "usage.created_at",
-        "usage.account_id",
-        "usage.key_id",
-        "key.name as key_name",
-        "key.display_prefix as key_prefix",
-        "usage.model",
-        "usage.prompt_tokens",
-        "usage.cached_prompt_tokens",
-        "usage.completion_tokens",
-        "usage.cost",
-        "usage.latency_ms",
-        "usage.status",
-        "usage.finish_reason",
-        "usage.stream",
-      ])
+    let query = requestRecords(database, options.accountId)
+      .select(["usage.account_id", "key.display_prefix as key_prefix"])
       .where("usage.created_at", ">=", options.from)
       .where("usage.created_at", "<", options.to);
-    if (options.accountId !== undefined) {
-      query = options.accountId === null ? query.where("usage.account_id", "is", null) : query.where("usage.account_id", "=", options.accountId);
-    }
     if (cursor !== undefined) {
       const after = cursor;
       query = query.where((expression) =>
@@ -74,24 +53,7 @@ export async function* exportUsageRecords(
     }
     const rows = await query.orderBy("usage.created_at", "asc").orderBy("usage.id", "asc").limit(pageSize).execute();
     for (const row of rows) {
-      yield {
-        id: row.id,
-        request_id: row.request_id,
-        created_at: Number(row.created_at),
-        account_id: row.account_id,
-        key_id: row.key_id,
-        key_name: row.key_name ?? null,
-        key_prefix: row.key_prefix ?? null,
-        model: row.model,
-        prompt_tokens: Number(row.prompt_tokens),
-        cached_prompt_tokens: Number(row.cached_prompt_tokens),
-        completion_tokens: Number(row.completion_tokens),
-        cost: Number(row.cost),
-        latency_ms: Number(row.latency_ms),
-        status: Number(row.status),
-        finish_reason: row.finish_reason,
-        stream: Number(row.stream) === 1,
-      };
+      yield { ...requestFieldsOf(row), account_id: row.account_id, key_prefix: row.key_prefix ?? null };
     }
     if (rows.length < pageSize) return;
     const last = rows[rows.length - 1]!;

@@ -61,14 +61,11 @@ export async function queryUsage(
 
 
 /**
- * The newest requests first, `limit` of them: made before `before` (milliseconds) when given, and
- * after the request whose id is `after` (the last of the previous page) when given.
+ * Usage records with their key's name, of one account (`null`: operator keys'; `undefined`:
+ * every account): the columns a request shows, shared by the recent-requests page and the CSV export.
  */
-export async function recentRequests(
-  database: Kysely<Database>,
-  options: { accountId: string | null | undefined; limit: number; before?: number; after?: string },
-): Promise<RecentRequest[]> {
-  let query = database
+export function requestRecords(database: Kysely<Database>, accountId: string | null | undefined) {
+  const query = database
     .selectFrom("usage_records as usage")
     .leftJoin("api_keys as key", "key.id", "usage.key_id")
     .select([
@@ -87,9 +84,19 @@ export async function recentRequests(
       "usage.finish_reason",
       "usage.stream",
     ]);
-  if (options.accountId !== undefined) {
-    query = options.accountId === null ? query.where("usage.account_id", "is", null) : query.where("usage.account_id", "=", options.accountId);
-  }
+  if (accountId === undefined) return query;
+  return accountId === null ? query.where("usage.account_id", "is", null) : query.where("usage.account_id", "=", accountId);
+}
+
+/**
+ * The newest requests first, `limit` of them: made before `before` (milliseconds) when given, and
+ * after the request whose id is `after` (the last of the previous page) when given.
+ */
+export async function recentRequests(
+  database: Kysely<Database>,
+  options: { accountId: string | null | undefined; limit: number; before?: number; after?: string },
+): Promise<RecentRequest[]> {
+  let query = requestRecords(database, options.accountId);
   if (options.before !== undefined) query = query.where("usage.created_at", "<", options.before);
   if (options.after !== undefined) {
     const last = await database.selectFrom("usage_records").select(["id", "created_at"]).where("id", "=", options.after).executeTakeFirst();
@@ -100,10 +107,18 @@ export async function recentRequests(
     );
   }
   const rows = await query.orderBy("usage.created_at", "desc").orderBy("usage.id", "desc").limit(options.limit).execute();
-  return rows.map((row) => ({
+  return rows.map((row) => {
+    const { created_at: createdAt, ...fields } = requestFieldsOf(row);
+    return { ...fields, created: Math.floor(createdAt / 1000) };
+  });
+}
+
+/** A row of `requestRecords` with its numbers as numbers (PostgreSQL answers bigints as strings) and `stream` a boolean; `created_at` in milliseconds. */
+export function requestFieldsOf(row: Awaited<ReturnType<ReturnType<typeof requestRecords>["execute"]>>[number]) {
+  return {
     id: row.id,
     request_id: row.request_id,
-    created: Math.floor(Number(row.created_at) / 1000),
+    created_at: Number(row.created_at),
     key_id: row.key_id,
     key_name: row.key_name ?? null,
     model: row.model,
@@ -115,5 +130,5 @@ export async function recentRequests(
     status: Number(row.status),
     finish_reason: row.finish_reason,
     stream: Number(row.stream) === 1,
-  }));
+  };
 }
