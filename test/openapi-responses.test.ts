@@ -149,7 +149,8 @@ describe("the answers /openapi.json documents", () => {
       }),
     );
     priced = await startTestServer({ configFile });
-    plain = await startTestServer({ flags: { models: [storiesModel] }, env: { TURNPIKE_CREDIT_VALUE: "" } });
+    // A model whose file is missing stays unavailable: `/ready` answers 503.
+    plain = await startTestServer({ flags: { models: [storiesModel, "missing=/nonexistent/missing.gguf"] }, env: { TURNPIKE_CREDIT_VALUE: "" } });
     operator = new ConsoleClient(priced.url, { authorization: `Bearer ${priced.key}` });
     admin = new ConsoleClient(priced.url, { "x-forwarded-for": "10.0.0.1" });
     alice = new ConsoleClient(priced.url);
@@ -197,12 +198,14 @@ describe("the answers /openapi.json documents", () => {
     await bob.signIn("bob@example.com");
   });
 
-  it("answers the service routes as documented, with and without a credit value", async () => {
+  it("answers the service routes as documented, with and without a credit value, and /ready's 503 while a model is unavailable", async () => {
     const anyone = new ConsoleClient(priced.url);
     await call(anyone, "get", "/health");
     await call(anyone, "get", "/ready");
     const settings = await call(anyone, "get", "/api/settings");
     assert.deepEqual(settings.credit_value, { currency: "usd", per_million_credits: "2.5" });
+    const notReady = await call(new ConsoleClient(plain.url), "get", "/ready", { status: 503, from: plainDocument });
+    assert.deepEqual(notReady, { status: "not_ready", models: { stories260K: "ready", missing: "unavailable" } });
     const plainSettings = await call(new ConsoleClient(plain.url), "get", "/api/settings", { from: plainDocument });
     assert.equal(plainSettings.credit_value, null);
   });

@@ -72,8 +72,11 @@ export type ApiOperation = {
   query?: z.ZodObject;
   /** An example request body (or query), valid against `body` (or `query`). */
   example?: Record<string, unknown>;
-  /** The answer when it works. */
-  success: { status: number; description: string; contentType?: string };
+  /**
+   * The answer when it works. `alsoAnswered`: other statuses that carry the same body (`/ready`'s
+   * 503 while a model is not ready); at those statuses the body is this one, not an error.
+   */
+  success: { status: number; description: string; contentType?: string; alsoAnswered?: Array<{ status: number; description: string }> };
   /** The JSON body of that answer (its output side); absent for text answers (`contentType`). */
   response?: z.ZodType;
   /** For a route that can stream: the JSON `data` of each `text/event-stream` event before `[DONE]`. */
@@ -163,7 +166,7 @@ export const API_OPERATIONS: readonly ApiOperation[] = [
   { method: "post", path: "/api/admin/codes", tag: "Admin", summary: "Make single-use redemption codes for a plan (shown once).", auth: "admin", body: createCodesRequestSchema, example: { plan: "starter", count: 10 }, success: { status: 201, description: "A list of `{code, plan}`." }, response: listSchemaOf(createdCodeSchema), errors: ["plan_not_found", "plan_out_of_bounds"] },
 
   { method: "get", path: "/health", tag: "Service", summary: "The process is up.", auth: "none", success: { status: 200, description: "`{status: \"ok\"}`." }, response: healthSchema, errors: [] },
-  { method: "get", path: "/ready", tag: "Service", summary: "Every model is loaded: 200, or 503 with each model's state.", auth: "none", success: { status: 200, description: "`{status, models}`; 503 with the same body while a model is not ready." }, response: readinessSchema, errors: [] },
+  { method: "get", path: "/ready", tag: "Service", summary: "Every model is loaded: 200, or 503 with each model's state.", auth: "none", success: { status: 200, description: "`{status: \"ready\", models}`: every model is ready.", alsoAnswered: [{ status: 503, description: "The same body while a model is not ready (`status: \"not_ready\"`) or the server is stopping (`\"shutting_down\"`)." }] }, response: readinessSchema, errors: [] },
   { method: "get", path: "/metrics", tag: "Service", summary: "Prometheus metrics (keep it off public networks).", auth: "none", success: { status: 200, description: "Prometheus text format.", contentType: "text/plain" }, errors: [] },
   { method: "get", path: "/api/settings", tag: "Service", summary: "What the console needs of the server's settings, public: what a credit is worth (`credit_value`, null for credits only).", auth: "none", success: { status: 200, description: "`{object: \"settings\", credit_value: {currency, per_million_credits} | null}`." }, response: publicSettingsSchema, errors: [] },
   { method: "get", path: "/openapi.json", tag: "Service", summary: "This document.", auth: "none", success: { status: 200, description: "An OpenAPI 3.1 document of `/v1` and `/api`." }, response: openApiDocumentSchema, errors: [] },

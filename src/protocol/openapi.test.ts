@@ -64,3 +64,13 @@ test("documents the schema of every JSON answer as an open object, and each even
   assert.equal(usage.properties.from.maximum, undefined, "no safe-integer noise");
   assert.ok(!JSON.stringify(document.paths).includes('"additionalProperties":false'));
 });
+
+test("documents /ready's 503 with the body of its 200, not as an error", () => {
+  const document = buildOpenApiDocument({ version: "1.2.3" }) as any;
+  const responses = document.paths["/ready"].get.responses;
+  assert.deepEqual(responses["503"].content, responses["200"].content);
+  assert.equal(responses["503"]["x-error-codes"], undefined);
+  assert.match(responses["503"].description, /not ready/);
+  const ready = API_OPERATIONS.find((operation) => operation.path === "/ready")!;
+  assert.ok(!errorCodesOf(ready).includes("shutting_down"), "/ready answers while stopping");
+});

@@ -34,7 +34,9 @@ export function errorCodesOf(operation: ApiOperation): ErrorCode[] {
   // A session's state-changing calls must pass the CSRF check.
   if (operation.auth !== "none" && operation.auth !== "key" && operation.method !== "get") codes.add("csrf_failed");
   if (operation.auth === "none" && operation.tag !== "Service") codes.add("database_unavailable");
-  return ERROR_CODES.filter((code) => codes.has(code));
+  // A status the operation answers with its own body is not an error there (`/ready` answers 503 even while stopping).
+  const ownStatuses = new Set((operation.success.alsoAnswered ?? []).map((answer) => answer.status));
+  return ERROR_CODES.filter((code) => codes.has(code) && !ownStatuses.has(ERROR_CATALOG[code].status));
 }
 
 /**
@@ -104,6 +106,7 @@ function responsesOf(operation: ApiOperation): Json {
   const responses: Json = {
     [String(success.status)]: { description: success.description, content: successContentOf(operation) },
   };
+  for (const answer of success.alsoAnswered ?? []) responses[String(answer.status)] = { description: answer.description, content: successContentOf(operation) };
   const byStatus = new Map<number, ErrorCode[]>();
   for (const code of errorCodesOf(operation)) {
     const status = ERROR_CATALOG[code].status;
