@@ -13,17 +13,11 @@ import { chatCompletionChunkSchema, chatCompletionSchema } from "./chat-completi
 import { modelListSchema, modelObjectSchema } from "./models.ts";
 import {
   accountObjectSchema,
-  adminAccountSchema,
-  adminApiKeyObjectSchema,
-  adminCodeSchema,
-  adminPlanSchema,
   apiKeyObjectSchema,
   authSetupObjectSchema,
   checkoutSessionSchema,
   createdApiKeyObjectSchema,
-  createdCodeSchema,
   grantedAccountSchema,
-  listSchemaOf,
   planListingSchema,
   recentRequestsResponseSchema,
   redeemResponseSchema,
@@ -33,6 +27,7 @@ import {
   webhookReplySchema,
 } from "./account-api.ts";
 import { historyPageSchema } from "./billing-history.ts";
+import { adminAccountListSchema, adminApiKeyListSchema, adminCodeListSchema, adminPlanListSchema, apiKeyListSchema, createdCodeListSchema, planListSchema } from "./api-schemas.ts";
 import { healthSchema, openApiDocumentSchema, publicSettingsSchema, readinessSchema } from "./service.ts";
 import {
   checkoutRequestSchema,
@@ -138,7 +133,7 @@ export const API_OPERATIONS: readonly ApiOperation[] = [
 
   { method: "get", path: "/api/account", tag: "Account", summary: "The account: balance, plan, when the credit expires.", auth: "account", success: { status: 200, description: "An account object." }, response: accountObjectSchema, errors: ["account_required"] },
 
-  { method: "get", path: "/api/keys", tag: "Keys", summary: "The account's keys, newest first (never the keys themselves).", auth: "account", success: { status: 200, description: "A list of `api_key` objects." }, response: listSchemaOf(apiKeyObjectSchema), errors: [] },
+  { method: "get", path: "/api/keys", tag: "Keys", summary: "The account's keys, newest first (never the keys themselves).", auth: "account", success: { status: 200, description: "A list of `api_key` objects." }, response: apiKeyListSchema, errors: [] },
   { method: "post", path: "/api/keys", tag: "Keys", summary: "Create a key; the answer shows it this once. Created with a key, it is no looser than that key.", auth: "account", body: createKeyRequestSchema, example: { name: "laptop", scope: "inference", expires_at: 1_900_000_000, models: ["qwen2.5-0.5b-instruct"], spend_cap: 100_000, rpm: 60 }, success: { status: 201, description: "The `api_key` object with `key`." }, response: createdApiKeyObjectSchema, errors: ["admin_required", "key_looser_than_parent"] },
   { method: "delete", path: "/api/keys/{id}", tag: "Keys", summary: "Revoke one of the account's keys and the keys it created.", auth: "account", success: { status: 200, description: "The revoked `api_key` object." }, response: apiKeyObjectSchema, errors: ["key_not_found"] },
 
@@ -148,22 +143,22 @@ export const API_OPERATIONS: readonly ApiOperation[] = [
   { method: "get", path: "/api/usage/export", tag: "Usage", summary: "The requests in `[from, to)` as a CSV attachment, one row each, oldest first, streamed (at most 366 days).", auth: "account", query: usageExportQuerySchema, example: { from: "2026-11-01", to: "2026-12-01" }, success: { status: 200, description: "`text/csv`: a header row, then time (ISO 8601), request_id, account_id, key_name, key_prefix, model, tokens, cost_credits, latency_ms, status, finish_reason, stream.", contentType: "text/csv" }, errors: ["range_too_long", "admin_required", "admin_scope_required"] },
 
   { method: "get", path: "/api/billing/history", tag: "Billing", summary: "The account's ledger entries newest first (grants, purchases, codes, usage charges, expiries), with the balance after each; page with `before=<id>`.", auth: "account", query: billingHistoryQuerySchema, example: { limit: "20" }, success: { status: 200, description: "`{object: \"list\", data, has_more}`; `created` in seconds, `amount` and `balance_after` in credits." }, response: historyPageSchema, errors: ["account_required", "invalid_cursor", "account_not_found", "admin_required", "admin_scope_required"] },
-  { method: "get", path: "/api/plans", tag: "Billing", summary: "The plans on offer.", auth: "account", success: { status: 200, description: "A list of `plan` objects." }, response: listSchemaOf(planListingSchema), errors: [] },
+  { method: "get", path: "/api/plans", tag: "Billing", summary: "The plans on offer.", auth: "account", success: { status: 200, description: "A list of `plan` objects." }, response: planListSchema, errors: [] },
   { method: "post", path: "/api/billing/redeem", tag: "Billing", summary: "Redeem a code: grants its plan once.", auth: "account", body: redeemRequestSchema, example: { code: "TP-ABCD-EFGH-JKLM" }, success: { status: 200, description: "`{granted, plan, balance, credit_expires}`." }, response: redeemResponseSchema, errors: ["account_required", "code_not_found", "code_already_redeemed", "plan_not_found", "plan_out_of_bounds", "balance_limit_exceeded"] },
   { method: "post", path: "/api/billing/checkout", tag: "Billing", summary: "A Stripe Checkout URL for a plan.", auth: "account", body: checkoutRequestSchema, example: { plan: "starter" }, success: { status: 200, description: "`{id, url}` of the Checkout session." }, response: checkoutSessionSchema, errors: ["missing_required_parameter", "invalid_type", "account_required", "payments_not_configured", "plan_not_found", "plan_not_purchasable", "payment_provider_error"] },
   { method: "post", path: "/api/billing/stripe/webhook", tag: "Billing", summary: "Stripe's webhook: a paid Checkout session grants its plan (signed with `Stripe-Signature`).", auth: "none", success: { status: 200, description: "`{received: true, granted?}`." }, response: webhookReplySchema, errors: ["payments_not_configured", "invalid_signature", "invalid_event", "balance_limit_exceeded"] },
 
-  { method: "get", path: "/api/admin/accounts", tag: "Admin", summary: "Every account, with its balance, plan and active keys.", auth: "admin", success: { status: 200, description: "A list of accounts." }, response: listSchemaOf(adminAccountSchema), errors: [] },
+  { method: "get", path: "/api/admin/accounts", tag: "Admin", summary: "Every account, with its balance, plan and active keys.", auth: "admin", success: { status: 200, description: "A list of accounts." }, response: adminAccountListSchema, errors: [] },
   { method: "post", path: "/api/admin/accounts/{id}/grant", tag: "Admin", summary: "Grant a plan to an account (offline sales).", auth: "admin", body: grantPlanRequestSchema, example: { plan: "starter" }, success: { status: 200, description: "The account, with `granted`." }, response: grantedAccountSchema, errors: ["account_not_found", "plan_out_of_bounds", "balance_limit_exceeded"] },
   { method: "post", path: "/api/admin/accounts/{id}/disable", tag: "Admin", summary: "Disable an account: its sessions end and its keys stop working.", auth: "admin", success: { status: 200, description: "The account." }, response: accountObjectSchema, errors: ["account_not_found", "cannot_disable_self"] },
   { method: "post", path: "/api/admin/accounts/{id}/enable", tag: "Admin", summary: "Enable a disabled account.", auth: "admin", success: { status: 200, description: "The account." }, response: accountObjectSchema, errors: ["account_not_found"] },
-  { method: "get", path: "/api/admin/keys", tag: "Admin", summary: "Every key, with its owner's email.", auth: "admin", success: { status: 200, description: "A list of `api_key` objects." }, response: listSchemaOf(adminApiKeyObjectSchema), errors: [] },
+  { method: "get", path: "/api/admin/keys", tag: "Admin", summary: "Every key, with its owner's email.", auth: "admin", success: { status: 200, description: "A list of `api_key` objects." }, response: adminApiKeyListSchema, errors: [] },
   { method: "delete", path: "/api/admin/keys/{id}", tag: "Admin", summary: "Revoke any key.", auth: "admin", success: { status: 200, description: "The revoked `api_key` object." }, response: apiKeyObjectSchema, errors: ["key_not_found"] },
-  { method: "get", path: "/api/admin/plans", tag: "Admin", summary: "Every plan, with where it came from (config or admin).", auth: "admin", success: { status: 200, description: "A list of `plan` objects with `origin`, `created`, `updated` (seconds)." }, response: listSchemaOf(adminPlanSchema), errors: [] },
+  { method: "get", path: "/api/admin/plans", tag: "Admin", summary: "Every plan, with where it came from (config or admin).", auth: "admin", success: { status: 200, description: "A list of `plan` objects with `origin`, `created`, `updated` (seconds)." }, response: adminPlanListSchema, errors: [] },
   { method: "post", path: "/api/admin/plans", tag: "Admin", summary: "Create a plan.", auth: "admin", body: createPlanRequestSchema, example: { id: "starter", name: "Starter", price: { amount: 500, currency: "usd" }, credit: 5_000_000, days: 30, rpm: 60, tpm: 100_000, models: null }, success: { status: 201, description: "The `plan` object." }, response: planListingSchema, errors: ["plan_exists"] },
   { method: "patch", path: "/api/admin/plans/{id}", tag: "Admin", summary: "Change some fields of a plan.", auth: "admin", body: editPlanRequestSchema, example: { credit: 6_000_000, rpm: 120 }, success: { status: 200, description: "The `plan` object." }, response: planListingSchema, errors: ["plan_not_found"] },
-  { method: "get", path: "/api/admin/codes", tag: "Admin", summary: "Redemption codes by display prefix, with who redeemed them when.", auth: "admin", success: { status: 200, description: "A list of codes; `created` and `redeemed` in seconds." }, response: listSchemaOf(adminCodeSchema), errors: [] },
-  { method: "post", path: "/api/admin/codes", tag: "Admin", summary: "Make single-use redemption codes for a plan (shown once).", auth: "admin", body: createCodesRequestSchema, example: { plan: "starter", count: 10 }, success: { status: 201, description: "A list of `{code, plan}`." }, response: listSchemaOf(createdCodeSchema), errors: ["plan_not_found", "plan_out_of_bounds"] },
+  { method: "get", path: "/api/admin/codes", tag: "Admin", summary: "Redemption codes by display prefix, with who redeemed them when.", auth: "admin", success: { status: 200, description: "A list of codes; `created` and `redeemed` in seconds." }, response: adminCodeListSchema, errors: [] },
+  { method: "post", path: "/api/admin/codes", tag: "Admin", summary: "Make single-use redemption codes for a plan (shown once).", auth: "admin", body: createCodesRequestSchema, example: { plan: "starter", count: 10 }, success: { status: 201, description: "A list of `{code, plan}`." }, response: createdCodeListSchema, errors: ["plan_not_found", "plan_out_of_bounds"] },
 
   { method: "get", path: "/health", tag: "Service", summary: "The process is up.", auth: "none", success: { status: 200, description: "`{status: \"ok\"}`." }, response: healthSchema, errors: [] },
   { method: "get", path: "/ready", tag: "Service", summary: "Every model is loaded: 200, or 503 with each model's state.", auth: "none", success: { status: 200, description: "`{status: \"ready\", models}`: every model is ready.", alsoAnswered: [{ status: 503, description: "The same body while a model is not ready (`status: \"not_ready\"`) or the server is stopping (`\"shutting_down\"`)." }] }, response: readinessSchema, errors: [] },

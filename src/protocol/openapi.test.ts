@@ -3,6 +3,13 @@ import assert from "node:assert/strict";
 import { API_OPERATIONS } from "./api-operations.ts";
 import { ERROR_CATALOG } from "./error-catalog.ts";
 import { buildOpenApiDocument, errorCodesOf, operationIdOf } from "./openapi.ts";
+import { ANSWER_SCHEMAS, REQUEST_SCHEMAS } from "./api-schemas.ts";
+
+/** `node`, or what its `$ref` points at in `document`. */
+function resolved(document: any, node: any): any {
+  if (typeof node?.$ref !== "string") return node;
+  return resolved(document, node.$ref.slice(2).split("/").reduce((at: any, segment: string) => at?.[segment], document));
+}
 
 test("every request example passes the zod schema its route validates with", () => {
   const withSchemas = API_OPERATIONS.filter((operation) => operation.body !== undefined || operation.query !== undefined);
@@ -24,14 +31,15 @@ test("an operation answers the errors of its auth, its body and its own, each at
   assert.ok(!codes.includes("csrf_failed"), "a key route has no CSRF check");
   const document = buildOpenApiDocument({ version: "1.2.3" }) as any;
   const responses = document.paths["/v1/chat/completions"].post.responses;
-  assert.deepEqual(responses["429"]["x-error-codes"], ["insufficient_quota", "rate_limit_exceeded"]);
+  assert.deepEqual(resolved(document, responses["429"])["x-error-codes"], ["insufficient_quota", "rate_limit_exceeded"]);
   for (const [status, response] of Object.entries<any>(responses)) {
-    for (const code of response["x-error-codes"] ?? []) assert.equal(String(ERROR_CATALOG[code as keyof typeof ERROR_CATALOG].status), status);
+    for (const code of resolved(document, response)["x-error-codes"] ?? []) assert.equal(String(ERROR_CATALOG[code as keyof typeof ERROR_CATALOG].status), status);
   }
   const createKey = document.paths["/api/keys"].post;
-  assert.ok(createKey.responses["403"]["x-error-codes"].includes("csrf_failed"));
-  assert.ok(createKey.responses["403"]["x-error-codes"].includes("key_looser_than_parent"));
-  assert.equal(createKey.requestBody.content["application/json"].schema.properties.scope.enum.join(), "inference,account,admin");
+  const forbidden = resolved(document, createKey.responses["403"]);
+  assert.ok(forbidden["x-error-codes"].includes("csrf_failed"));
+  assert.ok(forbidden["x-error-codes"].includes("key_looser_than_parent"));
+  assert.equal(resolved(document, createKey.requestBody.content["application/json"].schema).properties.scope.enum.join(), "inference,account,admin");
 });
 
 test("operation ids are unique and paths are unique per method", () => {
@@ -49,20 +57,20 @@ test("documents the schema of every JSON answer as an open object, and each even
       continue;
     }
     assert.ok(operation.response !== undefined, `${operation.method} ${operation.path} has no response schema`);
-    assert.equal(content["application/json"].schema.type, "object", `${operation.method} ${operation.path}`);
+    assert.equal(resolved(document, content["application/json"].schema).type, "object", `${operation.method} ${operation.path}`);
   }
   const chat = document.paths["/v1/chat/completions"].post.responses["200"].content;
   assert.deepEqual(Object.keys(chat), ["application/json", "text/event-stream"]);
-  assert.equal(chat["text/event-stream"].schema.properties.object.const, "chat.completion.chunk");
+  assert.equal(resolved(document, chat["text/event-stream"].schema).properties.object.const, "chat.completion.chunk");
   // Faithful to what the route sends: optional fields optional, nullable ones nullable.
-  const message = chat["application/json"].schema.properties.choices.items.properties.message;
+  const message = resolved(document, chat["application/json"].schema).properties.choices.items.properties.message;
   assert.deepEqual(message.required, ["role", "content", "refusal"]);
   assert.deepEqual(message.properties.content.type, ["string", "null"]);
-  const usage = document.paths["/api/usage"].get.responses["200"].content["application/json"].schema;
+  const usage = resolved(document, document.paths["/api/usage"].get.responses["200"].content["application/json"].schema);
   assert.ok(!usage.required.includes("currency") && !usage.properties.data.items.required.includes("cost_money"));
   assert.equal(usage.properties.from.type, "integer");
   assert.equal(usage.properties.from.maximum, undefined, "no safe-integer noise");
-  assert.ok(!JSON.stringify(document.paths).includes('"additionalProperties":false'));
+  assert.ok(!JSON.stringify(document).includes('"additionalProperties":false'));
 });
 
 test("documents /ready's 503 with the body of its 200, not as an error", () => {
@@ -73,4 +81,26 @@ test("documents /ready's 503 with the body of its 200, not as an error", () => {
   assert.match(responses["503"].description, /not ready/);
   const ready = API_OPERATIONS.find((operation) => operation.path === "/ready")!;
   assert.ok(!errorCodesOf(ready).includes("shutting_down"), "/ready answers while stopping");
+});
+
+test("writes each named schema once, in components, and refers to it: every request body and answer, and the parts they share", () => {
+  const document = buildOpenApiDocument({ version: "1.2.3" }) as any;
+  const names = new Set([...Object.keys(REQUEST_SCHEMAS), ...Object.keys(ANSWER_SCHEMAS)]);
+  assert.equal(names.size, Object.keys(REQUEST_SCHEMAS).length + Object.keys(ANSWER_SCHEMAS).length, "a name is unique across requests and answers");
+  for (const name of names) assert.ok(document.components.schemas[name] !== undefined, name);
+  const named = new Set<unknown>([...Object.values(REQUEST_SCHEMAS), ...Object.values(ANSWER_SCHEMAS)]);
+  for (const operation of API_OPERATIONS) {
+    for (const schema of [operation.body, operation.response, operation.streamEvent]) {
+      if (schema !== undefined) assert.ok(named.has(schema), `${operation.method} ${operation.path}: name its schema in api-schemas.ts`);
+    }
+    const content = document.paths[operation.path][operation.method].responses[String(operation.success.status)].content;
+    if (operation.response !== undefined) assert.match(content["application/json"].schema.$ref, /^#\/components\/schemas\//);
+  }
+  const chunk = document.components.schemas.ChatCompletionChunk;
+  assert.deepEqual(chunk.properties.usage.anyOf[0], { $ref: "#/components/schemas/CompletionUsage" });
+  assert.deepEqual(document.components.schemas.ModelList.properties.data.items, { $ref: "#/components/schemas/Model" });
+  assert.equal(document.components.schemas.Model.$id, undefined);
+  // Error responses that several operations give alike are written once too.
+  assert.deepEqual(document.paths["/v1/models"].get.responses["500"], { $ref: "#/components/responses/Error500.internal_error" });
+  assert.ok(JSON.stringify(document).length < 130_000, `${JSON.stringify(document).length} characters`);
 });

@@ -3,10 +3,12 @@
  * list (`api-operations.ts`), the zod schemas of each request (through zod's `z.toJSONSchema`,
  * input side) and of each answer (output side), and the error catalog: every operation lists,
  * per status, the error codes it can answer, its own and those its authentication, body and
- * transport bring.
+ * transport bring. The schemas `api-schemas.ts` names are written once, in `components.schemas`,
+ * and referred to with `$ref` (`#/components/schemas/ChatCompletion`).
  */
 import { z } from "zod";
 import { API_OPERATIONS, PATH_PARAMETER_DESCRIPTION, type ApiOperation, type OperationAuth } from "./api-operations.ts";
+import { ANSWER_SCHEMAS, REQUEST_SCHEMAS } from "./api-schemas.ts";
 import { ERROR_CATALOG, ERROR_CODES, type ErrorCode } from "./error-catalog.ts";
 
 /** A JSON object of the document; OpenAPI is open-ended, so its parts are plain records. */
@@ -55,6 +57,45 @@ export function jsonSchemaOf(schema: z.ZodType, io: "input" | "output" = "input"
   return rest;
 }
 
+/** The named schemas of one side as `components.schemas` entries, and the name of each zod schema. */
+type Components = { schemas: Record<string, Json>; names: Map<z.ZodType, string> };
+
+const COMPONENT_PREFIX = "#/components/schemas/";
+
+/**
+ * `table`'s schemas written through one zod registry, so that a named schema inside another is a
+ * `$ref` to its component rather than a copy. Cycles would land in zod's `__shared` entry; none
+ * of the wire schemas has one, and this refuses to write a document that would need it.
+ */
+function componentsOf(table: Record<string, z.ZodType>, io: "input" | "output"): Components {
+  const registry = z.registry<{ id: string }>();
+  const names = new Map<z.ZodType, string>();
+  for (const [id, schema] of Object.entries(table)) {
+    registry.add(schema, { id });
+    names.set(schema, id);
+  }
+  const { schemas } = z.toJSONSchema(registry, {
+    io,
+    unrepresentable: "any",
+    target: "draft-2020-12",
+    uri: (id) => COMPONENT_PREFIX + id,
+    override: io === "input" ? undefined : openOutputObject,
+  }) as { schemas: Record<string, Json> };
+  if (schemas.__shared !== undefined) throw new Error("a component schema refers to itself; name the cycle's schema in api-schemas.ts");
+  // `$id` would make each component its own document (and a fragment-only `$id` is not allowed).
+  for (const schema of Object.values(schemas)) {
+    delete schema.$schema;
+    delete schema.$id;
+  }
+  return { schemas, names };
+}
+
+/** `schema` as a `$ref` to its component when it has one, else written in full. */
+function schemaOf(schema: z.ZodType, io: "input" | "output", components: Components): Json {
+  const name = components.names.get(schema);
+  return name !== undefined ? { $ref: COMPONENT_PREFIX + name } : jsonSchemaOf(schema, io);
+}
+
 function openOutputObject(context: { jsonSchema: Json }): void {
   const { jsonSchema } = context;
   if (jsonSchema.additionalProperties === false) delete jsonSchema.additionalProperties;
@@ -91,22 +132,22 @@ function parametersOf(operation: ApiOperation): Json[] {
 }
 
 /** The success answer's content: its JSON schema (and a stream's per-event schema), or a string for text. */
-function successContentOf(operation: ApiOperation): Json {
+function successContentOf(operation: ApiOperation, answers: Components): Json {
   const { success, response, streamEvent } = operation;
   if (success.contentType !== undefined) return { [success.contentType]: { schema: { type: "string" } } };
   return {
-    "application/json": { schema: response === undefined ? {} : jsonSchemaOf(response, "output") },
+    "application/json": { schema: response === undefined ? {} : schemaOf(response, "output", answers) },
     // OpenAPI 3.1 has no schema for one event of a stream; this is the schema of each event's `data`.
-    ...(streamEvent !== undefined ? { "text/event-stream": { schema: jsonSchemaOf(streamEvent, "output") } } : {}),
+    ...(streamEvent !== undefined ? { "text/event-stream": { schema: schemaOf(streamEvent, "output", answers) } } : {}),
   };
 }
 
-function responsesOf(operation: ApiOperation): Json {
+function responsesOf(operation: ApiOperation, answers: Components): Json {
   const { success } = operation;
   const responses: Json = {
-    [String(success.status)]: { description: success.description, content: successContentOf(operation) },
+    [String(success.status)]: { description: success.description, content: successContentOf(operation, answers) },
   };
-  for (const answer of success.alsoAnswered ?? []) responses[String(answer.status)] = { description: answer.description, content: successContentOf(operation) };
+  for (const answer of success.alsoAnswered ?? []) responses[String(answer.status)] = { description: answer.description, content: successContentOf(operation, answers) };
   const byStatus = new Map<number, ErrorCode[]>();
   for (const code of errorCodesOf(operation)) {
     const status = ERROR_CATALOG[code].status;
@@ -128,7 +169,33 @@ function responsesOf(operation: ApiOperation): Json {
   return responses;
 }
 
-function operationObject(operation: ApiOperation): Json {
+/**
+ * Moves each error response that several operations give alike (same status, same codes) into
+ * `components.responses`, named by its status and codes (`Error401.invalid_api_key`), and leaves
+ * a `$ref` in its place; returns those components.
+ */
+function shareErrorResponses(paths: Record<string, Json>): Record<string, Json> {
+  const uses = new Map<string, number>();
+  const nameOf = (status: string, response: Json): string | undefined => {
+    const codes = response["x-error-codes"] as string[] | undefined;
+    return codes === undefined ? undefined : `Error${status}.${codes.join(".")}`;
+  };
+  const everyResponse = Object.values(paths).flatMap((item) => Object.values(item).flatMap((operation) => Object.entries((operation as Json).responses as Record<string, Json>).map(([status, response]) => ({ responses: (operation as Json).responses as Json, status, response }))));
+  for (const { status, response } of everyResponse) {
+    const name = nameOf(status, response);
+    if (name !== undefined) uses.set(name, (uses.get(name) ?? 0) + 1);
+  }
+  const shared: Record<string, Json> = {};
+  for (const { responses, status, response } of everyResponse) {
+    const name = nameOf(status, response);
+    if (name === undefined || uses.get(name)! < 2) continue;
+    shared[name] = response;
+    responses[status] = { $ref: `#/components/responses/${name}` };
+  }
+  return Object.fromEntries(Object.entries(shared).sort(([first], [second]) => first.localeCompare(second)));
+}
+
+function operationObject(operation: ApiOperation, requests: Components, answers: Components): Json {
   const parameters = parametersOf(operation);
   return {
     operationId: operationIdOf(operation),
@@ -141,11 +208,11 @@ function operationObject(operation: ApiOperation): Json {
       ? {
           requestBody: {
             required: true,
-            content: { "application/json": { schema: jsonSchemaOf(operation.body), ...(operation.example !== undefined ? { example: operation.example } : {}) } },
+            content: { "application/json": { schema: schemaOf(operation.body, "input", requests), ...(operation.example !== undefined ? { example: operation.example } : {}) } },
           },
         }
       : {}),
-    responses: responsesOf(operation),
+    responses: responsesOf(operation, answers),
   };
 }
 
@@ -165,7 +232,10 @@ const TAG_DESCRIPTIONS: Record<ApiOperation["tag"], string> = {
 export function buildOpenApiDocument(options: { version: string; operations?: readonly ApiOperation[] } = { version: "0.0.0" }): Json {
   const operations = options.operations ?? API_OPERATIONS;
   const paths: Record<string, Json> = {};
-  for (const operation of operations) (paths[operation.path] ??= {})[operation.method] = operationObject(operation);
+  const requests = componentsOf(REQUEST_SCHEMAS, "input");
+  const answers = componentsOf(ANSWER_SCHEMAS, "output");
+  for (const operation of operations) (paths[operation.path] ??= {})[operation.method] = operationObject(operation, requests, answers);
+  const errorResponses = shareErrorResponses(paths);
   const tags = [...new Set(operations.map((operation) => operation.tag))].map((name) => ({ name, description: TAG_DESCRIPTIONS[name] }));
   return {
     openapi: "3.1.0",
@@ -179,11 +249,14 @@ export function buildOpenApiDocument(options: { version: string; operations?: re
     tags,
     paths,
     components: {
+      responses: errorResponses,
       securitySchemes: {
         apiKey: { type: "http", scheme: "bearer", description: "`Authorization: Bearer <key>`." },
         session: { type: "apiKey", in: "cookie", name: "turnpike_session", description: "The console's session; state-changing calls also send `x-csrf-token`." },
       },
       schemas: {
+        ...requests.schemas,
+        ...answers.schemas,
         ErrorResponse: {
           type: "object",
           required: ["error"],
