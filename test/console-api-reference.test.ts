@@ -1,7 +1,7 @@
 /**
  * The console's API reference page in a real browser (Debian's chromium via playwright-core, as
  * in console-browser.test.ts): rendered from /openapi.json, grouped by tag, with each route's
- * request fields and error codes, and readable at phone width. Screenshots go to
+ * request fields, answer fields and error codes, and readable at phone width. Screenshots go to
  * test-output/console/.
  */
 import assert from "node:assert/strict";
@@ -43,7 +43,7 @@ describe("the console's API reference", { skip: skipWithoutChromium() }, () => {
     await test?.close();
   });
 
-  it("shows every route grouped by tag, with its request fields and error codes", async () => {
+  it("shows every route grouped by tag, with its request fields, its answer's fields and error codes", async () => {
     const page = await newPage({ width: 1280, height: 860 });
     await page.goto("/signup");
     await page.getByLabel("Email address").fill("admin@example.com");
@@ -64,8 +64,21 @@ describe("the console's API reference", { skip: skipWithoutChromium() }, () => {
     await chat.getByRole("button", { name: "Show example" }).click();
     await chat.getByText('"stream_options"', { exact: false }).waitFor();
 
+    // The answer's fields, followed through the document's $refs: the completion's usage, each chunk's, a list's items'.
+    const answer = chat.getByRole("region", { name: "Response body" });
+    await answer.getByText("usage", { exact: true }).waitFor();
+    await answer.getByText("CompletionUsage", { exact: true }).waitFor();
+    await answer.getByText("prompt_tokens", { exact: true }).waitFor();
+    await chat.getByRole("region", { name: /^Stream event/ }).getByText("delta", { exact: true }).waitFor();
+    const history = page.getByRole("article", { name: "GET /api/billing/history" }).getByRole("region", { name: "Response body" });
+    await history.getByText("balance_after", { exact: true }).waitFor();
+    await history.getByText("has_more", { exact: true }).waitFor();
+    await page.getByRole("article", { name: "GET /ready" }).getByText("503", { exact: true }).waitFor();
+    await page.getByRole("article", { name: "GET /api/billing/history" }).screenshot({ path: path.join(screenshots, "23-api-reference-response-fields.png") });
+
     const createKey = page.getByRole("article", { name: "POST /api/keys" });
-    await createKey.getByText("spend_cap", { exact: true }).waitFor();
+    await createKey.getByRole("region", { name: "Request body" }).getByText("spend_cap", { exact: true }).waitFor();
+    await createKey.getByRole("region", { name: "Response body" }).getByText("key", { exact: true }).waitFor();
     await createKey.getByText("key_looser_than_parent", { exact: true }).waitFor();
     const usage = page.getByRole("article", { name: "GET /api/usage/requests" });
     await usage.getByRole("region", { name: "Parameters" }).getByText("after", { exact: true }).waitFor();

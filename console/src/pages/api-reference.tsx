@@ -1,12 +1,16 @@
 /**
  * API reference: `/openapi.json` as a page. Operations grouped by tag: method and path, summary,
- * who may call it, the request's fields (body or query), and the responses with their error codes.
+ * who may call it, the request's fields (body or query), the answer's fields (a stream's event's
+ * too), and the responses with their error codes. Schemas written once in `components` are
+ * followed through their `$ref`s.
  */
 import { useState } from "react";
 import { Badge, ErrorState, Loading, PageHeader, useApi } from "../components/ui.tsx";
 
 /** The parts of a JSON Schema the page shows. */
 type Schema = {
+  /** `#/components/schemas/Name`: the schema is written once, there. */
+  $ref?: string;
   type?: string | string[];
   enum?: unknown[];
   const?: unknown;
@@ -26,7 +30,7 @@ type Schema = {
 };
 
 type Parameter = { name: string; in: string; required?: boolean; description?: string; schema: Schema };
-type Response = { description: string; "x-error-codes"?: string[] };
+type Response = { description: string; content?: Record<string, { schema: Schema }>; "x-error-codes"?: string[] };
 type Operation = {
   operationId: string;
   tags: string[];
@@ -34,12 +38,14 @@ type Operation = {
   "x-auth"?: "none" | "key" | "account" | "admin";
   parameters?: Parameter[];
   requestBody?: { content: Record<string, { schema: Schema; example?: unknown }> };
-  responses: Record<string, Response>;
+  /** A response, or a `$ref` to one of `components.responses` (the error answers several operations share). */
+  responses: Record<string, Response | { $ref: string }>;
 };
 type OpenApiDocument = {
   info: { title: string; version: string; description?: string };
   tags: Array<{ name: string; description?: string }>;
   paths: Record<string, Record<string, Operation>>;
+  components?: { schemas?: Record<string, Schema>; responses?: Record<string, Response> };
   "x-error-catalog"?: Array<{ code: string; status: number; type: string; meaning: string }>;
 };
 
@@ -55,14 +61,53 @@ function InlineCode({ text }: { text: string }) {
   return <>{text.split("`").map((part, index) => (index % 2 === 1 ? <code key={index}>{part}</code> : part))}</>;
 }
 
-/** A schema's type in a few words: `string`, `"day" | "model"`, `array of string`, `integer | null`. */
+/** Follows a `$ref` into the document (`#/components/...`); anything else as it is. */
+type Resolve = <Node>(node: Node) => Node;
+
+function resolverOf(document: OpenApiDocument): Resolve {
+  const resolve = <Node,>(node: Node): Node => {
+    const ref = (node as { $ref?: unknown } | undefined)?.$ref;
+    if (typeof ref !== "string" || !ref.startsWith("#/")) return node;
+    const target = ref
+      .slice(2)
+      .split("/")
+      .reduce<unknown>((at, segment) => (at as Record<string, unknown> | undefined)?.[segment.replaceAll("~1", "/").replaceAll("~0", "~")], document);
+    return target === undefined ? node : resolve(target as Node);
+  };
+  return resolve;
+}
+
+/** A schema's type in a few words: `string`, `"day" | "model"`, `array of string`, `integer | null`, a component's name (`Model`). */
 export function describeType(schema: Schema): string {
+  if (schema.$ref !== undefined) return schema.$ref.split("/").at(-1)!;
   if (schema.enum !== undefined) return schema.enum.map((value) => JSON.stringify(value)).join(" | ");
   if (schema.const !== undefined) return JSON.stringify(schema.const);
   const alternatives = schema.anyOf ?? schema.oneOf;
   if (alternatives !== undefined) return [...new Set(alternatives.map(describeType))].join(" | ");
   const types = [schema.type ?? "any"].flat();
   return types.map((type) => (type === "array" && schema.items ? `array of ${describeType(schema.items)}` : type)).join(" | ");
+}
+
+/** One field of a body: its schema as written (a `$ref` keeps its name), and the fields of the object it holds, if shown. */
+type Field = { name: string; required: boolean; schema: Schema; where?: string; fields?: Field[] };
+
+/** The object a field holds, refs followed: itself, its array's items, or its one non-null alternative. */
+function objectInside(schema: Schema, resolve: Resolve): Schema | undefined {
+  const resolved = resolve(schema);
+  if (resolved.properties !== undefined) return resolved;
+  if (resolved.items !== undefined) return objectInside(resolved.items, resolve);
+  const alternatives = (resolved.anyOf ?? resolved.oneOf ?? []).filter((alternative) => resolve(alternative).type !== "null");
+  return alternatives.length === 1 ? objectInside(alternatives[0]!, resolve) : undefined;
+}
+
+/** The fields of an object schema, and `depth` levels of the objects inside them. */
+function fieldsOf(schema: Schema | undefined, resolve: Resolve, depth = 0): Field[] {
+  if (schema === undefined) return [];
+  const object = resolve(schema);
+  return Object.entries(object.properties ?? {}).map(([name, property]) => {
+    const inside = depth > 0 ? objectInside(property, resolve) : undefined;
+    return { name, schema: property, required: (object.required ?? []).includes(name), fields: inside ? fieldsOf(inside, resolve, depth - 1) : undefined };
+  });
 }
 
 /** A schema's bounds and default in a few words. */
@@ -77,36 +122,58 @@ function describeLimits(schema: Schema): string {
   return limits.join(", ");
 }
 
-function Fields({ fields, label }: { fields: Array<{ name: string; required: boolean; schema: Schema; where?: string }>; label: string }) {
+/**
+ * A list of fields. A request's (`mark: "required"`) flags the fields it must send; an answer's
+ * (`mark: "optional"`) the fields it may leave out. Nullable fields say so in their type.
+ */
+function FieldList({ fields, mark, resolve }: { fields: Field[]; mark: "required" | "optional"; resolve: Resolve }) {
+  return (
+    <ul>
+      {fields.map((field) => {
+        const described = resolve(field.schema);
+        const limits = describeLimits(described);
+        const description = field.schema.description ?? described.description;
+        return (
+          <li key={`${field.where ?? ""}${field.name}`}>
+            <code className="api-field-name">{field.name}</code> <span className="api-field-type">{describeType(field.schema)}</span>
+            {mark === "required" && field.required ? <span className="api-required"> required</span> : null}
+            {mark === "optional" && !field.required ? <span className="api-optional"> optional</span> : null}
+            {field.where === "path" ? <span className="muted small"> (in the path)</span> : null}
+            {description || limits ? <div className="muted small">{[description, limits].filter(Boolean).join(" · ")}</div> : null}
+            {field.fields !== undefined && field.fields.length > 0 ? (
+              <div className="api-subfields">
+                <FieldList fields={field.fields} mark={mark} resolve={resolve} />
+              </div>
+            ) : null}
+          </li>
+        );
+      })}
+    </ul>
+  );
+}
+
+function Fields({ fields, label, mark = "required", resolve }: { fields: Field[]; label: string; mark?: "required" | "optional"; resolve: Resolve }) {
   if (fields.length === 0) return null;
   return (
     <section className="api-fields" aria-label={label}>
       <h4>{label}</h4>
-      <ul>
-        {fields.map((field) => {
-          const limits = describeLimits(field.schema);
-          return (
-            <li key={`${field.where ?? ""}${field.name}`}>
-              <code className="api-field-name">{field.name}</code> <span className="api-field-type">{describeType(field.schema)}</span>
-              {field.required ? <span className="api-required"> required</span> : null}
-              {field.where === "path" ? <span className="muted small"> (in the path)</span> : null}
-              {field.schema.description || limits ? (
-                <div className="muted small">{[field.schema.description, limits].filter(Boolean).join(" · ")}</div>
-              ) : null}
-            </li>
-          );
-        })}
-      </ul>
+      <FieldList fields={fields} mark={mark} resolve={resolve} />
     </section>
   );
 }
 
-function OperationCard({ method, path, operation, meanings }: { method: string; path: string; operation: Operation; meanings: Map<string, string> }) {
+function OperationCard({ method, path, operation, meanings, resolve }: { method: string; path: string; operation: Operation; meanings: Map<string, string>; resolve: Resolve }) {
   const [showExample, setShowExample] = useState(false);
   const body = operation.requestBody?.content["application/json"];
-  const bodyFields = Object.entries(body?.schema.properties ?? {}).map(([name, schema]) => ({ name, schema, required: (body?.schema.required ?? []).includes(name) }));
+  const bodyFields = fieldsOf(body?.schema, resolve);
   const parameters = (operation.parameters ?? []).map((parameter) => ({ name: parameter.name, schema: parameter.schema, required: parameter.required === true, where: parameter.in }));
-  const responses = Object.entries(operation.responses).sort(([first], [second]) => Number(first) - Number(second));
+  const responses = Object.entries(operation.responses)
+    .map(([status, response]) => [status, resolve(response) as Response] as const)
+    .sort(([first], [second]) => Number(first) - Number(second));
+  // The success answer's fields (and a list's items'), and for a stream each event's.
+  const success = responses.find(([status]) => status.startsWith("2"))?.[1];
+  const answerFields = fieldsOf(success?.content?.["application/json"]?.schema, resolve, 1);
+  const eventFields = fieldsOf(success?.content?.["text/event-stream"]?.schema, resolve, 1);
   return (
     <article className="card api-operation" id={operation.operationId} aria-labelledby={`${operation.operationId}-title`}>
       <h3 id={`${operation.operationId}-title`} className="api-operation-title">
@@ -116,8 +183,8 @@ function OperationCard({ method, path, operation, meanings }: { method: string; 
         <InlineCode text={operation.summary} />
       </p>
       <div className="muted small">Auth: {AUTH_LABELS[operation["x-auth"] ?? "none"]}</div>
-      <Fields fields={parameters} label="Parameters" />
-      <Fields fields={bodyFields} label="Request body" />
+      <Fields fields={parameters} label="Parameters" resolve={resolve} />
+      <Fields fields={bodyFields} label="Request body" resolve={resolve} />
       {body?.example !== undefined && (
         <div>
           <button type="button" className="button small" aria-expanded={showExample} onClick={() => setShowExample((shown) => !shown)}>
@@ -126,6 +193,8 @@ function OperationCard({ method, path, operation, meanings }: { method: string; 
           {showExample && <pre className="api-example">{JSON.stringify(body.example, null, 2)}</pre>}
         </div>
       )}
+      <Fields fields={answerFields} label="Response body" mark="optional" resolve={resolve} />
+      <Fields fields={eventFields} label="Stream event (each data: line)" mark="optional" resolve={resolve} />
       <section className="api-responses" aria-label="Responses">
         <h4>Responses</h4>
         <ul>
@@ -158,6 +227,7 @@ export function ApiReferencePage() {
   if (document.error) return <ErrorState error={document.error} retry={document.reload} />;
   if (!document.data) return <Loading />;
   const { tags, paths } = document.data;
+  const resolve = resolverOf(document.data);
   const meanings = new Map((document.data["x-error-catalog"] ?? []).map((entry) => [entry.code, `${entry.status} ${entry.type}: ${entry.meaning}`]));
   const operations = Object.entries(paths).flatMap(([path, item]) => Object.entries(item).map(([method, operation]) => ({ path, method, operation })));
   return (
@@ -185,7 +255,7 @@ export function ApiReferencePage() {
           {operations
             .filter((entry) => entry.operation.tags.includes(tag.name))
             .map((entry) => (
-              <OperationCard key={`${entry.method} ${entry.path}`} method={entry.method} path={entry.path} operation={entry.operation} meanings={meanings} />
+              <OperationCard key={`${entry.method} ${entry.path}`} method={entry.method} path={entry.path} operation={entry.operation} meanings={meanings} resolve={resolve} />
             ))}
         </section>
       ))}
