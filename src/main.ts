@@ -23,7 +23,7 @@ import { deadNodes, forgetNodes, heartbeat, orphanedNodes, registerNode } from "
 import { sweepExpiredCredit } from "./billing/ledger.ts";
 import { closeStaleHolds } from "./billing/lease-store.ts";
 import { listPlans, syncConfigPlans } from "./billing/plans-store.ts";
-import { createStripeClient } from "./billing/stripe/stripe-client.ts";
+import { createStripeClient, type StripeClientSettings } from "./billing/stripe/stripe-client.ts";
 import { moneyPrices } from "./billing/credit-value.ts";
 import { sweepSessions } from "./auth/sessions.ts";
 import { consoleSessions } from "./http/middleware/console-session/console-session.ts";
@@ -103,7 +103,10 @@ function progressReporter(modelId: string, logger: Logger): (progress: DownloadP
   };
 }
 
-export async function startServer(settings: ResolvedSettings, logger: Logger = createLogger(settings.log_level)): Promise<RunningServer> {
+/** What only tests change: where the Stripe client sends its calls (a local fake of Stripe's API). */
+export type StartServerOptions = { stripeApi?: Omit<StripeClientSettings, "secretKey"> };
+
+export async function startServer(settings: ResolvedSettings, logger: Logger = createLogger(settings.log_level), options: StartServerOptions = {}): Promise<RunningServer> {
   const database = await openStore({
     dataDir: settings.data_dir,
     databaseUrl: settings.database_url,
@@ -241,7 +244,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     refreshPlans: async () => {
       plans = await listPlans(database);
     },
-    stripe: createStripeClient({ secretKey: settings.stripe_secret_key?.reveal() }),
+    stripe: createStripeClient({ ...options.stripeApi, secretKey: settings.stripe_secret_key?.reveal() }),
     stripeWebhookSecret: settings.stripe_webhook_secret?.reveal(),
     publicUrl,
     sessions: consoleSessions({ database, hosts }),

@@ -3,9 +3,10 @@
  * however often, and by however many events, it is delivered; a payment that does not match
  * what was recorded, or names a session or account Turnpike does not know, is acknowledged and
  * logged, never granted nor a 500; forged or stale deliveries grant nothing. Payloads are signed
- * with the stripe library's own test helper. The server cannot reach Stripe here, so sessions are
- * recorded as `POST /api/billing/checkout` records them (that route is tested against a fake
- * Stripe API in src/billing/stripe/route.test.ts).
+ * with the stripe library's own test helper. Sessions are recorded as `POST /api/billing/checkout`
+ * records them; the checkout route itself calls a local fake of Stripe's API here (and in
+ * src/billing/stripe/route.test.ts). Every answer, the checkout's and the webhook's, errors
+ * included, is checked against `/openapi.json` as openapi-responses.test.ts checks the others.
  */
 import assert from "node:assert/strict";
 import fs from "node:fs";
@@ -17,7 +18,9 @@ import { createApiKey } from "../src/auth/api-keys.ts";
 import { checkLedger } from "../src/billing/ledger.ts";
 import { planSchema } from "../src/billing/plans.ts";
 import { recordCheckoutSession } from "../src/billing/stripe/purchases.ts";
+import { startFakeStripeApi, type FakeStripeApi } from "../src/billing/stripe/fake-stripe-api.ts";
 import { openStore } from "../src/store/open.ts";
+import { assertConforms } from "./helpers/openapi.ts";
 import { postJson, startTestServer, storiesModel, temporaryDirectory, type TestServer } from "./helpers/server.ts";
 
 const secret = "whsec_test_turnpike_0123456789";
@@ -25,12 +28,22 @@ const pro = { id: "pro", name: "Pro", price: { amount: 2000, currency: "usd" }, 
 let test: TestServer;
 let accountId: string;
 let accountKey: string;
+let stripeApi: FakeStripeApi;
+/** The server's `/openapi.json`. */
+let document: Record<string, any>;
 
 before(async () => {
+  stripeApi = await startFakeStripeApi();
   const configDir = temporaryDirectory();
   const configFile = path.join(configDir, "turnpike.json");
   fs.writeFileSync(configFile, JSON.stringify({ plans: [pro] }));
-  test = await startTestServer({ flags: { models: [storiesModel] }, configFile, env: { STRIPE_SECRET_KEY: "sk_test_turnpike_not_a_real_key", STRIPE_WEBHOOK_SECRET: secret } });
+  test = await startTestServer({
+    flags: { models: [storiesModel] },
+    configFile,
+    env: { STRIPE_SECRET_KEY: "sk_test_turnpike_not_a_real_key", STRIPE_WEBHOOK_SECRET: secret },
+    stripeApi: { apiHost: "127.0.0.1", apiPort: stripeApi.port, apiProtocol: "http" },
+  });
+  document = (await (await fetch(`${test.url}/openapi.json`)).json()) as Record<string, any>;
   const database = await openStore({ dataDir: test.dataDir, databaseUrl: "" });
   accountId = (await createAccount(database, { email: "buyer@example.com" })).id;
   accountKey = (await createApiKey(database, { accountId })).key;
@@ -38,6 +51,7 @@ before(async () => {
 });
 after(async () => {
   await test?.close();
+  await stripeApi?.close();
 });
 
 function checkoutCompleted(eventId: string, session: { id?: string; accountId?: string; amountTotal?: number; currency?: string } = {}) {
@@ -71,8 +85,18 @@ async function recordSession(sessionId: string, buyer = accountId): Promise<void
   }
 }
 
+/** Delivers a webhook event; its answer, whatever the status, must be as the document says. */
 async function deliver(payload: string, signature: string) {
-  return postJson(`${test.url}/api/billing/stripe/webhook`, payload, { "stripe-signature": signature });
+  const response = await postJson(`${test.url}/api/billing/stripe/webhook`, payload, { "stripe-signature": signature });
+  assertConforms(document, "post", "/api/billing/stripe/webhook", response.status, response.body);
+  return response;
+}
+
+/** Asks for a checkout; its answer, whatever the status, must be as the document says. */
+async function checkout(body: unknown, headers: Record<string, string> = {}) {
+  const response = await postJson(`${test.url}/api/billing/checkout`, body, headers);
+  assertConforms(document, "post", "/api/billing/checkout", response.status, response.body);
+  return response;
 }
 
 async function balance(): Promise<number> {
@@ -171,10 +195,25 @@ describe("Stripe payments", () => {
   });
 
   it("answers checkout with a clear error when the account key is missing", async () => {
-    const response = await postJson(`${test.url}/api/billing/checkout`, { plan: "pro" });
+    const response = await checkout({ plan: "pro" });
     assert.equal(response.status, 401);
-    const unknown = await postJson(`${test.url}/api/billing/checkout`, { plan: "nope" }, { authorization: `Bearer ${accountKey}` });
+    const unknown = await checkout({ plan: "nope" }, { authorization: `Bearer ${accountKey}` });
     assert.equal(unknown.status, 404);
     assert.equal(unknown.body.error.code, "plan_not_found");
+  });
+
+  it("answers checkout with the Checkout session Stripe made, as documented, and Stripe's refusal as a 502", async () => {
+    const response = await checkout({ plan: "pro" }, { authorization: `Bearer ${accountKey}` });
+    assert.equal(response.status, 200, response.text);
+    assert.match(response.body.url, /^https:\/\/checkout\.stripe\.com\//);
+    assert.equal(stripeApi.requests.at(-1)?.path, "/v1/checkout/sessions");
+    stripeApi.failWith({ status: 402, body: { error: { type: "card_error", message: "Your card was declined." } } });
+    try {
+      const refused = await checkout({ plan: "pro" }, { authorization: `Bearer ${accountKey}` });
+      assert.equal(refused.status, 502, refused.text);
+      assert.equal(refused.body.error.code, "payment_provider_error");
+    } finally {
+      stripeApi.failWith(null);
+    }
   });
 });

@@ -11,7 +11,7 @@ import { fileURLToPath } from "node:url";
 import OpenAI from "openai";
 import { pino } from "pino";
 import { loadSettings } from "../../src/config/load.ts";
-import { startServer, type RunningServer } from "../../src/main.ts";
+import { startServer, type RunningServer, type StartServerOptions } from "../../src/main.ts";
 import { openStore } from "../../src/store/open.ts";
 import { createApiKey } from "../../src/auth/api-keys.ts";
 
@@ -49,6 +49,8 @@ export type TestServerOptions = {
   configFile?: string;
   /** Environment variables the settings read (Stripe keys, upstream API keys); none from the test process. */
   env?: Record<string, string | undefined>;
+  /** Where the Stripe client calls (`startFakeStripeApi`'s port), instead of api.stripe.com. */
+  stripeApi?: StartServerOptions["stripeApi"];
 };
 
 export async function startTestServer(options: TestServerOptions = {}): Promise<TestServer> {
@@ -80,7 +82,7 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
     },
   });
   const logger = pino({ level: settings.log_level }, sink);
-  const server = await startServer(settings, logger);
+  const server = await startServer(settings, logger, { stripeApi: options.stripeApi });
   await server.modelsSettled;
   const baseURL = `${server.url}/v1`;
   return {
