@@ -76,7 +76,7 @@ export const ERROR_CATALOG = {
   balance_limit_exceeded: { status: 409, type: "invalid_request_error", meaning: "a grant would take the account past the most it may hold (10^15 credit units); refused whole" },
   // 413, 415, 421
   request_too_large: { status: 413, type: "invalid_request_error", meaning: "the body is over `--body-limit` (`/api/auth/*`: over 16 KiB; the rest of `/api`: over 256 KiB)" },
-  unsupported_media_type: { status: 415, type: "invalid_request_error", meaning: "a body sent without `Content-Type: application/json`" },
+  unsupported_media_type: { status: 415, type: "invalid_request_error", meaning: "a body of a media type the server does not read (send `Content-Type: application/json`; a `text/plain` body is read and refused as not JSON, 400)" },
   host_not_allowed: { status: 421, type: "invalid_request_error", meaning: "the `Host` (or `X-Forwarded-Host`) is not one this server answers to" },
   // 429
   insufficient_quota: { status: 429, type: "insufficient_quota", meaning: "the account's credit (or the key's spend cap) does not cover the request's worst case" },
