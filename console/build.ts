@@ -1,6 +1,7 @@
 /**
  * Builds the console into `console/dist` when its sources changed since the last build
- * (a hash of `console/src`, `console/public`, `index.html`, the Vite config and the lockfile). `npm start` runs
+ * (a hash of `console/src`, `console/public`, the server's `src/protocol` it imports from, `index.html`, the Vite config
+ * and the lockfile). `npm start` runs
  * it first; `--if-possible` warns instead of failing, so the API starts even if the build cannot.
  */
 import { createHash } from "node:crypto";
@@ -26,6 +27,8 @@ export function sourceStamp(): string {
   const inputs = [
     ...filesUnder(path.join(consoleDirectory, "src")),
     ...filesUnder(path.join(consoleDirectory, "public")),
+    // The wire types and the dependency-free helpers (money arithmetic, the error catalog) the console imports.
+    ...filesUnder(path.join(consoleDirectory, "..", "src", "protocol")),
     path.join(consoleDirectory, "index.html"),
     path.join(consoleDirectory, "vite.config.ts"),
     path.join(consoleDirectory, "..", "package-lock.json"),

@@ -2,8 +2,7 @@
 import { useEffect, useState } from "react";
 import { get } from "./api.ts";
 import type { CreditValue } from "./format.ts";
-
-type PublicSettings = { credit_value: CreditValue | null };
+import type { PublicSettings } from "../../src/protocol/service.ts";
 
 let request: Promise<CreditValue | null> | undefined;
 

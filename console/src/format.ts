@@ -1,4 +1,8 @@
 /** How the console writes numbers, money, credit and times. */
+import { creditsToMoney, type CreditValue } from "../../src/protocol/credit-money.ts";
+
+/** What a credit is worth (`GET /api/settings`), and its exact conversion: the server's own arithmetic. */
+export { creditsToMoney, type CreditValue };
 
 const integer = new Intl.NumberFormat("en-US");
 
@@ -59,19 +63,6 @@ export function formatRelative(time: number | null | undefined, now = Date.now()
 /** A price in credit units per million tokens, with its unit: "100 credits / 1M tokens". */
 export function formatPrice(perMillion: number): string {
   return perMillion === 0 ? "Free" : `${integer.format(perMillion)} credits / 1M tokens`;
-}
-
-/** What a credit is worth (`GET /api/settings`): 1,000,000 credits cost `per_million_credits` (an exact decimal string) of `currency`. */
-export type CreditValue = { currency: string; per_million_credits: string };
-
-/** `credits` in money, exact (BigInt over powers of ten, as the server computes it): a decimal string in the currency's major unit. */
-export function creditsToMoney(credits: number, value: CreditValue): string {
-  const [whole = "0", fraction = ""] = value.per_million_credits.split(".");
-  const digits = fraction.length + 6;
-  const product = BigInt(Math.trunc(credits)) * BigInt(`${whole}${fraction}`);
-  const sign = product < 0n ? "-" : "";
-  const text = (product < 0n ? -product : product).toString().padStart(digits + 1, "0");
-  return `${sign}${text.slice(0, -digits)}.${text.slice(-digits)}`;
 }
 
 /**

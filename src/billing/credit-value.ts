@@ -2,22 +2,16 @@
  * What a credit is worth in money, for display: billing stays in credits, integer throughout.
  * `per_million_credits` is an exact decimal string in the currency's major unit (dollars for
  * `usd`): `{ currency: "usd", per_million_credits: "1" }` means 1,000,000 credits cost 1 USD.
- * Conversions are exact (BigInt over powers of ten), never floating point.
+ * Conversions are exact (BigInt over powers of ten, `protocol/credit-money.ts`), never floating point.
  */
 import { z } from "zod";
+import { creditsToMoney, normalizeDecimal, type CreditValue } from "../protocol/credit-money.ts";
 
 /** The operator's `credit_value` setting, normalised (lower-case currency, decimal without trailing zeros). */
-export type CreditValue = { readonly currency: string; readonly per_million_credits: string };
+export type { CreditValue };
+export { creditsToMoney };
 
 const DECIMAL = /^\d{1,12}(\.\d{1,12})?$/;
-
-/** The exact decimal `text` without leading or trailing zeros ("01.50" → "1.5"). */
-function normalizeDecimal(text: string): string {
-  const [whole = "0", fraction = ""] = text.split(".");
-  const wholeDigits = whole.replace(/^0+(?=\d)/, "");
-  const fractionDigits = fraction.replace(/0+$/, "");
-  return fractionDigits === "" ? wholeDigits : `${wholeDigits}.${fractionDigits}`;
-}
 
 const creditValueObject = z
   .object({
@@ -49,18 +43,6 @@ export const creditValueSchema = z.preprocess((input) => {
   const colon = text.indexOf(":");
   return colon === -1 ? { currency: text, per_million_credits: "" } : { currency: text.slice(0, colon).trim(), per_million_credits: text.slice(colon + 1).trim() };
 }, creditValueObject.nullable());
-
-/** `credits` worth of money under `value`, as an exact decimal string in the currency's major unit ("0.000125"). */
-export function creditsToMoney(credits: number | bigint, value: CreditValue): string {
-  const [whole, fraction = ""] = value.per_million_credits.split(".");
-  const mantissa = BigInt(`${whole}${fraction}`);
-  const digits = fraction.length + 6;
-  const product = BigInt(credits) * mantissa;
-  const negative = product < 0n;
-  const text = (negative ? -product : product).toString().padStart(digits + 1, "0");
-  const amount = normalizeDecimal(`${text.slice(0, -digits)}.${text.slice(-digits)}`);
-  return negative ? `-${amount}` : amount;
-}
 
 /** Prices in credits per million tokens → the same prices in money (decimal strings per million tokens). */
 export function moneyPrices<Prices extends Record<string, number>>(prices: Prices, value: CreditValue): { [Name in keyof Prices]: string } {

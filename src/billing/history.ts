@@ -10,6 +10,7 @@
  */
 import { sql, type Kysely } from "kysely";
 import type { Database, LedgerEntryKind } from "../store/schema.ts";
+import { pastCursor, type KeysetCursor } from "../store/keyset.ts";
 import type { HistoryEntry, HistorySource } from "../protocol/billing-history.ts";
 
 /** The ledger kinds the history lists. */
@@ -58,7 +59,7 @@ export async function billingHistory(
   database: Kysely<Database>,
   options: { accountId: string; limit: number; before?: string },
 ): Promise<{ data: HistoryEntry[]; hasMore: boolean }> {
-  let cursor: { created_at: number; id: string } | undefined;
+  let cursor: KeysetCursor | undefined;
   if (options.before !== undefined) {
     const found = await database
       .selectFrom("ledger_entries")
@@ -79,14 +80,7 @@ export async function billingHistory(
     .select(["entry.id", "entry.kind", "entry.amount", "entry.created_at", "lot.source", "lot.plan_id", "plan.name as plan_name", "key.name as key_name"])
     .where("entry.account_id", "=", options.accountId)
     .where("entry.kind", "in", [...HISTORY_KINDS])
-    .$if(cursor !== undefined, (query) =>
-      query.where((expression) =>
-        expression.or([
-          expression("entry.created_at", "<", cursor!.created_at),
-          expression.and([expression("entry.created_at", "=", cursor!.created_at), expression("entry.id", "<", cursor!.id)]),
-        ]),
-      ),
-    )
+    .$if(cursor !== undefined, (query) => query.where(pastCursor("entry.created_at", "entry.id", "<", cursor!)))
     .orderBy("entry.created_at", "desc")
     .orderBy("entry.id", "desc")
     .limit(options.limit + 1)
@@ -95,15 +89,12 @@ export async function billingHistory(
   if (page.length === 0) return { data: [], hasMore: false };
   // The balance after the newest entry on the page: the sum of every listed entry up to it.
   const newest = page[0]!;
-  const newestTime = Number(newest.created_at);
   const total = await database
     .selectFrom("ledger_entries")
     .select(sql<number | string | null>`sum(amount)`.as("total"))
     .where("account_id", "=", options.accountId)
     .where("kind", "in", [...HISTORY_KINDS])
-    .where((expression) =>
-      expression.or([expression("created_at", "<", newestTime), expression.and([expression("created_at", "=", newestTime), expression("id", "<=", newest.id)])]),
-    )
+    .where(pastCursor("created_at", "id", "<=", { created_at: Number(newest.created_at), id: newest.id }))
     .executeTakeFirst();
   let balance = Number(total?.total ?? 0);
   const data = page.map((row): HistoryEntry => {

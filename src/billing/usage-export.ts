@@ -5,6 +5,7 @@
 import type { Kysely } from "kysely";
 import type { Database } from "../store/schema.ts";
 import { requestFieldsOf, requestRecords } from "./usage.ts";
+import { pastCursor, type KeysetCursor } from "../store/keyset.ts";
 
 export type ExportedRecord = {
   id: string;
@@ -39,18 +40,13 @@ export async function* exportUsageRecords(
   options: { accountId: string | null | undefined; from: number; to: number; pageSize?: number },
 ): AsyncGenerator<ExportedRecord> {
   const pageSize = options.pageSize ?? EXPORT_PAGE_SIZE;
-  let cursor: { created_at: number; id: string } | undefined;
+  let cursor: KeysetCursor | undefined;
   for (;;) {
     let query = requestRecords(database, options.accountId)
       .select(["usage.account_id", "key.display_prefix as key_prefix"])
       .where("usage.created_at", ">=", options.from)
       .where("usage.created_at", "<", options.to);
-    if (cursor !== undefined) {
-      const after = cursor;
-      query = query.where((expression) =>
-        expression.or([expression("usage.created_at", ">", after.created_at), expression.and([expression("usage.created_at", "=", after.created_at), expression("usage.id", ">", after.id)])]),
-      );
-    }
+    if (cursor !== undefined) query = query.where(pastCursor("usage.created_at", "usage.id", ">", cursor));
     const rows = await query.orderBy("usage.created_at", "asc").orderBy("usage.id", "asc").limit(pageSize).execute();
     for (const row of rows) {
       yield { ...requestFieldsOf(row), account_id: row.account_id, key_prefix: row.key_prefix ?? null };

@@ -4,6 +4,7 @@
 import { sql, type Insertable, type Kysely, type RawBuilder } from "kysely";
 import type { Database, UsageRecordTable } from "../store/schema.ts";
 import { newId } from "../store/ids.ts";
+import { pastCursor } from "../store/keyset.ts";
 import type { RecentRequest, UsageRow } from "../protocol/account-api.ts";
 
 export type { RecentRequest, UsageRow };
@@ -101,10 +102,7 @@ export async function recentRequests(
   if (options.after !== undefined) {
     const last = await database.selectFrom("usage_records").select(["id", "created_at"]).where("id", "=", options.after).executeTakeFirst();
     if (last === undefined) return [];
-    const lastCreated = Number(last.created_at);
-    query = query.where((expression) =>
-      expression.or([expression("usage.created_at", "<", lastCreated), expression.and([expression("usage.created_at", "=", lastCreated), expression("usage.id", "<", last.id)])]),
-    );
+    query = query.where(pastCursor("usage.created_at", "usage.id", "<", { created_at: Number(last.created_at), id: last.id }));
   }
   const rows = await query.orderBy("usage.created_at", "desc").orderBy("usage.id", "desc").limit(options.limit).execute();
   return rows.map((row) => {

@@ -72,6 +72,11 @@ const timeQuerySchema = z.union([
     .transform((value) => Date.parse(value)),
 ]);
 
+/** A page size in a query: a whole number from 1 to `max`, `fallback` when absent. */
+function pageLimitSchema(max: number, fallback: number) {
+  return z.string().regex(/^\d+$/, "must be a whole number").transform(Number).pipe(z.number().int().min(1).max(max)).default(fallback);
+}
+
 /** `GET /api/usage`: sums over `[from, to)` (default the last 30 days). */
 export const usageQuerySchema = z.object({
   from: timeQuerySchema.optional(),
@@ -83,12 +88,7 @@ export const usageQuerySchema = z.object({
 
 /** `GET /api/usage/requests`: the newest first, paged with `after` (the id of the last request of the previous page). */
 export const recentRequestsQuerySchema = z.object({
-  limit: z
-    .string()
-    .regex(/^\d+$/, "must be a whole number")
-    .transform(Number)
-    .pipe(z.number().int().min(1).max(500))
-    .default(50),
+  limit: pageLimitSchema(500, 50),
   /** Only requests made before this time. */
   before: timeQuerySchema.optional(),
   /** The id of the last request of the previous page: the page starts after it. */
@@ -109,12 +109,7 @@ export const MAX_EXPORT_DAYS = 366;
 
 /** `GET /api/billing/history`: the account's ledger entries newest first, paged with `before` (the id of the last entry of the previous page). */
 export const billingHistoryQuerySchema = z.object({
-  limit: z
-    .string()
-    .regex(/^\d+$/, "must be a whole number")
-    .transform(Number)
-    .pipe(z.number().int().min(1).max(100))
-    .default(20),
+  limit: pageLimitSchema(100, 20),
   before: z.string().min(1).max(100).optional(),
   /** Admins: the account whose history to read. */
   account_id: z.string().min(1).max(100).optional(),
