@@ -32,7 +32,7 @@ import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { parseArgs, promisify } from "node:util";
 import { Agent } from "undici";
-import { benchModelPath, buildScript, startLlamaServer, type RunningLlamaServer } from "../test/helpers/llama-server.ts";
+import { benchModelPath, buildScript, loadedCpuBackend, startLlamaServer, withNodeLlamaCppCpuBackends, type RunningLlamaServer } from "../test/helpers/llama-server.ts";
 import { startTurnpikeChild, type TurnpikeChild } from "./turnpike-child.ts";
 import { endOfTextToken, median, streamCompletion, type StreamTarget } from "./streamed-completion.ts";
 
@@ -81,15 +81,21 @@ function messagesFor(streams: number, round: number, stream: number): Array<{ ro
 
 const run = promisify(execFile);
 
-/** llama-server and llama-bench, built if missing (the build script prints the server's path last). */
-function llamaBinaries(): { server: string; bench: string | undefined } {
+/**
+ * llama-server and llama-bench, built if missing (the build script prints the server's path last),
+ * then copied beside node-llama-cpp's own prebuilt CPU backends: both sides run the same kernels
+ * on any CPU (the build's own backends are left out of the copy).
+ */
+function llamaBinaries(): { server: string; bench: string | undefined; remove: () => void } {
   const wantBench = !flags["no-llama-bench"];
   const args = wantBench ? ["--with-llama-bench"] : [];
-  process.stderr.write(`llama.cpp binaries: ${buildScript} ${args.join(" ")} (builds once when missing, 10–15 minutes)\n`);
+  process.stderr.write(`llama.cpp binaries: ${buildScript} ${args.join(" ")} (builds once when missing, 20–40 minutes)\n`);
   const output = execFileSync("bash", [buildScript, ...args], { cwd: root, encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
-  const server = output.trim().split("\n").at(-1)!;
-  const bench = path.join(path.dirname(server), "llama-bench");
-  return { server, bench: wantBench && fs.existsSync(bench) ? bench : undefined };
+  const built = output.trim().split("\n").at(-1)!;
+  if (!fs.existsSync(built)) throw new Error(`the build script printed ${built}, which is not there`);
+  const copy = withNodeLlamaCppCpuBackends();
+  process.stderr.write(`llama.cpp binaries with node-llama-cpp's CPU backends (${copy.backendsDir})\n`);
+  return { server: copy.server, bench: wantBench ? copy.bench : undefined, remove: copy.remove };
 }
 
 /** Turnpike in its own process serving the model embedded, with the same slots, threads and context as llama-server. */
@@ -135,7 +141,10 @@ async function stopAll(): Promise<void> {
   await turnpike?.cleanup().catch(() => undefined);
   await llama?.close().catch(() => undefined);
 }
-process.once("SIGINT", () => void stopAll().then(() => process.exit(130)));
+process.once("SIGINT", () => void stopAll().then(() => {
+  binaries.remove();
+  process.exit(130);
+}));
 
 const started = Date.now();
 const loadBefore = os.loadavg();
@@ -146,7 +155,8 @@ let eosToken: number | undefined;
 let ceiling: { tg: number; pp: number } | undefined;
 try {
   process.stderr.write(`model ${modelPath}\nstarting llama-server and Turnpike (${threads} thread(s), ${slots} slots × ${contextSize} tokens)…\n`);
-  llama = await startLlamaServer({ model: modelPath, threads, parallel: slots, contextSize: contextSize * slots });
+  llama = await startLlamaServer({ binary: binaries.server, model: modelPath, threads, parallel: slots, contextSize: contextSize * slots });
+  process.stderr.write(`llama-server runs node-llama-cpp's ${loadedCpuBackend(llama.logs()) ?? "(unknown: not in its log)"} CPU backend\n`);
   eosToken = await endOfTextToken(llama.url);
   turnpike = await startTurnpike(modelPath);
   const agentFor = () => {
@@ -193,6 +203,7 @@ if (binaries.bench !== undefined) {
   process.stderr.write("llama-bench (the ceiling)…\n");
   ceiling = await llamaBench(binaries.bench, modelPath);
 }
+binaries.remove();
 const loadAfter = os.loadavg();
 
 type Row = {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's `llama-server` (CPU only, statically linked) from the llama.cpp source that
-# node-llama-cpp ships (node_modules/node-llama-cpp/llama/gitRelease.bundle), and caches it outside
-# the checkout:
+# Builds llama.cpp's `llama-server` (CPU only) from the llama.cpp source that node-llama-cpp ships
+# (node_modules/node-llama-cpp/llama/gitRelease.bundle) the way llama.cpp's release binaries are
+# built, and caches it outside the checkout:
 #
 #   ${TURNPIKE_CACHE_DIR:-$HOME/.cache/turnpike}/llama-server/<key>/bin/llama-server
 #
@@ -9,6 +9,15 @@
 # recipe revision below; so a new node-llama-cpp (a new bundle) or a change of recipe builds afresh,
 # and anything else finds the cached binary. This script is the one source of truth for that path:
 # test/helpers/llama-server.ts asks it with --print-path.
+#
+# Why not -DGGML_NATIVE=ON: a binary built for the build machine's own CPU runs every instruction
+# that CPU lists, and on Intel VMs whose virtual CPU lists AMX it dies with SIGILL in llama.cpp's AMX
+# kernels as soon as it runs a quantised model with weight repacking. So, as llama.cpp's releases do:
+# GGML_NATIVE=OFF, GGML_BACKEND_DL=ON (the CPU backend is a shared library loaded at start) and
+# GGML_CPU_ALL_VARIANTS=ON (one library per x86 level, libggml-cpu-<level>.so; the best one the CPU
+# can run is picked at start). The binary finds its libraries beside itself (RPATH $ORIGIN), and
+# bench/vs-llama-server.ts swaps in node-llama-cpp's own prebuilt CPU backends, so both sides run
+# the same kernels.
 #
 # Usage:
 #   scripts/build-llama-server.sh                     build when missing; the binary's path is the last line of stdout
@@ -19,7 +28,7 @@
 set -euo pipefail
 
 # Bump when the cmake options below change, so a binary built the old way is not reused.
-RECIPE_REVISION=r1
+RECIPE_REVISION=r2
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bundle="$root/node_modules/node-llama-cpp/llama/gitRelease.bundle"
@@ -88,11 +97,15 @@ echo "build-llama-server: cloning the bundle"
 git clone --quiet --no-checkout "$bundle" "$work/src"
 git -C "$work/src" -c advice.detachedHead=false checkout --quiet "$commit"
 
-echo "build-llama-server: configuring (Release, CPU, static, native)"
+echo "build-llama-server: configuring (Release, CPU, shared, backends loaded at start, every x86 level)"
 cmake -S "$work/src" -B "$work/build" \
   -DCMAKE_BUILD_TYPE=Release \
-  -DBUILD_SHARED_LIBS=OFF \
-  -DGGML_NATIVE=ON \
+  -DBUILD_SHARED_LIBS=ON \
+  -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON \
+  -DCMAKE_INSTALL_RPATH='$ORIGIN' \
+  -DGGML_NATIVE=OFF \
+  -DGGML_BACKEND_DL=ON \
+  -DGGML_CPU_ALL_VARIANTS=ON \
   -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF \
   -DLLAMA_CURL=OFF \
   -DLLAMA_BUILD_TESTS=OFF \
@@ -100,7 +113,7 @@ cmake -S "$work/src" -B "$work/build" \
   -DLLAMA_BUILD_SERVER=ON \
   > "$work/configure.log" 2>&1 || { tail -n 40 "$work/configure.log" >&2; exit 1; }
 
-echo "build-llama-server: compiling ${targets[*]} (6-15 minutes on 2 cores)"
+echo "build-llama-server: compiling ${targets[*]} and the CPU backends (20-40 minutes on 2 cores)"
 # Progress: cmake's "[ NN%]" lines, one in ten, so a CI log shows it moving without drowning.
 cmake --build "$work/build" --config Release --target "${targets[@]}" -j "$jobs" 2>&1 \
   | tee "$work/build.log" \
@@ -132,6 +145,8 @@ fi
 
 mkdir -p "$work/out/bin"
 cp "$built" "$work/out/bin/llama-server"
+# The shared libraries it loads: libllama, libggml, libggml-base, libmtmd and each CPU backend.
+cp -P "$work/build/bin/"*.so* "$work/out/bin/"
 if [ "$with_bench" = true ]; then cp "$work/build/bin/llama-bench" "$work/out/bin/llama-bench"; fi
 cp "$work/version.txt" "$work/out/version.txt"
 echo "$commit" > "$work/out/commit.txt"

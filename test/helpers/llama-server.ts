@@ -44,7 +44,7 @@ export function findLlamaServer(): string | undefined {
   }
 }
 
-const howToBuild = "run scripts/build-llama-server.sh (6-15 minutes on 2 cores)";
+const howToBuild = "run scripts/build-llama-server.sh (20-40 minutes on 2 cores)";
 
 /**
  * For `describe(name, { skip: skipWithoutLlamaServer() }, ...)`: false when the binary is there.
@@ -61,6 +61,8 @@ export function skipWithoutLlamaServer(): string | false {
 export type LlamaServerOptions = {
   /** The GGUF file to serve. */
   model: string;
+  /** The llama-server binary to run; the cached build when absent (see `withNodeLlamaCppCpuBackends`). */
+  binary?: string;
   /** Defaults to 0: llama-server binds a free port itself and logs it. */
   port?: number;
   /** CPU threads for generation and prompt processing. Default 1: on the tiny models more threads are much slower. */
@@ -116,7 +118,7 @@ function killLiveServersOnExit(): void {
  * error carries the tail of its log.
  */
 export async function startLlamaServer(options: LlamaServerOptions): Promise<RunningLlamaServer> {
-  const binary = findLlamaServer();
+  const binary = options.binary ?? findLlamaServer();
   if (binary === undefined) throw new Error(`llama-server is not built (${llamaServerPath()} is missing): ${howToBuild}`);
   const threads = String(options.threads ?? 1);
   const args = [
@@ -171,6 +173,50 @@ export async function startLlamaServer(options: LlamaServerOptions): Promise<Run
     await close();
     throw error;
   }
+}
+
+/** The folder of node-llama-cpp's prebuilt llama.cpp binaries for this platform (its CPU backends are there). */
+export function nodeLlamaCppBinariesDir(): string | undefined {
+  const platformDir = path.join(repoRoot, "node_modules", "@node-llama-cpp", `${process.platform}-${process.arch}`, "bins", `${process.platform}-${process.arch}`);
+  return fs.existsSync(platformDir) ? platformDir : undefined;
+}
+
+/** Which CPU backend a llama.cpp binary loaded, from its log ("loaded CPU backend from …/libggml-cpu-zen4.so"). */
+export function loadedCpuBackend(log: string): string | undefined {
+  return /loaded CPU backend from \S*?(libggml-cpu-[\w.-]+?)\.so/.exec(log)?.[1];
+}
+
+/**
+ * A copy of the cached llama-server (and llama-bench, when built) in a temporary folder, with
+ * node-llama-cpp's own prebuilt CPU backends (`libggml-cpu-<level>.so`) in place of the ones built
+ * here: the build loads its CPU backend at start from the binary's folder (GGML_BACKEND_DL), so
+ * both sides of a comparison run the very same kernels, whatever the CPU. The llama.cpp source is
+ * the same commit on both sides (the build script builds the bundle node-llama-cpp ships), so the
+ * backends fit the rest of the build. Returns the copied binaries and a function removing the folder.
+ */
+export function withNodeLlamaCppCpuBackends(): { server: string; bench: string | undefined; backendsDir: string; remove: () => void } {
+  const built = findLlamaServer();
+  if (built === undefined) throw new Error(`llama-server is not built (${llamaServerPath()} is missing): ${howToBuild}`);
+  const backendsDir = nodeLlamaCppBinariesDir();
+  if (backendsDir === undefined) throw new Error(`node-llama-cpp has no prebuilt binaries for ${process.platform}-${process.arch} (node_modules/@node-llama-cpp)`);
+  const backends = fs.readdirSync(backendsDir).filter((name) => /^libggml-cpu-.*\.so$/.test(name));
+  if (backends.length === 0) throw new Error(`no libggml-cpu-*.so in ${backendsDir}`);
+  const builtDir = path.dirname(built);
+  const folder = fs.mkdtempSync(path.join(os.tmpdir(), "llama-server-nlc-backends-"));
+  for (const name of fs.readdirSync(builtDir)) {
+    // Everything of the build but its own CPU backends.
+    if (/^libggml-cpu-.*\.so$/.test(name)) continue;
+    fs.copyFileSync(path.join(builtDir, name), path.join(folder, name));
+    fs.chmodSync(path.join(folder, name), fs.statSync(path.join(builtDir, name)).mode);
+  }
+  for (const name of backends) fs.copyFileSync(path.join(backendsDir, name), path.join(folder, name));
+  const bench = path.join(folder, "llama-bench");
+  return {
+    server: path.join(folder, "llama-server"),
+    bench: fs.existsSync(bench) ? bench : undefined,
+    backendsDir,
+    remove: () => fs.rmSync(folder, { recursive: true, force: true }),
+  };
 }
 
 async function waitForHealth(url: string, child: ChildProcess, deadline: number, logTail: () => string): Promise<void> {
