@@ -107,6 +107,7 @@ export const API_OPERATIONS: readonly ApiOperation[] = [
       "unsupported_parameter",
       "model_does_not_support_images",
       "invalid_image_url",
+      "image_url_not_allowed",
       "invalid_logit_bias",
       "context_length_exceeded",
       "model_not_found",

@@ -35,6 +35,7 @@ export const ERROR_CATALOG = {
   unsupported_parameter: { status: 400, type: "invalid_request_error", meaning: "a field this release does not serve yet, or a JSON Schema keyword the grammar cannot enforce (`param` is its path)" },
   model_does_not_support_images: { status: 400, type: "invalid_request_error", meaning: "an image content part sent to a text-only model (`param` names the part)" },
   invalid_image_url: { status: 400, type: "invalid_request_error", meaning: "an image part that is neither an http(s) URL nor a base64 data URL of a PNG, JPEG, GIF or WebP image" },
+  image_url_not_allowed: { status: 400, type: "invalid_request_error", meaning: "an image URL the server's `--image-urls` policy refuses: a private, loopback, link-local or other non-public host (or one that does not resolve), plain http, or any URL where only data URLs are taken (`param` names the part's `url`)" },
   invalid_logit_bias: { status: 400, type: "invalid_request_error", meaning: "a `logit_bias` key that is not a token id of the model, or a bias outside −100..100" },
   context_length_exceeded: { status: 400, type: "invalid_request_error", meaning: "prompt + `max_tokens` do not fit the model's context" },
   account_required: { status: 400, type: "invalid_request_error", meaning: "an operator key called a route that needs an account (buying, redeeming, the account itself)" },
