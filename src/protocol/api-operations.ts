@@ -116,6 +116,7 @@ export const API_OPERATIONS: readonly ApiOperation[] = [
       "rate_limit_exceeded",
       "engine_overloaded",
       "model_not_ready",
+      "image_lookup_busy",
       "upstream_error",
       "upstream_unavailable",
       "upstream_timeout",

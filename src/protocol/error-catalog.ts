@@ -96,6 +96,7 @@ export const ERROR_CATALOG = {
   shutting_down: { status: 503, type: "service_unavailable", meaning: "the server is stopping" },
   database_unavailable: { status: 503, type: "service_unavailable", meaning: "the database cannot be reached right now (`retry-after: 2`)" },
   server_busy: { status: 503, type: "service_unavailable", meaning: "more than 16 large bodies (over 256 KB) are waiting to be parsed (`retry-after: 1`)" },
+  image_lookup_busy: { status: 503, type: "service_unavailable", meaning: "other requests' image URL host lookups (slow DNS) kept this request's from starting within 3 s (`retry-after: 1`; a data URL needs no lookup)" },
   upstream_unavailable: { status: 503, type: "service_unavailable", meaning: "the model's upstream servers refuse our credentials or none is healthy (an operator's problem)" },
   payments_not_configured: { status: 503, type: "service_unavailable", meaning: "Stripe keys are not set on this server" },
   upstream_timeout: { status: 504, type: "server_error", meaning: "the upstream servers did not answer (connect, first token, or between chunks) in time" },

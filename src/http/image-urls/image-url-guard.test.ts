@@ -116,6 +116,33 @@ describe("ImageUrlGuard", () => {
     assert.match((await refusal(guard, "https://slow.example.com/cat.png")).message, /could not be resolved within 0.05 s/);
   });
 
+  it("answers 503 image_lookup_busy with retry-after when other requests' slow lookups hold every lookup slot past the timeout", async () => {
+    const resolve: HostResolver = (hostname) => (hostname.startsWith("slow") ? new Promise<string[]>(() => {}) : Promise.resolve(["93.184.216.34"]));
+    const guard = new ImageUrlGuard({ policy: "public-https", resolve, lookupTimeoutMs: 50 });
+    // Two names whose DNS never answers take both slots, and are refused themselves.
+    await refusal(guard, "https://slow1.example.com/a.png", "https://slow2.example.com/b.png");
+    const error = await guard.check(parts("https://images.example.com/cat.png")).then(
+      () => assert.fail("expected a 503"),
+      (caught: unknown) => caught,
+    );
+    assert.ok(error instanceof ApiError, String(error));
+    assert.equal(error.status, 503);
+    assert.equal(error.code, "image_lookup_busy");
+    assert.equal(error.headers["retry-after"], "1");
+  });
+
+  it("reuses a name's verdict for a while: a name seen often costs no lookup", async () => {
+    const calls: string[] = [];
+    const guard = new ImageUrlGuard({ policy: "public-https", resolve: fakeResolver(table, calls) });
+    for (let round = 0; round < 3; round++) {
+      await guard.check(parts("https://images.example.com/cat.png"));
+      await refusal(guard, "https://metadata.example.com/x.png");
+      await refusal(guard, "https://no-such-host.example.com/x.png");
+    }
+    // Failures are looked up again; answers are remembered.
+    assert.deepEqual(calls, ["images.example.com", "metadata.example.com", "no-such-host.example.com", "no-such-host.example.com", "no-such-host.example.com"]);
+  });
+
   it(`looks up at most ${IMAGE_HOSTS_PER_REQUEST} distinct names per request, two at a time`, async () => {
     let running = 0;
     let most = 0;

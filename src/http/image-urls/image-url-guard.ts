@@ -21,7 +21,7 @@
  */
 import dns from "node:dns";
 import type { IMAGE_URL_POLICIES } from "../../config/options.ts";
-import { InvalidRequestError } from "../../protocol/errors.ts";
+import { ApiError, InvalidRequestError } from "../../protocol/errors.ts";
 import { addressProblem, ipv4Bytes, ipv6Bytes } from "./address-class.ts";
 
 export type ImageUrlPolicy = (typeof IMAGE_URL_POLICIES)[number];
@@ -36,8 +36,17 @@ export type ImageUrlPart = { url: string; param: string };
 export const IMAGE_HOST_LOOKUP_TIMEOUT_MS = 3000;
 /** Distinct host names one request may name in image URLs (each costs a lookup). */
 export const IMAGE_HOSTS_PER_REQUEST = 16;
-/** Lookups running at once, process-wide: `dns.lookup` runs on libuv's small thread pool, which file and crypto work share. */
+/**
+ * Lookups running at once, process-wide: `dns.lookup` runs on libuv's small thread pool (4
+ * threads), which file and crypto work share, and a lookup cannot be cancelled, so a name whose
+ * DNS never answers holds its thread until the system resolver gives up.
+ */
 const LOOKUPS_AT_ONCE = 2;
+/** How long a name's verdict is reused, and how many are kept (resolved names only: failures are looked up again). */
+const VERDICT_TTL_MS = 30_000;
+const VERDICTS_KEPT = 1024;
+
+type Verdict = "public" | "refused" | "slow" | "not started";
 
 /** `dns.lookup` with `all`: what the operating system's resolver (hosts file included) answers, as an upstream's fetch would see it. */
 export const systemResolver: HostResolver = async (hostname) => (await dns.promises.lookup(hostname, { all: true, verbatim: true })).map((entry) => entry.address);
@@ -107,6 +116,8 @@ export class ImageUrlGuard {
   readonly #resolve: HostResolver;
   readonly #lookupTimeoutMs: number;
   readonly #limit = limitConcurrency(LOOKUPS_AT_ONCE);
+  /** Recent lookups' verdicts by name: names seen often (a CDN) cost no lookup, so no slot. */
+  readonly #verdicts = new Map<string, { verdict: Verdict; expiresAt: number }>();
 
   constructor(options: ImageUrlGuardOptions) {
     this.#policy = options.policy;
@@ -126,7 +137,9 @@ export class ImageUrlGuard {
 
   /**
    * Throws a 400 `image_url_not_allowed` naming the first part (in request order) whose URL the
-   * policy refuses. `data:` URLs always pass (their content was checked when the request was read).
+   * policy refuses, or a 503 `image_lookup_busy` when other requests' lookups kept this one's
+   * from starting in time. `data:` URLs always pass (their content was checked when the request
+   * was read).
    */
   async check(parts: readonly ImageUrlPart[]): Promise<void> {
     if (this.#policy === "any") return;
@@ -156,39 +169,56 @@ export class ImageUrlGuard {
       }
     }
     if (lookups.size === 0) return;
-    const problems = await this.#lookUp([...lookups.keys()]);
+    const verdicts = await this.#lookUp([...lookups.keys()]);
     // The first refused part in request order, whichever lookup finished first.
     for (const [hostname, part] of lookups) {
-      if (problems.get(hostname) !== undefined) {
-        // One message for a private address and for no answer: the refusal must not tell a
-        // client which internal names exist.
-        throw refused(part, `its host '${hostname}' does not resolve to public addresses only (or could not be resolved within ${this.#lookupTimeoutMs / 1000} s); image URLs must point to public hosts. ${SEND_DATA}`);
-      }
+      const verdict = verdicts.get(hostname)!;
+      if (verdict === "public" || verdict === "not started") continue;
+      // One message for a private address, no answer and a slow answer: the refusal must not
+      // tell a client which internal names exist.
+      throw refused(part, `its host '${hostname}' does not resolve to public addresses only (or could not be resolved within ${this.#lookupTimeoutMs / 1000} s); image URLs must point to public hosts. ${SEND_DATA}`);
+    }
+    // Every lookup slot was taken by other requests' (slow) lookups until the deadline: our capacity, not the client's fault.
+    if ([...verdicts.values()].includes("not started")) {
+      throw new ApiError("The server is busy looking up other requests' image hosts; retry in a moment, or send the image as a base64 data URL.", "image_lookup_busy", {
+        headers: { "retry-after": "1" },
+      });
     }
   }
 
-  /** Each name's problem (undefined where every address is public), all within the lookup timeout. */
-  async #lookUp(hostnames: readonly string[]): Promise<Map<string, string | undefined>> {
-    const problems = new Map<string, string | undefined>(hostnames.map((hostname) => [hostname, "not resolved in time"]));
+  /**
+   * Each name's verdict, all within the lookup timeout: `public` where every address is public;
+   * `refused` where one is not, or the name does not resolve; `slow` where the lookup ran past the
+   * timeout; `not started` where it waited for a lookup slot until the timeout.
+   */
+  async #lookUp(hostnames: readonly string[]): Promise<Map<string, Verdict>> {
+    const verdicts = new Map<string, Verdict>();
     const late = new AbortController();
+    const started = new Set<string>();
     let timer: NodeJS.Timeout | undefined;
     const deadline = new Promise<void>((resolve) => {
-      timer = setTimeout(() => {
-        late.abort(new Error("image host lookups timed out"));
-        resolve();
-      }, this.#lookupTimeoutMs);
+      timer = setTimeout(resolve, this.#lookupTimeoutMs);
     });
     const all = Promise.all(
       hostnames.map(async (hostname) => {
-        let addresses: readonly string[];
-        try {
-          addresses = await this.#limit(() => this.#resolve(hostname), late.signal);
-        } catch {
-          problems.set(hostname, "not resolved");
+        const remembered = this.#remembered(hostname);
+        if (remembered !== undefined) {
+          verdicts.set(hostname, remembered);
           return;
         }
-        if (addresses.length === 0) problems.set(hostname, "no address");
-        else problems.set(hostname, addresses.map(addressProblem).find((problem) => problem !== undefined));
+        let addresses: readonly string[];
+        try {
+          addresses = await this.#limit(() => {
+            started.add(hostname);
+            return this.#resolve(hostname);
+          }, late.signal);
+        } catch {
+          if (started.has(hostname)) verdicts.set(hostname, "refused");
+          return;
+        }
+        const verdict = addresses.length > 0 && addresses.every((address) => addressProblem(address) === undefined) ? "public" : "refused";
+        this.#remember(hostname, verdict);
+        verdicts.set(hostname, verdict);
       }),
     );
     try {
@@ -198,7 +228,23 @@ export class ImageUrlGuard {
       // Lookups still queued behind other requests' are dropped.
       late.abort(new Error("image host lookups no longer needed"));
     }
-    // A copy: answers arriving after the deadline change nothing.
-    return new Map(problems);
+    // Read now: answers arriving after the deadline change nothing.
+    return new Map(hostnames.map((hostname) => [hostname, verdicts.get(hostname) ?? (started.has(hostname) ? "slow" : "not started")]));
+  }
+
+  /** A verdict looked up less than VERDICT_TTL_MS ago. */
+  #remembered(hostname: string): Verdict | undefined {
+    const entry = this.#verdicts.get(hostname);
+    if (entry === undefined) return undefined;
+    if (entry.expiresAt > Date.now()) return entry.verdict;
+    this.#verdicts.delete(hostname);
+    return undefined;
+  }
+
+  #remember(hostname: string, verdict: Verdict): void {
+    this.#verdicts.delete(hostname);
+    // The oldest entry makes room (a Map iterates in insertion order).
+    if (this.#verdicts.size >= VERDICTS_KEPT) this.#verdicts.delete(this.#verdicts.keys().next().value!);
+    this.#verdicts.set(hostname, { verdict, expiresAt: Date.now() + VERDICT_TTL_MS });
   }
 }
