@@ -175,8 +175,8 @@ describe("ImageUrlGuard", () => {
   it("passes hosts on the allow-list whatever they resolve to, over http too, under every policy", async () => {
     const calls: string[] = [];
     for (const policy of ["public-https", "none"] as const) {
-      const guard = new ImageUrlGuard({ policy, allowedHosts: "minio.internal, .images.corp, 10.9.8.7", resolve: fakeResolver(table, calls) });
-      await guard.check(parts("http://minio.internal:9000/bucket/cat.png", "https://a.images.corp/x.png", "http://images.corp/y.png", "http://10.9.8.7/z.png", "http://0x0a090807/z.png"));
+      const guard = new ImageUrlGuard({ policy, allowedHosts: "minio.internal, .images.corp, 10.9.8.7, fd00::5, store.corp:9000", resolve: fakeResolver(table, calls) });
+      await guard.check(parts("http://minio.internal:9000/bucket/cat.png", "https://a.images.corp/x.png", "http://images.corp/y.png", "http://10.9.8.7/z.png", "http://0x0a090807/z.png", "http://[fd00::5]/w.png", "http://store.corp/v.png"));
       await refusal(guard, "http://other.internal/cat.png");
       await refusal(guard, "http://10.9.8.8/cat.png");
     }

@@ -66,17 +66,20 @@ function bareHostname(url: URL): string {
   return url.hostname.replace(/^\[(.*)\]$/, "$1").replace(/\.+$/, "").toLowerCase();
 }
 
-/** An allow-list entry as the URL parser would write its host (`0x7f.1` → `127.0.0.1`). */
+/** An allow-list entry as the URL parser would write its host (`0x7f.1` → `127.0.0.1`; a port is dropped). */
 function normalisedEntry(entry: string): string {
   const suffix = entry.startsWith(".");
   const name = suffix ? entry.slice(1) : entry;
-  let normalised = name;
-  try {
-    normalised = bareHostname(new URL(`http://${name.includes(":") && !name.startsWith("[") ? `[${name}]` : name}/`));
-  } catch {
-    normalised = name.toLowerCase();
+  // A bare IPv6 address needs its brackets; a name with a port does not.
+  for (const host of [name, `[${name}]`]) {
+    try {
+      const normalised = bareHostname(new URL(`http://${host}/`));
+      return suffix ? `.${normalised}` : normalised;
+    } catch {
+      // Try the next form.
+    }
   }
-  return suffix ? `.${normalised}` : normalised;
+  return entry.toLowerCase();
 }
 
 /**
