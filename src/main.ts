@@ -13,6 +13,7 @@ import { createRuntimeLoader } from "./engines/llamacpp/runtime.ts";
 import type { DownloadProgress } from "./engines/llamacpp/model-file.ts";
 import { openStore } from "./store/open.ts";
 import { buildApp, type App } from "./http/app.ts";
+import { ImageUrlGuard, type HostResolver } from "./http/image-urls/image-url-guard.ts";
 import { Metering } from "./billing/metering.ts";
 import { createRateLimiter } from "./limits/index.ts";
 import { RequestLimits } from "./limits/request-limits.ts";
@@ -103,8 +104,11 @@ function progressReporter(modelId: string, logger: Logger): (progress: DownloadP
   };
 }
 
-/** What only tests change: where the Stripe client sends its calls (a local fake of Stripe's API). */
-export type StartServerOptions = { stripeApi?: Omit<StripeClientSettings, "secretKey"> };
+/**
+ * What only tests change: where the Stripe client sends its calls (a local fake of Stripe's API);
+ * how image URL hosts are resolved (a fake resolver, since tests cannot reach public DNS).
+ */
+export type StartServerOptions = { stripeApi?: Omit<StripeClientSettings, "secretKey">; imageHostResolver?: HostResolver };
 
 export async function startServer(settings: ResolvedSettings, logger: Logger = createLogger(settings.log_level), options: StartServerOptions = {}): Promise<RunningServer> {
   const database = await openStore({
@@ -251,6 +255,11 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     hosts,
     signup: settings.signup,
     creditValue,
+    imageUrls: new ImageUrlGuard({
+      policy: settings.image_urls,
+      allowedHosts: settings.image_url_hosts,
+      ...(options.imageHostResolver !== undefined ? { resolve: options.imageHostResolver } : {}),
+    }),
     consoleDirectory: CONSOLE_DIRECTORY,
     trustProxy: proxies.trustProxy,
     logger,

@@ -35,6 +35,9 @@ function option<Schema extends z.ZodType>(spec: OptionSpec<Schema>): OptionSpec<
   return spec;
 }
 
+/** `--image-urls`: which image URLs vision upstreams may be sent (see `http/image-urls/image-url-guard.ts`). */
+export const IMAGE_URL_POLICIES = ["public-https", "public", "any", "none"] as const;
+
 const seconds = (max?: number) => (max === undefined ? z.number().positive() : z.number().positive().max(max));
 const secret = z.string().transform(secretOrNull);
 
@@ -179,6 +182,24 @@ export const serveOptions = {
     default: "",
     defaultText: "none",
     description: "more Host names accepted besides the public URL's, the listen address, localhost and IP addresses (comma-separated; .example.com for a domain and its names; others get 421)",
+  }),
+  image_urls: option({
+    flag: "--image-urls <policy>",
+    env: "TURNPIKE_IMAGE_URLS",
+    kind: "string",
+    schema: z.enum(IMAGE_URL_POLICIES),
+    default: "public-https",
+    description:
+      "image URLs a vision upstream may be sent to fetch: public-https (data: URLs and https URLs whose host resolves to public addresses only), public (http too), none (data: URLs only) or any (unchecked: only behind an upstream firewalled on its own)",
+  }),
+  image_url_hosts: option({
+    flag: "--image-url-hosts <hosts>",
+    env: "TURNPIKE_IMAGE_URL_HOSTS",
+    kind: "string",
+    schema: z.string(),
+    default: "",
+    defaultText: "none",
+    description: "image hosts that pass whatever --image-urls says and whatever they resolve to, over http or https (comma-separated; .example.com for a domain and its names)",
   }),
   trust_proxy: option({
     flag: "--trust-proxy <proxies>",

@@ -40,6 +40,7 @@ import { registerAdminAccountsRoutes } from "./routes/admin-accounts/route.ts";
 import { registerConsoleRoutes } from "./routes/console/route.ts";
 import { registerApiModelsRoute } from "./routes/api-models/route.ts";
 import { limitApiBodies, serverTimeouts, warnOfDroppedConnections, type TransportLimits } from "./transport.ts";
+import type { ImageUrlGuard } from "./image-urls/image-url-guard.ts";
 import { securityHeaders } from "./middleware/security-headers/security-headers.ts";
 
 declare module "fastify" {
@@ -86,6 +87,8 @@ export type AppOptions = {
   signup?: "open" | "closed";
   /** What a credit is worth (`--credit-value`): prices and costs shown in money too; absent: credits only. */
   creditValue?: CreditValue | null;
+  /** Which image URLs may go to vision upstreams (`--image-urls`); public https only when absent. */
+  imageUrls?: ImageUrlGuard;
 };
 
 export type App = {
@@ -207,6 +210,7 @@ export function buildApp(options: AppOptions): App {
     shutdownSignal: shutdown.signal,
     keepAliveIntervalMs: options.keepAliveIntervalMs,
     stallTimeoutMs: options.stallTimeoutMs ?? 30_000,
+    ...(options.imageUrls !== undefined ? { imageUrls: options.imageUrls } : {}),
   });
 
   registerUsageRoutes(server, { database: options.database, authenticate: authenticateAccount, creditValue: options.creditValue ?? null });

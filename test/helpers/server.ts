@@ -51,6 +51,8 @@ export type TestServerOptions = {
   env?: Record<string, string | undefined>;
   /** Where the Stripe client calls (`startFakeStripeApi`'s port), instead of api.stripe.com. */
   stripeApi?: StartServerOptions["stripeApi"];
+  /** Resolves image URL hosts instead of DNS (tests cannot reach public names). */
+  imageHostResolver?: StartServerOptions["imageHostResolver"];
 };
 
 export async function startTestServer(options: TestServerOptions = {}): Promise<TestServer> {
@@ -82,7 +84,7 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
     },
   });
   const logger = pino({ level: settings.log_level }, sink);
-  const server = await startServer(settings, logger, { stripeApi: options.stripeApi });
+  const server = await startServer(settings, logger, { stripeApi: options.stripeApi, imageHostResolver: options.imageHostResolver });
   await server.modelsSettled;
   const baseURL = `${server.url}/v1`;
   return {

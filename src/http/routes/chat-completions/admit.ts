@@ -7,7 +7,9 @@
  * 2. model permission (403);
  * 3. rate limits on a lower bound of the tokens (429), from the engine's cheap `boundPrompt`;
  * 4. a quota pre-check on the lower bounds, writing nothing (429 `insufficient_quota`);
- * 5. the engine's `prepare` (the expensive work), then the exact rate-limit charge and the hold.
+ * 5. the image URL policy (400 `image_url_not_allowed`; looks up image hosts, a few seconds at
+ *    most): before `prepare`, which may already send the messages upstream to count them;
+ * 6. the engine's `prepare` (the expensive work), then the exact rate-limit charge and the hold.
  *
  * Rate limits charge the lower bound first and are raised to the exact count once the prompt is
  * tokenized. Not the upper bound: it counts every byte as a token plus the template's overheads,
@@ -22,13 +24,18 @@ import type { ApiKeyRecord } from "../../../auth/api-keys.ts";
 import type { Admission, Metering } from "../../../billing/metering.ts";
 import type { Catalog } from "../../../catalog/catalog.ts";
 import type { LimitAdmission, RequestLimits } from "../../../limits/request-limits.ts";
+import { ImageUrlGuard } from "../../image-urls/image-url-guard.ts";
 import { cheapBound, parseChatCompletion, prepareParsed, type ChatCompletionJob } from "./serving.ts";
 
 export type AdmitDependencies = {
   catalog: Catalog;
   metering: Metering;
   limits: RequestLimits;
+  /** Which image URLs may go upstream (`--image-urls`); the default policy (public https) when absent. */
+  imageUrls?: ImageUrlGuard;
 };
+
+const DEFAULT_IMAGE_URLS = new ImageUrlGuard({ policy: "public-https" });
 
 export type AdmitRequest = {
   /** The request body as received (validated here). */
@@ -66,6 +73,7 @@ export async function admitChatCompletion(dependencies: AdmitDependencies, input
   input.onLimited?.(limited);
   try {
     metering.checkQuota({ key, model: parsed.model, balance, promptTokens: least.promptTokens, completionTokens: least.completionTokens });
+    if (parsed.imageUrls.length > 0) await (dependencies.imageUrls ?? DEFAULT_IMAGE_URLS).check(parsed.imageUrls);
     const job = await prepareParsed(parsed);
     // Every choice may use max_tokens.
     await limited.raise(job.prepared.promptTokens + job.prepared.maxTokens * job.prepared.choices);

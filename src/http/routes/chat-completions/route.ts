@@ -11,6 +11,7 @@ import type { Metering } from "../../../billing/metering.ts";
 import type { LimitAdmission, RequestLimits } from "../../../limits/request-limits.ts";
 import type { Metrics } from "../../../metrics/metrics.ts";
 import { ShuttingDownError } from "../../../protocol/errors.ts";
+import type { ImageUrlGuard } from "../../image-urls/image-url-guard.ts";
 import { admitChatCompletion, type AdmittedChatCompletion } from "./admit.ts";
 import { runCompletion, runStream } from "./run.ts";
 
@@ -26,6 +27,8 @@ export type ChatCompletionsRouteOptions = {
   keepAliveIntervalMs: number;
   /** A stream whose client has not read what was sent for this long is cut (billed for what was generated). */
   stallTimeoutMs: number;
+  /** Which image URLs may go upstream (`--image-urls`); the default policy when absent. */
+  imageUrls?: ImageUrlGuard;
 };
 
 /** Aborts when the client closes the connection before the response was finished. */

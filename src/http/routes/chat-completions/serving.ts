@@ -25,6 +25,7 @@ import {
 } from "../../../protocol/chat-completion-request.ts";
 import { InvalidRequestError, UnsupportedParameterError } from "../../../protocol/errors.ts";
 import { imageUrlProblem } from "../../../protocol/image-url.ts";
+import type { ImageUrlPart } from "../../image-urls/image-url-guard.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
 
 export type ChatCompletionJob = {
@@ -282,7 +283,23 @@ export function toGenerationRequest(request: ChatCompletionRequest, inputs: Mode
 }
 
 /** A validated request mapped to the engine's form: cheap work, bounded by the request caps. Nothing rendered or tokenized yet. */
-export type ParsedChatCompletion = Omit<ChatCompletionJob, "prepared"> & { request: GenerationRequest };
+export type ParsedChatCompletion = Omit<ChatCompletionJob, "prepared"> & {
+  request: GenerationRequest;
+  /** The request's image URLs (data URLs too), each with its place, for the image URL policy: admission checks them before anything goes upstream. */
+  imageUrls: ImageUrlPart[];
+};
+
+/** Every `image_url` part's URL, with its param (`messages[2].content[1].image_url.url`). */
+function imageUrlsOf(request: ChatCompletionRequest): ImageUrlPart[] {
+  const found: ImageUrlPart[] = [];
+  request.messages.forEach((message, index) => {
+    if (!Array.isArray(message.content)) return;
+    message.content.forEach((part, partIndex) => {
+      if (part.type === "image_url") found.push({ url: part.image_url.url, param: `messages[${index}].content[${partIndex}].image_url.url` });
+    });
+  });
+  return found;
+}
 
 /**
  * Validates the body, finds the model and maps the request to the engine's form. Cheap (linear
@@ -308,6 +325,7 @@ export function parseChatCompletion(catalog: Catalog, body: unknown): ParsedChat
     toolCallsOnly: generationRequest.tools !== undefined && (choice === "required" || typeof choice === "object"),
     logprobs: request.logprobs === true,
     request: generationRequest,
+    imageUrls: imageUrlsOf(request),
   };
 }
 
@@ -349,7 +367,7 @@ export function cheapBound(parsed: ParsedChatCompletion): CheapBound {
 
 /** Renders and tokenizes the request (the engine's `prepare`: schema translation, grammar, template). */
 export async function prepareParsed(parsed: ParsedChatCompletion): Promise<ChatCompletionJob> {
-  const { request, ...job } = parsed;
+  const { request, imageUrls: _checkedAtAdmission, ...job } = parsed;
   return { ...job, prepared: await parsed.model.engine.prepare(request) };
 }
 
