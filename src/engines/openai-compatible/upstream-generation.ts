@@ -74,6 +74,11 @@ async function readErrorBody(body: AsyncIterable<Uint8Array>): Promise<string> {
   return Buffer.concat(pieces).subarray(0, 64 * 1024).toString("utf8");
 }
 
+/** The upstream's own words of a verdict, as a log field. */
+function upstreamWords(verdict: UpstreamVerdict): { upstream_message?: string } {
+  return verdict.upstreamMessage === undefined ? {} : { upstream_message: verdict.upstreamMessage };
+}
+
 function sleep(milliseconds: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
     const done = () => {
@@ -150,6 +155,8 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
       if (response.status < 200 || response.status >= 300) {
         const verdict = classifyHttpError(response.status, await readErrorBody(response.body), response.headers, options.secrets);
         release(verdict.outcome);
+        // The upstream's own words are for the operator only: the client's error is fixed by the status.
+        options.onEvent("warn", `upstream answered HTTP ${response.status}`, { member, status: response.status, ...upstreamWords(verdict) });
         return settle(verdict);
       }
       for await (const event of decodeServerSentEvents(response.body)) {
@@ -192,10 +199,16 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
       }
       const verdict = classify(error, controller.signal.reason);
       release(verdict.outcome);
-      options.onEvent("warn", "upstream attempt failed", { member, attempt: number, failure: verdict.outcome.kind, ...("status" in verdict.outcome ? { status: verdict.outcome.status } : {}) });
+      options.onEvent("warn", "upstream attempt failed", {
+        member,
+        attempt: number,
+        failure: verdict.outcome.kind,
+        ...("status" in verdict.outcome ? { status: verdict.outcome.status } : {}),
+        ...upstreamWords(verdict),
+      });
       if (reader.sawContent && held === undefined) {
         // Content is out: no retry, no second voice; the stream ends with the error.
-        // An error event keeps the upstream's (stripped) words; a broken connection or stream says so plainly.
+        // An error event says the upstream failed (its words are in the log); a broken connection or stream says so plainly.
         if (error instanceof UpstreamStreamError && verdict.error instanceof UpstreamError) throw verdict.error;
         throw midStreamFailure(controller.signal.reason instanceof AttemptTimeout ? "timeout" : "failure");
       }
