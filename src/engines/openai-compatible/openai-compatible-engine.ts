@@ -268,6 +268,7 @@ export class OpenAiCompatibleEngine implements Engine {
             maxAttempts: this.#options.upstream.max_attempts,
             firstTokenTimeoutMs: this.#options.upstream.first_token_timeout * 1000,
             idleTimeoutMs: this.#options.upstream.idle_timeout * 1000,
+            readUsageAfterLeave: !dialect.continuousUsage && !dialect.timingsPerToken,
             secrets: this.#options.apiKey !== undefined && this.#options.apiKey !== "" ? [this.#options.apiKey] : [],
             onEvent: (level, message, fields) => this.#options.onEvent?.(level, message, fields),
             closing: this.#closing.signal,
