@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
+import { loadSettings } from "../src/config/load.ts";
 import { FaultUpstream } from "./helpers/fault-upstream.ts";
 import { startTestServer, temporaryDirectory, type TestServer } from "./helpers/server.ts";
 
@@ -79,6 +80,9 @@ describe("/metrics names members and can be protected (issue 19, row 7)", () => 
     // The API itself is not behind the token.
     assert.equal((await get(`${gateway.url}/health`)).status, 200);
     assert.ok(!gateway.logText().includes(TOKEN), "the token is never logged");
+    const settings = loadSettings({ flags: { metrics_token: TOKEN }, env: {} });
+    assert.equal(JSON.stringify({ token: settings.metrics_token }), '{"token":"[secret]"}', "the setting prints as [secret]");
+    assert.equal(`${settings.metrics_token}`, "[secret]");
   });
 
   it("with --metrics-listen, serves /metrics there only (with the token too, when set)", async () => {
