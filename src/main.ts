@@ -18,6 +18,7 @@ import { Metering } from "./billing/metering.ts";
 import { createRateLimiter } from "./limits/index.ts";
 import { RequestLimits } from "./limits/request-limits.ts";
 import { Metrics } from "./metrics/metrics.ts";
+import { startMetricsServer } from "./http/routes/metrics/server.ts";
 import { MemorySignInThrottle, SIGN_UP_LIMITS, type SignInThrottle } from "./auth/sign-in-throttle.ts";
 import { RedisSignInThrottle } from "./auth/redis-sign-in-throttle.ts";
 import { deadNodes, forgetNodes, heartbeat, orphanedNodes, registerNode } from "./billing/nodes.ts";
@@ -58,6 +59,8 @@ export type RunningServer = {
   catalog: Catalog;
   /** `http://host:port` */
   url: string;
+  /** With `--metrics-listen`: `http://host:port/metrics` there. */
+  metricsUrl?: string;
   /** Resolves when every model finished loading (or failed to). */
   modelsSettled: Promise<void>;
   /** The one-time code that makes the first admin in the console (`serve` prints it); null when an admin exists. */
@@ -236,12 +239,14 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
       "listening on every interface: requests are answered by IP address and localhost only; to reach this server by name, set --public-url (TURNPIKE_PUBLIC_URL) or --allowed-hosts (TURNPIKE_ALLOWED_HOSTS)",
     );
   }
+  const metricsToken = settings.metrics_token?.reveal();
   const app = buildApp({
     catalog,
     database,
     metering,
     limits,
     metrics,
+    metricsRoute: settings.metrics_listen !== "" ? { elsewhere: true } : metricsToken !== undefined ? { token: metricsToken } : {},
     signInThrottle,
     signUpThrottle,
     plans: () => plans,
@@ -269,6 +274,19 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     transport: { requestTimeoutMs: settings.request_timeout * 1000, idleTimeoutMs: settings.idle_timeout * 1000, maxConnections: settings.max_connections },
   });
   const address = await app.server.listen({ host: settings.host, port: settings.port });
+  const metricsServer =
+    settings.metrics_listen === ""
+      ? undefined
+      : await startMetricsServer({
+          metrics,
+          listen: settings.metrics_listen,
+          ...(metricsToken !== undefined ? { token: metricsToken } : {}),
+          onError: (error) => logger.error({ err: error }, "could not collect the metrics"),
+        }).catch(async (error: unknown) => {
+          await app.server.close();
+          throw error;
+        });
+  if (metricsServer !== undefined) logger.info({ url: metricsServer.url }, "metrics listening");
   logger.info({ url: address, data_dir: path.resolve(settings.data_dir), models: settings.models.map((model) => model.id), threads: settings.threads }, "turnpike listening");
   if (setupCode !== null) logger.info({ signup_url: `${publicUrl}/signup` }, "no admin account yet: sign up in the console with the one-time setup code printed at start-up to become the admin (or run `turnpike accounts create --admin`)");
 
@@ -286,7 +304,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
         else app.server.server.closeIdleConnections();
       }, 100);
       try {
-        await app.server.close();
+        await Promise.all([app.server.close(), metricsServer?.close()]);
       } finally {
         clearTimeout(timer);
         clearInterval(sweep);
@@ -310,5 +328,5 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     return closed;
   };
   const url = address.replace("[::1]", "127.0.0.1");
-  return { app, catalog, url, modelsSettled, setupCode, close };
+  return { app, catalog, url, ...(metricsServer !== undefined ? { metricsUrl: metricsServer.url } : {}), modelsSettled, setupCode, close };
 }

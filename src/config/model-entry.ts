@@ -21,12 +21,34 @@ export type UpstreamKind = (typeof UPSTREAM_KINDS)[number];
 export const VENDOR_FIELDS = ["top_k", "min_p", "repetition_penalty", "reasoning_effort", "chat_template_kwargs"] as const;
 export type VendorField = (typeof VENDOR_FIELDS)[number];
 
+const upstreamUrlSchema = z.string().regex(/^https?:\/\/[^\s]+$/, "must be an http:// or https:// URL");
+
+/**
+ * One member of a pool: its base URL, or `{url, name}`. The name labels it in `/metrics` and the
+ * logs (default `<model id>#<index>`); the URL appears only in the log.
+ */
+export const upstreamMemberSchema = z.union([
+  upstreamUrlSchema,
+  z.object({
+    url: upstreamUrlSchema,
+    name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, "must be 1 to 64 letters, digits and . _ - (starting with a letter or digit)"),
+  }),
+]);
+export type UpstreamMember = z.infer<typeof upstreamMemberSchema>;
+
 /** A pool of OpenAI-compatible servers serving one model. */
 export const upstreamSchema = z.object({
   /** Detected by probing when absent. */
   kind: z.enum(UPSTREAM_KINDS).optional(),
-  /** Base URLs ending in `/v1` (a missing `/v1` is added); one per member of the pool. */
-  urls: z.array(z.string().regex(/^https?:\/\/[^\s]+$/, "must be an http:// or https:// URL")).min(1).max(256),
+  /** Base URLs ending in `/v1` (a missing `/v1` is added), or `{url, name}`; one per member of the pool. */
+  urls: z
+    .array(upstreamMemberSchema)
+    .min(1)
+    .max(256)
+    .refine((members) => {
+      const names = members.flatMap((member) => (typeof member === "string" ? [] : [member.name]));
+      return new Set(names).size === names.length;
+    }, "member names must be unique"),
   /** The model's name upstream; default: the entry's id. */
   model: z.string().min(1).optional(),
   /** The environment variable holding the upstreams' API key (sent as a bearer token; never logged). */

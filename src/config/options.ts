@@ -94,6 +94,25 @@ export const serveOptions = {
     description:
       "a model served by OpenAI-compatible servers (vLLM, SGLang, llama-server, Ollama, OpenAI), detected by probing: id=http://host:8000/v1, several URLs for a pool; repeatable (';'-separated in the variable)",
   }),
+  metrics_listen: option({
+    flag: "--metrics-listen <host:port>",
+    env: "TURNPIKE_METRICS_LISTEN",
+    kind: "string",
+    schema: z.string().regex(/^$|^(?:\[[0-9A-Fa-f:.]+\]|[^\s:[\]]+):\d{1,5}$/, "must be host:port (or [ipv6]:port)"),
+    default: "",
+    defaultText: "the API's address",
+    description: "serve GET /metrics on this address only (e.g. 10.0.0.2:9464, a private interface), not on the API's port",
+  }),
+  metrics_token: option({
+    flag: "--metrics-token <token>",
+    env: "TURNPIKE_METRICS_TOKEN",
+    kind: "string",
+    schema: secret,
+    default: "",
+    defaultText: "none: /metrics needs no token",
+    secret: true,
+    description: "GET /metrics then needs 'Authorization: Bearer <token>' (401 otherwise); never logged",
+  }),
   parallel: option({ flag: "--parallel <n>", env: "TURNPIKE_PARALLEL", kind: "integer", schema: z.number().int().min(1).max(64), default: 4, description: "sequences generated at once per model" }),
   threads: option({
     flag: "--threads <n>",

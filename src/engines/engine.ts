@@ -254,7 +254,7 @@ export type EngineCapabilities = {
 
 /** One member of an engine's pool (the embedded engine is one member): how busy and whether healthy. */
 export type EngineMember = {
-  /** Stable, free of credentials (an upstream's origin, or `embedded`). */
+  /** Stable, free of credentials and addresses (an upstream member's name, or `embedded`): a metrics label. */
   id: string;
   /** Requests running on it. */
   busy: number;

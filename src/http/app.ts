@@ -10,7 +10,7 @@ import type { Database } from "../store/schema.ts";
 import type { Metering } from "../billing/metering.ts";
 import type { RequestLimits } from "../limits/request-limits.ts";
 import type { Metrics } from "../metrics/metrics.ts";
-import { registerMetricsRoute } from "./routes/metrics/route.ts";
+import { registerMetricsRoute, type MetricsRouteOptions } from "./routes/metrics/route.ts";
 import { registerOpenApiRoute } from "./routes/openapi/route.ts";
 import { registerUsageRoutes } from "./routes/usage/route.ts";
 import { registerSettingsRoute } from "./routes/settings/route.ts";
@@ -56,6 +56,8 @@ export type AppOptions = {
   metering: Metering;
   limits: RequestLimits;
   metrics: Metrics;
+  /** `/metrics` on this app: with a bearer token (`--metrics-token`), or not at all (`elsewhere`: `--metrics-listen`); open when absent. */
+  metricsRoute?: MetricsRouteOptions;
   /** Plans on sale now. */
   plans: () => Plan[];
   /** Reloads `plans()` from the database (after an admin edits plans). */
@@ -198,7 +200,7 @@ export function buildApp(options: AppOptions): App {
   const authenticateAccount = accountAuth({ database: options.database, sessions: options.sessions });
   server.register(fastifyCookie);
   registerHealthRoutes(server, { catalog: options.catalog, isClosing: () => closing });
-  registerMetricsRoute(server, options.metrics);
+  registerMetricsRoute(server, options.metrics, options.metricsRoute);
   registerOpenApiRoute(server);
   registerModelsRoutes(server, { catalog: options.catalog, authenticate });
   registerChatCompletionsRoute(server, {

@@ -50,6 +50,7 @@ export const ERROR_CATALOG = {
   // 401
   invalid_api_key: { status: 401, type: "invalid_request_error", meaning: "no key, an unknown key, a revoked or expired one, or one created by a key that was revoked or has expired (the key is never echoed or logged)" },
   authentication_required: { status: 401, type: "invalid_request_error", meaning: "an `/api` call with neither a session nor a key" },
+  invalid_metrics_token: { status: 401, type: "invalid_request_error", meaning: "`GET /metrics` without `Authorization: Bearer <token>` of `--metrics-token`, while one is set" },
   invalid_credentials: { status: 401, type: "invalid_request_error", meaning: "sign-in with a wrong email or password" },
   // 403
   model_not_allowed: { status: 403, type: "permission_error", meaning: "the key's allowed models or the account's plan exclude this model" },

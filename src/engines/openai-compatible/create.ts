@@ -7,6 +7,7 @@ import type { Engine } from "../engine.ts";
 import type { EngineEnvironment } from "../registry.ts";
 import { OpenAiCompatibleEngine } from "./openai-compatible-engine.ts";
 import { createUpstreamPool, poolOptionsFromEntry } from "./pool.ts";
+import { memberName, memberUrl, normalizeBaseUrl, withoutCredentials } from "./upstream-url.ts";
 
 /**
  * The engine for an upstream entry, not yet open. Throws at start-up when the entry's
@@ -21,11 +22,18 @@ export function createUpstreamEngine(entry: ModelEntry & { upstream: NonNullable
   }
   const onEvent = (level: "info" | "warn" | "error", message: string, fields: Record<string, unknown>) => environment.onUpstreamEvent(entry.id, level, message, fields);
   const pool = createUpstreamPool({
-    ...poolOptionsFromEntry(upstream, apiKey),
+    ...poolOptionsFromEntry(upstream, apiKey, entry.id),
     queueSize: environment.queueSize,
     onOutcome: (member, outcome) => environment.onUpstreamOutcome(entry.id, member.id, outcome),
     onHealthChange: (member, healthy) =>
-      onEvent(healthy ? "info" : "warn", healthy ? `upstream ${member.id} is back` : `upstream ${member.id} is down: requests go to the other members`, { member: member.id }),
+      onEvent(healthy ? "info" : "warn", healthy ? `upstream ${member.id} is back` : `upstream ${member.id} is down: requests go to the other members`, {
+        member: member.id,
+        url: member.url,
+      }),
+  });
+  // Metrics and clients know members by name only: the log says where each one is.
+  onEvent("info", `model ${entry.id}: upstream members`, {
+    members: upstream.urls.map((member, index) => ({ name: memberName(entry.id, member, index), url: withoutCredentials(normalizeBaseUrl(memberUrl(member))) })),
   });
   return new OpenAiCompatibleEngine({
     modelId: entry.id,

@@ -47,7 +47,9 @@ export type MemberStats = {
 };
 
 export class PoolMember implements UpstreamMember {
+  /** Its name (see `UpstreamMember`); the URL without credentials when none was given. */
   readonly id: string;
+  readonly url: string;
   readonly baseUrl: string;
   /** Requests it may run at once (`max_in_flight`). */
   readonly capacity: number;
@@ -75,10 +77,12 @@ export class PoolMember implements UpstreamMember {
   /**
    * @param url the server's base URL (`/v1` is added when missing)
    * @param capacity requests it may run at once
+   * @param name what metrics and logs call it (default: its URL without credentials)
    */
-  constructor(url: string, capacity: number, options: MemberHealthOptions = {}) {
+  constructor(url: string, capacity: number, options: MemberHealthOptions = {}, name?: string) {
     this.baseUrl = normalizeBaseUrl(url);
-    this.id = memberIdOf(url);
+    this.url = memberIdOf(url);
+    this.id = name ?? this.url;
     this.capacity = capacity;
     this.#failureThreshold = options.failureThreshold ?? 3;
     this.#cooldownMs = options.cooldownMs ?? 2000;

@@ -86,7 +86,7 @@ class ListPool implements UpstreamPool {
     this.acquired++;
     let released = false;
     return {
-      member: { id: url, baseUrl: url },
+      member: { id: url, url, baseUrl: url },
       release: (outcome) => {
         assert.equal(released, false, "a lease is released once");
         released = true;

@@ -26,10 +26,10 @@ import { detectContextLength } from "./context-length.ts";
 import { checkRequestForDialect, dialectFor } from "./dialects.ts";
 import type { UpstreamPool } from "./pool-types.ts";
 import { buildRequestBody } from "./request-body.ts";
-import { sanitizeUpstreamMessage } from "./upstream-errors.ts";
+import { upstreamWordsForLog } from "./upstream-errors.ts";
 import { UpstreamClient } from "./upstream-client.ts";
 import { startUpstreamGeneration, type UpstreamEventSink } from "./upstream-generation.ts";
-import { normalizeBaseUrl } from "./upstream-url.ts";
+import { memberUrl, normalizeBaseUrl } from "./upstream-url.ts";
 import { countPromptTokens, countsPromptsExactly } from "./tokenize.ts";
 
 /**
@@ -115,7 +115,7 @@ export class OpenAiCompatibleEngine implements Engine {
         const found = await detectContextLength({
           client: this.#client,
           kind: this.kind,
-          baseUrls: this.#options.upstream.urls.map(normalizeBaseUrl),
+          baseUrls: this.#options.upstream.urls.map((member) => normalizeBaseUrl(memberUrl(member))),
           model: this.#options.upstream.model ?? this.#options.modelId,
           signal: AbortSignal.any([this.#closing.signal, AbortSignal.timeout(30_000)]),
         });
@@ -131,7 +131,10 @@ export class OpenAiCompatibleEngine implements Engine {
       // Serving with what every kind honours until a member says what it is.
       if (this.kind === undefined) this.#tryAgainLater();
     } catch (error) {
-      this.#fail(sanitizeUpstreamMessage(error instanceof Error ? error.message : String(error), this.#options.apiKey ? [this.#options.apiKey] : []));
+      // The error's words may name hosts and addresses: the log has them, clients a fixed reason.
+      const words = upstreamWordsForLog(error instanceof Error ? error.message : String(error), this.#options.apiKey ? [this.#options.apiKey] : []);
+      this.#options.onEvent?.("warn", `model ${this.#options.modelId}: asking its upstream servers what they serve failed`, { error: words });
+      this.#fail("its upstream servers could not be asked what they serve (the log says why)");
       this.#tryAgainLater();
     }
     this.#report();
@@ -265,6 +268,7 @@ export class OpenAiCompatibleEngine implements Engine {
             maxAttempts: this.#options.upstream.max_attempts,
             firstTokenTimeoutMs: this.#options.upstream.first_token_timeout * 1000,
             idleTimeoutMs: this.#options.upstream.idle_timeout * 1000,
+            readUsageAfterLeave: !dialect.continuousUsage && !dialect.timingsPerToken,
             secrets: this.#options.apiKey !== undefined && this.#options.apiKey !== "" ? [this.#options.apiKey] : [],
             onEvent: (level, message, fields) => this.#options.onEvent?.(level, message, fields),
             closing: this.#closing.signal,
@@ -277,7 +281,7 @@ export class OpenAiCompatibleEngine implements Engine {
   /** The prompt's tokens counted by a healthy member's own template and tokenizer, when its kind can (see `tokenize.ts`). */
   async #countPrompt(model: string, body: Record<string, unknown>, request: GenerationRequest): Promise<number | undefined> {
     if (!countsPromptsExactly(this.kind)) return undefined;
-    const urls = this.#options.upstream.urls;
+    const urls = this.#options.upstream.urls.map(memberUrl);
     const healthy = this.#options.pool.members().findIndex((member) => member.healthy);
     const counted = await countPromptTokens({
       kind: this.kind,

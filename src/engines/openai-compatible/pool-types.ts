@@ -7,8 +7,10 @@ import type { EngineMember } from "../engine.ts";
 
 /** One upstream server of a pool. */
 export type UpstreamMember = {
-  /** The base URL's origin and path without credentials (`http://10.0.0.5:8000/v1`): safe for logs and metrics. */
+  /** Its name (`<model>#<index>` or the entry's): what `/metrics` and the logs call it. */
   readonly id: string;
+  /** The base URL without credentials (`http://10.0.0.5:8000/v1`): for the log only, never `/metrics` or a client. */
+  readonly url: string;
   /** The base URL, ending in `/v1`. */
   readonly baseUrl: string;
 };

@@ -23,12 +23,15 @@ import type { EngineMember } from "../engine.ts";
 import { detectKind } from "./detect.ts";
 import { HealthChecker } from "./health.ts";
 import { LruMap } from "./lru-map.ts";
+import { memberName, memberUrl } from "./upstream-url.ts";
 import { PoolMember, type MemberHealthOptions, type MemberStats } from "./member.ts";
 import type { AcquireOptions, MemberOutcome, PoolLease, UpstreamMember, UpstreamPool } from "./pool-types.ts";
 
 export type UpstreamPoolOptions = {
   /** One base URL per member (`/v1` is added when missing). */
   urls: readonly string[];
+  /** Each member's name, in the order of `urls` (metrics and logs; default: its URL without credentials). */
+  names?: readonly string[];
   /** The kind the members speak; detected by `open` when absent. */
   kind?: UpstreamKind;
   /** Requests one member runs at once (`max_in_flight`). */
@@ -69,9 +72,19 @@ export function affinitySlack(maxInFlight: number): number {
   return Math.max(2, Math.ceil(maxInFlight * 0.25));
 }
 
-/** The pool options an upstream model entry gives (probes every `health_interval` seconds). */
-export function poolOptionsFromEntry(entry: UpstreamEntry, apiKey?: string): UpstreamPoolOptions {
-  return { urls: entry.urls, kind: entry.kind, maxInFlight: entry.max_in_flight, apiKey, healthIntervalMs: entry.health_interval * 1000 };
+/**
+ * The pool options an upstream model entry gives (probes every `health_interval` seconds); with
+ * the model's id, its members are named (see `memberName`).
+ */
+export function poolOptionsFromEntry(entry: UpstreamEntry, apiKey?: string, modelId?: string): UpstreamPoolOptions {
+  return {
+    urls: entry.urls.map(memberUrl),
+    ...(modelId !== undefined ? { names: entry.urls.map((member, index) => memberName(modelId, member, index)) } : {}),
+    kind: entry.kind,
+    maxInFlight: entry.max_in_flight,
+    apiKey,
+    healthIntervalMs: entry.health_interval * 1000,
+  };
 }
 
 /** A pool over `options.urls`; call `open` to detect its kind and start the health probes. */
@@ -107,7 +120,7 @@ class Pool implements UpstreamPoolHandle {
     if (options.urls.length === 0) throw new TypeError("An upstream pool needs at least one URL.");
     this.#options = options;
     this.#kind = options.kind;
-    this.#members = options.urls.map((url) => new PoolMember(url, options.maxInFlight, options.health));
+    this.#members = options.urls.map((url, index) => new PoolMember(url, options.maxInFlight, options.health, options.names?.[index]));
     for (const member of this.#members) this.#wasHealthy.set(member, true);
     this.#affinity = new LruMap(options.affinityEntries ?? 4096);
     this.#queueSize = options.queueSize ?? 256;

@@ -1,51 +1,70 @@
 /**
- * What an upstream's refusal means for the client and for the pool. An upstream's message may
- * name its hosts, its addresses, its files or our key: clients see it only stripped of those, and
- * an upstream API key never appears in any error or log.
+ * What an upstream's refusal means for the client and for the pool. An upstream's own words may
+ * name its hosts, addresses, files, accounts or our key, in more forms than any filter knows:
+ * clients never see them. A client gets a fixed message for the upstream's status (and, for a
+ * prompt that does not fit, the numbers read out of the upstream's words: nothing else of them);
+ * the upstream's words go to the log (`upstreamMessage`, our API key removed), with the member.
  *
  * - a context overflow (vLLM, SGLang, llama-server, OpenAI wordings) → 400 `context_length_exceeded`;
  * - 401/403 (our key is wrong or lacks access) and 404 (the model is not served there) → 503
  *   `upstream_unavailable`, and the operator is told loudly: it is their configuration;
- * - other 4xx → 400 with the upstream's message, stripped;
+ * - other 4xx → 400 with the fixed message of its status (`refusalMessage`);
  * - 408, 429 and 5xx → try another member (honouring `retry-after`); when every attempt failed,
  *   502 `upstream_error` or 504 `upstream_timeout`.
  */
 import { ApiError, ContextLengthExceededError, InvalidRequestError, UpstreamError, UpstreamTimeoutError, UpstreamUnavailableError } from "../../protocol/errors.ts";
 import type { MemberOutcome } from "./pool-types.ts";
 
-/** What to do with an upstream's answer or failure. */
+/** What to do with an upstream's answer or failure. `upstreamMessage` is the upstream's own words, for the log only. */
 export type UpstreamVerdict =
   /** The member failed: try another (nothing was sent to the client yet). `error` is what the client gets if none is left. */
-  | { action: "retry"; outcome: MemberOutcome; error: ApiError; retryAfterMs?: number }
+  | { action: "retry"; outcome: MemberOutcome; error: ApiError; retryAfterMs?: number; upstreamMessage?: string }
   /** The request itself was refused (or the operator must act): answer the client with `error` now. */
-  | { action: "refuse"; outcome: MemberOutcome; error: ApiError; operatorAlert?: string };
+  | { action: "refuse"; outcome: MemberOutcome; error: ApiError; operatorAlert?: string; upstreamMessage?: string };
 
-/** The longest upstream message shown to a client. */
-const MAX_MESSAGE_LENGTH = 500;
+/** The longest upstream message written to the log. */
+const MAX_LOGGED_LENGTH = 2000;
 
 /**
- * An upstream's message made safe for a client: URLs, IP addresses, `host:port`, file paths,
- * bearer tokens and anything key-like (long runs of letters and digits, `sk-…`) are replaced, and
- * the given secrets removed wherever they appear. Cut to 500 characters.
+ * An upstream's message as it may be logged: the given secrets (our API key) removed wherever
+ * they appear, control characters made spaces, cut to 2,000 characters. Never shown to a client.
  */
-export function sanitizeUpstreamMessage(message: string, secrets: readonly string[] = []): string {
+export function upstreamWordsForLog(message: string, secrets: readonly string[] = []): string {
   let text = message;
   for (const secret of secrets) if (secret.length >= 4) text = text.split(secret).join("(redacted)");
   text = text
     .replace(/[^\x20-\x7e\u00a0-\uffff]/g, " ")
-    .replace(/\b[a-z][a-z0-9+.-]*:\/\/[^\s'"`<>)\]]+/gi, "(a URL)")
-    .replace(/\bBearer\s+\S+/gi, "Bearer (redacted)")
-    .replace(/\b(?:sk|pk|rk|key|api|token|hf)[-_][A-Za-z0-9_-]{8,}/g, "(redacted)")
-    .replace(/\[[0-9a-f:]{2,}(?:%\w+)?\](?::\d+)?/gi, "(an address)")
-    .replace(/\b(?:[0-9a-f]{1,4}:){2,7}[0-9a-f]{1,4}\b/gi, "(an address)")
-    .replace(/\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b/g, "(an address)")
-    .replace(/\b[a-z0-9-]+(?:\.[a-z0-9-]+)*:\d{2,5}\b/gi, "(an address)")
-    .replace(/\b[a-z0-9-]+(?:\.[a-z0-9-]+)*\.(?:internal|local|lan|svc|cluster|corp|home|intranet)\b/gi, "(a host)")
-    .replace(/(^|[\s'"`(=])(?:[A-Za-z]:)?(?:\/[\w.@~+-]+){2,}\/?/g, "$1(a path)")
-    .replace(/\b(?=[A-Za-z0-9+/_-]*\d)(?=[A-Za-z0-9+/_-]*[A-Za-z])[A-Za-z0-9+/_-]{32,}={0,2}/g, "(redacted)")
     .replace(/\s+/g, " ")
     .trim();
-  return text.length > MAX_MESSAGE_LENGTH ? `${text.slice(0, MAX_MESSAGE_LENGTH - 1)}…` : text;
+  return text.length > MAX_LOGGED_LENGTH ? `${text.slice(0, MAX_LOGGED_LENGTH - 1)}…` : text;
+}
+
+/**
+ * The fixed message a client gets for an upstream's refusal with this status: the status says
+ * what kind of refusal it was, the upstream's words stay in the log.
+ */
+export function refusalMessage(status: number | undefined): string {
+  switch (status) {
+    case 400:
+      return "The upstream engine refused the request as invalid.";
+    case 401:
+    case 403:
+      return "The upstream engine refused Turnpike's credentials; the operator has been told.";
+    case 404:
+      return "The upstream engine does not serve this model; the operator has been told.";
+    case 409:
+      return "The upstream engine refused the request as conflicting with its state.";
+    case 413:
+      return "The upstream engine refused the request as too large.";
+    case 415:
+      return "The upstream engine refused the request's content type.";
+    case 422:
+      return "The upstream engine refused a parameter of the request as out of range or of the wrong type.";
+    default:
+      return status !== undefined && status >= 400 && status < 500
+        ? `The upstream engine refused the request (HTTP ${status}).`
+        : "The upstream engine refused the request.";
+  }
 }
 
 /** The wordings of a prompt that does not fit: vLLM, SGLang, llama-server, OpenAI, TGI-likes. */
@@ -66,8 +85,61 @@ export function isContextOverflow(message: string, code?: unknown, type?: unknow
   return CONTEXT_OVERFLOW.some((pattern) => pattern.test(message));
 }
 
+/** Token counts an upstream gave with its overflow: the context, and the request's total or its prompt. */
+export type OverflowCounts = { contextLength?: number; requestedTokens?: number; promptTokens?: number };
+
+/** A whole number of tokens as an upstream wrote it (`8192`, `8,192`); undefined when absent or absurd. */
+function tokens(text: string | undefined): number | undefined {
+  if (text === undefined) return undefined;
+  const value = Number(text.replace(/,/g, ""));
+  return Number.isSafeInteger(value) && value > 0 && value < 1e12 ? value : undefined;
+}
+
+const firstMatch = (message: string, patterns: readonly RegExp[]): number | undefined => {
+  for (const pattern of patterns) {
+    const found = tokens(pattern.exec(message)?.[1]);
+    if (found !== undefined) return found;
+  }
+  return undefined;
+};
+
+/**
+ * The numbers of an overflow, read out of the upstream's words (vLLM: "maximum context length is
+ * 4096 tokens. However, you requested 5000 tokens"; SGLang: "The input (9000 tokens) is longer
+ * than the model's context length (8192 tokens)"; OpenAI: "your messages resulted in 130000
+ * tokens") or its fields (llama-server's `n_ctx`, `n_prompt_tokens`). Only these numbers reach a client.
+ */
+export function overflowCounts(message: string, fields: OverflowCounts = {}): OverflowCounts {
+  const contextLength =
+    fields.contextLength ?? firstMatch(message, [/context (?:length|window|size)(?: is| of)?[\s(:]{0,3}(\d[\d,]*) ?tokens/i, /(\d[\d,]*)[- ]token context/i]);
+  const requestedTokens = fields.requestedTokens ?? firstMatch(message, [/you requested (?:a total of )?(\d[\d,]*) tokens/i, /requested a total of (\d[\d,]*) tokens/i]);
+  const promptTokens =
+    fields.promptTokens ??
+    firstMatch(message, [/request has (\d[\d,]*) input tokens/i, /input \((\d[\d,]*) tokens\)/i, /messages resulted in (\d[\d,]*) tokens/i, /(\d[\d,]*) in the messages/i]);
+  return {
+    ...(contextLength !== undefined ? { contextLength } : {}),
+    ...(requestedTokens !== undefined ? { requestedTokens } : {}),
+    ...(promptTokens !== undefined ? { promptTokens } : {}),
+  };
+}
+
+/** The client's message for an overflow: fixed words around the upstream's numbers. */
+export function contextOverflowMessage(counts: OverflowCounts): string {
+  const context = counts.contextLength === undefined ? "The request does not fit the model's context window." : `This model's maximum context length is ${counts.contextLength} tokens.`;
+  const size =
+    counts.requestedTokens !== undefined
+      ? ` However, you requested ${counts.requestedTokens} tokens${counts.promptTokens !== undefined ? ` (${counts.promptTokens} in the messages)` : ""}.`
+      : counts.promptTokens !== undefined
+        ? ` However, your messages are ${counts.promptTokens} tokens${counts.contextLength !== undefined && counts.promptTokens < counts.contextLength ? ", which with the completion asked for do not fit" : ""}.`
+        : "";
+  return `${context}${size} Please reduce the length of the messages or the completion.`;
+}
+
+/** What an upstream's error says: its message (for the log), code, type, status, and overflow numbers it gave as fields. */
+export type UpstreamErrorReading = { message: string; code?: unknown; type?: unknown; status?: number; counts?: OverflowCounts };
+
 /** The message, code and type of an upstream's error body, whatever its shape (OpenAI, vLLM's flat one, FastAPI's `detail`, plain text). */
-export function readUpstreamError(body: string): { message: string; code?: unknown; type?: unknown; status?: number } {
+export function readUpstreamError(body: string): UpstreamErrorReading {
   let parsed: unknown;
   try {
     parsed = JSON.parse(body);
@@ -78,7 +150,7 @@ export function readUpstreamError(body: string): { message: string; code?: unkno
 }
 
 /** The same, from a parsed payload (an error event in a stream); undefined when it holds no error. */
-export function readErrorObject(payload: unknown): { message: string; code?: unknown; type?: unknown; status?: number } | undefined {
+export function readErrorObject(payload: unknown): UpstreamErrorReading | undefined {
   if (typeof payload !== "object" || payload === null) return undefined;
   const record = payload as Record<string, unknown>;
   const inner = record.error;
@@ -95,7 +167,17 @@ export function readErrorObject(payload: unknown): { message: string; code?: unk
   }
   const message = typeof source.message === "string" ? source.message : typeof inner === "string" ? inner : "";
   const numeric = typeof source.code === "number" ? source.code : typeof source.status === "number" ? source.status : undefined;
-  return { message, code: source.code, type: source.type, ...(numeric !== undefined ? { status: numeric } : {}) };
+  // llama-server gives an overflow's numbers as fields.
+  const contextLength = typeof source.n_ctx === "number" ? tokens(String(source.n_ctx)) : undefined;
+  const promptTokens = typeof source.n_prompt_tokens === "number" ? tokens(String(source.n_prompt_tokens)) : undefined;
+  const counts: OverflowCounts = { ...(contextLength !== undefined ? { contextLength } : {}), ...(promptTokens !== undefined ? { promptTokens } : {}) };
+  return {
+    message,
+    code: source.code,
+    type: source.type,
+    ...(numeric !== undefined ? { status: numeric } : {}),
+    ...(Object.keys(counts).length > 0 ? { counts } : {}),
+  };
 }
 
 /** Milliseconds a `retry-after` (seconds or an HTTP date) or `retry-after-ms` header asks for; undefined when absent or unreadable. */
@@ -113,9 +195,15 @@ export function retryAfterMs(headers: Readonly<Record<string, string | string[] 
   return Number.isNaN(date) ? undefined : Math.max(0, date - now);
 }
 
+/** The overflow error a client gets, from what the upstream said. */
+function overflowError(error: UpstreamErrorReading): ContextLengthExceededError {
+  return new ContextLengthExceededError(contextOverflowMessage(overflowCounts(error.message, error.counts)));
+}
+
 /**
- * The verdict on an upstream's HTTP error answer (`status` ≥ 400) to `/chat/completions`.
- * `secrets` (our API key) are stripped from any message that could reach a client or a log.
+ * The verdict on an upstream's HTTP error answer (`status` ≥ 400) to `/chat/completions`. The
+ * client's error holds none of the upstream's words; `upstreamMessage` (for the log) has
+ * `secrets` (our API key) removed.
  */
 export function classifyHttpError(
   status: number,
@@ -124,13 +212,15 @@ export function classifyHttpError(
   secrets: readonly string[] = [],
 ): UpstreamVerdict {
   const error = readUpstreamError(body);
-  const message = sanitizeUpstreamMessage(error.message, secrets);
+  const message = upstreamWordsForLog(error.message, secrets);
+  const words = message === "" ? {} : { upstreamMessage: message };
   if (status === 401 || status === 403) {
     return {
       action: "refuse",
       outcome: { kind: "status", status },
       error: new UpstreamUnavailableError(),
-      operatorAlert: `the upstream refused our credentials (HTTP ${status}): check the model's api_key_env and its access${message === "" ? "" : `; it said: ${message}`}`,
+      operatorAlert: `the upstream refused our credentials (HTTP ${status}): check the model's api_key_env and its access`,
+      ...words,
     };
   }
   if (status === 404) {
@@ -138,7 +228,8 @@ export function classifyHttpError(
       action: "refuse",
       outcome: { kind: "status", status },
       error: new UpstreamUnavailableError(),
-      operatorAlert: `the upstream does not serve this model (HTTP 404): check the entry's upstream.model and urls${message === "" ? "" : `; it said: ${message}`}`,
+      operatorAlert: "the upstream does not serve this model (HTTP 404): check the entry's upstream.model and urls",
+      ...words,
     };
   }
   if (status === 408 || status === 429 || status >= 500) {
@@ -148,37 +239,31 @@ export function classifyHttpError(
       outcome: { kind: "status", status, ...(wait !== undefined ? { retryAfterMs: wait } : {}) },
       error: new UpstreamError(`The model's upstream servers failed to answer (HTTP ${status}). Retry shortly.`),
       ...(wait !== undefined ? { retryAfterMs: wait } : {}),
+      ...words,
     };
   }
   if (isContextOverflow(error.message, error.code, error.type)) {
-    return { action: "refuse", outcome: { kind: "neutral" }, error: new ContextLengthExceededError(message || "The request does not fit the model's context window.") };
+    return { action: "refuse", outcome: { kind: "neutral" }, error: overflowError(error), ...words };
   }
-  return {
-    action: "refuse",
-    outcome: { kind: "neutral" },
-    error: new InvalidRequestError(message === "" ? `The model's upstream server refused the request (HTTP ${status}).` : `The model's upstream server refused the request: ${message}`),
-  };
+  return { action: "refuse", outcome: { kind: "neutral" }, error: new InvalidRequestError(refusalMessage(status)), ...words };
 }
 
 /**
- * The verdict on an error event inside a 200 stream (`data: {"error": …}`), before any content
- * reached the client: a 4xx-like code is the request's fault, anything else the member's.
+ * The verdict on an error event inside a 200 stream (`data: {"error": …}`): a 4xx-like code is
+ * the request's fault, anything else the member's. The client's error holds none of the upstream's words.
  */
 export function classifyStreamError(payload: unknown, secrets: readonly string[] = []): UpstreamVerdict {
   const error = readErrorObject(payload) ?? { message: "" };
-  const message = sanitizeUpstreamMessage(error.message, secrets);
+  const message = upstreamWordsForLog(error.message, secrets);
+  const words = message === "" ? {} : { upstreamMessage: message };
   const status = error.status;
   if (isContextOverflow(error.message, error.code, error.type)) {
-    return { action: "refuse", outcome: { kind: "neutral" }, error: new ContextLengthExceededError(message || "The request does not fit the model's context window.") };
+    return { action: "refuse", outcome: { kind: "neutral" }, error: overflowError(error), ...words };
   }
   if (status !== undefined && status >= 400 && status < 500 && status !== 408 && status !== 429) {
-    return { action: "refuse", outcome: { kind: "neutral" }, error: new InvalidRequestError(`The model's upstream server refused the request: ${message || `error ${status}`}`) };
+    return { action: "refuse", outcome: { kind: "neutral" }, error: new InvalidRequestError(refusalMessage(status)), ...words };
   }
-  return {
-    action: "retry",
-    outcome: { kind: "protocol" },
-    error: new UpstreamError(message === "" ? "The model's upstream server failed mid-stream." : `The model's upstream server failed mid-stream: ${message}`),
-  };
+  return { action: "retry", outcome: { kind: "protocol" }, error: new UpstreamError("The model's upstream server failed mid-stream."), ...words };
 }
 
 /** The error a client gets when a stream that already sent content fails (it cannot be retried). */

@@ -9,7 +9,13 @@
  * succeeded, so it is retried even when a member fails mid-answer; what the failed attempt made
  * is dropped, never shown.
  *
- * Cancellation aborts the upstream request at once; `usage()` then says what was counted.
+ * Cancellation aborts the upstream request at once; `usage()` then says what was counted. One
+ * exception, for kinds that report usage only at the end (`readUsageAfterLeave`): a client that
+ * leaves once the reply is whole, before the usage came, ends at once for itself (nothing more is
+ * sent), but the upstream's stream is read on, for at most `USAGE_AFTER_LEAVE_MS` and
+ * `USAGE_AFTER_LEAVE_BYTES`, until its usage arrives: the bill is what the upstream reports, an
+ * estimate only when it never does. A shutdown aborts at once, as does a client leaving mid-reply
+ * (the upstream would go on generating what nobody reads).
  */
 import type { GenerationUsage, RunningGeneration, StreamPart } from "../engine.ts";
 import { ApiError, UpstreamError, UpstreamTimeoutError } from "../../protocol/errors.ts";
@@ -18,6 +24,11 @@ import { ChunkReader, readServerSentEvent, UpstreamProtocolError, UpstreamStream
 import { decodeServerSentEvents, SseProtocolError } from "./sse-decoder.ts";
 import { classifyHttpError, classifyStreamError, midStreamFailure, type UpstreamVerdict } from "./upstream-errors.ts";
 import { UpstreamConnectionError, describeConnectionFailure, type UpstreamClient } from "./upstream-client.ts";
+
+/** How long the upstream's stream is read on for its usage after the client left a whole reply (milliseconds). */
+export const USAGE_AFTER_LEAVE_MS = 5_000;
+/** How many bytes of it are read at most meanwhile (a usage chunk is a few hundred). */
+export const USAGE_AFTER_LEAVE_BYTES = 1024 * 1024;
 
 /** Operator-facing events (a member failing, our key refused): message and fields free of credentials. */
 export type UpstreamEventSink = (level: "info" | "warn" | "error", message: string, fields: Record<string, unknown>) => void;
@@ -43,6 +54,12 @@ export type UpstreamGenerationOptions = {
   idleTimeoutMs: number;
   /** A `retry-after` up to this long is waited out before the next attempt; a longer one is not (default 2 s). */
   maxRetryWaitMs?: number;
+  /**
+   * Whether the upstream reports usage only at the end (no running counts: `openai`, `sglang`,
+   * `ollama`), so a client that leaves a whole reply before the usage chunk is worth reading on
+   * for (see the file's comment).
+   */
+  readUsageAfterLeave?: boolean;
   /** Strings never to show (the API key). */
   secrets: readonly string[];
   onEvent: UpstreamEventSink;
@@ -72,6 +89,11 @@ async function readErrorBody(body: AsyncIterable<Uint8Array>): Promise<string> {
     if (size >= 64 * 1024) break;
   }
   return Buffer.concat(pieces).subarray(0, 64 * 1024).toString("utf8");
+}
+
+/** The upstream's own words of a verdict, as a log field. */
+function upstreamWords(verdict: UpstreamVerdict): { upstream_message?: string } {
+  return verdict.upstreamMessage === undefined ? {} : { upstream_message: verdict.upstreamMessage };
 }
 
 function sleep(milliseconds: number, signal: AbortSignal): Promise<void> {
@@ -129,8 +151,32 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
     const member = lease.member.id;
     reader = newReader();
     const controller = new AbortController();
-    const onStop = () => controller.abort(stop.reason);
+    /** Set once the client left a whole reply before its usage came: the stream is read on for the usage only. */
+    let draining = false;
+    let drainTimer: NodeJS.Timeout | undefined;
+    const onClosing = () => controller.abort(options.closing.reason);
+    const onStop = () => {
+      if (options.readUsageAfterLeave === true && !options.closing.aborted && !done && reader.allFinished && reader.usage().source !== "upstream") {
+        draining = true;
+        clearTimeout(timer);
+        drainTimer = setTimeout(() => controller.abort(new Error("the upstream sent no usage in time after the client left")), USAGE_AFTER_LEAVE_MS);
+        options.closing.addEventListener("abort", onClosing, { once: true });
+        return;
+      }
+      controller.abort(stop.reason);
+    };
     stop.addEventListener("abort", onStop, { once: true });
+    /** The body, bounded while draining. */
+    async function* bounded(body: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8Array> {
+      let drained = 0;
+      for await (const piece of body) {
+        if (draining) {
+          drained += piece.length;
+          if (drained > USAGE_AFTER_LEAVE_BYTES) throw new Error("the upstream sent too much after the client left");
+        }
+        yield piece;
+      }
+    }
     let timer: NodeJS.Timeout | undefined;
     const arm = (phase: "first-token" | "idle") => {
       clearTimeout(timer);
@@ -150,14 +196,21 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
       if (response.status < 200 || response.status >= 300) {
         const verdict = classifyHttpError(response.status, await readErrorBody(response.body), response.headers, options.secrets);
         release(verdict.outcome);
+        // The upstream's own words are for the operator only: the client's error is fixed by the status.
+        options.onEvent("warn", `upstream answered HTTP ${response.status}`, { member, status: response.status, ...upstreamWords(verdict) });
         return settle(verdict);
       }
-      for await (const event of decodeServerSentEvents(response.body)) {
+      for await (const event of decodeServerSentEvents(bounded(response.body))) {
         // What follows [DONE] is drained, not read, so the connection can be kept.
         if (done) continue;
         const read = readServerSentEvent(reader, event);
         if (read.done) {
           done = true;
+          continue;
+        }
+        if (draining) {
+          // The client left: nobody reads parts any more, only the usage is wanted.
+          if (reader.usage().source === "upstream") break;
           continue;
         }
         const parts = read.parts;
@@ -167,6 +220,13 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
         }
         if (held !== undefined) held.push(...parts);
         else for (const part of parts) yield part;
+      }
+      if (draining) {
+        // The reply was whole when the client left; the usage came (or the stream ended without it).
+        clearTimeout(drainTimer);
+        release({ kind: "ok", ...(firstContentMs !== undefined ? { timeToFirstTokenMs: firstContentMs } : {}) });
+        yield* reader.cancel();
+        return { kind: "done" };
       }
       if (!done && !reader.allFinished) throw new UpstreamProtocolError("The upstream's stream ended before the reply did.");
       done = true;
@@ -192,17 +252,25 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
       }
       const verdict = classify(error, controller.signal.reason);
       release(verdict.outcome);
-      options.onEvent("warn", "upstream attempt failed", { member, attempt: number, failure: verdict.outcome.kind, ...("status" in verdict.outcome ? { status: verdict.outcome.status } : {}) });
+      options.onEvent("warn", "upstream attempt failed", {
+        member,
+        attempt: number,
+        failure: verdict.outcome.kind,
+        ...("status" in verdict.outcome ? { status: verdict.outcome.status } : {}),
+        ...upstreamWords(verdict),
+      });
       if (reader.sawContent && held === undefined) {
         // Content is out: no retry, no second voice; the stream ends with the error.
-        // An error event keeps the upstream's (stripped) words; a broken connection or stream says so plainly.
+        // An error event says the upstream failed (its words are in the log); a broken connection or stream says so plainly.
         if (error instanceof UpstreamStreamError && verdict.error instanceof UpstreamError) throw verdict.error;
         throw midStreamFailure(controller.signal.reason instanceof AttemptTimeout ? "timeout" : "failure");
       }
       return settle(verdict);
     } finally {
       clearTimeout(timer);
+      clearTimeout(drainTimer);
       stop.removeEventListener("abort", onStop);
+      options.closing.removeEventListener("abort", onClosing);
       // Closes the upstream request when the consumer stopped early (or anything above threw).
       if (!done) controller.abort(new Error("generation ended"));
       release({ kind: "neutral" });

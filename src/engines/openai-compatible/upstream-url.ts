@@ -41,3 +41,19 @@ export function memberIdOf(url: string): string {
 export function serverRoot(baseUrl: string): string {
   return normalizeBaseUrl(baseUrl).replace(/\/v1$/, "");
 }
+
+/** A member as a model entry lists it: its base URL, or the URL with a name. */
+export type MemberEntry = string | { url: string; name: string };
+
+/** A listed member's base URL (as written: see `normalizeBaseUrl`). */
+export function memberUrl(member: MemberEntry): string {
+  return typeof member === "string" ? member : member.url;
+}
+
+/**
+ * A listed member's name: what labels it in `/metrics` and names it in the logs, never its URL
+ * (the URL may name private hosts): the entry's `name`, else `<model id>#<index>`.
+ */
+export function memberName(modelId: string, member: MemberEntry, index: number): string {
+  return typeof member === "string" ? `${modelId}#${index}` : member.name;
+}

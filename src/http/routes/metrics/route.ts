@@ -1,9 +1,23 @@
 import type { FastifyInstance } from "fastify";
 import type { Metrics } from "../../../metrics/metrics.ts";
+import { RouteNotFoundError } from "../../../protocol/errors.ts";
+import { carriesMetricsToken, invalidMetricsTokenError } from "./access.ts";
 
-/** `GET /metrics`: Prometheus text format. Not behind a key; keep it off public networks. */
-export function registerMetricsRoute(app: FastifyInstance, metrics: Metrics): void {
-  app.get("/metrics", async function metricsText(_request, reply) {
+export type MetricsRouteOptions = {
+  /** `--metrics-token`: when set, only requests carrying it as a bearer token are answered. */
+  token?: string;
+  /** `--metrics-listen`: served on a listener of its own; here `/metrics` is an unknown URL (not the console's page). */
+  elsewhere?: boolean;
+};
+
+/**
+ * `GET /metrics`: Prometheus text format. No API key; behind `--metrics-token` when one is set
+ * (else keep it off public networks, or serve it elsewhere with `--metrics-listen`).
+ */
+export function registerMetricsRoute(app: FastifyInstance, metrics: Metrics, options: MetricsRouteOptions = {}): void {
+  app.get("/metrics", async function metricsText(request, reply) {
+    if (options.elsewhere === true) throw new RouteNotFoundError(request.method, "/metrics");
+    if (options.token !== undefined && !carriesMetricsToken(request.headers.authorization, options.token)) throw invalidMetricsTokenError();
     void reply.header("content-type", metrics.registry.contentType);
     return metrics.registry.metrics();
   });
