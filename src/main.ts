@@ -250,6 +250,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     sessions: consoleSessions({ database, hosts }),
     hosts,
     signup: settings.signup,
+    maxKeysPerAccount: settings.max_keys_per_account,
     creditValue,
     consoleDirectory: CONSOLE_DIRECTORY,
     trustProxy: proxies.trustProxy,
