@@ -15,7 +15,7 @@ import OpenAI from "openai";
 import { openStore } from "../src/store/open.ts";
 import type { Database } from "../src/store/schema.ts";
 import { createAccount } from "../src/accounts/accounts.ts";
-import { countWorkingKeys, createApiKey, TooManyKeysError } from "../src/auth/api-keys.ts";
+import { countWorkingKeys, createApiKey, listApiKeyPage, TooManyKeysError } from "../src/auth/api-keys.ts";
 import { startTestServer, temporaryDirectory, type TestServer } from "./helpers/server.ts";
 import { ConsoleClient, writeConsoleConfig, type ApiResponse } from "./helpers/console.ts";
 import { freshPostgresSchema } from "./helpers/databases.ts";
@@ -199,6 +199,25 @@ for (const backend of ["sqlite", "postgres"] as const) {
       assertRefused(await user.get("/api/keys?after=key_nope"), 400, "invalid_cursor", "after");
       const adminKeys = await context.admin.get("/api/keys?limit=1");
       assertRefused(await user.get(`/api/keys?after=${encodeURIComponent(adminKeys.body.data[0].id)}`), 400, "invalid_cursor", "after");
+    });
+
+    it("pages keys created in the same millisecond without losing or repeating one", async () => {
+      const { database } = context;
+      const account = await createAccount(database, { email: "same-time@example.com", password: "correct horse battery" });
+      const now = Date.now();
+      const made = new Set<string>();
+      for (let index = 0; index < 7; index++) made.add((await createApiKey(database, { accountId: account.id, now })).id);
+      const paged: string[] = [];
+      let cursor: string | undefined;
+      for (let pages = 0; pages < 10; pages++) {
+        const page = await listApiKeyPage(database, { accountId: account.id, limit: 2, after: cursor });
+        paged.push(...page.data.map((key) => key.id));
+        if (!page.hasMore) break;
+        cursor = paged.at(-1);
+      }
+      // Every key once (ties are ordered by id in the database's own collation, so no order is asserted here).
+      assert.equal(paged.length, made.size);
+      assert.deepEqual([...paged].sort(), [...made].sort());
     });
 
     it("pages GET /api/admin/keys over every account, with each key's owner", async () => {
