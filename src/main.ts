@@ -259,6 +259,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     sessions: consoleSessions({ database, hosts }),
     hosts,
     signup: settings.signup,
+    maxKeysPerAccount: settings.max_keys_per_account,
     creditValue,
     imageUrls: new ImageUrlGuard({
       policy: settings.image_urls,

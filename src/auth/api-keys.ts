@@ -7,6 +7,9 @@
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import { sql, type Kysely } from "kysely";
 import type { Database } from "../store/schema.ts";
+import { dialectOf } from "../store/dialect.ts";
+import { pastCursor } from "../store/keyset.ts";
+import { ApiError } from "../protocol/errors.ts";
 import { checkChildWithinParent, KeyLooserThanParentError, toKeyScope, type KeyScope } from "./key-scopes.ts";
 
 export const KEY_PREFIX = "tp-";
@@ -101,8 +104,22 @@ export type CreateKeyOptions = {
    * created never spend more than the parent's cap allowed.
    */
   parent?: ApiKeyRecord;
+  /**
+   * The most working keys (neither revoked nor expired) the account may hold, this one included:
+   * at the cap, `TooManyKeysError`. Counted under the account's lock, in the insert's transaction,
+   * so two keys created at once cannot both take the last place. Undefined (the CLI): no cap.
+   * Operator keys (no account) are never capped.
+   */
+  maxKeysPerAccount?: number;
   now?: number;
 };
+
+/** 409: the account holds as many working keys as `--max-keys-per-account` allows. */
+export class TooManyKeysError extends ApiError {
+  constructor(max: number) {
+    super(`This account has ${max} working API keys, the most it may hold. Revoke keys it no longer needs, then create this one.`, "too_many_keys");
+  }
+}
 
 /** Creates a key and returns it with its record. The caller shows `key` once. */
 export async function createApiKey(database: Kysely<Database>, options: CreateKeyOptions = {}): Promise<CreatedApiKey> {
@@ -132,14 +149,26 @@ export async function createApiKey(database: Kysely<Database>, options: CreateKe
     scope,
     parent_key_id: parent?.id ?? null,
   };
-  if (parent === undefined) {
+  const spendCap = options.spendCap;
+  if (parent !== undefined) {
+    checkChildWithinParent(parent, { scope, models: options.models, expires: options.expires, spendCap, rpm: options.rpm, tpm: options.tpm });
+  }
+  const capped = accountId !== null && options.maxKeysPerAccount !== undefined;
+  if (!capped && (parent === undefined || parent.spendCap === null || spendCap === undefined)) {
     await database.insertInto("api_keys").values(row).execute();
     return { ...toRecord(row), key };
   }
-  const spendCap = options.spendCap;
-  checkChildWithinParent(parent, { scope, models: options.models, expires: options.expires, spendCap, rpm: options.rpm, tpm: options.tpm });
   await database.transaction().execute(async (transaction) => {
-    if (parent.spendCap !== null && spendCap !== undefined) {
+    if (capped) {
+      // SQLite's write transactions are exclusive already; PostgreSQL locks the account's row, so
+      // a second create for the account waits here and then counts the first one's key.
+      if (dialectOf(transaction) === "postgres") {
+        await transaction.selectFrom("accounts").select("id").where("id", "=", accountId).forUpdate().executeTakeFirst();
+      }
+      const working = await countWorkingKeys(transaction, accountId, row.created_at);
+      if (working >= options.maxKeysPerAccount!) throw new TooManyKeysError(options.maxKeysPerAccount!);
+    }
+    if (parent !== undefined && parent.spendCap !== null && spendCap !== undefined) {
       // Conditional: running requests' holds count, and two keys created at once cannot both take the rest.
       const moved = await transaction
         .updateTable("api_keys")
@@ -157,6 +186,18 @@ export async function createApiKey(database: Kysely<Database>, options: CreateKe
   return { ...toRecord(row), key };
 }
 
+/** The account's keys that still work at `now`: neither revoked nor expired (what the key cap counts). */
+export async function countWorkingKeys(database: Kysely<Database>, accountId: string, now = Date.now()): Promise<number> {
+  const row = await database
+    .selectFrom("api_keys")
+    .select((expression) => expression.fn.countAll<number | string>().as("keys"))
+    .where("account_id", "=", accountId)
+    .where("revoked_at", "is", null)
+    .where((expression) => expression.or([expression("expires_at", "is", null), expression("expires_at", ">", now)]))
+    .executeTakeFirst();
+  return Number(row?.keys ?? 0);
+}
+
 /** All keys, newest first; never the keys themselves. */
 export async function listApiKeys(database: Kysely<Database>, accountId?: string | null): Promise<ApiKeyRecord[]> {
   let query = database.selectFrom("api_keys").selectAll().orderBy("created_at", "desc").orderBy("id");
@@ -164,6 +205,49 @@ export async function listApiKeys(database: Kysely<Database>, accountId?: string
     query = accountId === null ? query.where("account_id", "is", null) : query.where("account_id", "=", accountId);
   }
   return (await query.execute()).map(toRecord);
+}
+
+/** Thrown when `after` names no key of the listing it pages. */
+export class UnknownKeyCursorError extends Error {}
+
+/** A key of a listing page, with its account's email (null: an operator key). */
+export type ListedApiKey = ApiKeyRecord & { accountEmail: string | null };
+
+/**
+ * A page of keys, newest first (creation time, then id, both descending): `limit` of them, after
+ * the key `after` (the last of the previous page) when given. `accountId`: that account's keys
+ * (null: the operator's); undefined: every key. Throws `UnknownKeyCursorError` when `after` is not
+ * a key of the listing (another account's key included).
+ */
+export async function listApiKeyPage(
+  database: Kysely<Database>,
+  options: { accountId?: string | null; limit: number; after?: string },
+): Promise<{ data: ListedApiKey[]; hasMore: boolean }> {
+  const { accountId } = options;
+  let cursor: { created_at: number; id: string } | undefined;
+  if (options.after !== undefined) {
+    const found = await database
+      .selectFrom("api_keys")
+      .select(["id", "created_at", "account_id"])
+      .where("id", "=", options.after)
+      .executeTakeFirst();
+    if (found === undefined || (accountId !== undefined && found.account_id !== accountId)) throw new UnknownKeyCursorError(options.after);
+    cursor = { created_at: Number(found.created_at), id: found.id };
+  }
+  const rows = await database
+    .selectFrom("api_keys")
+    .leftJoin("accounts", "accounts.id", "api_keys.account_id")
+    .selectAll("api_keys")
+    .select("accounts.email as account_email")
+    .$if(accountId === null, (query) => query.where("api_keys.account_id", "is", null))
+    .$if(typeof accountId === "string", (query) => query.where("api_keys.account_id", "=", accountId!))
+    .$if(cursor !== undefined, (query) => query.where(pastCursor("api_keys.created_at", "api_keys.id", "<", cursor!)))
+    .orderBy("api_keys.created_at", "desc")
+    .orderBy("api_keys.id", "desc")
+    .limit(options.limit + 1)
+    .execute();
+  const data = rows.slice(0, options.limit).map(({ account_email: email, ...row }) => ({ ...toRecord(row), accountEmail: email ?? null }));
+  return { data, hasMore: rows.length > options.limit };
 }
 
 /** One key by id, or undefined. */
@@ -174,6 +258,25 @@ export async function findApiKey(database: Kysely<Database>, id: string): Promis
 
 /** How deep a chain of keys creating keys is followed; deeper chains are refused. */
 const MAX_KEY_CHAIN = 32;
+
+/**
+ * True when `keyId` is `ancestorId` itself or a key created from it (its child, their child...,
+ * up to `MAX_KEY_CHAIN` levels): the keys a key of scope below 'admin' may revoke.
+ */
+export async function isSelfOrDescendant(database: Kysely<Database>, keyId: string, ancestorId: string): Promise<boolean> {
+  if (keyId === ancestorId) return true;
+  const result = await sql<{ id: string }>`
+    with recursive ancestors (id, parent_key_id, depth) as (
+      select id, parent_key_id, 1 from api_keys where id = ${keyId}
+      union all
+      select parent.id, parent.parent_key_id, ancestors.depth + 1
+      from api_keys parent join ancestors on parent.id = ancestors.parent_key_id
+      where ancestors.depth < ${MAX_KEY_CHAIN}
+    )
+    select id from ancestors where id = ${ancestorId}
+  `.execute(database);
+  return result.rows.length > 0;
+}
 
 /**
  * Revokes a key and every key created from it (children, their children...); returns false when

@@ -7,7 +7,8 @@
  * - `admin`:     also the admin routes; only an admin (or the operator) may create one.
  *
  * A key used on `/api` to create a key is the child's parent: the child's scope, models, expiry,
- * rpm, tpm and spend cap must all be within the parent's (`checkChildWithinParent`).
+ * rpm, tpm and spend cap must all be within the parent's (`checkChildWithinParent`). A key below
+ * 'admin' revokes only itself and the keys created from it (`isSelfOrDescendant` in `api-keys.ts`).
  */
 import { ApiError } from "../protocol/errors.ts";
 import { KEY_SCOPES } from "../protocol/account-api-requests.ts";

@@ -237,6 +237,14 @@ export const serveOptions = {
     default: "open",
     description: "open: anyone may sign up in the console; closed: accounts are made by admins or the CLI (and the first admin with the setup code)",
   }),
+  max_keys_per_account: option({
+    flag: "--max-keys-per-account <n>",
+    env: "TURNPIKE_MAX_KEYS_PER_ACCOUNT",
+    kind: "integer",
+    schema: z.number().int().min(1).max(1_000_000),
+    default: 500,
+    description: "working keys (neither revoked nor expired) an account may hold; creating one more over /api is refused (409 too_many_keys). The CLI is not capped",
+  }),
   database_timeout: option({
     flag: "--database-timeout <seconds>",
     env: "TURNPIKE_DATABASE_TIMEOUT",

@@ -87,6 +87,8 @@ export type AppOptions = {
   hosts?: HostPolicy;
   /** `--signup` (default open). */
   signup?: "open" | "closed";
+  /** `--max-keys-per-account`: working keys an account may hold; absent: no cap. */
+  maxKeysPerAccount?: number;
   /** What a credit is worth (`--credit-value`): prices and costs shown in money too; absent: credits only. */
   creditValue?: CreditValue | null;
   /** Which image URLs may go to vision upstreams (`--image-urls`); public https only when absent. */
@@ -239,7 +241,7 @@ export function buildApp(options: AppOptions): App {
     signup: options.signup ?? "open",
   });
   registerAccountRoute(server, { database: options.database, authenticate: authenticateAccount });
-  registerKeysRoutes(server, { database: options.database, catalog: options.catalog, authenticate: authenticateAccount });
+  registerKeysRoutes(server, { database: options.database, catalog: options.catalog, authenticate: authenticateAccount, maxKeysPerAccount: options.maxKeysPerAccount });
   registerApiModelsRoute(server, { catalog: options.catalog, authenticate: authenticateAccount });
   registerAdminAccountsRoutes(server, { database: options.database, plans: options.plans, authenticate: authenticateAccount });
   if (options.consoleDirectory !== undefined) registerConsoleRoutes(server, { directory: options.consoleDirectory });

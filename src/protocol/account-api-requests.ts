@@ -107,6 +107,13 @@ export const usageExportQuerySchema = z.object({
 /** The longest range one usage export may cover, in days. */
 export const MAX_EXPORT_DAYS = 366;
 
+/** `GET /api/keys` and `GET /api/admin/keys`: the keys newest first, paged with `after` (the id of the last key of the previous page). */
+export const keyListQuerySchema = z.object({
+  limit: pageLimitSchema(200, 50),
+  /** The id of the last key of the previous page: the page starts after it. */
+  after: z.string().min(1).max(100).optional(),
+});
+
 /** `GET /api/billing/history`: the account's ledger entries newest first, paged with `before` (the id of the last entry of the previous page). */
 export const billingHistoryQuerySchema = z.object({
   limit: pageLimitSchema(100, 20),

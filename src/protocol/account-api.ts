@@ -20,6 +20,14 @@ export function listSchemaOf<Item extends z.ZodType>(item: Item) {
   return z.object({ object: z.literal("list"), data: z.array(item) });
 }
 
+/** `{object: "list", data, has_more}` of `item`: a page of a list, the next one asked for with a cursor. */
+export function pageSchemaOf<Item extends z.ZodType>(item: Item) {
+  return z.object({ object: z.literal("list"), data: z.array(item), has_more: z.boolean() });
+}
+
+/** A page of a list (`pageSchemaOf`). */
+export type PageOf<T> = { object: "list"; data: T[]; has_more: boolean };
+
 export const roleSchema = z.enum(["admin", "user"]);
 
 /** `POST /api/auth/signin|signup`, `GET /api/auth/session`. */

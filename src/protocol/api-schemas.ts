@@ -22,6 +22,7 @@ import {
   createdCodeSchema,
   grantedAccountSchema,
   listSchemaOf,
+  pageSchemaOf,
   planListingSchema,
   planObjectSchema,
   recentRequestsResponseSchema,
@@ -46,8 +47,8 @@ import {
 } from "./account-api-requests.ts";
 
 /** The list wrappers (`{object: "list", data}`) the operations answer, one object each so the document names them once. */
-export const apiKeyListSchema = listSchemaOf(apiKeyObjectSchema);
-export const adminApiKeyListSchema = listSchemaOf(adminApiKeyObjectSchema);
+export const apiKeyListSchema = pageSchemaOf(apiKeyObjectSchema);
+export const adminApiKeyListSchema = pageSchemaOf(adminApiKeyObjectSchema);
 export const planListSchema = listSchemaOf(planListingSchema);
 export const adminPlanListSchema = listSchemaOf(adminPlanSchema);
 export const adminAccountListSchema = listSchemaOf(adminAccountSchema);

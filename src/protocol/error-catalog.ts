@@ -45,7 +45,7 @@ export const ERROR_CATALOG = {
   invalid_signature: { status: 400, type: "invalid_request_error", meaning: "a Stripe webhook's `Stripe-Signature` is missing, forged or too old" },
   invalid_event: { status: 400, type: "invalid_request_error", meaning: "a Stripe webhook body that is not a Stripe event" },
   range_too_long: { status: 400, type: "invalid_request_error", meaning: "a usage export spans more than 366 days: export a longer period in parts" },
-  invalid_cursor: { status: 400, type: "invalid_request_error", meaning: "a `before` cursor of the billing history that is not an entry of this account's history" },
+  invalid_cursor: { status: 400, type: "invalid_request_error", meaning: "a paging cursor that names nothing in the list: the billing history's `before` (an entry of this account's history), the key lists' `after` (a key in that list)" },
   malformed_request: { status: 400, type: "invalid_request_error", meaning: "the request is not valid HTTP (answered before any route runs, then the connection closes)" },
   // 401
   invalid_api_key: { status: 401, type: "invalid_request_error", meaning: "no key, an unknown key, a revoked or expired one, or one created by a key that was revoked or has expired (the key is never echoed or logged)" },
@@ -59,6 +59,7 @@ export const ERROR_CATALOG = {
   admin_required: { status: 403, type: "permission_error", meaning: "a user (not an admin) called an admin route" },
   admin_scope_required: { status: 403, type: "permission_error", meaning: "an admin's key without scope `admin` called an admin route" },
   key_looser_than_parent: { status: 403, type: "permission_error", meaning: "a key tried to create a key looser than itself (`param` names the field)" },
+  key_not_descendant: { status: 403, type: "permission_error", meaning: "a key without scope `admin` tried to revoke a key that is neither itself nor one created from it; manage other keys from the console or with an `admin` key" },
   csrf_failed: { status: 403, type: "permission_error", meaning: "a state-changing session call from another origin or without the session's `x-csrf-token`" },
   signup_closed: { status: 403, type: "permission_error", meaning: "sign-up is closed on this server (`--signup closed`)" },
   invalid_setup_code: { status: 403, type: "permission_error", meaning: "the setup code for the first admin is wrong or spent" },
@@ -75,6 +76,7 @@ export const ERROR_CATALOG = {
   account_exists: { status: 409, type: "invalid_request_error", meaning: "sign-up with an email that has an account already" },
   plan_exists: { status: 409, type: "invalid_request_error", meaning: "creating a plan whose id is taken" },
   code_already_redeemed: { status: 409, type: "invalid_request_error", meaning: "the redemption code was used already" },
+  too_many_keys: { status: 409, type: "invalid_request_error", meaning: "the account holds as many working keys (neither revoked nor expired) as `--max-keys-per-account` allows: revoke some first" },
   balance_limit_exceeded: { status: 409, type: "invalid_request_error", meaning: "a grant would take the account past the most it may hold (10^15 credit units); refused whole" },
   // 413, 415, 421
   request_too_large: { status: 413, type: "invalid_request_error", meaning: "the body is over `--body-limit` (`/api/auth/*`: over 16 KiB; the rest of `/api`: over 256 KiB)" },

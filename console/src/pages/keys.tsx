@@ -1,15 +1,81 @@
-/** API Keys: the account's keys, "Create Key" (shown once), revoke with confirmation. */
-import { useState } from "react";
-import { api, post, type ApiKey, type CreatedKey, type List, type Model } from "../api.ts";
-import type { KeyScope } from "../../../src/protocol/account-api.ts";
+/** API Keys: the account's keys, a page at a time ("Load more"), "Create Key" (shown once), revoke with confirmation. */
+import { useCallback, useEffect, useRef, useState } from "react";
+import { api, ApiError, get, post, type ApiKey, type CreatedKey, type List, type Model } from "../api.ts";
+import type { KeyScope, PageOf } from "../../../src/protocol/account-api.ts";
 import { useSignedIn } from "../session.tsx";
 import { formatCredits, formatDate, formatRelative } from "../format.ts";
 import { BalanceBanner } from "../components/balance-banner.tsx";
 import { DataTable, type Column } from "../components/data-table.tsx";
 import { Badge, ConfirmDialog, CopyButton, Dialog, EmptyState, ErrorState, Field, Loading, Notice, PageHeader, useApi } from "../components/ui.tsx";
 
+/** Keys a page holds; the server allows up to 200. */
+export const KEY_PAGE_SIZE = 50;
+
+/**
+ * A key listing (`/api/keys` or `/api/admin/keys`), newest first, a page at a time: `loadMore`
+ * asks for the page after the last key shown; `reload` loads afresh as many keys as are shown
+ * (at most 200), so a revoke does not fold the list back to its first page.
+ */
+export function usePagedKeys(path: string) {
+  const [keys, setKeys] = useState<ApiKey[]>();
+  const [hasMore, setHasMore] = useState(false);
+  const [loading, setLoading] = useState(false);
+  const [error, setError] = useState<ApiError>();
+  const shown = useRef(0);
+  // Only the newest request's answer is kept (a reload while a page is loading wins).
+  const latest = useRef(0);
+
+  const load = useCallback(
+    async (after: string | undefined, limit: number) => {
+      const ticket = ++latest.current;
+      setLoading(true);
+      setError(undefined);
+      try {
+        const page = await get<PageOf<ApiKey>>(`${path}?limit=${limit}${after === undefined ? "" : `&after=${encodeURIComponent(after)}`}`);
+        if (ticket !== latest.current) return;
+        setKeys((previous) => {
+          const next = after === undefined ? page.data : [...(previous ?? []), ...page.data];
+          shown.current = next.length;
+          return next;
+        });
+        setHasMore(page.has_more);
+      } catch (failure) {
+        if (ticket === latest.current) setError(failure instanceof ApiError ? failure : new ApiError(String(failure), 0, "error"));
+      } finally {
+        if (ticket === latest.current) setLoading(false);
+      }
+    },
+    [path],
+  );
+
+  useEffect(() => {
+    void load(undefined, KEY_PAGE_SIZE);
+  }, [load]);
+
+  return {
+    keys,
+    hasMore,
+    loading,
+    error,
+    loadMore: () => void load(keys?.at(-1)?.id, KEY_PAGE_SIZE),
+    reload: () => void load(undefined, Math.min(200, Math.max(KEY_PAGE_SIZE, shown.current))),
+  };
+}
+
+/** "Load more" under a key table, while the server has more. */
+export function LoadMoreKeys({ keys }: { keys: ReturnType<typeof usePagedKeys> }) {
+  if (!keys.hasMore) return null;
+  return (
+    <div className="load-more">
+      <button type="button" className="button small" disabled={keys.loading} onClick={keys.loadMore}>
+        {keys.loading ? "Loading…" : "Load more"}
+      </button>
+    </div>
+  );
+}
+
 export function KeysPage() {
-  const keys = useApi<List<ApiKey>>("/api/keys");
+  const keys = usePagedKeys("/api/keys");
   const [creating, setCreating] = useState(false);
   const [revoking, setRevoking] = useState<ApiKey>();
   const createButton = (
@@ -27,13 +93,14 @@ export function KeysPage() {
       />
       <BalanceBanner />
       {keys.error && <ErrorState error={keys.error} retry={keys.reload} />}
-      {!keys.data && keys.loading && <Loading />}
-      {keys.data && keys.data.data.length === 0 && (
+      {!keys.keys && keys.loading && <Loading />}
+      {keys.keys && keys.keys.length === 0 && (
         <EmptyState title="No API keys yet" action={createButton}>
           Create a key to call the API from your code.
         </EmptyState>
       )}
-      {keys.data && keys.data.data.length > 0 && <KeysTable keys={keys.data.data} onRevoke={setRevoking} />}
+      {keys.keys && keys.keys.length > 0 && <KeysTable keys={keys.keys} onRevoke={setRevoking} />}
+      <LoadMoreKeys keys={keys} />
       {creating && <CreateKeyDialog onClose={() => setCreating(false)} onCreated={keys.reload} />}
       {revoking && (
         <ConfirmDialog

@@ -1,21 +1,23 @@
-/** Admin › Keys (every account's keys, revoke any) and Models (status of each). */
+/** Admin › Keys (every account's keys, a page at a time; revoke any) and Models (status of each). */
 import { useState } from "react";
 import { api, type ApiKey, type List, type Model } from "../../api.ts";
 import { formatNumber } from "../../format.ts";
 import { DataTable } from "../../components/data-table.tsx";
 import { ConfirmDialog, EmptyState, ErrorState, Loading, useApi } from "../../components/ui.tsx";
-import { KeysTable } from "../keys.tsx";
+import { KeysTable, LoadMoreKeys, usePagedKeys } from "../keys.tsx";
 import { statusBadge } from "../models.tsx";
 
 export function AllKeysSection() {
-  const keys = useApi<List<ApiKey>>("/api/admin/keys");
+  const keys = usePagedKeys("/api/admin/keys");
   const [revoking, setRevoking] = useState<ApiKey>();
-  if (keys.error) return <ErrorState error={keys.error} retry={keys.reload} />;
-  if (!keys.data) return <Loading />;
-  if (keys.data.data.length === 0) return <EmptyState title="No keys yet" />;
+  if (keys.error && !keys.keys) return <ErrorState error={keys.error} retry={keys.reload} />;
+  if (!keys.keys) return <Loading />;
+  if (keys.keys.length === 0) return <EmptyState title="No keys yet" />;
   return (
     <>
-      <KeysTable keys={keys.data.data} onRevoke={setRevoking} showOwner />
+      <KeysTable keys={keys.keys} onRevoke={setRevoking} showOwner />
+      {keys.error && <ErrorState error={keys.error} retry={keys.reload} />}
+      <LoadMoreKeys keys={keys} />
       {revoking && (
         <ConfirmDialog
           title="Revoke key"

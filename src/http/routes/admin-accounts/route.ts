@@ -5,8 +5,9 @@
  * - `POST /api/admin/accounts/:id/grant` `{plan}`: grants a plan (offline sales).
  * - `POST /api/admin/accounts/:id/disable`, `.../enable`: a disabled account cannot sign in,
  *   its sessions end, and its keys stop working on `/v1` (403 `account_disabled`).
- * - `GET /api/admin/keys`: every key with its owner's email; `DELETE /api/admin/keys/:id` revokes any
- *   (and the keys it created).
+ * - `GET /api/admin/keys?limit&after`: every key with its owner's email, newest first, a page at a
+ *   time (`has_more`; the next page is `after=<the last key's id>`); `DELETE /api/admin/keys/:id`
+ *   revokes any (and the keys it created).
  */
 import type { FastifyInstance, FastifyRequest, preHandlerHookHandler } from "fastify";
 import type { Kysely } from "kysely";
@@ -14,7 +15,7 @@ import type { Database } from "../../../store/schema.ts";
 import type { Plan } from "../../../billing/plans.ts";
 import { findAccountById, listAccounts } from "../../../accounts/accounts.ts";
 import { describeAccount, type AccountDescription } from "../../../accounts/describe-account.ts";
-import { findApiKey, listApiKeys, revokeApiKey } from "../../../auth/api-keys.ts";
+import { findApiKey, revokeApiKey } from "../../../auth/api-keys.ts";
 import { deleteAccountSessions } from "../../../auth/sessions.ts";
 import { grantPlan } from "../../../billing/grant-plan.ts";
 import { newId } from "../../../store/ids.ts";
@@ -22,8 +23,8 @@ import { ApiError, InvalidRequestError } from "../../../protocol/errors.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
 import { grantPlanRequestSchema } from "../../../protocol/account-api-requests.ts";
 import { requireAdmin } from "../../middleware/account-auth/account-auth.ts";
-import { KeyNotFoundError, toApiKeyObject } from "../keys/route.ts";
-import type { AdminAccount, AdminApiKeyObject, ApiKeyObject, GrantedAccount, ListOf } from "../../../protocol/account-api.ts";
+import { KeyNotFoundError, keyListPage, toApiKeyObject } from "../keys/route.ts";
+import type { AdminAccount, AdminApiKeyObject, ApiKeyObject, GrantedAccount, ListOf, PageOf } from "../../../protocol/account-api.ts";
 
 export type AdminAccountsRoutesOptions = {
   database: Kysely<Database>;
@@ -110,10 +111,9 @@ export function registerAdminAccountsRoutes(app: FastifyInstance, options: Admin
     });
   }
 
-  app.get("/api/admin/keys", adminOnly, async function listAllKeys(): Promise<ListOf<AdminApiKeyObject>> {
-    const emails = new Map((await listAccounts(database)).map((account) => [account.id, account.email]));
-    const keys = await listApiKeys(database);
-    return { object: "list", data: keys.map((key) => ({ ...toApiKeyObject(key), account_email: key.accountId === null ? null : (emails.get(key.accountId) ?? null) })) };
+  app.get("/api/admin/keys", adminOnly, async function listAllKeys(request): Promise<PageOf<AdminApiKeyObject>> {
+    const page = await keyListPage(database, request.query, undefined);
+    return { object: "list", data: page.data.map((key) => ({ ...toApiKeyObject(key), account_email: key.accountEmail })), has_more: page.hasMore };
   });
 
   app.delete("/api/admin/keys/:id", adminOnly, async function revokeAnyKey(request): Promise<ApiKeyObject> {

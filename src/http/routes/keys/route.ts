@@ -1,24 +1,28 @@
 /**
  * The caller's own API keys (console session or key):
- * - `GET /api/keys`: the account's keys, newest first; never the keys themselves.
+ * - `GET /api/keys?limit&after`: the account's keys, newest first, a page at a time (`has_more`;
+ *   the next page is `after=<the last key's id>`); never the keys themselves.
  * - `POST /api/keys` `{name, scope?, expires_at?, models?, spend_cap?, rpm?, tpm?}`: creates one
  *   and answers it with `key`, shown this once. `scope` defaults to 'account'; 'admin' only for
  *   admins. Created with a key, the new key is that key's child: no looser than it (403
- *   `key_looser_than_parent`), and working only while the parent does.
+ *   `key_looser_than_parent`), and working only while the parent does. An account holds at most
+ *   `--max-keys-per-account` working keys (409 `too_many_keys`).
  * - `DELETE /api/keys/:id`: revokes one of the account's keys (and the keys it created); another
- *   account's is a 404.
+ *   account's is a 404. A key below scope 'admin' may revoke only itself and the keys created from
+ *   it (403 `key_not_descendant`): its parent and siblings are managed from a console session or
+ *   with an 'admin' key.
  * The operator (an operator key) manages the operator's keys.
  */
 import type { FastifyInstance, preHandlerHookHandler } from "fastify";
 import type { Kysely } from "kysely";
 import type { Database } from "../../../store/schema.ts";
 import type { Catalog } from "../../../catalog/catalog.ts";
-import { createApiKey, findApiKey, listApiKeys, revokeApiKey, type ApiKeyRecord } from "../../../auth/api-keys.ts";
+import { createApiKey, findApiKey, isSelfOrDescendant, listApiKeyPage, revokeApiKey, UnknownKeyCursorError, type ApiKeyRecord, type ListedApiKey } from "../../../auth/api-keys.ts";
 import { ApiError, InvalidRequestError } from "../../../protocol/errors.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
-import { createKeyRequestSchema } from "../../../protocol/account-api-requests.ts";
+import { createKeyRequestSchema, keyListQuerySchema } from "../../../protocol/account-api-requests.ts";
 import { AdminRequiredError, principalOf } from "../../middleware/account-auth/account-auth.ts";
-import type { ApiKeyObject, CreatedApiKeyObject, ListOf } from "../../../protocol/account-api.ts";
+import type { ApiKeyObject, CreatedApiKeyObject, PageOf } from "../../../protocol/account-api.ts";
 
 export type { ApiKeyObject };
 
@@ -54,10 +58,37 @@ export class KeyNotFoundError extends ApiError {
   }
 }
 
+/** 403: a key below scope 'admin' tried to revoke a key that is neither itself nor created from it. */
+export class KeyNotDescendantError extends ApiError {
+  constructor(id: string) {
+    super(
+      `This key may revoke only itself and the keys created from it; '${id.slice(0, 64)}' is neither. Revoke it from the console, or with a key of scope 'admin'.`,
+      "key_not_descendant",
+      { param: "id" },
+    );
+  }
+}
+
+/**
+ * A page of a key listing (`GET /api/keys`, `GET /api/admin/keys`); an `after` that is not a key
+ * of the listing is a 400 `invalid_cursor`.
+ */
+export async function keyListPage(database: Kysely<Database>, query: unknown, accountId: string | null | undefined): Promise<{ data: ListedApiKey[]; hasMore: boolean }> {
+  const { limit, after } = parseWithSchema(keyListQuerySchema, query ?? {});
+  try {
+    return await listApiKeyPage(database, { accountId, limit, after });
+  } catch (error) {
+    if (error instanceof UnknownKeyCursorError) throw new InvalidRequestError(`'after' must be the id of a key in this list; '${error.message.slice(0, 64)}' is not.`, "after", "invalid_cursor");
+    throw error;
+  }
+}
+
 export type KeysRoutesOptions = {
   database: Kysely<Database>;
   catalog: Catalog;
   authenticate: preHandlerHookHandler;
+  /** The most working keys an account may hold (`--max-keys-per-account`); undefined: no cap. */
+  maxKeysPerAccount?: number;
 };
 
 /** Refuses model ids the catalog does not serve, naming the first. */
@@ -71,9 +102,10 @@ export function checkModels(catalog: Catalog, models: string[] | null | undefine
 export function registerKeysRoutes(app: FastifyInstance, options: KeysRoutesOptions): void {
   const { database } = options;
 
-  app.get("/api/keys", { preHandler: options.authenticate }, async function listOwnKeys(request): Promise<ListOf<ApiKeyObject>> {
+  app.get("/api/keys", { preHandler: options.authenticate }, async function listOwnKeys(request): Promise<PageOf<ApiKeyObject>> {
     const { accountId } = principalOf(request);
-    return { object: "list", data: (await listApiKeys(database, accountId)).map((key) => toApiKeyObject(key)) };
+    const page = await keyListPage(database, request.query, accountId);
+    return { object: "list", data: page.data.map((key) => toApiKeyObject(key)), has_more: page.hasMore };
   });
 
   app.post("/api/keys", { preHandler: options.authenticate }, async function createOwnKey(request, reply): Promise<CreatedApiKeyObject> {
@@ -97,6 +129,7 @@ export function registerKeysRoutes(app: FastifyInstance, options: KeysRoutesOpti
       spendCap: body.spend_cap ?? undefined,
       rpm: body.rpm ?? undefined,
       tpm: body.tpm ?? undefined,
+      maxKeysPerAccount: options.maxKeysPerAccount,
       now,
     });
     request.log.info({ key_id: created.id, account_id: accountId, scope, parent_key_id: created.parentKeyId }, "api key created");
@@ -105,11 +138,16 @@ export function registerKeysRoutes(app: FastifyInstance, options: KeysRoutesOpti
   });
 
   app.delete("/api/keys/:id", { preHandler: options.authenticate }, async function revokeOwnKey(request): Promise<ApiKeyObject> {
-    const { accountId } = principalOf(request);
+    const { accountId, via } = principalOf(request);
     const { id } = request.params as { id: string };
     const key = await findApiKey(database, id);
     // Another account's key answers as if it did not exist.
     if (key === undefined || key.accountId !== accountId) throw new KeyNotFoundError(id);
+    // A key below 'admin' manages its own line only: a restricted child must not revoke its parent.
+    if (via === "key" && request.apiKey?.scope !== "admin") {
+      const caller = request.apiKey;
+      if (caller == null || !(await isSelfOrDescendant(database, id, caller.id))) throw new KeyNotDescendantError(id);
+    }
     await revokeApiKey(database, id);
     request.log.info({ key_id: id, account_id: accountId }, "api key revoked");
     return toApiKeyObject((await findApiKey(database, id))!);
