@@ -9,7 +9,8 @@ import { openTestDatabase, type TestDatabase } from "../../../test/helpers/datab
 import { checkLedger } from "../ledger.ts";
 import type { Plan } from "../plans.ts";
 import { startFakeStripeApi, type FakeStripeApi } from "./fake-stripe-api.ts";
-import { grantCheckoutPurchase, recordCheckoutSession, type PurchaseOutcome } from "./purchases.ts";
+import { expireCheckoutSession, findOpenCheckoutSession, grantCheckoutPurchase, recordCheckoutSession, type PurchaseOutcome } from "./purchases.ts";
+import { reverseCheckoutPurchase } from "./reversals.ts";
 import { registerStripeRoutes } from "./route.ts";
 import { createStripeClient } from "./stripe-client.ts";
 import { checkoutEvent, nowSeconds } from "./test-events.ts";
@@ -64,7 +65,10 @@ async function buildTestApp(settings: {
     },
     accountIdOf: (request) => String(request.headers["x-test-account"] ?? buyer),
     recordCheckoutSession: (session) => recordCheckoutSession(store.database, session),
+    findOpenCheckoutSession: (input) => findOpenCheckoutSession(store.database, input),
     grantPurchase: settings.grantPurchase ?? ledger.grantPurchase,
+    reversePurchase: (reversal) => reverseCheckoutPurchase(store.database, reversal),
+    expireCheckoutSession: (sessionId) => expireCheckoutSession(store.database, sessionId),
     publicUrl: "https://ai.example.com/",
   });
   await app.ready();
@@ -207,16 +211,18 @@ test("checkout that Stripe refuses is a 502, logged without the key", async () =
 test("a correctly signed paid checkout is granted to its account and plan", async () => {
   await recordedSession("cs_test_7", "starter");
   const before = await balanceOf(buyer);
-  const payload = JSON.stringify(checkoutEvent({ id: "evt_grant_1", accountId: buyer, planId: "starter", sessionId: "cs_test_7" }));
+  const payload = JSON.stringify(checkoutEvent({ id: "evt_grant_1", accountId: buyer, planId: "starter", sessionId: "cs_test_7", paymentIntent: "pi_test_7" }));
   const response = await deliver(configured.app, payload, sign(payload));
   assert.equal(response.statusCode, 200);
   assert.deepEqual(response.json(), { received: true, granted: true });
   const call = configured.ledger.calls.find((purchase) => purchase.eventId === "evt_grant_1") ?? assert.fail("grantPurchase was not called");
-  assert.deepEqual(call, { eventId: "evt_grant_1", accountId: buyer, planId: "starter", sessionId: "cs_test_7", amountTotal: 500, currency: "usd" });
+  assert.deepEqual(call, { eventId: "evt_grant_1", accountId: buyer, planId: "starter", sessionId: "cs_test_7", amountTotal: 500, currency: "usd", paymentIntentId: "pi_test_7" });
   assert.equal(await balanceOf(buyer), before + 1000);
   const session = await store.database.selectFrom("checkout_sessions").selectAll().where("id", "=", "cs_test_7").executeTakeFirstOrThrow();
   assert.equal(session.status, "granted");
   assert.equal(session.event_id, "evt_grant_1");
+  // What refunds and disputes will name.
+  assert.equal(session.payment_intent, "pi_test_7");
 });
 
 test("a session started through checkout is granted when its paid event arrives", async () => {

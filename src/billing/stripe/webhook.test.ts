@@ -77,6 +77,7 @@ test("reads a paid completed checkout as a purchase", () => {
     sessionId: "cs_test_9",
     amountTotal: 1500,
     currency: "eur",
+    paymentIntentId: null,
   });
 });
 
