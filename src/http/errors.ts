@@ -8,7 +8,7 @@ import type { Duplex } from "node:stream";
 import type { FastifyError, FastifyReply, FastifyRequest } from "fastify";
 import { ApiError, DatabaseUnavailableError, InternalServerError, InvalidRequestError, type ErrorBody } from "../protocol/errors.ts";
 import { ERROR_CATALOG, type ErrorCode } from "../protocol/error-catalog.ts";
-import { isDatabaseFailure } from "../store/errors.ts";
+import { isDatabaseFailure, isStoreError } from "../store/errors.ts";
 import { SECURITY_HEADERS } from "./middleware/security-headers/security-headers.ts";
 
 /** Fastify error codes whose messages are safe and useful to the client. */
@@ -84,12 +84,14 @@ export function errorBody(error: unknown): ErrorBody {
 }
 
 /**
- * True when the request's client went away before its body had arrived: reading the body failed
- * because the connection closed (Node's "aborted", ECONNRESET) and the request stream is gone.
+ * True when the request's client went away before its body had arrived: a socket error that is
+ * not the store's (Node's "aborted", ECONNRESET, from reading the body), on a request stream that
+ * ended without its end.
  */
 function isClientAbort(error: unknown, request: FastifyRequest): boolean {
   const code = (error as { code?: unknown } | null)?.code;
-  return (code === "ECONNRESET" || code === "ECONNABORTED" || code === "ERR_STREAM_PREMATURE_CLOSE") && request.raw.destroyed;
+  if (code !== "ECONNRESET" && code !== "ECONNABORTED" && code !== "ERR_STREAM_PREMATURE_CLOSE") return false;
+  return !isStoreError(error) && request.raw.readableAborted;
 }
 
 /** Fastify's error handler: one place maps errors to responses. */
