@@ -11,7 +11,9 @@ import type { Plan } from "../plans.ts";
 import { startFakeStripeApi, type FakeStripeApi } from "./fake-stripe-api.ts";
 import { expireCheckoutSession, findOpenCheckoutSession, grantCheckoutPurchase, recordCheckoutSession, type PurchaseOutcome } from "./purchases.ts";
 import { reverseCheckoutPurchase } from "./reversals.ts";
-import { registerStripeRoutes } from "./route.ts";
+import { CHECKOUT_LIMITS, registerStripeRoutes, type StripeRoutesOptions } from "./route.ts";
+import { RedisSignInThrottle } from "../../auth/redis-sign-in-throttle.ts";
+import type { SignInThrottle } from "../../auth/sign-in-throttle.ts";
 import { createStripeClient } from "./stripe-client.ts";
 import { checkoutEvent, nowSeconds } from "./test-events.ts";
 import type { StripePurchase } from "./webhook.ts";
@@ -48,6 +50,9 @@ async function buildTestApp(settings: {
   stripe: Stripe | null;
   webhookSecret: string | undefined;
   grantPurchase?: (purchase: StripePurchase) => Promise<PurchaseOutcome>;
+  checkoutThrottle?: SignInThrottle;
+  /** Default: the store's open sessions. */
+  findOpenCheckoutSession?: StripeRoutesOptions["findOpenCheckoutSession"];
 }): Promise<Harness> {
   const app = Fastify({ logger: { level: "trace", stream: { write: (line: string) => void logLines.push(line) } } });
   app.setErrorHandler(handleError);
@@ -65,7 +70,8 @@ async function buildTestApp(settings: {
     },
     accountIdOf: (request) => String(request.headers["x-test-account"] ?? buyer),
     recordCheckoutSession: (session) => recordCheckoutSession(store.database, session),
-    findOpenCheckoutSession: (input) => findOpenCheckoutSession(store.database, input),
+    findOpenCheckoutSession: settings.findOpenCheckoutSession ?? ((input) => findOpenCheckoutSession(store.database, input)),
+    checkoutThrottle: settings.checkoutThrottle,
     grantPurchase: settings.grantPurchase ?? ledger.grantPurchase,
     reversePurchase: (reversal) => reverseCheckoutPurchase(store.database, reversal),
     expireCheckoutSession: (sessionId) => expireCheckoutSession(store.database, sessionId),
@@ -162,6 +168,35 @@ test("checkout starts a Stripe session for the plan and the caller's account", a
     { account: recorded.account_id, plan: recorded.plan_id, amount: Number(recorded.amount), currency: recorded.currency, credit: Number(recorded.credit), days: recorded.days, status: recorded.status },
     { account: "account-42", plan: "pro", amount: 2000, currency: "eur", credit: 5000, days: 30, status: "open" },
   );
+});
+
+test("new checkouts are counted per account across nodes through Redis: five a minute in all, then 429 too_many_checkouts", async () => {
+  const stripe = createStripeClient({ secretKey, apiHost: "127.0.0.1", apiPort: api.port, apiProtocol: "http" });
+  const keyPrefix = `turnpike:test:checkout:${Math.random().toString(36).slice(2)}:`;
+  const throttles = [0, 1].map(() => new RedisSignInThrottle({ url: "redis://127.0.0.1:6379", limits: CHECKOUT_LIMITS, keyPrefix, counted: "new checkouts" }));
+  try {
+    // Two nodes; no open session is ever handed out again here, so that each checkout asks for a new one.
+    const nodes = await Promise.all(throttles.map((checkoutThrottle) => buildTestApp({ stripe, webhookSecret, checkoutThrottle, findOpenCheckoutSession: async () => undefined })));
+    const account = `account-redis-${Math.random().toString(36).slice(2)}`;
+    const callsBefore = api.requests.length;
+    const statuses: number[] = [];
+    for (let index = 0; index < 10; index++) {
+      const response = await checkout(nodes[index % 2]!.app, { plan: "starter" }, { authorization: `Bearer ${apiKey}`, "x-test-account": account });
+      statuses.push(response.statusCode);
+      if (response.statusCode === 429) {
+        assertError(response, 429, "too_many_checkouts");
+        assert.ok(Number(response.headers["retry-after"]) >= 1);
+      }
+    }
+    assert.deepEqual(statuses, [200, 200, 200, 200, 200, 429, 429, 429, 429, 429]);
+    assert.equal(api.requests.length - callsBefore, 5, "one call to Stripe per new session");
+    assert.ok(!throttles.some((throttle) => throttle.degraded), "counted in Redis");
+    // Another account has its own count.
+    const another = await checkout(nodes[1]!.app, { plan: "starter" }, { authorization: `Bearer ${apiKey}`, "x-test-account": `${account}-other` });
+    assert.equal(another.statusCode, 200);
+  } finally {
+    for (const throttle of throttles) await throttle.close();
+  }
 });
 
 test("checkout of an unknown plan is a 404 plan_not_found", async () => {
