@@ -13,6 +13,8 @@
  *            soonest-expiring first.
  * - expiry:  credit of a lot past its expiry stops being spendable (checked at every hold
  *            and by the sweeper).
+ * - take back: a refunded or disputed purchase's lot gives back what it has left, as far as
+ *            the balance covers (`takeBackLotCredit`, a `refund` entry).
  * - holds of dead nodes or past their expiry are released by the sweeper, their cost left
  *   open: a node that only looked dead and settles later is charged then, once, as far as
  *   the balance covers.

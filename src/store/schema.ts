@@ -89,7 +89,7 @@ export type LedgerEntryTable = {
   id: string;
   account_id: string;
   kind: LedgerEntryKind;
-  /** Signed: grants and releases add, holds, charges and expiries subtract. */
+  /** Signed: grants and releases add, holds, charges, expiries and refunds (credit a refunded purchase gave back) subtract. */
   amount: number;
   lot_id: string | null;
   hold_id: string | null;
