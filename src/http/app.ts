@@ -21,7 +21,7 @@ import { registerUsageExportRoute } from "./routes/usage-export/route.ts";
 import type Stripe from "stripe";
 import type { Plan } from "../billing/plans.ts";
 import { registerStripeRoutes } from "../billing/stripe/route.ts";
-import { expireCheckoutSession, findOpenCheckoutSession, grantCheckoutPurchase, recordCheckoutSession } from "../billing/stripe/purchases.ts";
+import { closeCheckoutSession, findOpenCheckoutSession, grantCheckoutPurchase, recordCheckoutSession } from "../billing/stripe/purchases.ts";
 import { reverseCheckoutPurchase } from "../billing/stripe/reversals.ts";
 import { InvalidRequestError, RouteNotFoundError, ShuttingDownError } from "../protocol/errors.ts";
 import { handleClientError, handleError, toApiError } from "./errors.ts";
@@ -229,7 +229,7 @@ export function buildApp(options: AppOptions): App {
     findOpenCheckoutSession: (input) => findOpenCheckoutSession(options.database, input),
     checkoutThrottle: options.checkoutThrottle,
     reversePurchase: (reversal) => reverseCheckoutPurchase(options.database, reversal),
-    expireCheckoutSession: (sessionId) => expireCheckoutSession(options.database, sessionId),
+    closeCheckoutSession: (closed) => closeCheckoutSession(options.database, closed),
   });
 
   registerAuthRoutes(server, {

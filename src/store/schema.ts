@@ -209,9 +209,10 @@ export type CheckoutSessionTable = {
   days: number | null;
   /**
    * `open` (not paid yet), `granted`, `refused` (paid, but the payment did not match or could not
-   * be granted), or `expired` (Stripe said it expired unpaid).
+   * be granted), `expired` (Stripe said it expired unpaid), `pending` (completed, its payment still
+   * clearing) or `failed` (that payment failed). Only `open` sessions are handed out again.
    */
-  status: "open" | "granted" | "refused" | "expired";
+  status: "open" | "granted" | "refused" | "expired" | "pending" | "failed";
   /** The Stripe event (`evt_…`) that granted or refused it. */
   event_id: string | null;
   created_at: number;

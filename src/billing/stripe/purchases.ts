@@ -12,7 +12,7 @@ import type { Database } from "../../store/schema.ts";
 import { BalanceLimitExceededError } from "../errors.ts";
 import { grantCredit } from "../ledger.ts";
 import type { Plan } from "../plans.ts";
-import type { StripePurchase } from "./webhook.ts";
+import type { ClosedSession, StripePurchase } from "./webhook.ts";
 
 /** A session as the checkout route hands it over, once Stripe made it. */
 export type CheckoutSessionRecord = {
@@ -82,9 +82,17 @@ export async function findOpenCheckoutSession(
   return row === undefined || row.url === null ? undefined : { id: row.id, url: row.url };
 }
 
-/** Marks an open session expired (Stripe's `checkout.session.expired`): it is not handed out again. */
-export async function expireCheckoutSession(database: Kysely<Database>, sessionId: string, now = Date.now()): Promise<void> {
-  await database.updateTable("checkout_sessions").set({ status: "expired", closed_at: now }).where("id", "=", sessionId).where("status", "=", "open").execute();
+/**
+ * Marks a session that can no longer be paid (`ClosedSession`): it is not handed out again. A
+ * granted or refused session keeps its status; a pending one may still be granted.
+ */
+export async function closeCheckoutSession(database: Kysely<Database>, closed: ClosedSession, now = Date.now()): Promise<void> {
+  await database
+    .updateTable("checkout_sessions")
+    .set({ status: closed.status, closed_at: now })
+    .where("id", "=", closed.sessionId)
+    .where("status", "in", closed.status === "failed" ? ["open", "pending"] : ["open"])
+    .execute();
 }
 
 /**

@@ -9,7 +9,7 @@ import { openTestDatabase, type TestDatabase } from "../../../test/helpers/datab
 import { checkLedger } from "../ledger.ts";
 import type { Plan } from "../plans.ts";
 import { startFakeStripeApi, type FakeStripeApi } from "./fake-stripe-api.ts";
-import { expireCheckoutSession, findOpenCheckoutSession, grantCheckoutPurchase, recordCheckoutSession, type PurchaseOutcome } from "./purchases.ts";
+import { closeCheckoutSession, findOpenCheckoutSession, grantCheckoutPurchase, recordCheckoutSession, type PurchaseOutcome } from "./purchases.ts";
 import { reverseCheckoutPurchase } from "./reversals.ts";
 import { CHECKOUT_LIMITS, registerStripeRoutes, type StripeRoutesOptions } from "./route.ts";
 import { RedisSignInThrottle } from "../../auth/redis-sign-in-throttle.ts";
@@ -74,7 +74,7 @@ async function buildTestApp(settings: {
     checkoutThrottle: settings.checkoutThrottle,
     grantPurchase: settings.grantPurchase ?? ledger.grantPurchase,
     reversePurchase: (reversal) => reverseCheckoutPurchase(store.database, reversal),
-    expireCheckoutSession: (sessionId) => expireCheckoutSession(store.database, sessionId),
+    closeCheckoutSession: (closed) => closeCheckoutSession(store.database, closed),
     publicUrl: "https://ai.example.com/",
   });
   await app.ready();

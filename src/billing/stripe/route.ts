@@ -9,7 +9,7 @@
  *   once per Checkout session, and only sessions recorded at checkout whose amount and currency
  *   match; a refused or unknown purchase is acknowledged (200) and logged as an error. Refunds
  *   and disputes take back the purchase's unspent credit through `reversePurchase` (what had been
- *   spent is logged at warn); an expired session is no longer handed out.
+ *   spent is logged at warn); a session that can no longer be paid is no longer handed out.
  */
 import type { FastifyInstance, FastifyRequest, preHandlerHookHandler } from "fastify";
 import type Stripe from "stripe";
@@ -23,7 +23,7 @@ import { describeStripeError, PaymentProviderError, PaymentsNotConfiguredError, 
 import type { CheckoutSessionRecord, PurchaseOutcome } from "./purchases.ts";
 import type { ReversalOutcome } from "./reversals.ts";
 import { MemorySignInThrottle, type SignInThrottle, type ThrottleLimits } from "../../auth/sign-in-throttle.ts";
-import { disputeWonFromEvent, expiredSessionFromEvent, purchaseFromEvent, reversalFromEvent, verifyStripeEvent, type StripePurchase, type StripeReversal } from "./webhook.ts";
+import { closedSessionFromEvent, disputeWonFromEvent, purchaseFromEvent, reversalFromEvent, verifyStripeEvent, type ClosedSession, type StripePurchase, type StripeReversal } from "./webhook.ts";
 
 /**
  * New Checkout sessions per account: 5 a minute. Each is a call to Stripe; a buyer needs one
@@ -63,8 +63,8 @@ export type StripeRoutesOptions = {
    * `reversal.key`. A throw answers 500 and Stripe retries later.
    */
   reversePurchase: (reversal: StripeReversal) => Promise<ReversalOutcome>;
-  /** Marks a session Stripe expired unpaid, so that it is not handed out again. */
-  expireCheckoutSession: (sessionId: string) => Promise<void>;
+  /** Marks a session that can no longer be paid (expired, or completed with its payment pending or failed), so that it is not handed out again. */
+  closeCheckoutSession: (closed: ClosedSession) => Promise<void>;
   /** The server's public base URL (`https://ai.example.com`), for Stripe's return links. */
   publicUrl: string;
   /** Maximum age of a webhook signature in seconds; default 300. */
@@ -180,15 +180,11 @@ export function registerStripeRoutes(app: FastifyInstance, options: StripeRoutes
         );
         return { received: true };
       }
-      const expired = expiredSessionFromEvent(event);
-      if (expired !== null) {
-        await options.expireCheckoutSession(expired);
-        request.log.info({ event_id: event.id, session_id: expired }, "stripe checkout expired");
-        return { received: true };
-      }
       const purchase = purchaseFromEvent(event);
       if (purchase === null) {
-        request.log.info({ event_id: event.id, event_type: event.type }, "stripe webhook ignored");
+        const closed = closedSessionFromEvent(event);
+        if (closed !== null) await options.closeCheckoutSession(closed);
+        request.log.info({ event_id: event.id, event_type: event.type, session_id: closed?.sessionId, session_status: closed?.status }, "stripe webhook: nothing to grant");
         return { received: true };
       }
       const outcome = await options.grantPurchase(purchase);

@@ -4,7 +4,7 @@ import type Stripe from "stripe";
 import { ApiError } from "../../protocol/errors.ts";
 import { createStripeClient } from "./stripe-client.ts";
 import { checkoutEvent, disputeEvent, nowSeconds, refundEvent } from "./test-events.ts";
-import { disputeWonFromEvent, expiredSessionFromEvent, purchaseFromEvent, reversalFromEvent, verifyStripeEvent } from "./webhook.ts";
+import { closedSessionFromEvent, disputeWonFromEvent, purchaseFromEvent, reversalFromEvent, verifyStripeEvent } from "./webhook.ts";
 
 const secret = "whsec_test_secret_for_webhook_unit_tests";
 const stripe = createStripeClient({ secretKey: "sk_test_unit" }) ?? assert.fail("a key gives a client");
@@ -146,7 +146,10 @@ test("reads a dispute that opened, or closed lost, as one reversal keyed by the 
   assert.equal(reversalFromEvent(refundEvent({ id: "evt_zero", paymentIntent: "pi_1", amount: 2000, amountRefunded: 0 }) as unknown as Stripe.Event), null);
 });
 
-test("reads the session of a checkout.session.expired event", () => {
-  assert.equal(expiredSessionFromEvent(checkoutEvent({ type: "checkout.session.expired", sessionId: "cs_gone" }) as unknown as Stripe.Event), "cs_gone");
-  assert.equal(expiredSessionFromEvent(checkoutEvent() as unknown as Stripe.Event), null);
+test("reads the sessions that can no longer be paid: expired, completed with the payment clearing, or that payment failed", () => {
+  const closed = (options: Parameters<typeof checkoutEvent>[0]) => closedSessionFromEvent(checkoutEvent({ sessionId: "cs_gone", ...options }) as unknown as Stripe.Event);
+  assert.deepEqual(closed({ type: "checkout.session.expired", paymentStatus: "unpaid" }), { sessionId: "cs_gone", status: "expired" });
+  assert.deepEqual(closed({ paymentStatus: "unpaid" }), { sessionId: "cs_gone", status: "pending" });
+  assert.deepEqual(closed({ type: "checkout.session.async_payment_failed", paymentStatus: "unpaid" }), { sessionId: "cs_gone", status: "failed" });
+  assert.equal(closed({}), null, "a paid one is a purchase");
 });

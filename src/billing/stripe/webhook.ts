@@ -138,9 +138,20 @@ function idOf(field: string | { id: string } | null | undefined): string | null 
   return typeof field?.id === "string" ? field.id : null;
 }
 
-/** The Checkout session a `checkout.session.expired` event names (it can no longer be paid), or null for other events. */
-export function expiredSessionFromEvent(event: Stripe.Event): string | null {
-  return event.type === "checkout.session.expired" ? event.data.object.id : null;
+/**
+ * A Checkout session that can no longer be used to pay, though it was not (or not yet) paid:
+ * `expired` (`checkout.session.expired`), `pending` (completed, its payment still clearing: a
+ * bank debit, granted later by `checkout.session.async_payment_succeeded`), or `failed`
+ * (`checkout.session.async_payment_failed`). Null for other events.
+ */
+export type ClosedSession = { sessionId: string; status: "expired" | "pending" | "failed" };
+
+/** The session an event closes without paying it (see `ClosedSession`), or null. */
+export function closedSessionFromEvent(event: Stripe.Event): ClosedSession | null {
+  if (event.type === "checkout.session.expired") return { sessionId: event.data.object.id, status: "expired" };
+  if (event.type === "checkout.session.async_payment_failed") return { sessionId: event.data.object.id, status: "failed" };
+  if (event.type === "checkout.session.completed" && event.data.object.payment_status === "unpaid") return { sessionId: event.data.object.id, status: "pending" };
+  return null;
 }
 
 /**
