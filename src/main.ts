@@ -26,6 +26,7 @@ import { sweepExpiredCredit } from "./billing/ledger.ts";
 import { closeStaleHolds } from "./billing/lease-store.ts";
 import { listPlans, syncConfigPlans } from "./billing/plans-store.ts";
 import { createStripeClient, type StripeClientSettings } from "./billing/stripe/stripe-client.ts";
+import { CHECKOUT_LIMITS } from "./billing/stripe/route.ts";
 import { moneyPrices } from "./billing/credit-value.ts";
 import { sweepSessions } from "./auth/sessions.ts";
 import { consoleSessions } from "./http/middleware/console-session/console-session.ts";
@@ -172,6 +173,10 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     settings.redis_url === ""
       ? new MemorySignInThrottle(SIGN_UP_LIMITS)
       : new RedisSignInThrottle({ url: settings.redis_url, logger, limits: SIGN_UP_LIMITS, keyPrefix: "turnpike:signup:" });
+  const checkoutThrottle: SignInThrottle =
+    settings.redis_url === ""
+      ? new MemorySignInThrottle(CHECKOUT_LIMITS)
+      : new RedisSignInThrottle({ url: settings.redis_url, logger, limits: CHECKOUT_LIMITS, keyPrefix: "turnpike:checkout:", counted: "new checkouts" });
   const runtime = createRuntimeLoader({
     threads: settings.threads,
     gpu: settings.gpu,
@@ -249,6 +254,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     metricsRoute: settings.metrics_listen !== "" ? { elsewhere: true } : metricsToken !== undefined ? { token: metricsToken } : {},
     signInThrottle,
     signUpThrottle,
+    checkoutThrottle,
     plans: () => plans,
     refreshPlans: async () => {
       plans = await listPlans(database);
@@ -322,6 +328,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
       await limits.close();
       await signInThrottle.close?.();
       await signUpThrottle.close?.();
+      await checkoutThrottle.close?.();
       if (setupCode !== null) await forgetSetupCodes(database, setupCode).catch((error: unknown) => logger.warn({ err: error }, "could not forget this node's setup code"));
       await forgetNodes(database, [nodeId]).catch((error: unknown) => logger.warn({ err: error }, "could not deregister this node; the others will once its heartbeat lapses"));
       await database.destroy();

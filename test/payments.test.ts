@@ -207,9 +207,13 @@ describe("Stripe payments", () => {
     assert.equal(response.status, 200, response.text);
     assert.match(response.body.url, /^https:\/\/checkout\.stripe\.com\//);
     assert.equal(stripeApi.requests.at(-1)?.path, "/v1/checkout/sessions");
+    // The account's open session would be handed out again: another account needs a new one.
+    const database = await openStore({ dataDir: test.dataDir, databaseUrl: "" });
+    const otherKey = (await createApiKey(database, { accountId: (await createAccount(database, { email: "second-buyer@example.com" })).id })).key;
+    await database.destroy();
     stripeApi.failWith({ status: 402, body: { error: { type: "card_error", message: "Your card was declined." } } });
     try {
-      const refused = await checkout({ plan: "pro" }, { authorization: `Bearer ${accountKey}` });
+      const refused = await checkout({ plan: "pro" }, { authorization: `Bearer ${otherKey}` });
       assert.equal(refused.status, 502, refused.text);
       assert.equal(refused.body.error.code, "payment_provider_error");
     } finally {

@@ -15,6 +15,8 @@ export type RedisSignInThrottleOptions = {
   limits?: ThrottleLimits;
   /** Put before every key (default `turnpike:signin:`). */
   keyPrefix?: string;
+  /** What is counted, for the log lines about Redis (default `sign-in attempts`). */
+  counted?: string;
   logger?: { warn(details: object, message: string): void; info(details: object, message: string): void };
 };
 
@@ -73,6 +75,7 @@ export class RedisSignInThrottle implements SignInThrottle {
   readonly #prefix: string;
   readonly #fallback: MemorySignInThrottle;
   readonly #logger: RedisSignInThrottleOptions["logger"];
+  readonly #counted: string;
   #degraded = false;
   /** Settles once the first connection attempt has succeeded or failed. */
   readonly #connected: Promise<void>;
@@ -82,6 +85,7 @@ export class RedisSignInThrottle implements SignInThrottle {
     this.#prefix = options.keyPrefix ?? "turnpike:signin:";
     this.#fallback = new MemorySignInThrottle(this.#limits);
     this.#logger = options.logger;
+    this.#counted = options.counted ?? "sign-in attempts";
     this.#redis = new Redis(options.url, { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 1, commandTimeout: 500, connectTimeout: 1000 });
     this.#redis.defineCommand("turnpikeThrottleReserve", { lua: RESERVE_SCRIPT, numberOfKeys: 2 });
     this.#redis.defineCommand("turnpikeThrottleGiveBack", { lua: GIVE_BACK_SCRIPT, numberOfKeys: 2 });
@@ -137,13 +141,13 @@ export class RedisSignInThrottle implements SignInThrottle {
       const result = await command();
       if (this.#degraded) {
         this.#degraded = false;
-        this.#logger?.info({}, "Redis reachable again: sign-in throttling is shared across nodes again");
+        this.#logger?.info({}, `Redis reachable again: ${this.#counted} are counted across nodes again`);
       }
       return result;
     } catch (error) {
       if (!this.#degraded) {
         this.#degraded = true;
-        this.#logger?.warn({ err: error }, "Redis unreachable: sign-in attempts are counted by this node alone until it is back");
+        this.#logger?.warn({ err: error }, `Redis unreachable: ${this.#counted} are counted by this node alone until it is back`);
       }
       return fallback();
     }

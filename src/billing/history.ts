@@ -2,7 +2,8 @@
  * An account's billing history: its ledger entries newest first, each with the balance after it.
  *
  * Listed are the entries that change what the account owns: grants (purchases, redeemed codes,
- * admin grants), charges for usage (`settle`), expiries and refunds. A request's `hold` and
+ * admin grants), charges for usage (`settle`), expiries and refunds (credit a refunded or disputed
+ * Stripe purchase gave back, with what of it had been spent already). A request's `hold` and
  * `release` are left out: they reserve credit while it runs and give it back when it ends, so
  * for every closed hold they cancel out. `balance_after` is the running sum of the listed
  * entries up to and including each one; it equals the account's balance whenever no request is
@@ -31,7 +32,10 @@ function sourceOf(kind: LedgerEntryKind, lotSource: string | null): HistorySourc
   return "grant";
 }
 
-function describe(source: HistorySource, planName: string | null, keyName: string | null): string {
+/** A refund or dispute of a Stripe purchase, as its `checkout_reversals` row tells it. */
+type Reversal = { kind: string; spent: number };
+
+function describe(source: HistorySource, planName: string | null, keyName: string | null, reversal: Reversal | null): string {
   const plan = planName === null ? "" : `: ${planName}`;
   switch (source) {
     case "purchase":
@@ -46,8 +50,12 @@ function describe(source: HistorySource, planName: string | null, keyName: strin
       return keyName === null ? "Usage" : `Usage with key "${keyName}"`;
     case "expiry":
       return `Unspent credit expired${plan}`;
-    case "refund":
-      return "Refund";
+    case "refund": {
+      if (reversal === null) return "Refund";
+      const what = reversal.kind === "dispute" ? `Payment disputed, credit taken back${plan}` : `Payment refunded, credit taken back${plan}`;
+      // What had been spent before the money went back could not be taken: say so.
+      return reversal.spent > 0 ? `${what} (${reversal.spent} credits of it had been spent already)` : what;
+    }
   }
 }
 
@@ -77,7 +85,19 @@ export async function billingHistory(
     .leftJoin("plans as plan", "plan.id", "lot.plan_id")
     .leftJoin("holds as hold", "hold.id", "entry.hold_id")
     .leftJoin("api_keys as key", "key.id", "hold.key_id")
-    .select(["entry.id", "entry.kind", "entry.amount", "entry.created_at", "lot.source", "lot.plan_id", "plan.name as plan_name", "key.name as key_name"])
+    .leftJoin("checkout_reversals as reversal", "reversal.entry_id", "entry.id")
+    .select([
+      "entry.id",
+      "entry.kind",
+      "entry.amount",
+      "entry.created_at",
+      "lot.source",
+      "lot.plan_id",
+      "plan.name as plan_name",
+      "key.name as key_name",
+      "reversal.kind as reversal_kind",
+      "reversal.spent as reversal_spent",
+    ])
     .where("entry.account_id", "=", options.accountId)
     .where("entry.kind", "in", [...HISTORY_KINDS])
     .$if(cursor !== undefined, (query) => query.where(pastCursor("entry.created_at", "entry.id", "<", cursor!)))
@@ -106,7 +126,7 @@ export async function billingHistory(
       id: row.id,
       kind: row.kind as HistoryEntry["kind"],
       source,
-      description: describe(source, planName, row.key_name ?? null),
+      description: describe(source, planName, row.key_name ?? null, row.reversal_kind == null ? null : { kind: row.reversal_kind, spent: Number(row.reversal_spent ?? 0) }),
       amount,
       balance_after: balance,
       plan: row.plan_id ?? null,

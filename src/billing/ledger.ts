@@ -13,6 +13,8 @@
  *            soonest-expiring first.
  * - expiry:  credit of a lot past its expiry stops being spendable (checked at every hold
  *            and by the sweeper).
+ * - take back: a refunded or disputed purchase's lot gives back what it has left, as far as
+ *            the balance covers (`takeBackLotCredit`, a `refund` entry).
  * - holds of dead nodes or past their expiry are released by the sweeper, their cost left
  *   open: a node that only looked dead and settles later is charged then, once, as far as
  *   the balance covers.
@@ -140,6 +142,33 @@ export async function expireDueCredit(database: Kysely<Database>, accountId: str
     const account = await statements.lockAccount(transaction, accountId);
     return account === undefined ? 0 : expireLots(transaction, accountId, account.balance, now);
   });
+}
+
+/**
+ * Takes back up to `amount` of the credit one lot has left (a purchase refunded or disputed),
+ * inside the caller's transaction: due expiries are applied first, then the account's row is
+ * debited by what the lot still holds, as far as the balance covers (never below zero; credit
+ * that running requests reserve stays theirs), and a `refund` entry is written, for 0 too, so
+ * that the history shows the reversal. Returns what was taken and the entry's id; undefined when
+ * the account is gone.
+ */
+export async function takeBackLotCredit(
+  transaction: Transaction<Database>,
+  input: { accountId: string; lotId: string; amount: number; now: number },
+): Promise<{ taken: number; entryId: string } | undefined> {
+  if (!Number.isSafeInteger(input.amount) || input.amount < 0) throw new Error("credit taken back must be a non-negative integer");
+  const statements = ledgerStatementsOf(transaction);
+  const account = await statements.lockAccount(transaction, input.accountId);
+  if (account === undefined) return undefined;
+  const expired = await expireLots(transaction, input.accountId, account.balance, input.now);
+  const lot = await transaction.selectFrom("credit_lots").select("remaining").where("id", "=", input.lotId).where("account_id", "=", input.accountId).executeTakeFirst();
+  const taken = Math.max(0, Math.min(input.amount, Number(lot?.remaining ?? 0), account.balance - expired));
+  if (taken > 0) {
+    await transaction.updateTable("credit_lots").set((expression) => ({ remaining: expression("remaining", "-", taken) })).where("id", "=", input.lotId).execute();
+    await transaction.updateTable("accounts").set((expression) => ({ balance: expression("balance", "-", taken) })).where("id", "=", input.accountId).execute();
+  }
+  const entryId = await addEntry(transaction, { accountId: input.accountId, kind: "refund", amount: -taken, lotId: input.lotId, now: input.now });
+  return { taken, entryId };
 }
 
 export type { HoldInput };

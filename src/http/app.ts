@@ -21,7 +21,8 @@ import { registerUsageExportRoute } from "./routes/usage-export/route.ts";
 import type Stripe from "stripe";
 import type { Plan } from "../billing/plans.ts";
 import { registerStripeRoutes } from "../billing/stripe/route.ts";
-import { grantCheckoutPurchase, recordCheckoutSession } from "../billing/stripe/purchases.ts";
+import { closeCheckoutSession, findOpenCheckoutSession, grantCheckoutPurchase, recordCheckoutSession } from "../billing/stripe/purchases.ts";
+import { reverseCheckoutPurchase } from "../billing/stripe/reversals.ts";
 import { InvalidRequestError, RouteNotFoundError, ShuttingDownError } from "../protocol/errors.ts";
 import { handleClientError, handleError, toApiError } from "./errors.ts";
 import { requestIdFrom, requestIdHeader } from "./middleware/request-id/request-id.ts";
@@ -83,6 +84,8 @@ export type AppOptions = {
   signInThrottle?: SignInThrottle;
   /** Sign-ups allowed per address; the default (in memory) when absent. */
   signUpThrottle?: SignInThrottle;
+  /** New Stripe Checkout sessions allowed per account; the default (in memory) when absent. */
+  checkoutThrottle?: SignInThrottle;
   /** The Host names answered and the origins accepted; without it, the public URL's, loopback and IP addresses. */
   hosts?: HostPolicy;
   /** `--signup` (default open). */
@@ -231,6 +234,10 @@ export function buildApp(options: AppOptions): App {
     accountIdOf: (request) => accountIdOf(request, "Buying a plan"),
     recordCheckoutSession: (session) => recordCheckoutSession(options.database, session),
     grantPurchase: (purchase) => grantCheckoutPurchase(options.database, purchase),
+    findOpenCheckoutSession: (input) => findOpenCheckoutSession(options.database, input),
+    checkoutThrottle: options.checkoutThrottle,
+    reversePurchase: (reversal) => reverseCheckoutPurchase(options.database, reversal),
+    closeCheckoutSession: (closed) => closeCheckoutSession(options.database, closed),
   });
 
   registerAuthRoutes(server, {

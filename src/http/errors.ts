@@ -8,7 +8,7 @@ import type { Duplex } from "node:stream";
 import type { FastifyError, FastifyReply, FastifyRequest } from "fastify";
 import { ApiError, DatabaseUnavailableError, InternalServerError, InvalidRequestError, type ErrorBody } from "../protocol/errors.ts";
 import { ERROR_CATALOG, type ErrorCode } from "../protocol/error-catalog.ts";
-import { isDatabaseUnavailable } from "../store/errors.ts";
+import { isDatabaseFailure, isStoreError } from "../store/errors.ts";
 import { SECURITY_HEADERS } from "./middleware/security-headers/security-headers.ts";
 
 /** Fastify error codes whose messages are safe and useful to the client. */
@@ -29,7 +29,8 @@ function clientErrorCode(status: number): ErrorCode {
 /** Turns anything thrown into an `ApiError`. */
 export function toApiError(error: unknown): ApiError {
   if (error instanceof ApiError) return error;
-  if (isDatabaseUnavailable(error)) return new DatabaseUnavailableError();
+  // Only what the store threw: a socket error elsewhere (a client gone mid-upload) reads alike.
+  if (isDatabaseFailure(error)) return new DatabaseUnavailableError();
   // Only decodeURI/decodeURIComponent throw URIError: on a route, that is text from the URL.
   if (error instanceof URIError) return new InvalidRequestError("The request URL is not valid: it holds a malformed percent-encoding.", null, "invalid_url");
   const fastifyError = error as Partial<FastifyError> | undefined;
@@ -82,8 +83,25 @@ export function errorBody(error: unknown): ErrorBody {
   return toApiError(error).toBody();
 }
 
+/**
+ * True when the request's client went away before its body had arrived: a socket error that is
+ * not the store's (Node's "aborted", ECONNRESET, from reading the body), on a request stream that
+ * ended without its end.
+ */
+function isClientAbort(error: unknown, request: FastifyRequest): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  if (code !== "ECONNRESET" && code !== "ECONNABORTED" && code !== "ERR_STREAM_PREMATURE_CLOSE") return false;
+  return !isStoreError(error) && request.raw.readableAborted;
+}
+
 /** Fastify's error handler: one place maps errors to responses. */
 export function handleError(error: unknown, request: FastifyRequest, reply: FastifyReply): void {
+  if (isClientAbort(error, request)) {
+    // Nobody is left to answer; nothing failed on this side.
+    request.log.info({ code: (error as { code?: unknown }).code }, "request aborted by the client");
+    void reply.code(400).send(new ApiError("The client closed the connection before the request body arrived.", "invalid_request_error").toBody());
+    return;
+  }
   const apiError = toApiError(error);
   if (apiError instanceof DatabaseUnavailableError) request.log.warn({ err: error }, "database unavailable");
   else if (apiError.status >= 500 && !(error instanceof ApiError)) request.log.error({ err: error }, "unhandled error");

@@ -87,6 +87,7 @@ export const ERROR_CATALOG = {
   rate_limit_exceeded: { status: 429, type: "rate_limit_error", meaning: "over the key's or the plan's requests or tokens per minute (`retry-after` says when), or a request larger than the whole token limit" },
   too_many_sign_in_attempts: { status: 429, type: "rate_limit_error", meaning: "too many failed sign-ins for the account or the address (`retry-after` says when)" },
   too_many_sign_ups: { status: 429, type: "rate_limit_error", meaning: "too many sign-ups from the address (`retry-after` says when)" },
+  too_many_checkouts: { status: 429, type: "rate_limit_error", meaning: "the account started too many Stripe checkouts in the last minute (an open one for the same plan is handed out again instead; `retry-after` says when)" },
   // 431, 499
   headers_too_large: { status: 431, type: "invalid_request_error", meaning: "the request's URL and headers are too large; the connection closes" },
   client_closed_request: { status: 499, type: "invalid_request_error", meaning: "not sent: the client left first. Logs and `/metrics` record such requests with this status, and generation stops" },

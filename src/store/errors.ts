@@ -3,6 +3,34 @@
  * bug: the first is the operator's outage, answered 503 with a retry, never a 500.
  */
 
+/** Errors thrown by the database drivers, marked where the store calls them (`markStoreError`). */
+const storeErrors = new WeakSet<object>();
+
+/** Marks `error` as thrown by the store (a database driver); returns it, for `throw markStoreError(error)`. */
+export function markStoreError<T>(error: T): T {
+  if (typeof error === "object" && error !== null) storeErrors.add(error);
+  return error;
+}
+
+/**
+ * True for an error the store threw: the database's drivers (`sqlite.ts`, `postgres.ts`) mark
+ * what they throw. Socket errors look alike wherever they come from (a client that closed its
+ * connection mid-upload fails the body's read with ECONNRESET, as a dropped database connection
+ * does), so only the store's may be called database failures.
+ */
+export function isStoreError(error: unknown): boolean {
+  if (typeof error !== "object" || error === null) return false;
+  if (storeErrors.has(error)) return true;
+  // Wrapped by code that called the store.
+  const cause = (error as { cause?: unknown }).cause;
+  return cause !== undefined && cause !== error && isStoreError(cause);
+}
+
+/** A database failure: an error the store threw that says the database is unavailable (answered 503). */
+export function isDatabaseFailure(error: unknown): boolean {
+  return isStoreError(error) && isDatabaseUnavailable(error);
+}
+
 /** A PostgreSQL query that went unanswered past `--database-timeout`; its connection was dropped. */
 export class DatabaseTimeoutError extends Error {
   override readonly name = "DatabaseTimeoutError";

@@ -12,7 +12,7 @@ import pg from "pg";
 import { Kysely, PostgresDialect } from "kysely";
 import type { Database } from "./schema.ts";
 import { withDialect } from "./dialect.ts";
-import { DatabaseTimeoutError } from "./errors.ts";
+import { DatabaseTimeoutError, markStoreError } from "./errors.ts";
 
 const INT8_OID = 20;
 pg.types.setTypeParser(INT8_OID, (value) => Number(value));
@@ -55,7 +55,14 @@ export function openPostgres(url: string, options: PostgresOptions = {}): Kysely
   });
   // The pool re-emits an idle client's error; the client's own listener has reported it already.
   pool.on("error", () => {});
-  return withDialect(new Kysely<Database>({ dialect: new PostgresDialect({ pool }) }), "postgres");
+  // What connecting throws is the store's too (`isStoreError`), as what queries throw is.
+  const storePool = {
+    Client: (pool as unknown as { Client: typeof pg.Client }).Client,
+    options: pool.options,
+    connect: () => pool.connect().catch((error: unknown) => Promise.reject(markStoreError(error))),
+    end: () => pool.end(),
+  };
+  return withDialect(new Kysely<Database>({ dialect: new PostgresDialect({ pool: storePool }) }), "postgres");
 }
 
 type QueryFunction = (...args: unknown[]) => unknown;
@@ -78,10 +85,12 @@ function guardedClient(onError: (error: Error) => void, timeoutMs: number | unde
     // (`never`: assignable to every overload's return type, which a spread call cannot name.)
     override query(...args: unknown[]): never {
       const result = (super.query as QueryFunction).apply(this, args);
-      if (timeoutMs === undefined || !(result instanceof Promise)) return result as never;
+      if (!(result instanceof Promise)) return result as never;
       // PostgreSQL's own statement_timeout ends a slow statement first and keeps the connection;
       // the client's timer, a little later, is for a server or route that answers nothing at all.
-      return answeredWithin(result, timeoutMs + SERVER_FIRST_MS, () => this.connection.stream.destroy()) as never;
+      const answered = timeoutMs === undefined ? result : answeredWithin(result, timeoutMs + SERVER_FIRST_MS, () => this.connection.stream.destroy());
+      // What a query throws is the store's (`isStoreError`).
+      return answered.catch((error: unknown) => Promise.reject(markStoreError(error))) as never;
     }
   };
 }

@@ -89,7 +89,7 @@ export type LedgerEntryTable = {
   id: string;
   account_id: string;
   kind: LedgerEntryKind;
-  /** Signed: grants and releases add, holds, charges and expiries subtract. */
+  /** Signed: grants and releases add, holds, charges, expiries and refunds (credit a refunded purchase gave back) subtract. */
   amount: number;
   lot_id: string | null;
   hold_id: string | null;
@@ -207,13 +207,47 @@ export type CheckoutSessionTable = {
   /** Credit units the session grants once paid, and for how many days (null: no expiry). */
   credit: number;
   days: number | null;
-  /** `open` (not paid yet), `granted`, or `refused` (paid, but the payment did not match or could not be granted). */
-  status: "open" | "granted" | "refused";
+  /**
+   * `open` (not paid yet), `granted`, `refused` (paid, but the payment did not match or could not
+   * be granted), `expired` (Stripe said it expired unpaid), `pending` (completed, its payment still
+   * clearing) or `failed` (that payment failed). Only `open` sessions are handed out again.
+   */
+  status: "open" | "granted" | "refused" | "expired" | "pending" | "failed";
   /** The Stripe event (`evt_…`) that granted or refused it. */
   event_id: string | null;
   created_at: number;
   /** When it was granted or refused. */
   closed_at: number | null;
+  /** The payment intent (`pi_…`) that paid it, which refunds and disputes name; null until paid (or paid before 0010). */
+  payment_intent: ColumnType<string | null, string | null | undefined, string | null>;
+  /** The Checkout URL Stripe gave it, handed out again while it is open; null before 0010. */
+  url: ColumnType<string | null, string | null | undefined, string | null>;
+};
+
+/**
+ * Credit taken back from a purchase because its payment was refunded or disputed: one row per
+ * refund event or per dispute, in the transaction that wrote its ledger entry.
+ */
+export type CheckoutReversalTable = {
+  /** What makes it happen once: `refund:<event id>` or `dispute:<dispute id>`. */
+  id: string;
+  /** The Checkout session whose purchase it reverses. */
+  session_id: string;
+  account_id: string;
+  kind: "refund" | "dispute";
+  /** The Stripe event (`evt_…`) that reversed it. */
+  event_id: string;
+  /** Money: the charge's refunded amount so far (refund) or the disputed amount, in the currency's minor unit. */
+  amount: number;
+  /** Credit units this reversal accounts for: the purchase's credit in proportion to `amount`. */
+  share: number;
+  /** Credit units taken back (at most what was unspent). */
+  taken: number;
+  /** Credit units of the share spent already (`share - taken`), reported to the operator. */
+  spent: number;
+  /** The ledger entry (kind `refund`) that took `taken` back. */
+  entry_id: string;
+  created_at: number;
 };
 
 export type Database = {
@@ -230,4 +264,5 @@ export type Database = {
   redemption_codes: RedemptionCodeTable;
   sessions: SessionTable;
   checkout_sessions: CheckoutSessionTable;
+  checkout_reversals: CheckoutReversalTable;
 };

@@ -8,6 +8,7 @@ import { DatabaseSync, type SQLInputValue, type StatementSync } from "node:sqlit
 import { Kysely, SqliteDialect, type SqliteDatabase, type SqliteStatement } from "kysely";
 import type { Database } from "./schema.ts";
 import { withDialect } from "./dialect.ts";
+import { markStoreError } from "./errors.ts";
 
 /** A row with its BigInts as numbers (approximate past 2^53, as PostgreSQL's BIGINTs are through `pg`). */
 function withNumbers<Row>(row: Row): Row {
@@ -22,6 +23,15 @@ function withNumbers<Row>(row: Row): Row {
 /** `node:sqlite` refuses to read an integer beyond 2^53 as a number. */
 function isOutOfRange(error: unknown): boolean {
   return (error as { code?: unknown }).code === "ERR_OUT_OF_RANGE";
+}
+
+/** `action`'s result; what it throws is marked as the store's (`isStoreError`). */
+function fromStore<T>(action: () => T): T {
+  try {
+    return action();
+  } catch (error) {
+    throw markStoreError(error);
+  }
 }
 
 /** Prepared statements kept for reuse, by SQL text (the queries are a fixed set; a bound keeps odd ones from piling up). */
@@ -59,7 +69,7 @@ function adapt(database: DatabaseSync): SqliteDatabase {
       // Write transactions take the lock up front, so two processes sharing the file wait
       // (busy_timeout) instead of failing on a lock upgrade.
       const sql = /^\s*begin\s*$/i.test(text) ? "begin immediate" : text;
-      const { statement, reader } = cached(sql);
+      const { statement, reader } = fromStore(() => cached(sql));
       const values = (parameters: ReadonlyArray<unknown>) => parameters as SQLInputValue[];
       // A plain read that meets an integer beyond 2^53 (money is bounded far below; this is for
       // rows written before the bounds) reads it again with BigInts, made numbers: one bad value
@@ -69,24 +79,35 @@ function adapt(database: DatabaseSync): SqliteDatabase {
       const readsOnly = () => /^\s*select\b/i.test(sql);
       return {
         reader,
-        all: (parameters) => {
-          try {
-            return statement.all(...values(parameters));
-          } catch (error) {
-            if (!isOutOfRange(error) || !readsOnly()) throw error;
-            statement.setReadBigInts(true);
+        all: (parameters) =>
+          fromStore(() => {
             try {
-              return statement.all(...values(parameters)).map(withNumbers);
-            } finally {
-              statement.setReadBigInts(false);
+              return statement.all(...values(parameters));
+            } catch (error) {
+              if (!isOutOfRange(error) || !readsOnly()) throw error;
+              statement.setReadBigInts(true);
+              try {
+                return statement.all(...values(parameters)).map(withNumbers);
+              } finally {
+                statement.setReadBigInts(false);
+              }
             }
-          }
-        },
-        run: (parameters) => statement.run(...values(parameters)),
-        iterate: (parameters) => database.prepare(sql).iterate(...values(parameters)),
+          }),
+        run: (parameters) => fromStore(() => statement.run(...values(parameters))),
+        iterate: (parameters) => fromStore(() => storeIterator(database.prepare(sql).iterate(...values(parameters)))),
       };
     },
   };
+}
+
+/** `rows`, whose failures while iterating are marked as the store's too. */
+function storeIterator<Row>(rows: Iterator<Row>): IterableIterator<Row> {
+  const iterator: IterableIterator<Row> = {
+    next: () => fromStore(() => rows.next()),
+    return: (value?: unknown) => fromStore(() => rows.return?.(value) ?? { done: true, value: undefined as Row }),
+    [Symbol.iterator]: () => iterator,
+  };
+  return iterator;
 }
 
 /** Opens (creating if needed) the SQLite database at `file`; `:memory:` for a private in-memory one. */

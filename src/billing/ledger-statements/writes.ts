@@ -6,15 +6,16 @@ import { newId } from "../../store/ids.ts";
 import type { Database, LedgerEntryKind } from "../../store/schema.ts";
 import type { UsageRecord } from "../usage.ts";
 
-/** Appends one ledger entry. */
+/** Appends one ledger entry; returns its id. */
 export async function addEntry(
   transaction: Transaction<Database>,
   entry: { accountId: string; kind: LedgerEntryKind; amount: number; lotId?: string; holdId?: string; now: number },
-): Promise<void> {
+): Promise<string> {
+  const id = newId("le", entry.now);
   await transaction
     .insertInto("ledger_entries")
     .values({
-      id: newId("le", entry.now),
+      id,
       account_id: entry.accountId,
       kind: entry.kind,
       amount: entry.amount,
@@ -23,6 +24,7 @@ export async function addEntry(
       created_at: entry.now,
     })
     .execute();
+  return id;
 }
 
 /** Charges `cost` against lots, soonest-expiring first (lots without expiry last). */

@@ -27,6 +27,17 @@ export class InvalidSignatureError extends ApiError {
   }
 }
 
+/** 429: the account started too many Checkout sessions lately (each is a call to Stripe). */
+export class TooManyCheckoutsError extends ApiError {
+  constructor(retryAfterSeconds: number) {
+    super(
+      `Too many checkouts were started for this account. Finish or cancel the one already open, or try again in ${retryAfterSeconds} seconds.`,
+      "too_many_checkouts",
+      { headers: { "retry-after": String(retryAfterSeconds) } },
+    );
+  }
+}
+
 /** 502: Stripe refused or could not be reached; the details go to the log, not to the client. */
 export class PaymentProviderError extends ApiError {
   constructor(cause?: unknown) {

@@ -32,7 +32,7 @@ for (const backend of backends) {
       await recordCheckoutSession(store.database, { sessionId, accountId, plan: starter });
       return {
         accountId,
-        paid: (eventId, changes = {}) => ({ eventId, accountId, planId: "starter", sessionId, amountTotal: 500, currency: "usd", ...changes }),
+        paid: (eventId, changes = {}) => ({ eventId, accountId, planId: "starter", sessionId, amountTotal: 500, currency: "usd", paymentIntentId: null, ...changes }),
       };
     }
 
@@ -95,7 +95,7 @@ for (const backend of backends) {
       const { paid } = await startedSession("unknown");
       assert.deepEqual(await grantCheckoutPurchase(store.database, paid("evt_unknown", { sessionId: "cs_test_never" })), { granted: false, reason: "unknown_session" });
       await recordCheckoutSession(store.database, { sessionId: "cs_test_ghost", accountId: "acct_ghost", plan: starter });
-      const ghost = { eventId: "evt_ghost", accountId: "acct_ghost", planId: "starter", sessionId: "cs_test_ghost", amountTotal: 500, currency: "usd" };
+      const ghost = { eventId: "evt_ghost", accountId: "acct_ghost", planId: "starter", sessionId: "cs_test_ghost", amountTotal: 500, currency: "usd", paymentIntentId: null };
       assert.deepEqual(await grantCheckoutPurchase(store.database, ghost), { granted: false, reason: "unknown_account" });
     });
 

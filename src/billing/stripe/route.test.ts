@@ -9,8 +9,11 @@ import { openTestDatabase, type TestDatabase } from "../../../test/helpers/datab
 import { checkLedger } from "../ledger.ts";
 import type { Plan } from "../plans.ts";
 import { startFakeStripeApi, type FakeStripeApi } from "./fake-stripe-api.ts";
-import { grantCheckoutPurchase, recordCheckoutSession, type PurchaseOutcome } from "./purchases.ts";
-import { registerStripeRoutes } from "./route.ts";
+import { closeCheckoutSession, findOpenCheckoutSession, grantCheckoutPurchase, recordCheckoutSession, type PurchaseOutcome } from "./purchases.ts";
+import { reverseCheckoutPurchase } from "./reversals.ts";
+import { CHECKOUT_LIMITS, registerStripeRoutes, type StripeRoutesOptions } from "./route.ts";
+import { RedisSignInThrottle } from "../../auth/redis-sign-in-throttle.ts";
+import type { SignInThrottle } from "../../auth/sign-in-throttle.ts";
 import { createStripeClient } from "./stripe-client.ts";
 import { checkoutEvent, nowSeconds } from "./test-events.ts";
 import type { StripePurchase } from "./webhook.ts";
@@ -47,6 +50,9 @@ async function buildTestApp(settings: {
   stripe: Stripe | null;
   webhookSecret: string | undefined;
   grantPurchase?: (purchase: StripePurchase) => Promise<PurchaseOutcome>;
+  checkoutThrottle?: SignInThrottle;
+  /** Default: the store's open sessions. */
+  findOpenCheckoutSession?: StripeRoutesOptions["findOpenCheckoutSession"];
 }): Promise<Harness> {
   const app = Fastify({ logger: { level: "trace", stream: { write: (line: string) => void logLines.push(line) } } });
   app.setErrorHandler(handleError);
@@ -64,7 +70,11 @@ async function buildTestApp(settings: {
     },
     accountIdOf: (request) => String(request.headers["x-test-account"] ?? buyer),
     recordCheckoutSession: (session) => recordCheckoutSession(store.database, session),
+    findOpenCheckoutSession: settings.findOpenCheckoutSession ?? ((input) => findOpenCheckoutSession(store.database, input)),
+    checkoutThrottle: settings.checkoutThrottle,
     grantPurchase: settings.grantPurchase ?? ledger.grantPurchase,
+    reversePurchase: (reversal) => reverseCheckoutPurchase(store.database, reversal),
+    closeCheckoutSession: (closed) => closeCheckoutSession(store.database, closed),
     publicUrl: "https://ai.example.com/",
   });
   await app.ready();
@@ -160,6 +170,35 @@ test("checkout starts a Stripe session for the plan and the caller's account", a
   );
 });
 
+test("new checkouts are counted per account across nodes through Redis: five a minute in all, then 429 too_many_checkouts", async () => {
+  const stripe = createStripeClient({ secretKey, apiHost: "127.0.0.1", apiPort: api.port, apiProtocol: "http" });
+  const keyPrefix = `turnpike:test:checkout:${Math.random().toString(36).slice(2)}:`;
+  const throttles = [0, 1].map(() => new RedisSignInThrottle({ url: "redis://127.0.0.1:6379", limits: CHECKOUT_LIMITS, keyPrefix, counted: "new checkouts" }));
+  try {
+    // Two nodes; no open session is ever handed out again here, so that each checkout asks for a new one.
+    const nodes = await Promise.all(throttles.map((checkoutThrottle) => buildTestApp({ stripe, webhookSecret, checkoutThrottle, findOpenCheckoutSession: async () => undefined })));
+    const account = `account-redis-${Math.random().toString(36).slice(2)}`;
+    const callsBefore = api.requests.length;
+    const statuses: number[] = [];
+    for (let index = 0; index < 10; index++) {
+      const response = await checkout(nodes[index % 2]!.app, { plan: "starter" }, { authorization: `Bearer ${apiKey}`, "x-test-account": account });
+      statuses.push(response.statusCode);
+      if (response.statusCode === 429) {
+        assertError(response, 429, "too_many_checkouts");
+        assert.ok(Number(response.headers["retry-after"]) >= 1);
+      }
+    }
+    assert.deepEqual(statuses, [200, 200, 200, 200, 200, 429, 429, 429, 429, 429]);
+    assert.equal(api.requests.length - callsBefore, 5, "one call to Stripe per new session");
+    assert.ok(!throttles.some((throttle) => throttle.degraded), "counted in Redis");
+    // Another account has its own count.
+    const another = await checkout(nodes[1]!.app, { plan: "starter" }, { authorization: `Bearer ${apiKey}`, "x-test-account": `${account}-other` });
+    assert.equal(another.statusCode, 200);
+  } finally {
+    for (const throttle of throttles) await throttle.close();
+  }
+});
+
 test("checkout of an unknown plan is a 404 plan_not_found", async () => {
   const countBefore = api.requests.length;
   assertError(await checkout(configured.app, { plan: "platinum" }), 404, "plan_not_found", "plan");
@@ -207,16 +246,18 @@ test("checkout that Stripe refuses is a 502, logged without the key", async () =
 test("a correctly signed paid checkout is granted to its account and plan", async () => {
   await recordedSession("cs_test_7", "starter");
   const before = await balanceOf(buyer);
-  const payload = JSON.stringify(checkoutEvent({ id: "evt_grant_1", accountId: buyer, planId: "starter", sessionId: "cs_test_7" }));
+  const payload = JSON.stringify(checkoutEvent({ id: "evt_grant_1", accountId: buyer, planId: "starter", sessionId: "cs_test_7", paymentIntent: "pi_test_7" }));
   const response = await deliver(configured.app, payload, sign(payload));
   assert.equal(response.statusCode, 200);
   assert.deepEqual(response.json(), { received: true, granted: true });
   const call = configured.ledger.calls.find((purchase) => purchase.eventId === "evt_grant_1") ?? assert.fail("grantPurchase was not called");
-  assert.deepEqual(call, { eventId: "evt_grant_1", accountId: buyer, planId: "starter", sessionId: "cs_test_7", amountTotal: 500, currency: "usd" });
+  assert.deepEqual(call, { eventId: "evt_grant_1", accountId: buyer, planId: "starter", sessionId: "cs_test_7", amountTotal: 500, currency: "usd", paymentIntentId: "pi_test_7" });
   assert.equal(await balanceOf(buyer), before + 1000);
   const session = await store.database.selectFrom("checkout_sessions").selectAll().where("id", "=", "cs_test_7").executeTakeFirstOrThrow();
   assert.equal(session.status, "granted");
   assert.equal(session.event_id, "evt_grant_1");
+  // What refunds and disputes will name.
+  assert.equal(session.payment_intent, "pi_test_7");
 });
 
 test("a session started through checkout is granted when its paid event arrives", async () => {

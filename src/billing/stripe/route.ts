@@ -1,10 +1,15 @@
 /**
  * Buying plans with Stripe:
- * - `POST /api/billing/checkout` `{"plan": "<plan id>"}` (API key): starts a Checkout session for
- *   the caller's account and answers `{"id","url"}`; the console sends the buyer to `url`.
+ * - `POST /api/billing/checkout` `{"plan": "<plan id>"}` (API key): answers `{"id","url"}` of a
+ *   Checkout session for the caller's account; the console sends the buyer to `url`. The
+ *   account's open session for the same plan is handed out again; a new one is made only within
+ *   `CHECKOUT_LIMITS` per account (429 `too_many_checkouts` past it), and requests for the same
+ *   account and plan that arrive together on one node share one call to Stripe.
  * - `POST /api/billing/stripe/webhook` (Stripe, signed): credits paid sessions through `grantPurchase`,
  *   once per Checkout session, and only sessions recorded at checkout whose amount and currency
- *   match; a refused or unknown purchase is acknowledged (200) and logged as an error.
+ *   match; a refused or unknown purchase is acknowledged (200) and logged as an error. Refunds
+ *   and disputes take back the purchase's unspent credit through `reversePurchase` (what had been
+ *   spent is logged at warn); a session that can no longer be paid is no longer handed out.
  */
 import type { FastifyInstance, FastifyRequest, preHandlerHookHandler } from "fastify";
 import type Stripe from "stripe";
@@ -14,9 +19,19 @@ import { checkoutRequestSchema } from "../../protocol/account-api-requests.ts";
 import { InvalidRequestError } from "../../protocol/errors.ts";
 import { createCheckoutSession } from "./checkout.ts";
 import type { CheckoutSession, WebhookReply } from "../../protocol/account-api.ts";
-import { describeStripeError, PaymentProviderError, PaymentsNotConfiguredError, PlanNotFoundError } from "./errors.ts";
+import { describeStripeError, PaymentProviderError, PaymentsNotConfiguredError, PlanNotFoundError, TooManyCheckoutsError } from "./errors.ts";
 import type { CheckoutSessionRecord, PurchaseOutcome } from "./purchases.ts";
-import { purchaseFromEvent, verifyStripeEvent, type StripePurchase } from "./webhook.ts";
+import type { ReversalOutcome } from "./reversals.ts";
+import { MemorySignInThrottle, type SignInThrottle, type ThrottleLimits } from "../../auth/sign-in-throttle.ts";
+import { closedSessionFromEvent, disputeWonFromEvent, purchaseFromEvent, reversalFromEvent, verifyStripeEvent, type ClosedSession, type StripePurchase, type StripeReversal } from "./webhook.ts";
+
+/**
+ * New Checkout sessions per account: 5 a minute. Each is a call to Stripe; a buyer needs one
+ * (an open one for the same plan is handed out again without counting). Counted with the
+ * sign-in throttle's classes (in memory, or in Redis across nodes), the account standing for
+ * both of its subjects.
+ */
+export const CHECKOUT_LIMITS: ThrottleLimits = { perAccount: 5, perAddress: 5, windowMs: 60_000 };
 
 export type StripeRoutesOptions = {
   /** `null`: no `STRIPE_SECRET_KEY`, payments are off. */
@@ -33,12 +48,23 @@ export type StripeRoutesOptions = {
    * checks the payment against). A throw answers 500 and the buyer gets no URL.
    */
   recordCheckoutSession: (session: CheckoutSessionRecord) => Promise<void>;
+  /** The account's open session for the plan as sold now, if it has one (handed out again). */
+  findOpenCheckoutSession: (input: { accountId: string; plan: Plan }) => Promise<CheckoutSession | undefined>;
+  /** Counts new Checkout sessions per account (`CHECKOUT_LIMITS`); default: in this node's memory. */
+  checkoutThrottle?: SignInThrottle;
   /**
    * Credits a paid purchase. Must be idempotent per `purchase.sessionId`: Stripe retries a
    * delivery until it gets a 2xx, and may send several events for one session; a refusal says
    * why. A throw answers 500 and Stripe retries later.
    */
   grantPurchase: (purchase: StripePurchase) => Promise<PurchaseOutcome>;
+  /**
+   * Takes back the credit of a refunded or disputed purchase. Must be idempotent per
+   * `reversal.key`. A throw answers 500 and Stripe retries later.
+   */
+  reversePurchase: (reversal: StripeReversal) => Promise<ReversalOutcome>;
+  /** Marks a session that can no longer be paid (expired, or completed with its payment pending or failed), so that it is not handed out again. */
+  closeCheckoutSession: (closed: ClosedSession) => Promise<void>;
   /** The server's public base URL (`https://ai.example.com`), for Stripe's return links. */
   publicUrl: string;
   /** Maximum age of a webhook signature in seconds; default 300. */
@@ -61,23 +87,32 @@ export function registerStripeRoutes(app: FastifyInstance, options: StripeRoutes
   // Empty strings from the environment count as unset.
   const webhookSecret = options.webhookSecret === undefined || options.webhookSecret.trim() === "" ? undefined : options.webhookSecret;
 
-  app.post("/api/billing/checkout", { preHandler: options.authenticate }, async function startCheckout(request): Promise<CheckoutSession> {
-    const planId = planIdFrom(request.body);
-    // Without the webhook secret a payment could be taken but never credited: refuse both halves.
-    if (options.stripe === null || webhookSecret === undefined) throw new PaymentsNotConfiguredError();
-    const plan = options.plans().find((candidate) => candidate.id === planId);
-    if (plan === undefined) throw new PlanNotFoundError(planId);
-    const accountId = options.accountIdOf(request);
+  const checkoutThrottle = options.checkoutThrottle ?? new MemorySignInThrottle(CHECKOUT_LIMITS);
+  /** Per account and plan, the checkout this node is answering now: requests that arrive meanwhile share it. */
+  const checkoutsUnderWay = new Map<string, Promise<CheckoutSession>>();
+
+  /** The account's open session for the plan, or a new one if the throttle allows. */
+  async function checkoutFor(request: FastifyRequest, stripe: Stripe, plan: Plan, accountId: string): Promise<CheckoutSession> {
+    const open = await options.findOpenCheckoutSession({ accountId, plan });
+    if (open !== undefined) {
+      request.log.info({ account_id: accountId, plan_id: plan.id, session_id: open.id }, "stripe checkout reused");
+      return open;
+    }
+    const attempt = await checkoutThrottle.reserve(accountId, accountId);
+    if (!attempt.allowed) {
+      request.log.warn({ account_id: accountId, plan_id: plan.id, retry_after: attempt.retryAfterSeconds }, "stripe checkout throttled");
+      throw new TooManyCheckoutsError(attempt.retryAfterSeconds);
+    }
     try {
       const session = await createCheckoutSession({
-        stripe: options.stripe,
+        stripe,
         plan,
         accountId,
         // Stripe fills in `{CHECKOUT_SESSION_ID}` itself.
         successUrl: `${publicUrl}/billing?checkout=success&session_id={CHECKOUT_SESSION_ID}`,
         cancelUrl: `${publicUrl}/billing?checkout=cancel`,
       });
-      await options.recordCheckoutSession({ sessionId: session.id, accountId, plan });
+      await options.recordCheckoutSession({ sessionId: session.id, accountId, plan, url: session.url });
       request.log.info({ account_id: accountId, plan_id: plan.id, session_id: session.id }, "stripe checkout started");
       return session;
     } catch (error) {
@@ -85,6 +120,25 @@ export function registerStripeRoutes(app: FastifyInstance, options: StripeRoutes
         request.log.error({ stripe_error: describeStripeError(error.cause), plan_id: plan.id }, "stripe checkout failed");
       }
       throw error;
+    }
+  }
+
+  app.post("/api/billing/checkout", { preHandler: options.authenticate }, async function startCheckout(request): Promise<CheckoutSession> {
+    const planId = planIdFrom(request.body);
+    // Without the webhook secret a payment could be taken but never credited: refuse both halves.
+    if (options.stripe === null || webhookSecret === undefined) throw new PaymentsNotConfiguredError();
+    const plan = options.plans().find((candidate) => candidate.id === planId);
+    if (plan === undefined) throw new PlanNotFoundError(planId);
+    const accountId = options.accountIdOf(request);
+    const key = JSON.stringify([accountId, plan.id]);
+    const underWay = checkoutsUnderWay.get(key);
+    if (underWay !== undefined) return underWay;
+    const checkout = checkoutFor(request, options.stripe, plan, accountId);
+    checkoutsUnderWay.set(key, checkout);
+    try {
+      return await checkout;
+    } finally {
+      checkoutsUnderWay.delete(key);
     }
   });
 
@@ -112,9 +166,25 @@ export function registerStripeRoutes(app: FastifyInstance, options: StripeRoutes
         request.log.warn({ code: (error as { code?: unknown }).code }, "stripe webhook refused");
         throw error;
       }
+      const reversal = reversalFromEvent(event);
+      if (reversal !== null) {
+        await reverse(request, reversal);
+        return { received: true };
+      }
+      const disputeWon = disputeWonFromEvent(event);
+      if (disputeWon !== null) {
+        // The credit taken back when the dispute opened is not given back by itself: the operator decides.
+        request.log.warn(
+          { event_id: disputeWon.eventId, dispute_id: disputeWon.disputeId, payment_intent: disputeWon.paymentIntentId, status: disputeWon.status },
+          "stripe dispute closed in the merchant's favour: credit taken back when it opened may be granted again by an administrator",
+        );
+        return { received: true };
+      }
       const purchase = purchaseFromEvent(event);
       if (purchase === null) {
-        request.log.info({ event_id: event.id, event_type: event.type }, "stripe webhook ignored");
+        const closed = closedSessionFromEvent(event);
+        if (closed !== null) await options.closeCheckoutSession(closed);
+        request.log.info({ event_id: event.id, event_type: event.type, session_id: closed?.sessionId, session_status: closed?.status }, "stripe webhook: nothing to grant");
         return { received: true };
       }
       const outcome = await options.grantPurchase(purchase);
@@ -132,4 +202,29 @@ export function registerStripeRoutes(app: FastifyInstance, options: StripeRoutes
       return { received: true, granted: outcome.granted };
     });
   });
+
+  /** Takes back a refunded or disputed purchase's credit and tells the operator what it could not take. */
+  async function reverse(request: FastifyRequest, reversal: StripeReversal): Promise<void> {
+    const outcome = await options.reversePurchase(reversal);
+    const fields = {
+      event_id: reversal.eventId,
+      kind: reversal.kind,
+      payment_intent: reversal.paymentIntentId,
+      charge_id: reversal.chargeId,
+      amount: reversal.amount,
+      currency: reversal.currency,
+      session_id: outcome.sessionId,
+      account_id: outcome.accountId,
+      result: outcome.result,
+    };
+    if (outcome.result !== "reversed") {
+      const level = outcome.result === "already_reversed" ? "info" : "warn";
+      request.log[level](fields, `stripe ${reversal.kind} not applied`);
+      return;
+    }
+    const taken = { ...fields, plan_id: outcome.planId, credit_share: outcome.share, credit_taken: outcome.taken, credit_spent: outcome.spent };
+    // Credit spent before the money went back cannot be taken back: the operator must know.
+    if (outcome.spent > 0) request.log.warn(taken, `stripe ${reversal.kind}: ${outcome.spent} of the purchase's credit had been spent already and was not taken back`);
+    else request.log.info(taken, `stripe ${reversal.kind}: credit taken back`);
+  }
 }

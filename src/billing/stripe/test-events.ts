@@ -9,6 +9,8 @@ export type CheckoutEventOptions = {
   sessionId?: string;
   amountTotal?: number;
   currency?: string;
+  /** The payment intent that paid it (`pi_…`); none by default. */
+  paymentIntent?: string;
 };
 
 /** A `checkout.session.*` event (by default a completed, paid one) as a plain object. */
@@ -38,6 +40,7 @@ export function checkoutEvent(options: CheckoutEventOptions = {}): Record<string
         metadata,
         amount_total: options.amountTotal ?? 500,
         currency: options.currency ?? "usd",
+        payment_intent: options.paymentIntent ?? null,
       },
     },
   };
@@ -46,4 +49,61 @@ export function checkoutEvent(options: CheckoutEventOptions = {}): Record<string
 /** Seconds since the epoch, as Stripe signature timestamps count. */
 export function nowSeconds(): number {
   return Math.floor(Date.now() / 1000);
+}
+
+/** A `charge.refunded` event: the charge of `paymentIntent` has had `amountRefunded` of its `amount` refunded so far. */
+export function refundEvent(options: { id: string; paymentIntent: string; amount: number; amountRefunded: number; currency?: string; chargeId?: string }): Record<string, unknown> {
+  return {
+    id: options.id,
+    object: "event",
+    api_version: "2025-01-01",
+    created: nowSeconds(),
+    livemode: false,
+    type: "charge.refunded",
+    data: {
+      object: {
+        id: options.chargeId ?? `ch_for_${options.paymentIntent}`,
+        object: "charge",
+        amount: options.amount,
+        amount_captured: options.amount,
+        amount_refunded: options.amountRefunded,
+        refunded: options.amountRefunded >= options.amount,
+        currency: options.currency ?? "usd",
+        payment_intent: options.paymentIntent,
+        status: "succeeded",
+      },
+    },
+  };
+}
+
+/** A `charge.dispute.created` (or `.closed`, with its `status`) event about the charge of `paymentIntent`. */
+export function disputeEvent(options: {
+  id: string;
+  disputeId: string;
+  paymentIntent: string;
+  amount: number;
+  type?: "charge.dispute.created" | "charge.dispute.closed";
+  status?: string;
+  currency?: string;
+}): Record<string, unknown> {
+  return {
+    id: options.id,
+    object: "event",
+    api_version: "2025-01-01",
+    created: nowSeconds(),
+    livemode: false,
+    type: options.type ?? "charge.dispute.created",
+    data: {
+      object: {
+        id: options.disputeId,
+        object: "dispute",
+        amount: options.amount,
+        currency: options.currency ?? "usd",
+        charge: `ch_for_${options.paymentIntent}`,
+        payment_intent: options.paymentIntent,
+        reason: "fraudulent",
+        status: options.status ?? "needs_response",
+      },
+    },
+  };
 }

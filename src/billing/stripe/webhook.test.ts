@@ -3,8 +3,8 @@ import assert from "node:assert/strict";
 import type Stripe from "stripe";
 import { ApiError } from "../../protocol/errors.ts";
 import { createStripeClient } from "./stripe-client.ts";
-import { checkoutEvent, nowSeconds } from "./test-events.ts";
-import { purchaseFromEvent, verifyStripeEvent } from "./webhook.ts";
+import { checkoutEvent, disputeEvent, nowSeconds, refundEvent } from "./test-events.ts";
+import { closedSessionFromEvent, disputeWonFromEvent, purchaseFromEvent, reversalFromEvent, verifyStripeEvent } from "./webhook.ts";
 
 const secret = "whsec_test_secret_for_webhook_unit_tests";
 const stripe = createStripeClient({ secretKey: "sk_test_unit" }) ?? assert.fail("a key gives a client");
@@ -77,6 +77,7 @@ test("reads a paid completed checkout as a purchase", () => {
     sessionId: "cs_test_9",
     amountTotal: 1500,
     currency: "eur",
+    paymentIntentId: null,
   });
 });
 
@@ -95,4 +96,60 @@ test("ignores an unpaid completed checkout, other event types, and sessions with
     checkoutEvent({ accountId: null }),
   ];
   for (const event of ignored) assert.equal(purchaseFromEvent(event as unknown as Stripe.Event), null);
+});
+
+test("refuses a signature timestamp more than five minutes in the future, and says so", () => {
+  const payload = JSON.stringify(checkoutEvent());
+  const tenMinutesAhead = sign(payload, { timestamp: nowSeconds() + 600 });
+  const error = assertInvalidSignature(() => verifyStripeEvent({ stripe: stripe, payload, signature: tenMinutesAhead, secret }));
+  assert.match(error.message, /future/);
+  // A wider tolerance for old deliveries does not widen the future skew.
+  assertInvalidSignature(() => verifyStripeEvent({ stripe: stripe, payload, signature: tenMinutesAhead, secret, toleranceSeconds: 7200 }));
+  // Clocks differ a little: a minute ahead is accepted.
+  assert.equal(verifyStripeEvent({ stripe: stripe, payload, signature: sign(payload, { timestamp: nowSeconds() + 60 }), secret }).type, "checkout.session.completed");
+});
+
+test("reads a paid checkout's payment intent, which refunds and disputes name", () => {
+  const event = checkoutEvent({ paymentIntent: "pi_123" });
+  assert.equal(purchaseFromEvent(event as unknown as Stripe.Event)?.paymentIntentId, "pi_123");
+  const expanded = checkoutEvent();
+  ((expanded.data as { object: Record<string, unknown> }).object).payment_intent = { id: "pi_expanded", object: "payment_intent" };
+  assert.equal(purchaseFromEvent(expanded as unknown as Stripe.Event)?.paymentIntentId, "pi_expanded");
+});
+
+test("reads a refund as its running total, keyed by the event", () => {
+  const event = refundEvent({ id: "evt_refund", paymentIntent: "pi_1", amount: 2000, amountRefunded: 500, chargeId: "ch_1" });
+  assert.deepEqual(reversalFromEvent(event as unknown as Stripe.Event), {
+    kind: "refund",
+    eventId: "evt_refund",
+    key: "refund:evt_refund",
+    paymentIntentId: "pi_1",
+    chargeId: "ch_1",
+    amount: 500,
+    chargeAmount: 2000,
+    currency: "usd",
+  });
+});
+
+test("reads a dispute that opened, or closed lost, as one reversal keyed by the dispute; a dispute won is only reported", () => {
+  const opened = reversalFromEvent(disputeEvent({ id: "evt_a", disputeId: "dp_1", paymentIntent: "pi_1", amount: 2000 }) as unknown as Stripe.Event);
+  const lost = reversalFromEvent(disputeEvent({ id: "evt_b", disputeId: "dp_1", paymentIntent: "pi_1", amount: 2000, type: "charge.dispute.closed", status: "lost" }) as unknown as Stripe.Event);
+  assert.equal(opened?.kind, "dispute");
+  assert.equal(opened?.key, "dispute:dp_1");
+  assert.equal(lost?.key, "dispute:dp_1");
+  assert.equal(lost?.amount, 2000);
+  const won = disputeEvent({ id: "evt_c", disputeId: "dp_1", paymentIntent: "pi_1", amount: 2000, type: "charge.dispute.closed", status: "won" }) as unknown as Stripe.Event;
+  assert.equal(reversalFromEvent(won), null);
+  assert.deepEqual(disputeWonFromEvent(won), { eventId: "evt_c", disputeId: "dp_1", paymentIntentId: "pi_1", status: "won" });
+  // Neither a purchase nor a reversal: a checkout, or a refund of nothing.
+  assert.equal(reversalFromEvent(checkoutEvent() as unknown as Stripe.Event), null);
+  assert.equal(reversalFromEvent(refundEvent({ id: "evt_zero", paymentIntent: "pi_1", amount: 2000, amountRefunded: 0 }) as unknown as Stripe.Event), null);
+});
+
+test("reads the sessions that can no longer be paid: expired, completed with the payment clearing, or that payment failed", () => {
+  const closed = (options: Parameters<typeof checkoutEvent>[0]) => closedSessionFromEvent(checkoutEvent({ sessionId: "cs_gone", ...options }) as unknown as Stripe.Event);
+  assert.deepEqual(closed({ type: "checkout.session.expired", paymentStatus: "unpaid" }), { sessionId: "cs_gone", status: "expired" });
+  assert.deepEqual(closed({ paymentStatus: "unpaid" }), { sessionId: "cs_gone", status: "pending" });
+  assert.deepEqual(closed({ type: "checkout.session.async_payment_failed", paymentStatus: "unpaid" }), { sessionId: "cs_gone", status: "failed" });
+  assert.equal(closed({}), null, "a paid one is a purchase");
 });

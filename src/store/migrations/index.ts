@@ -12,6 +12,7 @@ import { migration0006KeyScopes } from "./0006-key-scopes.ts";
 import { migration0007CheckoutSessions } from "./0007-checkout-sessions.ts";
 import { migration0008UsageSource } from "./0008-usage-source.ts";
 import { migration0009UsageCheckpoints } from "./0009-usage-checkpoints.ts";
+import { migration0010CheckoutReversals } from "./0010-checkout-reversals.ts";
 import { migration0011KeyListingIndex } from "./0011-key-listing-index.ts";
 
 export const migrations: Record<string, Migration> = {
@@ -24,5 +25,6 @@ export const migrations: Record<string, Migration> = {
   "0007-checkout-sessions": migration0007CheckoutSessions,
   "0008-usage-source": migration0008UsageSource,
   "0009-usage-checkpoints": migration0009UsageCheckpoints,
+  "0010-checkout-reversals": migration0010CheckoutReversals,
   "0011-key-listing-index": migration0011KeyListingIndex,
 };
