@@ -41,6 +41,7 @@ describe("failures that are not a member's", () => {
 
   it("never counts a request the HTTP client would not send against the member, however often", async () => {
     const outcomes: MemberOutcome["kind"][] = [];
+    const events: Array<{ level: string; message: string; fields: Record<string, unknown> }> = [];
     const pool = createUpstreamPool({ urls: [upstream.baseUrl], maxInFlight: 4, health: { failureThreshold: 3 }, onOutcome: (_member, outcome) => outcomes.push(outcome.kind) });
     // A header value undici refuses to send: our configuration's fault, not the member's.
     const client = new UpstreamClient({ connectTimeoutMs: 1000, connectionsPerOrigin: 4, apiKey: "bad\r\nkey" });
@@ -61,7 +62,7 @@ describe("failures that are not a member's", () => {
             firstTokenTimeoutMs: 5000,
             idleTimeoutMs: 5000,
             secrets: [],
-            onEvent: () => {},
+            onEvent: (level, message, fields) => events.push({ level, message, fields }),
             closing: new AbortController().signal,
           },
           AbortSignal.timeout(10_000),
@@ -77,6 +78,10 @@ describe("failures that are not a member's", () => {
       assert.equal(pool.state(), "ready", "the member is still healthy");
       assert.ok(outcomes.length > 0 && outcomes.every((kind) => kind === "neutral"), `outcomes: ${outcomes.join(", ")}`);
       assert.equal(upstream.requests.length, sent, "nothing reached the upstream");
+      const logged = events.filter((event) => event.level === "error");
+      assert.equal(logged.length, 6, "each is logged at error, as ours");
+      assert.match(logged[0]!.message, /reason of ours; not counted against the member/);
+      assert.doesNotMatch(JSON.stringify(events), /bad\\r\\nkey|bad\r\nkey/, "the key never reaches the log");
     } finally {
       pool.close();
       await client.close();

@@ -228,7 +228,12 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
     }
     if (error instanceof ApiError) return { action: "refuse", outcome: { kind: "neutral" }, error };
     // Ours, not the member's: it never counts against the member, and no other member is tried.
-    if (error instanceof UpstreamRequestError) return { action: "refuse", outcome: { kind: "neutral" }, error: new InternalServerError(undefined, error) };
+    if (error instanceof UpstreamRequestError) {
+      // Its name and code only: an argument the HTTP client refused may hold a header's value.
+      const cause = error.cause as { name?: unknown; code?: unknown } | undefined;
+      options.onEvent("error", "a request could not be sent upstream for a reason of ours; not counted against the member", { error: String(cause?.name ?? "Error"), code: String(cause?.code ?? "") });
+      return { action: "refuse", outcome: { kind: "neutral" }, error: new InternalServerError(undefined, error) };
+    }
     const failure = error instanceof UpstreamConnectionError ? error : describeConnectionFailure(error);
     if (failure.kind === "connect-timeout") return { action: "retry", outcome: { kind: "connect" }, error: new UpstreamTimeoutError() };
     return { action: "retry", outcome: { kind: "connect" }, error: new UpstreamError() };
