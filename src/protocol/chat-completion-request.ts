@@ -112,8 +112,11 @@ export function checkVendorValue(value: unknown, limits: { depth: number; bytes:
     } else if (typeof current === "object") {
       const depth = item.depth + 1;
       if (depth > limits.depth) return { path: item.path, message: `must nest at most ${limits.depth} levels of objects and arrays.` };
+      // The framing and keys are counted, and the cap checked, before any child is queued: a
+      // million-item array costs one comparison.
       if (Array.isArray(current)) {
         bytes += 2 + Math.max(0, current.length - 1);
+        if (bytes > limits.bytes) return tooLarge([]);
         for (let index = current.length - 1; index >= 0; index--) stack.push({ value: current[index], path: [...item.path, index], depth });
       } else {
         const keys = Object.keys(current);
@@ -121,6 +124,7 @@ export function checkVendorValue(value: unknown, limits: { depth: number; bytes:
         for (const key of keys) {
           if (key.length > limits.string) return { path: item.path, message: `must have keys of at most ${limits.string} characters.` };
           bytes += Buffer.byteLength(JSON.stringify(key)) + 1;
+          if (bytes > limits.bytes) return tooLarge([]);
         }
         for (let index = keys.length - 1; index >= 0; index--) stack.push({ value: (current as Record<string, unknown>)[keys[index]!], path: [...item.path, keys[index]!], depth });
       }
