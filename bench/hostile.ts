@@ -8,7 +8,9 @@
  * Prints, per kind: refused requests/s, the statuses seen, `/health` p50/p99/max, and the
  * server's CPU per refused request (this process's `process.cpuUsage`, less the probing's own
  * rate measured in the baseline row, over the refusals). The flood runs in a separate process
- * so its CPU is not counted.
+ * so its CPU is not counted. Kinds aimed at an upstream model (issue 19 row 2's poison kwargs)
+ * go to a model served by the scripted fake upstream of test/helpers/fault-upstream.ts, while a
+ * paying client sends it valid requests one after another: its success rate is printed too.
  *
  *   node_modules/.bin/node bench/hostile.ts [--seconds 4] [--concurrency 4] [--kinds a,b,...] [--accounts zero,funded]
  *     [--out bench/results/hostile.json]
@@ -28,6 +30,7 @@ import { createApiKey } from "../src/auth/api-keys.ts";
 import { createAccount } from "../src/accounts/accounts.ts";
 import { grantPlan } from "../src/billing/grant-plan.ts";
 import { findPlan, syncConfigPlans } from "../src/billing/plans-store.ts";
+import { FaultUpstream } from "../test/helpers/fault-upstream.ts";
 
 const benchDir = path.dirname(fileURLToPath(import.meta.url));
 const { values: flags } = parseArgs({
@@ -48,6 +51,14 @@ const { values: flags } = parseArgs({
 
 const MODEL = "stories260K";
 const valid = { model: MODEL, messages: [{ role: "user", content: "Hi" }], max_tokens: 4 };
+/** A model served by the scripted fake upstream (one member, three attempts a request). */
+const UPSTREAM_MODEL = "upstream";
+const validUpstream = { ...valid, model: UPSTREAM_MODEL };
+
+/** Issue 19 row 2: `chat_template_kwargs` nested `depth` arrays deep, as JSON text (`JSON.stringify` cannot write it). */
+function poisonKwargsBody(depth: number): string {
+  return `${JSON.stringify(validUpstream).slice(0, -1)},"chat_template_kwargs":{"enable_thinking":${"[".repeat(depth)}true${"]".repeat(depth)}}}`;
+}
 
 /** Issue 9 row 1: `levels` definitions, each an anyOf of `fanOut` references to the next, under a oneOf. */
 function chainSchema(fanOut: number, levels: number): Record<string, unknown> {
@@ -65,7 +76,7 @@ const call = (index: number, argumentsText: string) => ({ id: `c${index}`, type:
  * Each kind of refused request: its body (text), and whether it uses a key that does not exist or
  * is one only a zero-credit key has refused (a funded key's would be served, or refused the same way).
  */
-const KINDS: Record<string, { body: () => string; unknownKey?: boolean; zeroOnly?: boolean; what: string }> = {
+const KINDS: Record<string, { body: () => string; unknownKey?: boolean; zeroOnly?: boolean; what: string; paying?: Record<string, unknown> }> = {
   "schema-chain": { what: "row 1: 7 $defs, each anyOf of 10 $refs to the next, under a oneOf (~2 KB)", body: () => JSON.stringify(schemaFormat(chainSchema(10, 8))) },
   "schema-budget": {
     what: "oneOf of 64 enums of 60 values (work budget)",
@@ -93,6 +104,11 @@ const KINDS: Record<string, { body: () => string; unknownKey?: boolean; zeroOnly
   "unknown-key-9mb": { what: "a 9 MB body with a key that does not exist", body: () => JSON.stringify({ ...valid, messages: [{ role: "user", content: "x".repeat(9_000_000) }] }), unknownKey: true, zeroOnly: true },
   "no-credit": { what: "a valid request from the zero-credit account", body: () => JSON.stringify(valid), zeroOnly: true },
   "bad-json": { what: "a body that is not JSON", body: () => '{"model": "stories260K", "messages": [', zeroOnly: true },
+  "poison-kwargs": {
+    what: "issue 19 row 2: chat_template_kwargs nested 5,000 deep (10 kB) to an upstream model, a paying client beside",
+    body: () => poisonKwargsBody(5000),
+    paying: validUpstream,
+  },
 };
 
 /** The flooding child: builds the body, says it is ready, floods for `seconds`, prints its counts. */
@@ -153,6 +169,21 @@ async function probeHealth(url: string, stop: Promise<unknown>): Promise<number[
   return latencies;
 }
 
+/** A paying client's valid requests, one after another until `stop` resolves: how many succeeded of how many. */
+async function payingClient(url: string, key: string, body: Record<string, unknown>, stop: Promise<unknown>): Promise<{ ok: number; total: number }> {
+  let stopped = false;
+  void stop.then(() => (stopped = true));
+  let ok = 0;
+  let total = 0;
+  while (!stopped) {
+    const response = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${key}` }, body: JSON.stringify(body) }).catch(() => undefined);
+    await response?.arrayBuffer();
+    total++;
+    if (response?.status === 200) ok++;
+  }
+  return { ok, total };
+}
+
 const cpuMs = (usage: NodeJS.CpuUsage) => (usage.user + usage.system) / 1000;
 
 type Row = {
@@ -168,6 +199,8 @@ type Row = {
   healthMax: number;
   probes: number;
   cpuMsPerRequest: number;
+  /** Kinds with a paying client beside the flood: its requests that succeeded, of how many. */
+  paying?: { ok: number; total: number };
 };
 
 async function main(): Promise<void> {
@@ -176,10 +209,14 @@ async function main(): Promise<void> {
   const kinds = flags.kinds === undefined ? Object.keys(KINDS) : flags.kinds.split(",");
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "turnpike-hostile-"));
   const configFile = path.join(dataDir, "turnpike.json");
+  const upstream = await FaultUpstream.start({ model: UPSTREAM_MODEL, maxModelLen: 4096 });
   fs.writeFileSync(
     configFile,
     JSON.stringify({
-      models: [{ id: MODEL, path: path.resolve(flags.model), pricing: { prompt: 1_000_000, cached_prompt: 500_000, completion: 2_000_000 } }],
+      models: [
+        { id: MODEL, path: path.resolve(flags.model), pricing: { prompt: 1_000_000, cached_prompt: 500_000, completion: 2_000_000 } },
+        { id: UPSTREAM_MODEL, upstream: { kind: "vllm", urls: [upstream.baseUrl], health_interval: 3600 }, pricing: { prompt: 1_000_000, completion: 2_000_000 } },
+      ],
       plans: [{ id: "large", name: "Large", price: { amount: 500, currency: "usd" }, credit: 1_000_000_000_000, days: 30 }],
     }),
   );
@@ -242,8 +279,11 @@ async function main(): Promise<void> {
       const bodyBytes = await ready;
       const started = performance.now();
       const cpuStart = process.cpuUsage();
+      const payingBody = KINDS[kind]!.paying;
+      const paying = payingBody === undefined ? undefined : payingClient(server.url, fundedKey, payingBody, finished);
       const latencies = (await probeHealth(server.url, finished)).sort((a, b) => a - b);
       const result = await finished;
+      const payingResult = await paying;
       const elapsed = (performance.now() - started) / 1000;
       const serverCpu = cpuMs(process.cpuUsage(cpuStart)) - probingCpuPerSecond * elapsed;
       rows.push({
@@ -259,18 +299,21 @@ async function main(): Promise<void> {
         healthMax: latencies.at(-1) ?? NaN,
         probes: latencies.length,
         cpuMsPerRequest: Math.max(0, serverCpu) / Math.max(1, result.requests),
+        ...(payingResult !== undefined ? { paying: payingResult } : {}),
       });
       const row = rows.at(-1)!;
-      process.stderr.write(`${label}: ${row.perSecond.toFixed(1)}/s, /health p99 ${row.healthP99.toFixed(1)} ms\n`);
+      const payingNote = row.paying === undefined ? "" : `, paying client ${row.paying.ok}/${row.paying.total} ok`;
+      process.stderr.write(`${label}: ${row.perSecond.toFixed(1)}/s, /health p99 ${row.healthP99.toFixed(1)} ms${payingNote}\n`);
     }
   } finally {
     await server.close();
+    await upstream.close();
     fs.rmSync(dataDir, { recursive: true, force: true });
   }
 
   const table = [
-    "| kind | body | refused/s | statuses | /health p50 ms | p99 ms | max ms | CPU ms per refusal |",
-    "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |",
+    "| kind | body | refused/s | statuses | /health p50 ms | p99 ms | max ms | CPU ms per refusal | paying client ok |",
+    "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
     ...rows.map((row) =>
       [
         row.kind,
@@ -283,6 +326,7 @@ async function main(): Promise<void> {
         row.healthP99.toFixed(1),
         row.healthMax.toFixed(1),
         Number.isNaN(row.cpuMsPerRequest) ? "" : row.cpuMsPerRequest.toFixed(2),
+        row.paying === undefined ? "" : `${row.paying.ok}/${row.paying.total}`,
       ].join(" | "),
     ).map((line) => `| ${line} |`),
   ];

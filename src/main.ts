@@ -160,6 +160,11 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
       else if (event.kind === "written") logger.info({ records: event.records, attempts: event.attempts }, "waiting usage records written");
       else logger.warn({ hold_id: event.holdId, err: event.error }, "could not close a credit lease; retried at the next group commit");
     },
+    onOverage: (event) =>
+      logger.warn(
+        { request_id: event.requestId, account_id: event.accountId, key_id: event.keyId, model: event.model, reserved: event.reserved, cost: event.cost, charged: event.charged },
+        "reported usage cost more than the request's hold: the difference is charged as far as the balance covers",
+      ),
   });
   const limits = new RequestLimits(createRateLimiter({ redisUrl: settings.redis_url, logger }));
   const metrics = new Metrics({

@@ -6,7 +6,9 @@
  * to every `/api` and `/v1` route the server registers (read from Fastify's route table), and a
  * few malformed HTTP requests on raw sockets. Most use a key whose account has no credit (so
  * valid requests are refused cheaply, as an attacker's would be); a few use one with credit
- * (tiny `max_tokens`), the operator's key, no key or a made-up one.
+ * (tiny `max_tokens`), the operator's key, no key or a made-up one. Some carry vendor fields
+ * (`chat_template_kwargs` of any shape, `top_k`, ...) to a free model served by the scripted fake
+ * upstream, whose one member must still be healthy at the end (issue 19 row 2).
  *
  * It asserts: no 5xx, every error in the OpenAI shape (`error.message`, `error.type`,
  * `error.code` strings, `error.param` a string or null), and `/health` answering throughout.
@@ -25,6 +27,7 @@ import { grantPlan } from "../src/billing/grant-plan.ts";
 import { findPlan } from "../src/billing/plans-store.ts";
 import { openStore } from "../src/store/open.ts";
 import type { Database } from "../src/store/schema.ts";
+import { FaultUpstream } from "./helpers/fault-upstream.ts";
 import { startTestServer, storiesModel, temporaryDirectory, type TestServer } from "./helpers/server.ts";
 
 const SEED = Number(process.env.TURNPIKE_FUZZ_SEED ?? Math.floor(Math.random() * 2 ** 31));
@@ -33,6 +36,8 @@ const CONCURRENCY = 8;
 /** The whole run must end within this (the issue's budget), on a loaded 2-core machine. */
 const BUDGET_MS = 60_000;
 const MODEL = "story";
+/** A free model served by the scripted fake upstream: vendor fields pass to it. */
+const UPSTREAM_MODEL = "upstream-story";
 
 /** A small, fast, seedable PRNG (mulberry32). */
 class Random {
@@ -302,6 +307,26 @@ function paidChatBody(random: Random): Record<string, unknown> {
   return body;
 }
 
+/** A chat request to the upstream model with vendor fields: plausible, huge, deep, shadowing or of the wrong type. */
+function vendorChatBody(random: Random): Record<string, unknown> {
+  const body: Record<string, unknown> = { model: UPSTREAM_MODEL, messages: [{ role: "user", content: "Hi" }], max_tokens: random.int(1, 4) };
+  const kwargs = random.pick([
+    () => ({ enable_thinking: random.chance(0.5) }),
+    () => randomValue(random, 4),
+    () => ({ enable_thinking: deepNest(random, random.int(5, 6000)) }),
+    () => ({ [random.pick(["messages", "tools", "model", "chat_template", "add_generation_prompt", "documents", "bos_token", "__proto__", "constructor"])]: randomValue(random, 2) }),
+    () => ({ notes: "n".repeat(random.pick([16_384, 16_385, 70_000, 2_000_000])) }),
+    () => Object.fromEntries(Array.from({ length: random.int(60, 70) }, (_, index) => [`k${index}`, randomScalar(random)])),
+    () => Object.fromEntries(Array.from({ length: random.int(1, 6) }, () => [randomString(random).slice(0, 30), randomValue(random, 3)])),
+  ]);
+  if (random.chance(0.8)) body.chat_template_kwargs = kwargs();
+  for (const field of ["top_k", "min_p", "repetition_penalty", "reasoning_effort"]) {
+    if (random.chance(0.2)) body[field] = random.chance(0.5) ? random.pick([0, 1, -1, 40, 0.05, 1.1, 2 ** 31, "high", "low", "none", ""]) : randomValue(random, 2);
+  }
+  if (random.chance(0.3)) body.stream = random.chance(0.5);
+  return body;
+}
+
 // ---------------------------------------------------------------- /api bodies
 
 /** Plausible values for the fields the `/api` routes read, and random ones. */
@@ -437,6 +462,17 @@ function nextRequest(random: Random, index: number, routes: Route[], keys: Keys,
     const body = paidChatBody(random);
     return { method: "POST", path: "/v1/chat/completions", headers: { authorization: `Bearer ${keys.credit}`, "content-type": "application/json" }, body: JSON.stringify(body), label: "paid chat" };
   }
+  if (roll < 0.06) {
+    // Written by hand where JSON.stringify cannot (kwargs nested thousands deep).
+    const body = vendorChatBody(random);
+    let text: string;
+    try {
+      text = JSON.stringify(body);
+    } catch {
+      text = JSON.stringify({ ...body, chat_template_kwargs: null }).replace('"chat_template_kwargs":null', `"chat_template_kwargs":{"enable_thinking":${"[".repeat(6000)}1${"]".repeat(6000)}}`);
+    }
+    return { method: "POST", path: "/v1/chat/completions", headers: { authorization: `Bearer ${keys.zero}`, "content-type": "application/json" }, body: text, label: "vendor fields upstream" };
+  }
   if (roll < 0.55) {
     return { method: "POST", path: "/v1/chat/completions", headers: randomHeaders(random, chatAuthorization), body: encodeBody(random, chatBody(random)), label: "chat" };
   }
@@ -539,14 +575,19 @@ function problemWith(outcome: Outcome): string | null {
 let test: TestServer;
 let database: Kysely<Database>;
 let keys: Keys;
+let upstream: FaultUpstream;
 const BODY_LIMIT = 10 * 1024 * 1024;
 
 before(async () => {
   const configFile = path.join(temporaryDirectory(), "turnpike.json");
+  upstream = await FaultUpstream.start({ model: UPSTREAM_MODEL, maxModelLen: 4096 });
   fs.writeFileSync(
     configFile,
     JSON.stringify({
-      models: [{ id: MODEL, path: storiesModel, pricing: { prompt: 1, cached_prompt: 1, completion: 1 } }],
+      models: [
+        { id: MODEL, path: storiesModel, pricing: { prompt: 1, cached_prompt: 1, completion: 1 } },
+        { id: UPSTREAM_MODEL, upstream: { kind: "vllm", urls: [upstream.baseUrl], health_interval: 3600 } },
+      ],
       plans: [{ id: "roomy", name: "Roomy", price: { amount: 100, currency: "usd" }, credit: 1_000_000_000 }],
     }),
   );
@@ -564,6 +605,7 @@ before(async () => {
 after(async () => {
   await database?.destroy();
   await test?.close();
+  await upstream?.close();
 });
 
 it(`answers ${REQUESTS} fuzzed requests without a 5xx, every error OpenAI-shaped, /health answering throughout (seed ${SEED})`, async () => {
@@ -650,5 +692,14 @@ it(`answers ${REQUESTS} fuzzed requests without a 5xx, every error OpenAI-shaped
   assert.deepEqual(report, [], `${summary} (replay with TURNPIKE_FUZZ_SEED=${SEED})`);
   assert.equal(next, REQUESTS, `only ${next} of ${REQUESTS} requests were sent in time; ${summary}`);
   assert.equal(health.failures, 0, `/health failed while fuzzing; ${summary}`);
+  // Whatever vendor fields came, the upstream model's one member never counted a failure.
+  const upstreamModel = test.server.catalog.get(UPSTREAM_MODEL).engine;
+  assert.deepEqual(
+    upstreamModel.members?.().map((member) => member.healthy),
+    [true],
+    `the upstream member was marked down; ${summary}`,
+  );
+  const downs = test.logs().filter((line) => typeof line.msg === "string" && /^upstream .* is down/.test(line.msg));
+  assert.deepEqual(downs, [], `the upstream member went down while fuzzing; ${summary}`);
   assert.ok(elapsedMs < BUDGET_MS, `the run took longer than ${BUDGET_MS} ms; ${summary}`);
 });

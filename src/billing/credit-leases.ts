@@ -320,20 +320,25 @@ export class CreditLeases {
   }
 
   /**
-   * A request served from a lease finished: its charge (at most what it reserved) is counted in
-   * memory and its record joins the next group commit. Returns at once.
+   * A request served from a lease finished: its charge is counted in memory and its record joins
+   * the next group commit. Returns at once. A charge past what it reserved (usage reported beyond
+   * the prompt bound) is recorded whole: the lease then takes no more requests, and closing it
+   * charges its records' sum, past its amount as far as the balance covers (`settleHold`).
+   * Returns what it counts against the lease now: at most what the request reserved.
    */
   finishShared(ticket: Ticket, record: UsageRow): number {
     const running = this.#running.get(ticket.usageId);
     if (running === undefined) return 0;
     this.#running.delete(ticket.usageId);
-    const charge = Math.min(ticket.amount, Math.max(0, record.cost));
+    const cost = Math.max(0, record.cost);
+    const charge = Math.min(ticket.amount, cost);
     const { lease } = running;
     lease.reserved -= ticket.amount;
-    lease.charged += charge;
+    lease.charged += cost;
     lease.running--;
     lease.lastActiveAt = Date.now();
-    this.#records.push({ ...record, id: ticket.usageId, hold_id: lease.holdId, cost: charge });
+    if (cost > ticket.amount) this.#retire(lease, lease.keyId ?? `account:${lease.accountId}`);
+    this.#records.push({ ...record, id: ticket.usageId, hold_id: lease.holdId, cost });
     return charge;
   }
 

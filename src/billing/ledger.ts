@@ -243,8 +243,11 @@ export async function placeHold(database: Kysely<Database>, input: HoldInput): P
 }
 
 /**
- * Closes a hold: releases the reservation and charges `cost` (at most the amount held).
- * A hold closed already (settled twice, or released by the sweeper) is not charged again
+ * Closes a hold: releases the reservation and charges `cost`. What the hold covers is charged
+ * through it; when `cost` is more than the amount held (an upstream reported more usage than the
+ * prompt bound allowed for), the difference is charged too, in the same transaction, as far as
+ * the balance covers (`chargeBeyondHold`): never below zero, and the usage record says the whole
+ * charge. A hold closed already (settled twice, or released by the sweeper) is not charged again
  * through the hold; a release is a settlement at cost 0. Returns what was charged.
  */
 export async function settleHold(
@@ -258,11 +261,48 @@ export async function settleHold(
   // A hold settled already (null: a retry of a settlement whose commit went through unanswered)
   // charges and records nothing more.
   const statements = ledgerStatementsOf(database);
+  // The record's id is fixed here, so that a charge beyond the hold can correct the record's cost.
+  const usageId = newId("use", now);
+  const record =
+    usage === undefined
+      ? undefined
+      : (charged: number): UsageRecord => {
+          const written = usage(charged);
+          return { ...written, id: written.id ?? usageId };
+        };
   const charged = await database.transaction().execute(async (transaction) => {
-    const charge = await statements.settleActiveHold(transaction, holdId, cost, now, usage);
-    return charge ?? settleClosedHold(statements, transaction, holdId, cost, now, usage);
+    const charge = await statements.settleActiveHold(transaction, holdId, cost, now, record);
+    if (charge === undefined) return settleClosedHold(statements, transaction, holdId, cost, now, record);
+    if (cost <= charge) return charge;
+    const beyond = await chargeBeyondHold(statements, transaction, holdId, cost - charge, now);
+    if (beyond > 0 && record !== undefined) {
+      await transaction.updateTable("usage_records").set({ cost: charge + beyond }).where("id", "=", record(charge).id!).execute();
+    }
+    return charge + beyond;
   });
   return charged ?? 0;
+}
+
+/**
+ * Charges `extra` past what a hold just settled covered, as far as the account's balance goes
+ * (the account row is locked already: settling the hold updated it). One more settle entry, the
+ * lots, the key's spend and the hold's cost follow, so the balance stays the sum of the entries
+ * and never goes below zero. Returns what it charged.
+ */
+async function chargeBeyondHold(statements: LedgerStatements, transaction: Transaction<Database>, holdId: string, extra: number, now: number): Promise<number> {
+  const hold = await statements.lockHold(transaction, holdId);
+  if (hold === undefined) return 0;
+  const account = await statements.lockAccount(transaction, hold.account_id);
+  const charge = account === undefined ? 0 : Math.max(0, Math.min(extra, account.balance));
+  if (charge <= 0) return 0;
+  await transaction.updateTable("holds").set((expression) => ({ cost: expression("cost", "+", charge) })).where("id", "=", holdId).execute();
+  await transaction.updateTable("accounts").set((expression) => ({ balance: expression("balance", "-", charge) })).where("id", "=", hold.account_id).execute();
+  await addEntry(transaction, { accountId: hold.account_id, kind: "settle", amount: -charge, holdId, now });
+  await consumeLots(transaction, hold.account_id, charge);
+  if (hold.key_id !== null) {
+    await transaction.updateTable("api_keys").set((expression) => ({ spent: expression("spent", "+", charge) })).where("id", "=", hold.key_id).execute();
+  }
+  return charge;
 }
 
 /** A hold closed already: `chargeClosedHold`, and the usage record when it charged. */

@@ -35,6 +35,25 @@ export type MeteringOptions = {
   leases?: Partial<LeaseSettings>;
   /** Hears of group commits the database could not take, and of their recovery. */
   onBatch?: (event: BatchEvent) => void;
+  /** Hears of a request whose reported usage cost more than its hold reserved (logged at warn). */
+  onOverage?: (event: OverageEvent) => void;
+};
+
+/**
+ * A request's usage cost more than its hold reserved (an upstream reported more prompt tokens
+ * than the prompt bound allowed for): the difference is charged as far as the balance covers.
+ */
+export type OverageEvent = {
+  requestId: string;
+  accountId: string;
+  keyId: string;
+  model: string;
+  /** Credit the hold reserved. */
+  reserved: number;
+  /** What the reported usage costs. */
+  cost: number;
+  /** What was charged: `cost` unless the balance ran out; null while a deferred settlement or a lease's close is still to charge it. */
+  charged: number | null;
 };
 
 export type DeferredSettlementEvent =
@@ -303,9 +322,20 @@ export class Metering {
             return 0;
           });
         }
-        if (!ticket.own) return { cost: this.#leases.finishShared(ticket, { ...record(cost), id: ticket.usageId, hold_id: ticket.holdId }) };
+        const overage = (charged: number | null) => {
+          if (cost <= reserved) return;
+          this.#options.onOverage?.({ requestId: input.requestId, accountId: key.accountId!, keyId: key.id, model: model.id, reserved, cost, charged });
+        };
+        if (!ticket.own) {
+          const charged = this.#leases.finishShared(ticket, { ...record(cost), id: ticket.usageId, hold_id: ticket.holdId });
+          // Past its own reservation, the rest is charged when the lease closes, as far as the balance covers.
+          overage(null);
+          return { cost: charged };
+        }
         // The usage record commits with the charge, so the two never disagree.
-        return this.#settleOrDefer(input.requestId, () => this.#leases.settleOwn(ticket, cost, record));
+        const result = await this.#settleOrDefer(input.requestId, () => this.#leases.settleOwn(ticket, cost, record));
+        overage(result.cost);
+        return result;
       },
     };
   }

@@ -36,6 +36,10 @@ export const upstreamMemberSchema = z.union([
 ]);
 export type UpstreamMember = z.infer<typeof upstreamMemberSchema>;
 
+/** The JSON types a model entry may declare for a `chat_template_kwargs` key. */
+export const TEMPLATE_KWARG_TYPES = ["boolean", "string", "number", "integer"] as const;
+export type TemplateKwargType = (typeof TEMPLATE_KWARG_TYPES)[number];
+
 /** A pool of OpenAI-compatible servers serving one model. */
 export const upstreamSchema = z.object({
   /** Detected by probing when absent. */
@@ -90,6 +94,11 @@ export const modelEntrySchema = z
     input_modalities: z.array(z.enum(["text", "image"])).min(1).optional(),
     /** Vendor sampling fields requests may pass through; default: those the upstream's kind understands (none for embedded models). */
     vendor_fields: z.array(z.enum(VENDOR_FIELDS)).optional(),
+    /**
+     * The `chat_template_kwargs` keys requests may pass, each with its JSON type (e.g.
+     * `{ enable_thinking: "boolean" }`); others are refused. Absent: any key (within the request's bounds).
+     */
+    chat_template_kwargs: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "must be a template variable name"), z.enum(TEMPLATE_KWARG_TYPES)).optional(),
   })
   .refine((entry) => [entry.path, entry.hf, entry.upstream].filter((source) => source !== undefined).length === 1, {
     message: "needs exactly one of 'path' (a local GGUF file), 'hf' (hf:owner/repo/file.gguf) or 'upstream' (OpenAI-compatible servers)",
@@ -102,6 +111,10 @@ export const modelEntrySchema = z
   .refine((entry) => entry.upstream !== undefined || entry.vendor_fields === undefined || entry.vendor_fields.length === 0, {
     message: "vendor fields pass through to upstream engines only; the embedded llama.cpp engine takes none",
     path: ["vendor_fields"],
+  })
+  .refine((entry) => entry.chat_template_kwargs === undefined || (entry.upstream !== undefined && (entry.vendor_fields === undefined || entry.vendor_fields.includes("chat_template_kwargs"))), {
+    message: "declares chat_template_kwargs keys, but requests cannot pass chat_template_kwargs to this model (an upstream model whose vendor_fields include it)",
+    path: ["chat_template_kwargs"],
   });
 
 export type ModelEntry = z.infer<typeof modelEntrySchema>;

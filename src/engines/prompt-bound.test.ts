@@ -60,6 +60,15 @@ describe("promptBound", () => {
     assert.equal(bound.atMost, renderedBytes(full) + PROMPT_OVERHEAD_BYTES + 2 * MESSAGE_OVERHEAD_BYTES + 2 * TOOL_OVERHEAD_BYTES);
   });
 
+  it("counts the vendor fields' bytes in atMost (a template may render chat_template_kwargs), never in atLeast", () => {
+    const kwargs = { enable_thinking: false, notes: "n".repeat(10_000) };
+    const plain = promptBound(request({}), 4);
+    const withKwargs = promptBound(request({ vendor: { chat_template_kwargs: kwargs, top_k: 40 } }), 4);
+    assert.equal(withKwargs.atMost - plain.atMost, Buffer.byteLength(JSON.stringify(kwargs)) + 2);
+    assert.equal(withKwargs.bytes - plain.bytes, Buffer.byteLength(JSON.stringify(kwargs)) + 2);
+    assert.equal(withKwargs.atLeast, plain.atLeast);
+  });
+
   it("counts each ASCII byte against the longest token holding it, so long runs of spaces in a vocabulary do not loosen the bound", () => {
     // A vocabulary whose longest token is 64 spaces, whose tokens holding letters span at most 8 bytes.
     const asciiLongest = Array.from({ length: 128 }, (_, byte) => (byte === 32 ? 64 : /[a-z]/.test(String.fromCharCode(byte)) ? 8 : 0));

@@ -5,7 +5,8 @@
  *
  * `renderedBytes` counts every byte of the request that a chat template may render: message
  * text and names, tool-call names, ids and arguments, tool names, descriptions and parameter
- * schemas, and the response format's schema. `verbatimBytes` counts only what templates render
+ * schemas, the response format's schema, and the vendor fields passed to the upstream
+ * (`chat_template_kwargs`, as JSON text). `verbatimBytes` counts only what templates render
  * as it was sent (message text, tool-call names and arguments, tool names and descriptions):
  * parameter schemas are often rendered in a shorter form (node-llama-cpp writes TypeScript-like
  * signatures), names and ids may not be rendered at all, and a response format's schema may only
@@ -67,6 +68,17 @@ export function renderedBytes(request: GenerationRequest): number {
   }
   for (const tool of request.tools ?? []) bytes += utf8Bytes(tool.name) + utf8Bytes(tool.description ?? "") + jsonBytes(tool.parameters);
   if (request.responseFormat?.type === "json_schema") bytes += jsonBytes(request.responseFormat.schema);
+  return bytes + vendorBytes(request);
+}
+
+/**
+ * JSON text bytes of the vendor fields (`chat_template_kwargs` above all: a template may render
+ * any of its values), so that the hold, the TPM charge and the bill see them. Bounded by the
+ * request schema, so writing them out is cheap.
+ */
+export function vendorBytes(request: GenerationRequest): number {
+  let bytes = 0;
+  for (const value of Object.values(request.vendor ?? {})) bytes += jsonBytes(value);
   return bytes;
 }
 

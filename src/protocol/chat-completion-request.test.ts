@@ -31,6 +31,10 @@ const tool = (index: number, fields: Record<string, unknown> = {}) => ({ type: "
 const call = (id: string, argumentsText = "{}", name = "f") => ({ id, type: "function", function: { name, arguments: argumentsText } });
 const assistantWith = (calls: unknown[]) => ({ role: "assistant", content: null, tool_calls: calls });
 
+const kwargsOf = (count: number, length = 1) => Object.fromEntries(Array.from({ length: count }, (_, index) => [`k${index}`, "v".repeat(length)]));
+/** `levels` arrays around a number. */
+const nested = (levels: number): unknown => (levels === 0 ? 1 : [nested(levels - 1)]);
+
 type Cap = [what: string, atCap: Record<string, unknown>, pastCap: Record<string, unknown>, param: string, message: RegExp];
 
 const caps: Cap[] = [
@@ -51,6 +55,13 @@ const caps: Cap[] = [
   ["a stop sequence", { stop: ["s".repeat(REQUEST_LIMITS.stopLength)] }, { stop: ["s".repeat(REQUEST_LIMITS.stopLength + 1)] }, "stop[0]", /at most 1024 characters/],
   ["stop sequences", { stop: ["a", "b", "c", "d"] }, { stop: ["a", "b", "c", "d", "e"] }, "stop", /up to 4 strings/],
   ["logit_bias", { logit_bias: Object.fromEntries(Array.from({ length: REQUEST_LIMITS.logitBias }, (_, index) => [String(index), 1])) }, { logit_bias: Object.fromEntries(Array.from({ length: REQUEST_LIMITS.logitBias + 1 }, (_, index) => [String(index), 1])) }, "logit_bias", /at most 300 entries/],
+  ["chat_template_kwargs entries", { chat_template_kwargs: kwargsOf(REQUEST_LIMITS.vendorEntries) }, { chat_template_kwargs: kwargsOf(REQUEST_LIMITS.vendorEntries + 1) }, "chat_template_kwargs", /at most 64 entries/],
+  ["chat_template_kwargs nesting", { chat_template_kwargs: { x: nested(REQUEST_LIMITS.vendorDepth - 1) } }, { chat_template_kwargs: { x: nested(REQUEST_LIMITS.vendorDepth) } }, "chat_template_kwargs.x[0][0][0][0][0][0][0]", /at most 8 levels/],
+  ["a chat_template_kwargs string", { chat_template_kwargs: { x: "s".repeat(REQUEST_LIMITS.vendorString) } }, { chat_template_kwargs: { x: "s".repeat(REQUEST_LIMITS.vendorString + 1) } }, "chat_template_kwargs.x", /at most 16384 characters/],
+  // 2 + 4 commas + 4 × ("k0":"…16000…") + ("p":"…M…") = 40 + 4 × 16000 + M bytes.
+  ["chat_template_kwargs bytes", { chat_template_kwargs: { ...kwargsOf(4, 16_000), p: "p".repeat(1496) } }, { chat_template_kwargs: { ...kwargsOf(4, 16_000), p: "p".repeat(1497) } }, "chat_template_kwargs", /at most 65536 bytes/],
+  ["a chat_template_kwargs key that shadows a request field", { chat_template_kwargs: { enable_thinking: false } }, { chat_template_kwargs: { messages: [] } }, "chat_template_kwargs.messages", /shadow the request's own 'messages'/],
+  ["a chat_template_kwargs key the upstream sets", { chat_template_kwargs: { thinking: true } }, { chat_template_kwargs: { chat_template: "{{ x }}" } }, "chat_template_kwargs.chat_template", /the upstream sets 'chat_template'/],
   ["max_tokens", { max_tokens: REQUEST_LIMITS.completionTokens }, { max_tokens: REQUEST_LIMITS.completionTokens + 1 }, "max_tokens", /at most 1048576/],
   ["n × max_completion_tokens", { n: 8, max_completion_tokens: REQUEST_LIMITS.completionTokens / 8 }, { n: 8, max_completion_tokens: REQUEST_LIMITS.completionTokens / 8 + 1 }, "max_completion_tokens", /'n' × 'max_completion_tokens' must be at most 1048576 tokens, got 8 × 131073/],
 ];

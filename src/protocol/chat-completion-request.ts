@@ -34,6 +34,14 @@ export const REQUEST_LIMITS = {
   logitBias: 300,
   /** `max_tokens` / `max_completion_tokens`, and `n` × the smaller of them. */
   completionTokens: 1_048_576,
+  /** Entries of `chat_template_kwargs`. */
+  vendorEntries: 64,
+  /** Levels of objects and arrays in `chat_template_kwargs`, the record itself the first. */
+  vendorDepth: 8,
+  /** Bytes of `chat_template_kwargs` as JSON text. */
+  vendorBytes: 65_536,
+  /** Characters of one string (or key) inside `chat_template_kwargs`. */
+  vendorString: 16_384,
 } as const;
 
 /** A string of at most `max` characters. */
@@ -61,6 +69,90 @@ function jsonBytes(value: unknown): number | undefined {
     return undefined;
   }
 }
+
+/**
+ * Template variables a `chat_template_kwargs` key may not set: the request's own fields (the
+ * messages, tools, model, sampling...) and what the upstream itself hands the template (the chat
+ * template, the generation prompt, special tokens). Passing one through would replace what the
+ * request says, and what the prompt bound and the bill counted, with something else.
+ */
+export const SHADOWED_TEMPLATE_VARIABLES: ReadonlySet<string> = new Set([
+  "chat_template",
+  "add_generation_prompt",
+  "continue_final_message",
+  "documents",
+  "bos_token",
+  "eos_token",
+  "pad_token",
+  "unk_token",
+  "tokenize",
+  "raise_exception",
+  "strftime_now",
+]);
+
+type VendorIssue = { path: PropertyKey[]; message: string };
+
+/**
+ * Walks a vendor value without recursion (no depth can overflow the stack) and finds the first
+ * bound it breaks: too deep, a string or key too long, or more JSON text than allowed (counted as
+ * `JSON.stringify` would write it, without writing it). Stops at the first issue.
+ */
+export function checkVendorValue(value: unknown, limits: { depth: number; bytes: number; string: number }): VendorIssue | undefined {
+  const stack: Array<{ value: unknown; path: PropertyKey[]; depth: number }> = [{ value, path: [], depth: 0 }];
+  let bytes = 0;
+  const tooLarge = (path: PropertyKey[]): VendorIssue => ({ path, message: `must be at most ${limits.bytes} bytes as JSON text.` });
+  while (stack.length > 0) {
+    const item = stack.pop()!;
+    const current = item.value;
+    if (typeof current === "string") {
+      if (current.length > limits.string) return { path: item.path, message: `must be a string of at most ${limits.string} characters.` };
+      bytes += Buffer.byteLength(JSON.stringify(current));
+    } else if (current === null || typeof current === "boolean" || typeof current === "number") {
+      bytes += String(current).length;
+    } else if (typeof current === "object") {
+      const depth = item.depth + 1;
+      if (depth > limits.depth) return { path: item.path, message: `must nest at most ${limits.depth} levels of objects and arrays.` };
+      // The framing and keys are counted, and the cap checked, before any child is queued: a
+      // million-item array costs one comparison.
+      if (Array.isArray(current)) {
+        bytes += 2 + Math.max(0, current.length - 1);
+        if (bytes > limits.bytes) return tooLarge([]);
+        for (let index = current.length - 1; index >= 0; index--) stack.push({ value: current[index], path: [...item.path, index], depth });
+      } else {
+        const keys = Object.keys(current);
+        bytes += 2 + Math.max(0, keys.length - 1);
+        for (const key of keys) {
+          if (key.length > limits.string) return { path: item.path, message: `must have keys of at most ${limits.string} characters.` };
+          bytes += Buffer.byteLength(JSON.stringify(key)) + 1;
+          if (bytes > limits.bytes) return tooLarge([]);
+        }
+        for (let index = keys.length - 1; index >= 0; index--) stack.push({ value: (current as Record<string, unknown>)[keys[index]!], path: [...item.path, keys[index]!], depth });
+      }
+    } else {
+      return { path: item.path, message: "must hold only JSON values." };
+    }
+    if (bytes > limits.bytes) return tooLarge([]);
+  }
+  return undefined;
+}
+
+/**
+ * `chat_template_kwargs`: extra variables for the upstream's chat template, bounded (entries,
+ * depth, bytes, string lengths) and refused when a key would shadow the request's own fields or
+ * what the upstream gives the template (`SHADOWED_TEMPLATE_VARIABLES`).
+ */
+const chatTemplateKwargs = countedRecord(z.unknown(), REQUEST_LIMITS.vendorEntries, "entries").check((context) => {
+  for (const key of Object.keys(context.value)) {
+    const requestField = Object.hasOwn(chatCompletionRequestShape, key);
+    if (requestField || SHADOWED_TEMPLATE_VARIABLES.has(key)) {
+      const instead = requestField ? `it would shadow the request's own '${key}': send it as that field.` : `the upstream sets '${key}' itself.`;
+      context.issues.push({ code: "custom", path: [key], message: `the key '${key}' may not be set through chat_template_kwargs: ${instead}`, input: key });
+      return;
+    }
+  }
+  const issue = checkVendorValue(context.value, { depth: REQUEST_LIMITS.vendorDepth, bytes: REQUEST_LIMITS.vendorBytes, string: REQUEST_LIMITS.vendorString });
+  if (issue !== undefined) context.issues.push({ code: "custom", path: issue.path, message: issue.message, input: undefined });
+});
 
 const textPart = z.object({ type: z.literal("text"), text: z.string() });
 const name = bounded(REQUEST_LIMITS.name);
@@ -186,7 +278,7 @@ const probability = (min: number, max: number) => z.number().min(min).max(max).n
 
 const completionTokens = z.number().int().min(1).max(REQUEST_LIMITS.completionTokens);
 
-export const chatCompletionRequestSchema = z.object({
+const chatCompletionRequestShape = {
   messages: z.array(chatMessageSchema).min(1).max(REQUEST_LIMITS.messages),
   model: z.string().min(1).max(REQUEST_LIMITS.name),
   frequency_penalty: probability(-2, 2),
@@ -230,8 +322,10 @@ export const chatCompletionRequestSchema = z.object({
   /** Penalty on repeated tokens (1: none). */
   repetition_penalty: z.number().gt(0).max(10).nullish(),
   /** Extra variables for the upstream's chat template (e.g. `{"enable_thinking": false}`). */
-  chat_template_kwargs: countedRecord(z.unknown(), 64, "entries").nullish(),
-}).check((context) => {
+  chat_template_kwargs: chatTemplateKwargs.nullish(),
+};
+
+export const chatCompletionRequestSchema = z.object(chatCompletionRequestShape).check((context) => {
   // Every choice may use all of its completion tokens: their product is what a request can ask for.
   const request = context.value;
   const limits = [request.max_tokens, request.max_completion_tokens].filter((value): value is number => value != null);

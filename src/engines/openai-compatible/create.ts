@@ -41,6 +41,7 @@ export function createUpstreamEngine(entry: ModelEntry & { upstream: NonNullable
     ...(entry.context_length !== undefined ? { contextLength: entry.context_length } : {}),
     ...(entry.input_modalities !== undefined ? { inputModalities: entry.input_modalities } : {}),
     ...(entry.vendor_fields !== undefined ? { vendorFields: entry.vendor_fields } : {}),
+    ...(entry.chat_template_kwargs !== undefined ? { chatTemplateKwargs: entry.chat_template_kwargs } : {}),
     ...(apiKey !== undefined ? { apiKey } : {}),
     pool,
     onStatus: (status) => environment.onStatus(entry.id, status, undefined),

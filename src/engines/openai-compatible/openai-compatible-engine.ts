@@ -8,7 +8,7 @@
  * every byte a token, plus template overheads and a generous bound per image), and usage is
  * settled from what the upstream reports.
  */
-import type { UpstreamEntry, UpstreamKind, VendorField } from "../../config/schema.ts";
+import type { TemplateKwargType, UpstreamEntry, UpstreamKind, VendorField } from "../../config/schema.ts";
 import type {
   Engine,
   EngineCapabilities,
@@ -20,12 +20,12 @@ import type {
   RunningGeneration,
 } from "../engine.ts";
 import { promptBound, type PromptBound } from "../prompt-bound.ts";
-import { ContextLengthExceededError, InvalidRequestError, ModelNotReadyError } from "../../protocol/errors.ts";
+import { ContextLengthExceededError, InvalidRequestError, ModelNotReadyError, UnsupportedParameterError } from "../../protocol/errors.ts";
 import { affinityKey } from "./affinity.ts";
 import { detectContextLength } from "./context-length.ts";
 import { checkRequestForDialect, dialectFor } from "./dialects.ts";
 import type { UpstreamPool } from "./pool-types.ts";
-import { buildRequestBody } from "./request-body.ts";
+import { buildRequestBody, serializeRequestBody } from "./request-body.ts";
 import { upstreamWordsForLog } from "./upstream-errors.ts";
 import { UpstreamClient } from "./upstream-client.ts";
 import { startUpstreamGeneration, type UpstreamEventSink } from "./upstream-generation.ts";
@@ -55,6 +55,8 @@ export type OpenAiCompatibleEngineOptions = {
   inputModalities?: readonly ("text" | "image")[];
   /** Vendor fields requests may pass; default: those the kind understands. */
   vendorFields?: readonly VendorField[];
+  /** The `chat_template_kwargs` keys requests may pass, with their JSON types (the entry's); absent: any key. */
+  chatTemplateKwargs?: Readonly<Record<string, TemplateKwargType>>;
   /** The bearer token (from `api_key_env`); never logged. */
   apiKey?: string;
   pool: UpstreamPool;
@@ -220,6 +222,7 @@ export class OpenAiCompatibleEngine implements Engine {
     });
     const dialect = dialectFor(this.kind);
     checkRequestForDialect(request, dialect, capabilities.vendorFields);
+    this.#checkTemplateKwargs(request);
     const bound = this.boundPrompt(request);
     if (bound.atLeast >= contextLength || (request.maxTokens !== undefined && bound.atLeast + request.maxTokens > contextLength)) {
       const asked = request.maxTokens === undefined ? "" : ` and ${request.maxTokens} in the completion`;
@@ -248,6 +251,8 @@ export class OpenAiCompatibleEngine implements Engine {
     }
     const maxTokens = request.maxTokens ?? Math.max(1, contextLength - promptTokens);
     body[dialect.maxTokensField] = maxTokens;
+    // Written now, once: a body that cannot be written is this request's 400, before any member is tried.
+    const text = serializeRequestBody(body);
     const affinity = affinityKey(request);
     return {
       promptTokens,
@@ -259,7 +264,7 @@ export class OpenAiCompatibleEngine implements Engine {
           {
             pool: this.#options.pool,
             client: this.#client,
-            body,
+            body: text,
             choices: request.choices,
             promptTokens,
             logprobs: request.logprobs !== undefined,
@@ -276,6 +281,30 @@ export class OpenAiCompatibleEngine implements Engine {
           signal,
         ),
     };
+  }
+
+  /**
+   * Holds `chat_template_kwargs` to the keys and JSON types the model's entry declares, when it
+   * declares any: an undeclared key is a 400 `unsupported_parameter`, a value of another type a
+   * 400 `invalid_type`, each naming the key.
+   */
+  #checkTemplateKwargs(request: GenerationRequest): void {
+    const declared = this.#options.chatTemplateKwargs;
+    const kwargs = request.vendor?.chat_template_kwargs as Record<string, unknown> | null | undefined;
+    if (declared === undefined || kwargs == null) return;
+    for (const [key, value] of Object.entries(kwargs)) {
+      const param = `chat_template_kwargs.${key}`;
+      const type = Object.hasOwn(declared, key) ? declared[key] : undefined;
+      if (type === undefined) {
+        const allowed = Object.keys(declared);
+        throw new UnsupportedParameterError(
+          `Model '${this.#options.modelId}' does not take the chat_template_kwargs key '${key}': its entry allows ${allowed.length === 0 ? "none" : allowed.map((name) => `'${name}'`).join(", ")}.`,
+          param,
+        );
+      }
+      const matches = type === "integer" ? Number.isInteger(value) : typeof value === type;
+      if (!matches) throw new InvalidRequestError(`Invalid '${param}': expected ${type === "integer" ? "an integer" : `a ${type}`}.`, param, "invalid_type");
+    }
   }
 
   /** The prompt's tokens counted by a healthy member's own template and tokenizer, when its kind can (see `tokenize.ts`). */

@@ -6,6 +6,7 @@
 import type { EngineContentPart, EngineMessage, GenerationRequest, ResponseFormat, ToolChoice, ToolDefinition } from "../engine.ts";
 import { VENDOR_FIELDS, type VendorField } from "../../config/schema.ts";
 import type { Dialect } from "./dialects.ts";
+import { InvalidRequestError } from "../../protocol/errors.ts";
 
 /** Where the body goes: the upstream's name for the model and the per-choice completion bound. */
 export type RequestTarget = {
@@ -127,4 +128,21 @@ export function buildRequestBody(request: GenerationRequest, target: RequestTarg
     body[dialect.vendorFieldNames[field as VendorField] ?? field] = value;
   }
   return body;
+}
+
+/**
+ * The body as JSON text, written when the request is prepared, before any member is tried: a
+ * body that cannot be written (one nested too deeply for `JSON.stringify`, which the request
+ * schema's bounds should already have refused) is a 400 for this request, never a member's failure.
+ */
+export function serializeRequestBody(body: Record<string, unknown>): string {
+  try {
+    return JSON.stringify(body);
+  } catch (error) {
+    const vendor = Object.keys(body).filter((field) => (VENDOR_FIELDS as readonly string[]).includes(field));
+    throw new InvalidRequestError(
+      `The request could not be written for the model's upstream server (${error instanceof Error ? error.name : "error"})${vendor.length > 0 ? `: check ${vendor.map((field) => `'${field}'`).join(", ")}` : ""}.`,
+      vendor.length === 1 ? vendor[0]! : null,
+    );
+  }
 }

@@ -25,6 +25,18 @@ export class UpstreamConnectionError extends Error {
   }
 }
 
+/**
+ * A request to a member that could not be sent for a reason of ours, not the member's (an
+ * argument the HTTP client refused, a bug): it says nothing of the member's health, so it never
+ * counts against it.
+ */
+export class UpstreamRequestError extends Error {
+  constructor(message: string, cause: unknown) {
+    super(message, { cause });
+    this.name = "UpstreamRequestError";
+  }
+}
+
 /** An upstream's answer: status, headers, and the body as bytes (read it or `dump` it). */
 export type UpstreamResponse = {
   status: number;
@@ -46,6 +58,19 @@ const CONNECTION_CODES = new Set([
   "UND_ERR_CLOSED",
   "UND_ERR_CONNECT_TIMEOUT",
 ]);
+
+/** Codes of failures that are ours (a request the HTTP client would not send), not the network's. */
+const OWN_FAILURE_CODES = new Set(["UND_ERR_INVALID_ARG", "UND_ERR_NOT_SUPPORTED", "UND_ERR_INVALID_RETURN_VALUE", "ERR_INVALID_ARG_TYPE", "ERR_INVALID_ARG_VALUE", "ERR_INVALID_CHAR", "ERR_HTTP_INVALID_HEADER_VALUE"]);
+
+/**
+ * Whether a failure of the HTTP client came from the network or the member (it carries a system
+ * or undici code: refused, reset, closed, timed out...) rather than from our own request: an
+ * error without a code (a `RangeError`, a `TypeError` of ours) or with one of `OWN_FAILURE_CODES`.
+ */
+export function isNetworkFailure(error: unknown): boolean {
+  const code = errorCode(error);
+  return code !== undefined && !OWN_FAILURE_CODES.has(code);
+}
 
 function errorCode(error: unknown): string | undefined {
   for (let current: unknown = error, depth = 0; current !== undefined && current !== null && depth < 4; depth++) {
@@ -90,9 +115,13 @@ export class UpstreamClient {
     };
   }
 
-  /** POSTs a chat completion body to `{baseUrl}/chat/completions`. Throws `UpstreamConnectionError` when no answer came. */
-  async postChatCompletion(baseUrl: string, body: unknown, signal: AbortSignal): Promise<UpstreamResponse> {
-    return this.#send(`${baseUrl.replace(/\/+$/, "")}/chat/completions`, { method: "POST", headers: this.#headers(false), body: JSON.stringify(body) }, signal);
+  /**
+   * POSTs a chat completion body (JSON text, written when the request was prepared) to
+   * `{baseUrl}/chat/completions`. Throws `UpstreamConnectionError` when the network or the member
+   * gave no answer, `UpstreamRequestError` when the request could not be sent for a reason of ours.
+   */
+  async postChatCompletion(baseUrl: string, body: string, signal: AbortSignal): Promise<UpstreamResponse> {
+    return this.#send(`${baseUrl.replace(/\/+$/, "")}/chat/completions`, { method: "POST", headers: this.#headers(false), body }, signal, true);
   }
 
   /** GETs (or POSTs `body` to) a JSON endpoint for probes; undefined on any failure or non-2xx answer. */
@@ -110,11 +139,12 @@ export class UpstreamClient {
     }
   }
 
-  async #send(url: string, init: { method: "GET" | "POST"; headers: Record<string, string>; body?: string }, signal: AbortSignal): Promise<UpstreamResponse> {
+  async #send(url: string, init: { method: "GET" | "POST"; headers: Record<string, string>; body?: string }, signal: AbortSignal, ownFailures = false): Promise<UpstreamResponse> {
     try {
       const response = await request(url, { ...init, dispatcher: this.#agent, signal });
       return { status: response.statusCode, headers: response.headers, body: response.body };
     } catch (error) {
+      if (ownFailures && !signal.aborted && !isNetworkFailure(error)) throw new UpstreamRequestError("the request could not be sent", error);
       throw describeConnectionFailure(signal.aborted ? Object.assign(new Error("aborted"), { name: "AbortError" }) : error);
     }
   }
