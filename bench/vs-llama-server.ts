@@ -156,7 +156,7 @@ let ceiling: { tg: number; pp: number } | undefined;
 try {
   process.stderr.write(`model ${modelPath}\nstarting llama-server and Turnpike (${threads} thread(s), ${slots} slots × ${contextSize} tokens)…\n`);
   llama = await startLlamaServer({ binary: binaries.server, model: modelPath, threads, parallel: slots, contextSize: contextSize * slots });
-  process.stderr.write(`llama-server runs node-llama-cpp's ${loadedCpuBackend(llama.logs()) ?? "(unknown: not in its log)"} CPU backend\n`);
+  process.stderr.write(`llama-server runs node-llama-cpp's CPU backend ${path.basename(loadedCpuBackend(llama.process.pid!) ?? "(none mapped?)")}\n`);
   eosToken = await endOfTextToken(llama.url);
   turnpike = await startTurnpike(modelPath);
   const agentFor = () => {

@@ -11,7 +11,7 @@ import os from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
 import { after, before, describe, test } from "node:test";
-import { sharedModelsDir, skipWithoutLlamaServer, startLlamaServer, type RunningLlamaServer } from "./helpers/llama-server.ts";
+import { findLlamaServer, loadedCpuBackend, sharedModelsDir, skipWithoutLlamaServer, startLlamaServer, withNodeLlamaCppCpuBackends, type RunningLlamaServer } from "./helpers/llama-server.ts";
 
 const execFileAsync = promisify(execFile);
 const helperUrl = new URL("./helpers/llama-server.ts", import.meta.url).href;
@@ -206,6 +206,37 @@ describe("startLlamaServer", { skip: skipWithoutLlamaServer() }, () => {
         assert.ok(pid > 0, `no pid printed: ${JSON.stringify(result)}`);
         assert.equal(await waitUntilGone(pid), true, `llama-server ${pid} outlived its test process`);
       });
+    }
+  });
+
+  test("the build loads its CPU backend at start (GGML_BACKEND_DL), one of every x86 level it holds", async () => {
+    const builtDir = path.dirname(findLlamaServer()!);
+    const builtBackends = fs.readdirSync(builtDir).filter((name) => /^libggml-cpu-.*\.so$/.test(name));
+    // GGML_CPU_ALL_VARIANTS: a baseline x64 library and the levels above it, not one native build.
+    if (process.arch === "x64") assert.ok(builtBackends.includes("libggml-cpu-x64.so") && builtBackends.length > 3, `backends built: ${builtBackends.join(", ")}`);
+    const server = await startLlamaServer({ model: chatmlModel });
+    try {
+      const backend = loadedCpuBackend(server.process.pid!);
+      assert.ok(backend !== undefined && path.dirname(backend) === builtDir && builtBackends.includes(path.basename(backend)), `not a CPU backend of the build: ${backend}`);
+    } finally {
+      await server.close();
+    }
+  });
+
+  test("runs with node-llama-cpp's prebuilt CPU backends in place of its own (the benchmark's set-up)", async () => {
+    const copy = withNodeLlamaCppCpuBackends();
+    const server = await startLlamaServer({ binary: copy.server, model: chatmlModel });
+    try {
+      const backend = loadedCpuBackend(server.process.pid!);
+      // Loaded from the copy's folder, and byte for byte node-llama-cpp's library of that name.
+      assert.ok(backend !== undefined && path.dirname(backend) === path.dirname(copy.server), `not a backend of the copy: ${backend}`);
+      assert.ok(fs.readFileSync(backend).equals(fs.readFileSync(path.join(copy.backendsDir, path.basename(backend)))), `${backend} is not node-llama-cpp's`);
+      const answer = await postJson(`${server.url}/v1/chat/completions`, { messages, max_tokens: 8, temperature: 0 });
+      assert.equal(answer.status, 200);
+      assert.equal(answer.body.usage.completion_tokens, 8);
+    } finally {
+      await server.close();
+      copy.remove();
     }
   });
 

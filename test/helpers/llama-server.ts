@@ -181,9 +181,13 @@ export function nodeLlamaCppBinariesDir(): string | undefined {
   return fs.existsSync(platformDir) ? platformDir : undefined;
 }
 
-/** Which CPU backend a llama.cpp binary loaded, from its log ("loaded CPU backend from …/libggml-cpu-zen4.so"). */
-export function loadedCpuBackend(log: string): string | undefined {
-  return /loaded CPU backend from \S*?(libggml-cpu-[\w.-]+?)\.so/.exec(log)?.[1];
+/**
+ * The CPU backend library a running llama.cpp process loaded (`…/libggml-cpu-zen4.so`), read from
+ * its memory map (Linux): llama-server does not log which one it picked. Undefined when none is mapped.
+ */
+export function loadedCpuBackend(pid: number): string | undefined {
+  const maps = fs.readFileSync(`/proc/${pid}/maps`, "utf8");
+  return /\s(\/\S*\/libggml-cpu-[\w.-]+\.so)$/m.exec(maps)?.[1];
 }
 
 /**
@@ -206,8 +210,11 @@ export function withNodeLlamaCppCpuBackends(): { server: string; bench: string |
   for (const name of fs.readdirSync(builtDir)) {
     // Everything of the build but its own CPU backends.
     if (/^libggml-cpu-.*\.so$/.test(name)) continue;
-    fs.copyFileSync(path.join(builtDir, name), path.join(folder, name));
-    fs.chmodSync(path.join(folder, name), fs.statSync(path.join(builtDir, name)).mode);
+    const source = path.join(builtDir, name);
+    // Links stay links: libggml-base.so and libggml-base.so.0 must be one library, or the process
+    // would load two copies of ggml's state (node-llama-cpp's backends name the unversioned one).
+    if (fs.lstatSync(source).isSymbolicLink()) fs.symlinkSync(fs.readlinkSync(source), path.join(folder, name));
+    else fs.copyFileSync(source, path.join(folder, name));
   }
   for (const name of backends) fs.copyFileSync(path.join(backendsDir, name), path.join(folder, name));
   const bench = path.join(folder, "llama-bench");
