@@ -39,7 +39,7 @@ import { registerKeysRoutes } from "./routes/keys/route.ts";
 import { registerAdminAccountsRoutes } from "./routes/admin-accounts/route.ts";
 import { registerConsoleRoutes } from "./routes/console/route.ts";
 import { registerApiModelsRoute } from "./routes/api-models/route.ts";
-import { limitApiBodies, serverTimeouts, warnOfDroppedConnections, type TransportLimits } from "./transport.ts";
+import { limitApiBodies, refuseUnroutedOnHeaders, serverTimeouts, warnOfDroppedConnections, type TransportLimits } from "./transport.ts";
 import { securityHeaders } from "./middleware/security-headers/security-headers.ts";
 
 declare module "fastify" {
@@ -132,7 +132,7 @@ export function buildApp(options: AppOptions): App {
   });
 
   // Large JSON bodies are parsed (chat requests validated too) in a worker thread.
-  registerJsonBodyParser(server, new JsonBodyWorker());
+  registerJsonBodyParser(server, new JsonBodyWorker({ logger: options.logger }));
   server.decorateRequest("apiKey", null);
   server.decorateRequest("principal", null);
   server.decorateRequest("rateLimitsApplied", false);
@@ -166,6 +166,7 @@ export function buildApp(options: AppOptions): App {
   server.addHook("onRequest", async function refuseWhileClosing(request) {
     if (closing && request.url !== "/health" && request.url !== "/ready") throw new ShuttingDownError();
   });
+  server.addHook("onRequest", refuseUnroutedOnHeaders());
   // Every /v1 response of a key with limits carries its x-ratelimit-* headers: chat completions
   // set them when they charge the limits; other responses (the model list, errors) report them
   // without charging anything.
