@@ -8,7 +8,9 @@
  * Prints, per kind: refused requests/s, the statuses seen, `/health` p50/p99/max, and the
  * server's CPU per refused request (this process's `process.cpuUsage`, less the probing's own
  * rate measured in the baseline row, over the refusals). The flood runs in a separate process
- * so its CPU is not counted.
+ * so its CPU is not counted. Kinds marked `payingClient` (issue 19's deep bodies without a key, and
+ * one key filling the parse queue) also run a paying client (another funded account, a child of
+ * its own) sending ~300 KB chat requests one after another, and report its success rate.
  *
  *   node_modules/.bin/node bench/hostile.ts [--seconds 4] [--concurrency 4] [--kinds a,b,...] [--accounts zero,funded]
  *     [--out bench/results/hostile.json]
@@ -41,6 +43,8 @@ const { values: flags } = parseArgs({
     out: { type: "string", default: path.join(benchDir, "results", "hostile.json") },
     // Internal: run as the flooding child.
     flood: { type: "string" },
+    // Internal: run as the paying client's child, with this key.
+    paying: { type: "string" },
     url: { type: "string" },
     key: { type: "string" },
   },
@@ -65,7 +69,25 @@ const call = (index: number, argumentsText: string) => ({ id: `c${index}`, type:
  * Each kind of refused request: its body (text), and whether it uses a key that does not exist or
  * is one only a zero-credit key has refused (a funded key's would be served, or refused the same way).
  */
-const KINDS: Record<string, { body: () => string; unknownKey?: boolean; zeroOnly?: boolean; what: string }> = {
+const KINDS: Record<
+  string,
+  {
+    body: () => string;
+    unknownKey?: boolean;
+    zeroOnly?: boolean;
+    what: string;
+    /** Sent without any key. */
+    noKey?: boolean;
+    /** Flooded with the funded key only (the zero-credit key's large bodies are refused on their headers). */
+    fundedOnly?: boolean;
+    /** The paths flooded in turn; `/v1/chat/completions` when absent. */
+    paths?: string[];
+    /** Clients flooding at once, instead of `--concurrency`. */
+    concurrency?: number;
+    /** A paying client (another funded account) sends ~300 KB chat requests meanwhile: its success rate is reported. */
+    payingClient?: boolean;
+  }
+> = {
   "schema-chain": { what: "row 1: 7 $defs, each anyOf of 10 $refs to the next, under a oneOf (~2 KB)", body: () => JSON.stringify(schemaFormat(chainSchema(10, 8))) },
   "schema-budget": {
     what: "oneOf of 64 enums of 60 values (work budget)",
@@ -93,13 +115,34 @@ const KINDS: Record<string, { body: () => string; unknownKey?: boolean; zeroOnly
   "unknown-key-9mb": { what: "a 9 MB body with a key that does not exist", body: () => JSON.stringify({ ...valid, messages: [{ role: "user", content: "x".repeat(9_000_000) }] }), unknownKey: true, zeroOnly: true },
   "no-credit": { what: "a valid request from the zero-credit account", body: () => JSON.stringify(valid), zeroOnly: true },
   "bad-json": { what: "a body that is not JSON", body: () => '{"model": "stories260K", "messages": [', zeroOnly: true },
+  "deep-no-key": {
+    what: "issue 19 row 1: arrays nested 200,000 deep (400 KB), no key, at POST /nope and /v1/chat/completions",
+    body: () => "[".repeat(200_000) + "]".repeat(200_000),
+    noKey: true,
+    zeroOnly: true,
+    paths: ["/nope", "/v1/chat/completions"],
+    payingClient: true,
+  },
+  "queue-one-key": {
+    what: "issue 19 row 4: one funded key, 20 connections of 300,000 messages (8.7 MB) filling the parse queue",
+    body: () => JSON.stringify({ ...valid, messages: Array.from({ length: 300_000 }, () => ({ role: "user", content: "" })) }),
+    fundedOnly: true,
+    concurrency: 20,
+    payingClient: true,
+  },
 };
+
+/** The paying client's request: valid, ~300 KB (an unknown field pads it, so it is parsed in the worker). */
+const payingBody = () => JSON.stringify({ ...valid, max_tokens: 2, padding: "p".repeat(300_000) });
 
 /** The flooding child: builds the body, says it is ready, floods for `seconds`, prints its counts. */
 async function flood(kind: string, url: string, key: string, seconds: number, concurrency: number): Promise<void> {
   const spec = KINDS[kind]!;
   const body = Buffer.from(spec.body());
   const authorization = `Bearer ${spec.unknownKey ? "tp-unknownunknownunknownunknownunknownunknown" : key}`;
+  const headers: Record<string, string> = spec.noKey ? { "content-type": "application/json" } : { "content-type": "application/json", authorization };
+  const paths = spec.paths ?? ["/v1/chat/completions"];
+  let sent = 0;
   process.stdout.write(`ready ${body.length}\n`);
   const statuses: Record<string, number> = {};
   let requests = 0;
@@ -108,7 +151,7 @@ async function flood(kind: string, url: string, key: string, seconds: number, co
     Array.from({ length: concurrency }, async () => {
       while (performance.now() < deadline) {
         try {
-          const response = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", authorization }, body });
+          const response = await fetch(`${url}${paths[sent++ % paths.length]}`, { method: "POST", headers, body });
           const text = await response.text();
           let code = "";
           try {
@@ -128,8 +171,40 @@ async function flood(kind: string, url: string, key: string, seconds: number, co
   process.stdout.write(`${JSON.stringify({ requests, statuses })}\n`);
 }
 
+/** The paying client (a child of its own): ~300 KB chat requests one after another for `seconds`; prints how many succeeded and their latencies. */
+async function payingClient(url: string, key: string, seconds: number): Promise<void> {
+  const body = Buffer.from(payingBody());
+  process.stdout.write("ready\n");
+  const latencies: number[] = [];
+  const failures: Record<string, number> = {};
+  let requests = 0;
+  const deadline = performance.now() + seconds * 1000;
+  while (performance.now() < deadline) {
+    const started = performance.now();
+    requests++;
+    try {
+      const response = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${key}` }, body });
+      const text = await response.text();
+      if (response.status === 200) latencies.push(performance.now() - started);
+      else {
+        const label = `${response.status} ${/"code":"([^"]*)"/.exec(text)?.[1] ?? ""}`;
+        failures[label] = (failures[label] ?? 0) + 1;
+      }
+    } catch (error) {
+      failures[`failed ${(error as Error).message}`] = (failures[`failed ${(error as Error).message}`] ?? 0) + 1;
+    }
+  }
+  latencies.sort((a, b) => a - b);
+  process.stdout.write(`${JSON.stringify({ requests, ok: latencies.length, failures, p50: quantile(latencies, 0.5), p99: quantile(latencies, 0.99) })}\n`);
+}
+
 if (flags.flood !== undefined) {
-  await flood(flags.flood, flags.url!, flags.key!, Number(flags.seconds), Number(flags.concurrency));
+  const spec = KINDS[flags.flood];
+  await flood(flags.flood, flags.url!, flags.key!, Number(flags.seconds), spec?.concurrency ?? Number(flags.concurrency));
+  process.exit(0);
+}
+if (flags.paying !== undefined) {
+  await payingClient(flags.url!, flags.paying, Number(flags.seconds));
   process.exit(0);
 }
 
@@ -168,7 +243,23 @@ type Row = {
   healthMax: number;
   probes: number;
   cpuMsPerRequest: number;
+  /** The paying client's requests meanwhile (kinds with `payingClient`): how many, how many succeeded, their latency. */
+  paying?: { requests: number; ok: number; failures: Record<string, number>; p50: number; p99: number };
 };
+
+/** Starts the paying client's child; resolves with its counts once it is done (after `seconds`). */
+async function startPayingClient(url: string, key: string, seconds: number): Promise<NonNullable<Row["paying"]>> {
+  const child = spawn(process.execPath, [fileURLToPath(import.meta.url), "--paying", key, "--url", url, "--seconds", String(seconds)], { stdio: ["ignore", "pipe", "inherit"] });
+  let output = "";
+  return new Promise((resolve, reject) => {
+    child.stdout.on("data", (chunk: Buffer) => {
+      output += chunk.toString();
+      const last = output.trim().split("\n").at(-1)!;
+      if (last.startsWith("{")) resolve(JSON.parse(last));
+    });
+    child.on("exit", (code) => (code === 0 ? undefined : reject(new Error(`the paying client exited with ${code}`))));
+  });
+}
 
 async function main(): Promise<void> {
   const seconds = Number(flags.seconds);
@@ -195,6 +286,10 @@ async function main(): Promise<void> {
   const funded = await createAccount(database, { email: "funded@example.com" });
   await grantPlan(database, { accountId: funded.id, plan: (await findPlan(database, "large"))!, source: "bench" });
   const { key: fundedKey } = await createApiKey(database, { name: "funded", accountId: funded.id });
+  // The paying client of the issue-19 kinds: an account of its own (the parse queue is shared per account).
+  const paying = await createAccount(database, { email: "paying@example.com" });
+  await grantPlan(database, { accountId: paying.id, plan: (await findPlan(database, "large"))!, source: "bench" });
+  const { key: payingKey } = await createApiKey(database, { name: "paying", accountId: paying.id });
   await database.destroy();
   const accounts = flags.accounts!.split(",") as Array<"zero" | "funded">;
   const server = await startServer(settings, pino({ level: "silent" }));
@@ -219,10 +314,12 @@ async function main(): Promise<void> {
       probes: baseline.length,
       cpuMsPerRequest: NaN,
     });
-    const runs = accounts.flatMap((holder) => kinds.filter((kind) => holder === "zero" || !KINDS[kind]?.zeroOnly).map((kind) => ({ kind, holder })));
+    const runs = accounts.flatMap((holder) =>
+      kinds.filter((kind) => (holder === "zero" ? !KINDS[kind]?.fundedOnly : !KINDS[kind]?.zeroOnly)).map((kind) => ({ kind, holder })),
+    );
     for (const { kind, holder } of runs) {
       if (!(kind in KINDS)) throw new Error(`unknown kind '${kind}' (kinds: ${Object.keys(KINDS).join(", ")})`);
-      const label = holder === "zero" ? kind : `${kind} (funded)`;
+      const label = holder === "zero" || KINDS[kind]!.fundedOnly ? kind : `${kind} (funded)`;
       const child = spawn(process.execPath, [fileURLToPath(import.meta.url), "--flood", kind, "--url", server.url, "--key", holder === "zero" ? key : fundedKey, "--seconds", String(seconds), "--concurrency", String(concurrency)], {
         stdio: ["ignore", "pipe", "inherit"],
       });
@@ -240,10 +337,12 @@ async function main(): Promise<void> {
         child.on("exit", (code) => (code === 0 ? undefined : reject(new Error(`flood '${kind}' exited with ${code}`))));
       });
       const bodyBytes = await ready;
+      const paid = KINDS[kind]!.payingClient ? startPayingClient(server.url, payingKey, seconds) : undefined;
       const started = performance.now();
       const cpuStart = process.cpuUsage();
       const latencies = (await probeHealth(server.url, finished)).sort((a, b) => a - b);
       const result = await finished;
+      const payingResult = await paid;
       const elapsed = (performance.now() - started) / 1000;
       const serverCpu = cpuMs(process.cpuUsage(cpuStart)) - probingCpuPerSecond * elapsed;
       rows.push({
@@ -259,9 +358,10 @@ async function main(): Promise<void> {
         healthMax: latencies.at(-1) ?? NaN,
         probes: latencies.length,
         cpuMsPerRequest: Math.max(0, serverCpu) / Math.max(1, result.requests),
+        paying: payingResult,
       });
       const row = rows.at(-1)!;
-      process.stderr.write(`${label}: ${row.perSecond.toFixed(1)}/s, /health p99 ${row.healthP99.toFixed(1)} ms\n`);
+      process.stderr.write(`${label}: ${row.perSecond.toFixed(1)}/s, /health p99 ${row.healthP99.toFixed(1)} ms${row.paying === undefined ? "" : `, paying client ${row.paying.ok}/${row.paying.requests} ok`}\n`);
     }
   } finally {
     await server.close();
@@ -269,8 +369,8 @@ async function main(): Promise<void> {
   }
 
   const table = [
-    "| kind | body | refused/s | statuses | /health p50 ms | p99 ms | max ms | CPU ms per refusal |",
-    "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |",
+    "| kind | body | refused/s | statuses | /health p50 ms | p99 ms | max ms | CPU ms per refusal | paying client ok (p50/p99 ms) |",
+    "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- |",
     ...rows.map((row) =>
       [
         row.kind,
@@ -283,6 +383,11 @@ async function main(): Promise<void> {
         row.healthP99.toFixed(1),
         row.healthMax.toFixed(1),
         Number.isNaN(row.cpuMsPerRequest) ? "" : row.cpuMsPerRequest.toFixed(2),
+        row.paying === undefined
+          ? ""
+          : `${row.paying.ok}/${row.paying.requests} (${row.paying.p50.toFixed(0)}/${row.paying.p99.toFixed(0)})${Object.entries(row.paying.failures)
+              .map(([status, count]) => `, ${status} ×${count}`)
+              .join("")}`,
       ].join(" | "),
     ).map((line) => `| ${line} |`),
   ];
