@@ -124,8 +124,8 @@ const KINDS: Record<
     payingClient: true,
   },
   "queue-one-key": {
-    what: "issue 19 row 4: one funded key, 20 connections of 300,000 messages (8.7 MB) filling the parse queue",
-    body: () => JSON.stringify({ ...valid, messages: Array.from({ length: 300_000 }, () => ({ role: "user", content: "" })) }),
+    what: "issue 19 row 4: one funded key, 20 connections of 100,000 messages (2.9 MB, refused by the worker's validation) filling the parse queue",
+    body: () => JSON.stringify({ ...valid, messages: Array.from({ length: 100_000 }, () => ({ role: "user", content: "" })) }),
     fundedOnly: true,
     concurrency: 20,
     payingClient: true,
@@ -187,7 +187,7 @@ async function payingClient(url: string, key: string, seconds: number): Promise<
       const text = await response.text();
       if (response.status === 200) latencies.push(performance.now() - started);
       else {
-        const label = `${response.status} ${/"code":"([^"]*)"/.exec(text)?.[1] ?? ""}`;
+        const label = `${response.status} ${/"code":"([^"]*)"/.exec(text)?.[1] ?? ""} ${/"message":"([^"]*)"/.exec(text)?.[1]?.slice(0, 120) ?? ""}`;
         failures[label] = (failures[label] ?? 0) + 1;
       }
     } catch (error) {
@@ -288,7 +288,7 @@ async function main(): Promise<void> {
   const { key: fundedKey } = await createApiKey(database, { name: "funded", accountId: funded.id });
   // The paying client of the issue-19 kinds: an account of its own (the parse queue is shared per account).
   const paying = await createAccount(database, { email: "paying@example.com" });
-  await grantPlan(database, { accountId: paying.id, plan: (await findPlan(database, "large"))!, source: "bench" });
+  await grantPlan(database, { accountId: paying.id, plan: (await findPlan(database, "large"))!, source: "bench:paying" });
   const { key: payingKey } = await createApiKey(database, { name: "paying", accountId: paying.id });
   await database.destroy();
   const accounts = flags.accounts!.split(",") as Array<"zero" | "funded">;
@@ -361,7 +361,7 @@ async function main(): Promise<void> {
         paying: payingResult,
       });
       const row = rows.at(-1)!;
-      process.stderr.write(`${label}: ${row.perSecond.toFixed(1)}/s, /health p99 ${row.healthP99.toFixed(1)} ms${row.paying === undefined ? "" : `, paying client ${row.paying.ok}/${row.paying.requests} ok`}\n`);
+      process.stderr.write(`${label}: ${row.perSecond.toFixed(1)}/s, /health p99 ${row.healthP99.toFixed(1)} ms${row.paying === undefined ? "" : `, paying client ${row.paying.ok}/${row.paying.requests} ok ${JSON.stringify(row.paying.failures)}`}\n`);
     }
   } finally {
     await server.close();
@@ -385,7 +385,7 @@ async function main(): Promise<void> {
         Number.isNaN(row.cpuMsPerRequest) ? "" : row.cpuMsPerRequest.toFixed(2),
         row.paying === undefined
           ? ""
-          : `${row.paying.ok}/${row.paying.requests} (${row.paying.p50.toFixed(0)}/${row.paying.p99.toFixed(0)})${Object.entries(row.paying.failures)
+          : `${row.paying.ok}/${row.paying.requests} (${Number(row.paying.p50).toFixed(0)}/${Number(row.paying.p99).toFixed(0)})${Object.entries(row.paying.failures)
               .map(([status, count]) => `, ${status} ×${count}`)
               .join("")}`,
       ].join(" | "),
