@@ -123,6 +123,9 @@ describe("the body worker's queue", () => {
       const body = Buffer.from(paddedChat(400_000));
       const outcome = (owner: string) => worker.parse(Buffer.from(body), "chat-completion", owner).then(() => "parsed", (error: ApiError) => `${error.status} ${error.code}`);
       const greedy = Array.from({ length: 20 }, () => outcome("greedy"));
+      // What the server asks on a large body's headers, before reading it.
+      assert.equal(worker.wouldRefuse("greedy"), true);
+      assert.equal(worker.wouldRefuse("other"), false);
       const others = Array.from({ length: 4 }, () => outcome("other"));
       const greedyOutcomes = await Promise.all(greedy);
       assert.deepEqual(await Promise.all(others), Array(4).fill("parsed"), "another key's bodies are parsed");

@@ -83,16 +83,21 @@ export class JsonBodyWorker {
    * share of the queue); rejects with the `ApiError` a client should see.
    */
   parse(bytes: Uint8Array, validate: BodyValidation, owner: string): Promise<unknown> {
-    if (this.#closed || this.#waiting >= MAX_WAITING_BODIES) return Promise.reject(new ServerBusyError());
+    if (this.wouldRefuse(owner)) return Promise.reject(new ServerBusyError());
     const queue = this.#owners.get(owner) ?? { jobs: [], servedAt: -1 };
-    const held = queue.jobs.length + (this.#current?.owner === owner ? 1 : 0);
-    if (held >= MAX_WAITING_BODIES_PER_OWNER) return Promise.reject(new ServerBusyError());
     return new Promise((resolve, reject) => {
       queue.jobs.push({ id: this.#nextId++, owner, bytes, validate, resolve, reject });
       this.#owners.set(owner, queue);
       this.#waiting++;
       this.#sendNext();
     });
+  }
+
+  /** Whether a body of `owner` would be refused now: the queue is full, or holds the owner's share. */
+  wouldRefuse(owner: string): boolean {
+    if (this.#closed || this.#waiting >= MAX_WAITING_BODIES) return true;
+    const held = (this.#owners.get(owner)?.jobs.length ?? 0) + (this.#current?.owner === owner ? 1 : 0);
+    return held >= MAX_WAITING_BODIES_PER_OWNER;
   }
 
   /** Hands the worker its next body when it is idle: the oldest of the owner served longest ago. */
@@ -206,6 +211,16 @@ export function registerJsonBodyParser(server: FastifyInstance, worker: JsonBody
       (value) => done(null, value),
       (error: Error) => done(error, undefined),
     );
+  });
+  // A large body whose owner holds its share of the queue already (or a full queue) is refused on
+  // its headers, once the route's own `onRequest` hooks named its key: none of it is read.
+  server.addHook("preParsing", async function refuseWhileQueueFull(request, _reply, payload) {
+    if (!request.headers["content-type"]?.toLowerCase().startsWith("application/json")) return payload;
+    if ((request.routeOptions.bodyLimit ?? 0) <= WORKER_BODY_BYTES) return payload;
+    const length = Number(request.headers["content-length"]);
+    if (Number.isFinite(length) && length <= WORKER_BODY_BYTES) return payload;
+    if (worker.wouldRefuse(ownerOf(request))) throw new ServerBusyError();
+    return payload;
   });
   server.addHook("onClose", async () => worker.close());
 }
