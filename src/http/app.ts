@@ -2,6 +2,7 @@
  * Builds the HTTP server without listening, so tests can start it on any port.
  */
 import { JsonBodyWorker, registerJsonBodyParser } from "./json-body/json-body-parser.ts";
+import { refuseUnroutedOnHeaders } from "./transport.ts";
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from "fastify";
 import type { Kysely } from "kysely";
 import type { Logger } from "pino";
@@ -39,7 +40,7 @@ import { registerKeysRoutes } from "./routes/keys/route.ts";
 import { registerAdminAccountsRoutes } from "./routes/admin-accounts/route.ts";
 import { registerConsoleRoutes } from "./routes/console/route.ts";
 import { registerApiModelsRoute } from "./routes/api-models/route.ts";
-import { limitApiBodies, refuseUnroutedOnHeaders, serverTimeouts, warnOfDroppedConnections, type TransportLimits } from "./transport.ts";
+import { limitApiBodies, serverTimeouts, warnOfDroppedConnections, type TransportLimits } from "./transport.ts";
 import { securityHeaders } from "./middleware/security-headers/security-headers.ts";
 
 declare module "fastify" {

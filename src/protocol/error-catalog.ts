@@ -95,7 +95,7 @@ export const ERROR_CATALOG = {
   model_not_ready: { status: 503, type: "service_unavailable", meaning: "the model is downloading, loading, or could not be loaded (the message says why and what to do)" },
   shutting_down: { status: 503, type: "service_unavailable", meaning: "the server is stopping" },
   database_unavailable: { status: 503, type: "service_unavailable", meaning: "the database cannot be reached right now (`retry-after: 2`)" },
-  server_busy: { status: 503, type: "service_unavailable", meaning: "more than 16 large bodies (over 256 KB) are waiting to be parsed, or more than 4 of one account (or key) (`retry-after: 1`)" },
+  server_busy: { status: 503, type: "service_unavailable", meaning: "more than 16 large bodies (over 256 KB) are waiting to be parsed (`retry-after: 1`)" },
   upstream_unavailable: { status: 503, type: "service_unavailable", meaning: "the model's upstream servers refuse our credentials or none is healthy (an operator's problem)" },
   payments_not_configured: { status: 503, type: "service_unavailable", meaning: "Stripe keys are not set on this server" },
   upstream_timeout: { status: 504, type: "server_error", meaning: "the upstream servers did not answer (connect, first token, or between chunks) in time" },
