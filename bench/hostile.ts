@@ -8,9 +8,9 @@
  * Prints, per kind: refused requests/s, the statuses seen, `/health` p50/p99/max, and the
  * server's CPU per refused request (this process's `process.cpuUsage`, less the probing's own
  * rate measured in the baseline row, over the refusals). The flood runs in a separate process
- * so its CPU is not counted. Kinds marked `payingClient` (issue 19's deep bodies without a key, and
- * one key filling the parse queue) also run a paying client (another funded account, a child of
- * its own) sending ~300 KB chat requests one after another, and report its success rate.
+ * so its CPU is not counted. Kinds aimed at an upstream model (issue 19 row 2's poison kwargs)
+ * go to a model served by the scripted fake upstream of test/helpers/fault-upstream.ts, while a
+ * paying client sends it valid requests one after another: its success rate is printed too.
  *
  *   node_modules/.bin/node bench/hostile.ts [--seconds 4] [--concurrency 4] [--kinds a,b,...] [--accounts zero,funded]
  *     [--out bench/results/hostile.json]
@@ -30,6 +30,7 @@ import { createApiKey } from "../src/auth/api-keys.ts";
 import { createAccount } from "../src/accounts/accounts.ts";
 import { grantPlan } from "../src/billing/grant-plan.ts";
 import { findPlan, syncConfigPlans } from "../src/billing/plans-store.ts";
+import { FaultUpstream } from "../test/helpers/fault-upstream.ts";
 
 const benchDir = path.dirname(fileURLToPath(import.meta.url));
 const { values: flags } = parseArgs({
@@ -43,8 +44,6 @@ const { values: flags } = parseArgs({
     out: { type: "string", default: path.join(benchDir, "results", "hostile.json") },
     // Internal: run as the flooding child.
     flood: { type: "string" },
-    // Internal: run as the paying client's child, with this key.
-    paying: { type: "string" },
     url: { type: "string" },
     key: { type: "string" },
   },
@@ -52,6 +51,14 @@ const { values: flags } = parseArgs({
 
 const MODEL = "stories260K";
 const valid = { model: MODEL, messages: [{ role: "user", content: "Hi" }], max_tokens: 4 };
+/** A model served by the scripted fake upstream (one member, three attempts a request). */
+const UPSTREAM_MODEL = "upstream";
+const validUpstream = { ...valid, model: UPSTREAM_MODEL };
+
+/** Issue 19 row 2: `chat_template_kwargs` nested `depth` arrays deep, as JSON text (`JSON.stringify` cannot write it). */
+function poisonKwargsBody(depth: number): string {
+  return `${JSON.stringify(validUpstream).slice(0, -1)},"chat_template_kwargs":{"enable_thinking":${"[".repeat(depth)}true${"]".repeat(depth)}}}`;
+}
 
 /** Issue 9 row 1: `levels` definitions, each an anyOf of `fanOut` references to the next, under a oneOf. */
 function chainSchema(fanOut: number, levels: number): Record<string, unknown> {
@@ -69,25 +76,7 @@ const call = (index: number, argumentsText: string) => ({ id: `c${index}`, type:
  * Each kind of refused request: its body (text), and whether it uses a key that does not exist or
  * is one only a zero-credit key has refused (a funded key's would be served, or refused the same way).
  */
-const KINDS: Record<
-  string,
-  {
-    body: () => string;
-    unknownKey?: boolean;
-    zeroOnly?: boolean;
-    what: string;
-    /** Sent without any key. */
-    noKey?: boolean;
-    /** Flooded with the funded key only (the zero-credit key's large bodies are refused on their headers). */
-    fundedOnly?: boolean;
-    /** The paths flooded in turn; `/v1/chat/completions` when absent. */
-    paths?: string[];
-    /** Clients flooding at once, instead of `--concurrency`. */
-    concurrency?: number;
-    /** A paying client (another funded account) sends ~300 KB chat requests meanwhile: its success rate is reported. */
-    payingClient?: boolean;
-  }
-> = {
+const KINDS: Record<string, { body: () => string; unknownKey?: boolean; zeroOnly?: boolean; what: string; paying?: Record<string, unknown> }> = {
   "schema-chain": { what: "row 1: 7 $defs, each anyOf of 10 $refs to the next, under a oneOf (~2 KB)", body: () => JSON.stringify(schemaFormat(chainSchema(10, 8))) },
   "schema-budget": {
     what: "oneOf of 64 enums of 60 values (work budget)",
@@ -115,33 +104,48 @@ const KINDS: Record<
   "unknown-key-9mb": { what: "a 9 MB body with a key that does not exist", body: () => JSON.stringify({ ...valid, messages: [{ role: "user", content: "x".repeat(9_000_000) }] }), unknownKey: true, zeroOnly: true },
   "no-credit": { what: "a valid request from the zero-credit account", body: () => JSON.stringify(valid), zeroOnly: true },
   "bad-json": { what: "a body that is not JSON", body: () => '{"model": "stories260K", "messages": [', zeroOnly: true },
-  "deep-no-key": {
-    what: "issue 19 row 1: arrays nested 200,000 deep (400 KB), no key, at POST /nope and /v1/chat/completions",
-    body: () => "[".repeat(200_000) + "]".repeat(200_000),
-    noKey: true,
-    zeroOnly: true,
-    paths: ["/nope", "/v1/chat/completions"],
-    payingClient: true,
-  },
-  "queue-one-key": {
-    what: "issue 19 row 4: one funded key, 20 connections of 100,000 messages (2.9 MB, refused by the worker's validation) filling the parse queue",
-    body: () => JSON.stringify({ ...valid, messages: Array.from({ length: 100_000 }, () => ({ role: "user", content: "" })) }),
-    fundedOnly: true,
-    concurrency: 20,
-    payingClient: true,
+  "poison-kwargs": {
+    what: "issue 19 row 2: chat_template_kwargs nested 5,000 deep (10 kB) to an upstream model, a paying client beside",
+    body: () => poisonKwargsBody(5000),
+    paying: validUpstream,
   },
 };
 
-/** The paying client's request: valid, ~300 KB (an unknown field pads it, so it is parsed in the worker). */
-const payingBody = () => JSON.stringify({ ...valid, max_tokens: 2, padding: "p".repeat(300_000) });
+/**
+ * Issue 19 rows 1 and 4, the body worker's kinds; each runs a paying client (the funded key, with
+ * valid ~300 KB chat requests, parsed in the worker) beside the flood. How they are flooded: without
+ * any key, at these paths in turn, from this many clients, with the "greedy" key (a funded account
+ * of its own, so its share of the parse queue is not the paying client's).
+ */
+const BODY_WORKER_FLOODS: Record<string, { noKey?: boolean; paths?: string[]; concurrency?: number; greedy?: boolean }> = {
+  "deep-no-key": { noKey: true, paths: ["/nope", "/v1/chat/completions"] },
+  "queue-one-key": { greedy: true, concurrency: 20 },
+};
+/** The paying client's request beside the body worker's kinds: valid, ~300 KB (an unknown field pads it). */
+const payingLarge = { ...valid, max_tokens: 2, padding: "p".repeat(300_000) };
+Object.assign(KINDS, {
+  "deep-no-key": {
+    what: "issue 19 row 1: arrays nested 200,000 deep (400 KB), no key, at POST /nope and /v1/chat/completions in turn",
+    body: () => "[".repeat(200_000) + "]".repeat(200_000),
+    zeroOnly: true,
+    paying: payingLarge,
+  },
+  "queue-one-key": {
+    what: "issue 19 row 4: one key (its own funded account), 20 connections of 100,000 messages (2.9 MB, refused by the worker's validation) filling the parse queue",
+    body: () => JSON.stringify({ ...valid, messages: Array.from({ length: 100_000 }, () => ({ role: "user", content: "" })) }),
+    zeroOnly: true,
+    paying: payingLarge,
+  },
+});
 
 /** The flooding child: builds the body, says it is ready, floods for `seconds`, prints its counts. */
 async function flood(kind: string, url: string, key: string, seconds: number, concurrency: number): Promise<void> {
   const spec = KINDS[kind]!;
   const body = Buffer.from(spec.body());
   const authorization = `Bearer ${spec.unknownKey ? "tp-unknownunknownunknownunknownunknownunknown" : key}`;
-  const headers: Record<string, string> = spec.noKey ? { "content-type": "application/json" } : { "content-type": "application/json", authorization };
-  const paths = spec.paths ?? ["/v1/chat/completions"];
+  const options = BODY_WORKER_FLOODS[kind] ?? {};
+  const headers: Record<string, string> = options.noKey ? { "content-type": "application/json" } : { "content-type": "application/json", authorization };
+  const paths = options.paths ?? ["/v1/chat/completions"];
   let sent = 0;
   process.stdout.write(`ready ${body.length}\n`);
   const statuses: Record<string, number> = {};
@@ -171,40 +175,8 @@ async function flood(kind: string, url: string, key: string, seconds: number, co
   process.stdout.write(`${JSON.stringify({ requests, statuses })}\n`);
 }
 
-/** The paying client (a child of its own): ~300 KB chat requests one after another for `seconds`; prints how many succeeded and their latencies. */
-async function payingClient(url: string, key: string, seconds: number): Promise<void> {
-  const body = Buffer.from(payingBody());
-  process.stdout.write("ready\n");
-  const latencies: number[] = [];
-  const failures: Record<string, number> = {};
-  let requests = 0;
-  const deadline = performance.now() + seconds * 1000;
-  while (performance.now() < deadline) {
-    const started = performance.now();
-    requests++;
-    try {
-      const response = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${key}` }, body });
-      const text = await response.text();
-      if (response.status === 200) latencies.push(performance.now() - started);
-      else {
-        const label = `${response.status} ${/"code":"([^"]*)"/.exec(text)?.[1] ?? ""} ${/"message":"([^"]*)"/.exec(text)?.[1]?.slice(0, 120) ?? ""}`;
-        failures[label] = (failures[label] ?? 0) + 1;
-      }
-    } catch (error) {
-      failures[`failed ${(error as Error).message}`] = (failures[`failed ${(error as Error).message}`] ?? 0) + 1;
-    }
-  }
-  latencies.sort((a, b) => a - b);
-  process.stdout.write(`${JSON.stringify({ requests, ok: latencies.length, failures, p50: quantile(latencies, 0.5), p99: quantile(latencies, 0.99) })}\n`);
-}
-
 if (flags.flood !== undefined) {
-  const spec = KINDS[flags.flood];
-  await flood(flags.flood, flags.url!, flags.key!, Number(flags.seconds), spec?.concurrency ?? Number(flags.concurrency));
-  process.exit(0);
-}
-if (flags.paying !== undefined) {
-  await payingClient(flags.url!, flags.paying, Number(flags.seconds));
+  await flood(flags.flood, flags.url!, flags.key!, Number(flags.seconds), BODY_WORKER_FLOODS[flags.flood]?.concurrency ?? Number(flags.concurrency));
   process.exit(0);
 }
 
@@ -228,6 +200,21 @@ async function probeHealth(url: string, stop: Promise<unknown>): Promise<number[
   return latencies;
 }
 
+/** A paying client's valid requests, one after another until `stop` resolves: how many succeeded of how many. */
+async function payingClient(url: string, key: string, body: Record<string, unknown>, stop: Promise<unknown>): Promise<{ ok: number; total: number }> {
+  let stopped = false;
+  void stop.then(() => (stopped = true));
+  let ok = 0;
+  let total = 0;
+  while (!stopped) {
+    const response = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${key}` }, body: JSON.stringify(body) }).catch(() => undefined);
+    await response?.arrayBuffer();
+    total++;
+    if (response?.status === 200) ok++;
+  }
+  return { ok, total };
+}
+
 const cpuMs = (usage: NodeJS.CpuUsage) => (usage.user + usage.system) / 1000;
 
 type Row = {
@@ -243,23 +230,9 @@ type Row = {
   healthMax: number;
   probes: number;
   cpuMsPerRequest: number;
-  /** The paying client's requests meanwhile (kinds with `payingClient`): how many, how many succeeded, their latency. */
-  paying?: { requests: number; ok: number; failures: Record<string, number>; p50: number; p99: number };
+  /** Kinds with a paying client beside the flood: its requests that succeeded, of how many. */
+  paying?: { ok: number; total: number };
 };
-
-/** Starts the paying client's child; resolves with its counts once it is done (after `seconds`). */
-async function startPayingClient(url: string, key: string, seconds: number): Promise<NonNullable<Row["paying"]>> {
-  const child = spawn(process.execPath, [fileURLToPath(import.meta.url), "--paying", key, "--url", url, "--seconds", String(seconds)], { stdio: ["ignore", "pipe", "inherit"] });
-  let output = "";
-  return new Promise((resolve, reject) => {
-    child.stdout.on("data", (chunk: Buffer) => {
-      output += chunk.toString();
-      const last = output.trim().split("\n").at(-1)!;
-      if (last.startsWith("{")) resolve(JSON.parse(last));
-    });
-    child.on("exit", (code) => (code === 0 ? undefined : reject(new Error(`the paying client exited with ${code}`))));
-  });
-}
 
 async function main(): Promise<void> {
   const seconds = Number(flags.seconds);
@@ -267,10 +240,14 @@ async function main(): Promise<void> {
   const kinds = flags.kinds === undefined ? Object.keys(KINDS) : flags.kinds.split(",");
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "turnpike-hostile-"));
   const configFile = path.join(dataDir, "turnpike.json");
+  const upstream = await FaultUpstream.start({ model: UPSTREAM_MODEL, maxModelLen: 4096 });
   fs.writeFileSync(
     configFile,
     JSON.stringify({
-      models: [{ id: MODEL, path: path.resolve(flags.model), pricing: { prompt: 1_000_000, cached_prompt: 500_000, completion: 2_000_000 } }],
+      models: [
+        { id: MODEL, path: path.resolve(flags.model), pricing: { prompt: 1_000_000, cached_prompt: 500_000, completion: 2_000_000 } },
+        { id: UPSTREAM_MODEL, upstream: { kind: "vllm", urls: [upstream.baseUrl], health_interval: 3600 }, pricing: { prompt: 1_000_000, completion: 2_000_000 } },
+      ],
       plans: [{ id: "large", name: "Large", price: { amount: 500, currency: "usd" }, credit: 1_000_000_000_000, days: 30 }],
     }),
   );
@@ -286,10 +263,10 @@ async function main(): Promise<void> {
   const funded = await createAccount(database, { email: "funded@example.com" });
   await grantPlan(database, { accountId: funded.id, plan: (await findPlan(database, "large"))!, source: "bench" });
   const { key: fundedKey } = await createApiKey(database, { name: "funded", accountId: funded.id });
-  // The paying client of the issue-19 kinds: an account of its own (the parse queue is shared per account).
-  const paying = await createAccount(database, { email: "paying@example.com" });
-  await grantPlan(database, { accountId: paying.id, plan: (await findPlan(database, "large"))!, source: "bench:paying" });
-  const { key: payingKey } = await createApiKey(database, { name: "paying", accountId: paying.id });
+  // Issue 19 row 4's greedy key: a funded account of its own (the parse queue is shared per account).
+  const greedy = await createAccount(database, { email: "greedy@example.com" });
+  await grantPlan(database, { accountId: greedy.id, plan: (await findPlan(database, "large"))!, source: "bench:greedy" });
+  const { key: greedyKey } = await createApiKey(database, { name: "greedy", accountId: greedy.id });
   await database.destroy();
   const accounts = flags.accounts!.split(",") as Array<"zero" | "funded">;
   const server = await startServer(settings, pino({ level: "silent" }));
@@ -314,13 +291,12 @@ async function main(): Promise<void> {
       probes: baseline.length,
       cpuMsPerRequest: NaN,
     });
-    const runs = accounts.flatMap((holder) =>
-      kinds.filter((kind) => (holder === "zero" ? !KINDS[kind]?.fundedOnly : !KINDS[kind]?.zeroOnly)).map((kind) => ({ kind, holder })),
-    );
+    const runs = accounts.flatMap((holder) => kinds.filter((kind) => holder === "zero" || !KINDS[kind]?.zeroOnly).map((kind) => ({ kind, holder })));
     for (const { kind, holder } of runs) {
       if (!(kind in KINDS)) throw new Error(`unknown kind '${kind}' (kinds: ${Object.keys(KINDS).join(", ")})`);
-      const label = holder === "zero" || KINDS[kind]!.fundedOnly ? kind : `${kind} (funded)`;
-      const child = spawn(process.execPath, [fileURLToPath(import.meta.url), "--flood", kind, "--url", server.url, "--key", holder === "zero" ? key : fundedKey, "--seconds", String(seconds), "--concurrency", String(concurrency)], {
+      const label = holder === "zero" ? kind : `${kind} (funded)`;
+      const floodKey = BODY_WORKER_FLOODS[kind]?.greedy ? greedyKey : holder === "zero" ? key : fundedKey;
+      const child = spawn(process.execPath, [fileURLToPath(import.meta.url), "--flood", kind, "--url", server.url, "--key", floodKey, "--seconds", String(seconds), "--concurrency", String(concurrency)], {
         stdio: ["ignore", "pipe", "inherit"],
       });
       let output = "";
@@ -337,12 +313,13 @@ async function main(): Promise<void> {
         child.on("exit", (code) => (code === 0 ? undefined : reject(new Error(`flood '${kind}' exited with ${code}`))));
       });
       const bodyBytes = await ready;
-      const paid = KINDS[kind]!.payingClient ? startPayingClient(server.url, payingKey, seconds) : undefined;
       const started = performance.now();
       const cpuStart = process.cpuUsage();
+      const payingBody = KINDS[kind]!.paying;
+      const paying = payingBody === undefined ? undefined : payingClient(server.url, fundedKey, payingBody, finished);
       const latencies = (await probeHealth(server.url, finished)).sort((a, b) => a - b);
       const result = await finished;
-      const payingResult = await paid;
+      const payingResult = await paying;
       const elapsed = (performance.now() - started) / 1000;
       const serverCpu = cpuMs(process.cpuUsage(cpuStart)) - probingCpuPerSecond * elapsed;
       rows.push({
@@ -358,19 +335,21 @@ async function main(): Promise<void> {
         healthMax: latencies.at(-1) ?? NaN,
         probes: latencies.length,
         cpuMsPerRequest: Math.max(0, serverCpu) / Math.max(1, result.requests),
-        paying: payingResult,
+        ...(payingResult !== undefined ? { paying: payingResult } : {}),
       });
       const row = rows.at(-1)!;
-      process.stderr.write(`${label}: ${row.perSecond.toFixed(1)}/s, /health p99 ${row.healthP99.toFixed(1)} ms${row.paying === undefined ? "" : `, paying client ${row.paying.ok}/${row.paying.requests} ok ${JSON.stringify(row.paying.failures)}`}\n`);
+      const payingNote = row.paying === undefined ? "" : `, paying client ${row.paying.ok}/${row.paying.total} ok`;
+      process.stderr.write(`${label}: ${row.perSecond.toFixed(1)}/s, /health p99 ${row.healthP99.toFixed(1)} ms${payingNote}\n`);
     }
   } finally {
     await server.close();
+    await upstream.close();
     fs.rmSync(dataDir, { recursive: true, force: true });
   }
 
   const table = [
-    "| kind | body | refused/s | statuses | /health p50 ms | p99 ms | max ms | CPU ms per refusal | paying client ok (p50/p99 ms) |",
-    "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- |",
+    "| kind | body | refused/s | statuses | /health p50 ms | p99 ms | max ms | CPU ms per refusal | paying client ok |",
+    "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
     ...rows.map((row) =>
       [
         row.kind,
@@ -383,11 +362,7 @@ async function main(): Promise<void> {
         row.healthP99.toFixed(1),
         row.healthMax.toFixed(1),
         Number.isNaN(row.cpuMsPerRequest) ? "" : row.cpuMsPerRequest.toFixed(2),
-        row.paying === undefined
-          ? ""
-          : `${row.paying.ok}/${row.paying.requests} (${Number(row.paying.p50).toFixed(0)}/${Number(row.paying.p99).toFixed(0)})${Object.entries(row.paying.failures)
-              .map(([status, count]) => `, ${status} ×${count}`)
-              .join("")}`,
+        row.paying === undefined ? "" : `${row.paying.ok}/${row.paying.total}`,
       ].join(" | "),
     ).map((line) => `| ${line} |`),
   ];
