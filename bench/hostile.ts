@@ -111,11 +111,42 @@ const KINDS: Record<string, { body: () => string; unknownKey?: boolean; zeroOnly
   },
 };
 
+/**
+ * Issue 19 rows 1 and 4, the body worker's kinds; each runs a paying client (the funded key, with
+ * valid ~300 KB chat requests, parsed in the worker) beside the flood. How they are flooded: without
+ * any key, at these paths in turn, from this many clients, with the "greedy" key (a funded account
+ * of its own, so its share of the parse queue is not the paying client's).
+ */
+const BODY_WORKER_FLOODS: Record<string, { noKey?: boolean; paths?: string[]; concurrency?: number; greedy?: boolean }> = {
+  "deep-no-key": { noKey: true, paths: ["/nope", "/v1/chat/completions"] },
+  "queue-one-key": { greedy: true, concurrency: 20 },
+};
+/** The paying client's request beside the body worker's kinds: valid, ~300 KB (an unknown field pads it). */
+const payingLarge = { ...valid, max_tokens: 2, padding: "p".repeat(300_000) };
+Object.assign(KINDS, {
+  "deep-no-key": {
+    what: "issue 19 row 1: arrays nested 200,000 deep (400 KB), no key, at POST /nope and /v1/chat/completions in turn",
+    body: () => "[".repeat(200_000) + "]".repeat(200_000),
+    zeroOnly: true,
+    paying: payingLarge,
+  },
+  "queue-one-key": {
+    what: "issue 19 row 4: one key (its own funded account), 20 connections of 100,000 messages (2.9 MB, refused by the worker's validation) filling the parse queue",
+    body: () => JSON.stringify({ ...valid, messages: Array.from({ length: 100_000 }, () => ({ role: "user", content: "" })) }),
+    zeroOnly: true,
+    paying: payingLarge,
+  },
+});
+
 /** The flooding child: builds the body, says it is ready, floods for `seconds`, prints its counts. */
 async function flood(kind: string, url: string, key: string, seconds: number, concurrency: number): Promise<void> {
   const spec = KINDS[kind]!;
   const body = Buffer.from(spec.body());
   const authorization = `Bearer ${spec.unknownKey ? "tp-unknownunknownunknownunknownunknownunknown" : key}`;
+  const options = BODY_WORKER_FLOODS[kind] ?? {};
+  const headers: Record<string, string> = options.noKey ? { "content-type": "application/json" } : { "content-type": "application/json", authorization };
+  const paths = options.paths ?? ["/v1/chat/completions"];
+  let sent = 0;
   process.stdout.write(`ready ${body.length}\n`);
   const statuses: Record<string, number> = {};
   let requests = 0;
@@ -124,7 +155,7 @@ async function flood(kind: string, url: string, key: string, seconds: number, co
     Array.from({ length: concurrency }, async () => {
       while (performance.now() < deadline) {
         try {
-          const response = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", authorization }, body });
+          const response = await fetch(`${url}${paths[sent++ % paths.length]}`, { method: "POST", headers, body });
           const text = await response.text();
           let code = "";
           try {
@@ -145,7 +176,7 @@ async function flood(kind: string, url: string, key: string, seconds: number, co
 }
 
 if (flags.flood !== undefined) {
-  await flood(flags.flood, flags.url!, flags.key!, Number(flags.seconds), Number(flags.concurrency));
+  await flood(flags.flood, flags.url!, flags.key!, Number(flags.seconds), BODY_WORKER_FLOODS[flags.flood]?.concurrency ?? Number(flags.concurrency));
   process.exit(0);
 }
 
@@ -232,6 +263,10 @@ async function main(): Promise<void> {
   const funded = await createAccount(database, { email: "funded@example.com" });
   await grantPlan(database, { accountId: funded.id, plan: (await findPlan(database, "large"))!, source: "bench" });
   const { key: fundedKey } = await createApiKey(database, { name: "funded", accountId: funded.id });
+  // Issue 19 row 4's greedy key: a funded account of its own (the parse queue is shared per account).
+  const greedy = await createAccount(database, { email: "greedy@example.com" });
+  await grantPlan(database, { accountId: greedy.id, plan: (await findPlan(database, "large"))!, source: "bench:greedy" });
+  const { key: greedyKey } = await createApiKey(database, { name: "greedy", accountId: greedy.id });
   await database.destroy();
   const accounts = flags.accounts!.split(",") as Array<"zero" | "funded">;
   const server = await startServer(settings, pino({ level: "silent" }));
@@ -260,7 +295,8 @@ async function main(): Promise<void> {
     for (const { kind, holder } of runs) {
       if (!(kind in KINDS)) throw new Error(`unknown kind '${kind}' (kinds: ${Object.keys(KINDS).join(", ")})`);
       const label = holder === "zero" ? kind : `${kind} (funded)`;
-      const child = spawn(process.execPath, [fileURLToPath(import.meta.url), "--flood", kind, "--url", server.url, "--key", holder === "zero" ? key : fundedKey, "--seconds", String(seconds), "--concurrency", String(concurrency)], {
+      const floodKey = BODY_WORKER_FLOODS[kind]?.greedy ? greedyKey : holder === "zero" ? key : fundedKey;
+      const child = spawn(process.execPath, [fileURLToPath(import.meta.url), "--flood", kind, "--url", server.url, "--key", floodKey, "--seconds", String(seconds), "--concurrency", String(concurrency)], {
         stdio: ["ignore", "pipe", "inherit"],
       });
       let output = "";

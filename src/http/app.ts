@@ -2,6 +2,7 @@
  * Builds the HTTP server without listening, so tests can start it on any port.
  */
 import { JsonBodyWorker, registerJsonBodyParser } from "./json-body/json-body-parser.ts";
+import { refuseUnroutedOnHeaders } from "./transport.ts";
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from "fastify";
 import type { Kysely } from "kysely";
 import type { Logger } from "pino";
@@ -142,7 +143,7 @@ export function buildApp(options: AppOptions): App {
   });
 
   // Large JSON bodies are parsed (chat requests validated too) in a worker thread.
-  registerJsonBodyParser(server, new JsonBodyWorker());
+  registerJsonBodyParser(server, new JsonBodyWorker({ logger: options.logger }));
   server.decorateRequest("apiKey", null);
   server.decorateRequest("principal", null);
   server.decorateRequest("rateLimitsApplied", false);
@@ -176,6 +177,7 @@ export function buildApp(options: AppOptions): App {
   server.addHook("onRequest", async function refuseWhileClosing(request) {
     if (closing && request.url !== "/health" && request.url !== "/ready") throw new ShuttingDownError();
   });
+  server.addHook("onRequest", refuseUnroutedOnHeaders());
   // Every /v1 response of a key with limits carries its x-ratelimit-* headers: chat completions
   // set them when they charge the limits; other responses (the model list, errors) report them
   // without charging anything.

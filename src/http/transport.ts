@@ -4,7 +4,8 @@
  * bound what a client that never finishes its request can hold (a file descriptor, a parser,
  * a buffer) before any authentication runs.
  */
-import type { RouteOptions } from "fastify";
+import type { FastifyReply, FastifyRequest, RouteOptions } from "fastify";
+import { RouteNotFoundError } from "../protocol/errors.ts";
 import type { Logger } from "pino";
 
 export type TransportLimits = {
@@ -62,6 +63,24 @@ export function limitApiBodies(bodyLimit: number): (route: RouteOptions) => void
     if (route.bodyLimit !== undefined) return;
     if (route.url.startsWith("/api/auth/")) route.bodyLimit = Math.min(AUTH_BODY_LIMIT, bodyLimit);
     else if (route.url.startsWith("/api/")) route.bodyLimit = Math.min(API_BODY_LIMIT, bodyLimit);
+  };
+}
+
+/** A body a URL without a route may send and keep its connection: larger ones (or chunked) close it. */
+export const UNROUTED_BODY_BYTES = 1024;
+
+/**
+ * An `onRequest` hook: a request for a URL without a route is answered 404 on its headers, before
+ * any of its body is read or parsed (the not-found route passes no `onRoute` hook, so it would
+ * otherwise read bodies up to `--body-limit`). A body announced larger than `UNROUTED_BODY_BYTES`,
+ * or of unknown length, is not read at all: the connection closes after the 404.
+ */
+export function refuseUnroutedOnHeaders(): (request: FastifyRequest, reply: FastifyReply) => Promise<void> {
+  return async function refuseUnrouted(request, reply) {
+    if (!request.is404) return;
+    const length = Number(request.headers["content-length"] ?? 0);
+    if (request.headers["transfer-encoding"] !== undefined || !Number.isFinite(length) || length > UNROUTED_BODY_BYTES) void reply.header("connection", "close");
+    throw new RouteNotFoundError(request.method, request.url.split("?")[0] ?? request.url);
   };
 }
 

@@ -56,4 +56,19 @@ describe("RequestLimits", () => {
     await admitted.raise(1_000_000);
     await admitted.finish(0);
   });
+
+  it("counts a request on its headers once: the admission after charges its tokens only, and a key over its limit is refused there", async () => {
+    const limits = new RequestLimits(new MemoryRateLimiter({ now: frozen }));
+    const key = keyWith({ rpm: 2, tpm: 1_000 });
+    await limits.countRequest({ key, plan });
+    const admitted = await limits.admit({ key, plan, tokens: 50, requestCounted: true });
+    assert.equal(admitted.headers["x-ratelimit-remaining-requests"], "1", "counted once");
+    assert.equal(admitted.headers["x-ratelimit-remaining-tokens"], "950");
+    await limits.countRequest({ key, plan });
+    await assert.rejects(limits.countRequest({ key, plan }), (error: unknown) => {
+      assert.ok(error instanceof RateLimitExceededError);
+      assert.equal(error.headers["x-ratelimit-remaining-requests"], "0");
+      return true;
+    });
+  });
 });

@@ -17,6 +17,8 @@ export type LimitInput = {
   plan: Plan | null;
   /** Prompt tokens plus the most the request may generate. */
   tokens: number;
+  /** The request was counted already against the requests-per-minute limits (`countRequest`, on its headers): charge its tokens only. */
+  requestCounted?: boolean;
 };
 
 export type LimitAdmission = {
@@ -102,6 +104,19 @@ export class RequestLimits {
     };
   }
 
+  /**
+   * Counts the request against every requests-per-minute limit that applies, and nothing else,
+   * or throws 429 `rate_limit_exceeded`: for a large body, on its headers, so a key over its limit
+   * never has its body read. The later `admit` must then be told (`requestCounted: true`), so the
+   * request is counted once.
+   */
+  async countRequest(input: Omit<LimitInput, "tokens" | "requestCounted">): Promise<void> {
+    const scopes = scopesOf({ ...input, tokens: 0 }).filter((scope) => scope.kind === "requests");
+    if (scopes.length === 0) return;
+    const decision = await this.#consume(scopes);
+    if (!decision.allowed) throw refusal(scopes, decision, headersOf(scopes, decision.states));
+  }
+
   /** The `x-ratelimit-*` headers of the limits that apply, charging nothing (for responses that use no quota). */
   async peek(input: Omit<LimitInput, "tokens">): Promise<Record<string, string>> {
     const scopes = scopesOf({ ...input, tokens: 0 }).map((scope) => ({ ...scope, cost: 0 }));
@@ -123,18 +138,20 @@ export class RequestLimits {
  * The limits that apply: the key's own, those of the keys above it (a key created by a key shares
  * its creator's buckets, so children together never exceed their parent), and its account's plan.
  */
-function scopesOf({ key, plan, tokens }: LimitInput): Scope[] {
+function scopesOf({ key, plan, tokens, requestCounted }: LimitInput): Scope[] {
   const scopes: Scope[] = [];
   const cost = Math.max(0, Math.ceil(tokens));
-  if (key.rpm !== null) scopes.push({ kind: "requests", key: `key:${key.id}:rpm`, limit: key.rpm, cost: 1, who: "API key" });
+  // Counted already: the requests limits are still read (for the headers), charged nothing more.
+  const request = requestCounted === true ? 0 : 1;
+  if (key.rpm !== null) scopes.push({ kind: "requests", key: `key:${key.id}:rpm`, limit: key.rpm, cost: request, who: "API key" });
   if (key.tpm !== null) scopes.push({ kind: "tokens", key: `key:${key.id}:tpm`, limit: key.tpm, cost, who: "API key" });
   for (const ancestor of key.ancestorLimits ?? []) {
     const who = "API key that created this one (its keys share its limits)";
-    if (ancestor.rpm !== null) scopes.push({ kind: "requests", key: `key:${ancestor.id}:rpm`, limit: ancestor.rpm, cost: 1, who });
+    if (ancestor.rpm !== null) scopes.push({ kind: "requests", key: `key:${ancestor.id}:rpm`, limit: ancestor.rpm, cost: request, who });
     if (ancestor.tpm !== null) scopes.push({ kind: "tokens", key: `key:${ancestor.id}:tpm`, limit: ancestor.tpm, cost, who });
   }
   if (key.accountId !== null && plan !== null) {
-    if (plan.rpm !== null) scopes.push({ kind: "requests", key: `account:${key.accountId}:rpm`, limit: plan.rpm, cost: 1, who: `plan '${plan.id}'` });
+    if (plan.rpm !== null) scopes.push({ kind: "requests", key: `account:${key.accountId}:rpm`, limit: plan.rpm, cost: request, who: `plan '${plan.id}'` });
     if (plan.tpm !== null) scopes.push({ kind: "tokens", key: `account:${key.accountId}:tpm`, limit: plan.tpm, cost, who: `plan '${plan.id}'` });
   }
   return scopes;

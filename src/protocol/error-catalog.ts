@@ -29,6 +29,7 @@ export const ERROR_CATALOG = {
   // 400
   invalid_request_error: { status: 400, type: "invalid_request_error", meaning: "a field is missing or has the wrong type or range (`param` names it, e.g. `messages[0].content`)" },
   invalid_json: { status: 400, type: "invalid_request_error", meaning: "the body is not JSON" },
+  json_too_deep: { status: 400, type: "invalid_request_error", meaning: "the body nests arrays and objects more than 128 levels deep (checked before it is parsed)" },
   invalid_url: { status: 400, type: "invalid_request_error", meaning: "the URL holds a malformed percent-encoding or a control character" },
   missing_required_parameter: { status: 400, type: "invalid_request_error", meaning: "a required field is absent (`param` names it)" },
   invalid_type: { status: 400, type: "invalid_request_error", meaning: "a field has the wrong JSON type (`param` names it)" },

@@ -18,7 +18,7 @@ type Json = Record<string, unknown>;
 const TRANSPORT_ERRORS: readonly ErrorCode[] = ["malformed_request", "invalid_url", "request_timeout", "headers_too_large", "host_not_allowed", "shutting_down", "internal_error"];
 
 /** What a JSON body can meet: parsing and the schema. */
-const BODY_ERRORS: readonly ErrorCode[] = ["invalid_request_error", "invalid_json", "unsupported_media_type", "request_too_large", "server_busy"];
+const BODY_ERRORS: readonly ErrorCode[] = ["invalid_request_error", "invalid_json", "json_too_deep", "unsupported_media_type", "request_too_large", "server_busy"];
 
 /** What each kind of authentication can answer. */
 const AUTH_ERRORS: Record<OperationAuth, readonly ErrorCode[]> = {

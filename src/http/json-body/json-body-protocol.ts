@@ -7,7 +7,7 @@ export type BodyValidation = "none" | "chat-completion";
 export type BodyJob = { id: number; bytes: Uint8Array; validate: BodyValidation };
 
 /** An `ApiError`'s fields, as they cross the thread boundary. */
-export type BodyError = { status: number; type: ApiErrorType; code: ErrorCode; param: string | null; message: string };
+export type BodyError = { status: number; type: ApiErrorType; code: ErrorCode; param: string | null; message: string; /** What went wrong, for the log only (an internal error). */ detail?: string };
 
 /** `validated`: the value is the chat completion schema's output. */
 export type BodyAnswer = { id: number; value: unknown; validated: boolean; error?: undefined } | { id: number; error: BodyError; value?: undefined };

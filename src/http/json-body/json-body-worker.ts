@@ -9,6 +9,7 @@ import { ApiError } from "../../protocol/errors.ts";
 import { chatCompletionRequestSchema } from "../../protocol/chat-completion-request.ts";
 import { parseWithSchema } from "../../protocol/parse.ts";
 import { INVALID_JSON_MESSAGE, type BodyJob, type BodyAnswer, type BodyError } from "./json-body-protocol.ts";
+import { JsonTooDeepError, nestedDeeperThan } from "./json-depth.ts";
 
 /** Keys that would poison a prototype once the body is merged into an object (Fastify refuses them too). */
 function refusePoisoning(key: string, value: unknown): unknown {
@@ -26,6 +27,8 @@ function fieldsOf(error: ApiError): BodyError {
 }
 
 function answer(job: BodyJob): BodyAnswer {
+  // Before anything recursive runs: the parse, the schema's walk, the clone back to the main thread.
+  if (nestedDeeperThan(job.bytes)) return { id: job.id, error: fieldsOf(new JsonTooDeepError()) };
   const text = Buffer.from(job.bytes.buffer, job.bytes.byteOffset, job.bytes.byteLength).toString("utf8");
   let parsed: unknown;
   try {
@@ -43,6 +46,23 @@ function answer(job: BodyJob): BodyAnswer {
   }
 }
 
+/** The answer to a body whose handling failed in a way no check foresaw: the job fails, the worker lives on. */
+function internalError(job: BodyJob, error: unknown): BodyAnswer {
+  const detail = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+  return { id: job.id, error: { status: 500, type: "server_error", code: "internal_error", param: null, message: "The server had an error while processing your request.", detail } };
+}
+
 parentPort!.on("message", (job: BodyJob) => {
-  parentPort!.postMessage(answer(job));
+  let reply: BodyAnswer;
+  try {
+    reply = answer(job);
+  } catch (error) {
+    reply = internalError(job, error);
+  }
+  try {
+    parentPort!.postMessage(reply);
+  } catch (error) {
+    // The value could not be cloned back (the depth check makes this unexpected): this job fails alone.
+    parentPort!.postMessage(internalError(job, error));
+  }
 });

@@ -42,6 +42,8 @@ export type AdmitRequest = {
   body: unknown;
   key: ApiKeyRecord;
   requestId: string;
+  /** The request was counted against the requests-per-minute limits on its headers already (a large body). */
+  requestCounted?: boolean;
   /** Called once rate limits admitted the request, before anything else may refuse it (for response headers). */
   onLimited?: (limited: LimitAdmission) => void;
   /** Told of a rate-limit refund that failed (the request goes on). */
@@ -69,7 +71,7 @@ export async function admitChatCompletion(dependencies: AdmitDependencies, input
   const { plan, balance } = await metering.standingOf(key);
   metering.checkModel(key, plan, parsed.model);
   const least = cheapBound(parsed);
-  const limited = await limits.admit({ key, plan, tokens: least.tokens });
+  const limited = await limits.admit({ key, plan, tokens: least.tokens, requestCounted: input.requestCounted });
   input.onLimited?.(limited);
   try {
     metering.checkQuota({ key, model: parsed.model, balance, promptTokens: least.promptTokens, completionTokens: least.completionTokens });

@@ -4,7 +4,7 @@
  * slot serves the next request. A stream follows its client: generation pauses while the socket's
  * buffer is full, and a client that reads nothing for the stall timeout is cut like one that left.
  */
-import type { FastifyInstance, FastifyReply, onRequestHookHandler } from "fastify";
+import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from "fastify";
 import type { Catalog } from "../../../catalog/catalog.ts";
 import { SseWriter } from "../../sse.ts";
 import type { Metering } from "../../../billing/metering.ts";
@@ -55,12 +55,22 @@ function abortOnDisconnect(reply: FastifyReply, shutdownSignal: AbortSignal): Ab
 const SMALL_BODY_BYTES = 64 * 1024;
 
 export function registerChatCompletionsRoute(app: FastifyInstance, options: ChatCompletionsRouteOptions): void {
-  /** Refuses, on the headers alone, a large body from a key that could pay for nothing: reading and parsing it is the work that grows. */
+  /** Requests counted against the requests-per-minute limits on their headers: admission counts them no more. */
+  const countedOnHeaders = new WeakSet<FastifyRequest>();
+  /**
+   * Refuses, on the headers alone, a large body from a key that could pay for nothing or is over
+   * its requests per minute: reading and parsing it is the work that grows. The request is counted
+   * against those limits here, once (admission charges its tokens only).
+   */
   const refuseUnpaidLargeBody: onRequestHookHandler = async function refuseUnpaidLargeBody(request) {
     const length = Number(request.headers["content-length"]);
     // No length (chunked): as large as the body limit allows.
     if (Number.isFinite(length) && length <= SMALL_BODY_BYTES) return;
-    await options.metering.checkCanPayAnything(request.apiKey!, options.catalog.list());
+    const key = request.apiKey!;
+    await options.metering.checkCanPayAnything(key, options.catalog.list());
+    if (key.rpm === null && key.accountId === null && !(key.ancestorLimits ?? []).some((ancestor) => ancestor.rpm !== null)) return;
+    await options.limits.countRequest({ key, plan: key.accountId === null ? null : await options.metering.planOf(key) });
+    countedOnHeaders.add(request);
   };
   // The key and, for large bodies, the quota are checked before the body is read: an unknown key
   // or an account without credit never costs the server a parse of megabytes.
@@ -74,6 +84,7 @@ export function registerChatCompletionsRoute(app: FastifyInstance, options: Chat
         body: request.body,
         key: request.apiKey!,
         requestId: request.id,
+        requestCounted: countedOnHeaders.has(request),
         onLimited: (admittedByLimits) => {
           limited = admittedByLimits;
           request.rateLimitsApplied = true;
