@@ -296,13 +296,25 @@ async function chargeBeyondHold(statements: LedgerStatements, transaction: Trans
   const charge = account === undefined ? 0 : Math.max(0, Math.min(extra, account.balance));
   if (charge <= 0) return 0;
   await transaction.updateTable("holds").set((expression) => ({ cost: expression("cost", "+", charge) })).where("id", "=", holdId).execute();
-  await transaction.updateTable("accounts").set((expression) => ({ balance: expression("balance", "-", charge) })).where("id", "=", hold.account_id).execute();
-  await addEntry(transaction, { accountId: hold.account_id, kind: "settle", amount: -charge, holdId, now });
-  await consumeLots(transaction, hold.account_id, charge);
-  if (hold.key_id !== null) {
-    await transaction.updateTable("api_keys").set((expression) => ({ spent: expression("spent", "+", charge) })).where("id", "=", hold.key_id).execute();
-  }
+  await chargeForHold(transaction, { accountId: hold.account_id, keyId: hold.key_id, holdId, charge, now });
   return charge;
+}
+
+/**
+ * Takes `charge` credits (positive, at most the balance: the caller locked the account and
+ * checked) for a hold: the balance, a `settle` entry, the oldest lots, and the key's spend.
+ */
+async function chargeForHold(
+  transaction: Transaction<Database>,
+  charged: { accountId: string; keyId: string | null; holdId: string; charge: number; now: number },
+): Promise<void> {
+  const { accountId, keyId, holdId, charge, now } = charged;
+  await transaction.updateTable("accounts").set((expression) => ({ balance: expression("balance", "-", charge) })).where("id", "=", accountId).execute();
+  await addEntry(transaction, { accountId, kind: "settle", amount: -charge, holdId, now });
+  await consumeLots(transaction, accountId, charge);
+  if (keyId !== null) {
+    await transaction.updateTable("api_keys").set((expression) => ({ spent: expression("spent", "+", charge) })).where("id", "=", keyId).execute();
+  }
 }
 
 /** A hold closed already: `chargeClosedHold`, and the usage record when it charged. */
@@ -331,14 +343,7 @@ async function chargeClosedHold(statements: LedgerStatements, transaction: Trans
   const account = await statements.lockAccount(transaction, hold.account_id);
   const charge = account === undefined ? 0 : Math.max(0, Math.min(cost, account.balance));
   await transaction.updateTable("holds").set({ cost: charge }).where("id", "=", holdId).execute();
-  if (charge > 0) {
-    await transaction.updateTable("accounts").set((expression) => ({ balance: expression("balance", "-", charge) })).where("id", "=", hold.account_id).execute();
-    await addEntry(transaction, { accountId: hold.account_id, kind: "settle", amount: -charge, holdId, now });
-    await consumeLots(transaction, hold.account_id, charge);
-    if (hold.key_id !== null) {
-      await transaction.updateTable("api_keys").set((expression) => ({ spent: expression("spent", "+", charge) })).where("id", "=", hold.key_id).execute();
-    }
-  }
+  if (charge > 0) await chargeForHold(transaction, { accountId: hold.account_id, keyId: hold.key_id, holdId, charge, now });
   return charge;
 }
 
