@@ -22,9 +22,20 @@
  * Checkpoints: while a request generates, its progress (tokens and their cost so far) is written
  * every `checkpointIntervalMs` or `checkpointTokens` completion tokens, whichever comes first, in
  * the same group commits. After a `kill -9`, the sweeper turns checkpoints into usage records, so
- * a crashed stream is billed for what it had generated up to its last checkpoint (one interval
- * plus one flush behind at most), never more. The records of requests that finished in the last
- * `flushIntervalMs` before the crash are lost with the process: unbilled, never billed twice.
+ * a crashed stream is billed for what it had generated up to its last checkpoint, never more.
+ *
+ * The promise is kept by the client's side, not by timers: a stream asks for a checkpoint once
+ * its client has been sent half a checkpoint (`checkpointTokens / 2`) past the last durable one,
+ * and output that would take it more than `checkpointTokens` past it waits for the group commit
+ * that writes one (`beforeDelivery`). Likewise a finished request's record is durable before its
+ * client hears the end (`written`): a group commit runs as soon as someone waits for it (one at a
+ * time; whoever asks meanwhile joins the next), and every `flushIntervalMs` otherwise. However
+ * slow the database or the event loop, a killed node's streams are billed at least what their
+ * clients received less `checkpointTokens`, and every request whose client heard its end is
+ * recorded. When the writer falls behind (someone has waited `shedAfterMs` for a commit), `lagMs`
+ * says so and new requests are refused (503 `metering_behind`, `metering.ts`) rather than served
+ * slower and slower. During a database outage (a commit failed) nothing waits: records and
+ * checkpoints stay in memory and are retried, as the README's outage rules say.
  */
 import type { Kysely } from "kysely";
 import type { Database } from "../store/schema.ts";
@@ -49,6 +60,8 @@ export type LeaseSettings = {
   leaseMaxAgeMs: number;
   /** …and is closed after this long without one. */
   leaseIdleMs: number;
+  /** New requests are refused while someone has waited this long for a group commit (`lagMs`). */
+  shedAfterMs: number;
 };
 
 export const DEFAULT_LEASE_SETTINGS: LeaseSettings = {
@@ -59,6 +72,7 @@ export const DEFAULT_LEASE_SETTINGS: LeaseSettings = {
   leaseSeconds: 2,
   leaseMaxAgeMs: 5_000,
   leaseIdleMs: 500,
+  shedAfterMs: 2_000,
 };
 
 export type CreditLeasesOptions = {
@@ -101,9 +115,15 @@ type Running = {
   lease: Lease;
   progress?: () => Progress | null;
   lastAt: number;
+  /** Completion tokens of its last durable checkpoint. */
   lastTokens: number;
   checkpointed: boolean;
+  /** A checkpoint was asked for (`beforeDelivery`): the next group commit writes one whatever the interval. */
+  wanted: boolean;
 };
+
+/** Those waiting for the next group commit to start (and end): true once it is written, false when it failed. */
+type Demand = { since: number; promise: Promise<boolean>; resolve: (written: boolean) => void };
 
 /** A request's reservation, from a lease or a hold of its own. */
 export type Ticket = {
@@ -166,13 +186,18 @@ export class CreditLeases {
   #drops: string[] = [];
   #flushing: Promise<void> = Promise.resolve();
   #failedAttempts = 0;
+  /** Waiting for the next group commit (it takes them when it starts). */
+  #demand: Demand | undefined;
+  /** Taken by the group commit in flight. */
+  #committing: Demand | undefined;
+  #closing = false;
   readonly #timer: ReturnType<typeof setInterval>;
   #stopped = false;
 
   constructor(options: CreditLeasesOptions) {
     this.#options = options;
     this.#settings = { ...DEFAULT_LEASE_SETTINGS, ...options.settings };
-    this.#timer = setInterval(() => void this.#tick(), this.#settings.flushIntervalMs);
+    this.#timer = setInterval(() => this.#tick(), this.#settings.flushIntervalMs);
     this.#timer.unref();
   }
 
@@ -304,7 +329,7 @@ export class CreditLeases {
     lease.reserved += amount;
     lease.running++;
     lease.lastActiveAt = Date.now();
-    this.#running.set(usageId, { lease, lastAt: Date.now(), lastTokens: 0, checkpointed: false });
+    this.#running.set(usageId, { lease, lastAt: Date.now(), lastTokens: 0, checkpointed: false, wanted: false });
     return { usageId, amount, holdId: lease.holdId, own: !lease.shared };
   }
 
@@ -317,6 +342,58 @@ export class CreditLeases {
   track(ticket: Ticket, progress: () => Progress | null): void {
     const running = this.#running.get(ticket.usageId);
     if (running !== undefined) running.progress = progress;
+  }
+
+  /**
+   * Before output that brings the request to `tokens` completion tokens goes to its client:
+   * undefined when its last durable checkpoint is within `checkpointTokens` of that (one is asked
+   * for from half-way), else the group commit that writes one, to wait for. Nothing waits during
+   * a database outage.
+   */
+  beforeDelivery(ticket: Ticket, tokens: number): Promise<unknown> | undefined {
+    const running = this.#running.get(ticket.usageId);
+    if (running === undefined || running.progress === undefined) return undefined;
+    const ahead = tokens - running.lastTokens;
+    if (ahead < this.#settings.checkpointTokens / 2 || this.#failedAttempts > 0) return undefined;
+    running.wanted = true;
+    const commit = this.#commitSoon();
+    return ahead > this.#settings.checkpointTokens ? commit : undefined;
+  }
+
+  /**
+   * Resolves once what was queued so far (the records of finished requests) is written: true, or
+   * false when the database did not take it (an outage: they are retried, nobody waits for that).
+   */
+  written(): Promise<boolean> {
+    if (this.#failedAttempts > 0) return Promise.resolve(false);
+    return this.#commitSoon();
+  }
+
+  /**
+   * How long the oldest wait for a group commit has lasted (0 when nobody waits, and during a
+   * database outage, whose rules differ): past `shedAfterMs`, this node cannot record usage as
+   * fast as it serves it.
+   */
+  get lagMs(): number {
+    if (this.#failedAttempts > 0) return 0;
+    const since = this.#committing?.since ?? this.#demand?.since;
+    return since === undefined ? 0 : Math.max(0, Date.now() - since);
+  }
+
+  /** Whether new requests should be refused: the writer has kept someone waiting past `shedAfterMs`. */
+  get behind(): boolean {
+    return this.lagMs > this.#settings.shedAfterMs;
+  }
+
+  /** The next group commit, started as soon as none is in flight (whoever asks meanwhile joins it). */
+  #commitSoon(): Promise<boolean> {
+    if (this.#demand !== undefined) return this.#demand.promise;
+    let resolve!: (written: boolean) => void;
+    const promise = new Promise<boolean>((done) => (resolve = done));
+    this.#demand = { since: Date.now(), promise, resolve };
+    // Queued behind the commit in flight, if any: it takes every demand made until it starts.
+    setImmediate(() => void this.flush().catch(() => undefined));
+    return promise;
   }
 
   /**
@@ -364,13 +441,30 @@ export class CreditLeases {
   }
 
   async #writeBatch(): Promise<void> {
+    // Everyone who asked until now is answered by this commit; who asks from here on, by the next.
+    const demand = this.#demand;
+    this.#demand = undefined;
+    this.#committing = demand;
+    try {
+      await this.#writeBatchFor();
+      demand?.resolve(true);
+    } catch (error) {
+      demand?.resolve(false);
+      throw error;
+    } finally {
+      this.#committing = undefined;
+    }
+  }
+
+  async #writeBatchFor(): Promise<void> {
     const now = Date.now();
     const checkpoints: CheckpointRow[] = [];
     const checkpointed: Array<[Running, number]> = [];
     for (const [usageId, running] of this.#running) {
       const progress = running.progress?.();
       if (progress == null || progress.completion_tokens <= running.lastTokens) continue;
-      if (now - running.lastAt < this.#settings.checkpointIntervalMs && progress.completion_tokens - running.lastTokens < this.#settings.checkpointTokens) continue;
+      const due = running.wanted || now - running.lastAt >= this.#settings.checkpointIntervalMs || progress.completion_tokens - running.lastTokens >= this.#settings.checkpointTokens;
+      if (!due) continue;
       checkpoints.push({ ...progress, id: usageId, hold_id: running.lease.holdId, updated_at: now });
       checkpointed.push([running, progress.completion_tokens]);
     }
@@ -393,24 +487,32 @@ export class CreditLeases {
     this.#writing = [];
     for (const [running, tokens] of checkpointed) {
       running.lastAt = now;
-      running.lastTokens = tokens;
+      running.lastTokens = Math.max(running.lastTokens, tokens);
       running.checkpointed = true;
+      running.wanted = false;
     }
     if (this.#failedAttempts > 0) this.#options.onBatch?.({ kind: "written", records: records.length, attempts: this.#failedAttempts + 1 });
     this.#failedAttempts = 0;
   }
 
-  /** The group commit, then the leases due to close. */
-  async #tick(): Promise<void> {
-    if (this.#stopped || this.#ticking) return;
-    this.#ticking = true;
-    try {
-      await this.flush();
-      await this.#closeDue(false);
-    } catch {
-      // Retried at the next tick.
-    } finally {
-      this.#ticking = false;
+  /**
+   * The group commit, and the leases due to close. The two go apart: a slow close (a lease's
+   * account row contended by other nodes) never holds back the next commit, nor a commit a close.
+   */
+  #tick(): void {
+    if (this.#stopped) return;
+    if (!this.#ticking) {
+      this.#ticking = true;
+      this.flush()
+        .catch(() => undefined) // Retried at the next tick.
+        .finally(() => (this.#ticking = false));
+    }
+    if (!this.#closing) {
+      this.#closing = true;
+      this.#flushing
+        .then(() => this.#closeDue(false))
+        .catch(() => undefined)
+        .finally(() => (this.#closing = false));
     }
   }
 

@@ -10,7 +10,7 @@ import type { ApiKeyRecord } from "../auth/api-keys.ts";
 import type { CatalogModel } from "../catalog/catalog.ts";
 import type { GenerationUsage } from "../engines/engine.ts";
 import type { Database } from "../store/schema.ts";
-import { InsufficientQuotaError, ModelNotAllowedError } from "../protocol/errors.ts";
+import { InsufficientQuotaError, MeteringBehindError, ModelNotAllowedError } from "../protocol/errors.ts";
 import { CreditLeases, type BatchEvent, type LeaseSettings } from "./credit-leases.ts";
 import { costOf, worstCaseCost } from "./pricing.ts";
 import { findAccountPlan, findAccountStanding } from "./plans-store.ts";
@@ -104,7 +104,15 @@ export type Admission = {
   /** Reports the running request's usage so far: written as its checkpoint every interval. */
   track(progress: () => GenerationUsage): void;
   /**
-   * Charges the exact cost (or releases the hold) and records usage. Call exactly once.
+   * Before output that brings the request to `completionTokens` goes to its client: undefined,
+   * or a wait for the group commit that checkpoints it first (`CreditLeases.beforeDelivery`), so
+   * that no client is ever more than one checkpoint ahead of what a killed node is billed.
+   */
+  beforeDelivery(completionTokens: number): Promise<unknown> | undefined;
+  /**
+   * Charges the exact cost (or releases the hold) and records usage. Call exactly once, before
+   * the client hears the end: it resolves once the usage record is durable (a lease's group
+   * commit included), except during a database outage.
    * `cost` is null when the database is unavailable: the settlement goes on in the background.
    */
   settle(outcome: RequestOutcome): Promise<{ cost: number | null }>;
@@ -269,6 +277,9 @@ export class Metering {
   async admit(input: AdmitInput): Promise<Admission> {
     const { database } = this.#options;
     const { key, model } = input;
+    // Usage this node could not record in time is never served: while its group commits keep
+    // someone waiting past `shedAfterMs`, new requests go elsewhere (or come back shortly).
+    if (this.#leases.behind) throw new MeteringBehindError();
     const plan = input.plan !== undefined ? input.plan : await this.planOf(key);
     this.checkModel(key, plan, model);
     const metered = key.accountId !== null;
@@ -300,6 +311,7 @@ export class Metering {
           return { ...row(usage), cost: Math.min(reserved, costOf(model.pricing, usage)), created_at: createdAt };
         });
       },
+      beforeDelivery: (completionTokens) => (ticket === null ? undefined : this.#leases.beforeDelivery(ticket, completionTokens)),
       settle: async (outcome) => {
         if (settled) return { cost: 0 };
         settled = true;
@@ -314,6 +326,7 @@ export class Metering {
         });
         if (ticket === null && hot) {
           this.#leases.queue({ ...record(0), id: newId("use"), hold_id: null });
+          await this.#leases.written();
           return { cost: 0 };
         }
         if (ticket === null) {
@@ -330,6 +343,8 @@ export class Metering {
           const charged = this.#leases.finishShared(ticket, { ...record(cost), id: ticket.usageId, hold_id: ticket.holdId });
           // Past its own reservation, the rest is charged when the lease closes, as far as the balance covers.
           overage(null);
+          // Durable before the client hears the end (one group commit; not waited for through an outage).
+          await this.#leases.written();
           return { cost: charged };
         }
         // The usage record commits with the charge, so the two never disagree.

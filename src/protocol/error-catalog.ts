@@ -99,6 +99,7 @@ export const ERROR_CATALOG = {
   engine_overloaded: { status: 503, type: "service_unavailable", meaning: "the model's wait queue is full (`retry-after` says when to retry)" },
   model_not_ready: { status: 503, type: "service_unavailable", meaning: "the model is downloading, loading, or could not be loaded (the message says why and what to do)" },
   shutting_down: { status: 503, type: "service_unavailable", meaning: "the server is stopping" },
+  metering_behind: { status: 503, type: "service_unavailable", meaning: "the node's usage writer (checkpoints and records in group commits) kept requests waiting past 2 s: it takes no new ones until it catches up (`retry-after: 1`)" },
   database_unavailable: { status: 503, type: "service_unavailable", meaning: "the database cannot be reached right now (`retry-after: 2`)" },
   server_busy: { status: 503, type: "service_unavailable", meaning: "more than 16 large bodies (over 256 KB) are waiting to be parsed (`retry-after: 1`)" },
   image_lookup_busy: { status: 503, type: "service_unavailable", meaning: "other requests' image URL host lookups (slow DNS) kept this request's from starting within 3 s (`retry-after: 1`; a data URL needs no lookup)" },

@@ -130,6 +130,13 @@ export class DatabaseUnavailableError extends ApiError {
   }
 }
 
+/** 503: this node cannot record usage as fast as it serves it (its group commits keep requests waiting): it takes no new ones for a moment. */
+export class MeteringBehindError extends ApiError {
+  constructor() {
+    super("This node cannot record usage as fast as it serves it right now. Retry in a moment or on another node.", "metering_behind", { headers: { "retry-after": "1" } });
+  }
+}
+
 /** 503: the server is shutting down and takes no new work. */
 export class ShuttingDownError extends ApiError {
   constructor() {

@@ -86,15 +86,33 @@ function endOf(signal: AbortSignal, generation: RunningGeneration, outcome: Comp
   return { outcome, status: outcome === undefined ? 500 : 200 };
 }
 
-/** Gives back the unused rate-limit tokens and settles the hold (nothing billed without usage). */
+/**
+ * Gives back the unused rate-limit tokens and settles the hold (nothing billed without usage);
+ * resolves once the usage record is durable (but through a database outage), so that the client
+ * hears the end only after its request is recorded.
+ */
 async function release(dependencies: RunDependencies, input: RunInput, end: End): Promise<void> {
   const { outcome, status } = end;
   const used = outcome === undefined ? 0 : outcome.usage.promptTokens + outcome.usage.completionTokens;
-  await input.limited.finish(used).catch((error: unknown) => dependencies.logger.warn({ err: error }, "could not refund rate-limit tokens"));
+  const refunded = input.limited.finish(used).catch((error: unknown) => dependencies.logger.warn({ err: error }, "could not refund rate-limit tokens"));
   // A database outage does not throw here: the charge is retried in the background.
-  await input.admission
+  const settled = input.admission
     .settle({ usage: outcome?.usage ?? null, status, finishReason: outcome?.finishReason ?? null, latencyMs: performance.now() - input.startedAt })
     .catch((error: unknown) => dependencies.logger.error({ err: error }, "could not settle the request's hold; the sweeper will release it uncharged"));
+  await Promise.all([refunded, settled]);
+}
+
+/** Resolves when `wait` does or `signal` aborts, whichever comes first. */
+function untilAborted(wait: Promise<unknown>, signal: AbortSignal): Promise<unknown> {
+  if (signal.aborted) return Promise.resolve();
+  return new Promise((resolve) => {
+    const onAbort = () => resolve(undefined);
+    signal.addEventListener("abort", onAbort, { once: true });
+    void wait.then(
+      () => resolve(undefined),
+      () => resolve(undefined),
+    ).finally(() => signal.removeEventListener("abort", onAbort));
+  });
 }
 
 /** Bills the request, counts it and logs it as a completion; called once, however a started generation ended. */
@@ -169,6 +187,12 @@ export async function runCompletion(dependencies: RunDependencies, input: RunInp
  * stall timeout is cut like one that left. `openSink` is called once the generation started: a
  * refusal before (a full queue) throws, and can still be answered as a plain error. After that it
  * never throws: every ending is written to the sink.
+ *
+ * Billing leads the client: no chunk goes out more than one checkpoint past the last durable one
+ * (`Admission.beforeDelivery`), and the ending (`[DONE]`, or the error event) is written only once
+ * the request is settled and its usage record durable, so that a node killed at any moment has
+ * billed every stream at least what its client received less one checkpoint, and recorded every
+ * request whose client got `[DONE]`.
  */
 export async function runStream(dependencies: RunDependencies, input: RunInput, openSink: () => ChunkSink): Promise<void> {
   const generation = await start(dependencies, input);
@@ -179,10 +203,14 @@ export async function runStream(dependencies: RunDependencies, input: RunInput, 
   const outcome: { value?: CompletionOutcome } = {};
   let failure: unknown;
   let stalled = false;
+  /** The stream's last words, written once the request is settled. */
+  let ending: (() => void) | undefined;
   try {
     await generation.admitted;
     admitted = true;
     for await (const chunk of streamChatCompletion(input.job, generation, outcome)) {
+      const checkpoint = input.admission.beforeDelivery(generation.usage().completionTokens);
+      if (checkpoint !== undefined) await untilAborted(checkpoint, cut.signal);
       sink.data(chunk);
       if (!sink.congested) continue;
       if ((await sink.waitForRoom(dependencies.stallTimeoutMs, cut.signal)) !== "stalled") continue;
@@ -195,19 +223,28 @@ export async function runStream(dependencies: RunDependencies, input: RunInput, 
       dependencies.logger.warn({ stall_timeout_s: dependencies.stallTimeoutMs / 1000, buffered_bytes: sink.buffered }, "stream cut: the client stopped reading");
       sink.destroy();
     } else if (cut.signal.aborted && reason instanceof ShuttingDownError) {
-      sink.data(reason.toBody());
-      sink.end();
+      ending = () => {
+        sink.data(reason.toBody());
+        sink.end();
+      };
     } else {
-      sink.done();
+      ending = () => sink.done();
     }
   } catch (error) {
     failure = error;
     const reason: unknown = cut.signal.reason;
     if (!cut.signal.aborted) dependencies.logger.error({ err: error }, "stream failed");
-    sink.data(errorBody(cut.signal.aborted && reason instanceof ShuttingDownError ? reason : error));
-    sink.end();
+    const body = errorBody(cut.signal.aborted && reason instanceof ShuttingDownError ? reason : error);
+    ending = () => {
+      sink.data(body);
+      sink.end();
+    };
   } finally {
-    stopKeepAlive();
-    await finish(dependencies, input, endOf(cut.signal, generation, outcome.value, failure));
+    try {
+      await finish(dependencies, input, endOf(cut.signal, generation, outcome.value, failure));
+    } finally {
+      stopKeepAlive();
+      ending?.();
+    }
   }
 }
