@@ -14,14 +14,14 @@
  */
 import assert from "node:assert/strict";
 import fs from "node:fs";
-import type http from "node:http";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { setTimeout as delay } from "node:timers/promises";
 import pg from "pg";
 import { openStore } from "../src/store/open.ts";
 import { checkLedger } from "../src/billing/ledger.ts";
-import { FaultUpstream } from "./helpers/fault-upstream.ts";
+import type { FaultUpstream } from "./helpers/fault-upstream.ts";
+import { pacedUpstream, send, type Seen } from "./helpers/crash-streams.ts";
 import { freshPostgresSchema } from "./helpers/databases.ts";
 import { modelsDir, temporaryDirectory } from "./helpers/server.ts";
 import { runCli, startServeProcess, type ServeProcess } from "./helpers/process.ts";
@@ -33,85 +33,6 @@ const CREDIT = 100_000_000;
 const LONG_STREAMS = 6;
 const LONG_MAX_TOKENS = 3000;
 const SHORT_MAX_TOKENS = 12;
-
-/** One request as its client saw it. */
-type Seen = { requestId: string; status: number; delivered: number; done: boolean; ended: Promise<void>; code?: string; retryAfter?: string | null };
-
-/** Sends a streamed request and follows it to its end, counting content chunks (the client's count of delivered tokens). */
-async function send(url: string, key: string, model: string, maxTokens: number, index: number): Promise<Seen> {
-  const response = await fetch(`${url}/v1/chat/completions`, {
-    method: "POST",
-    headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
-    body: JSON.stringify({ model, messages: [{ role: "user", content: `Go ${index}` }], max_tokens: maxTokens, stream: true }),
-  });
-  const seen: Seen = { requestId: response.headers.get("x-request-id") ?? "", status: response.status, delivered: 0, done: false, ended: Promise.resolve() };
-  if (response.status !== 200) {
-    const body = (await response.json()) as { error?: { code?: string } };
-    seen.code = body.error?.code;
-    seen.retryAfter = response.headers.get("retry-after");
-    return seen;
-  }
-  seen.ended = (async () => {
-    const reader = response.body!.getReader();
-    const decoder = new TextDecoder();
-    let buffer = "";
-    try {
-      for (;;) {
-        const { done, value } = await reader.read();
-        if (done) return;
-        buffer += decoder.decode(value, { stream: true });
-        let end: number;
-        while ((end = buffer.indexOf("\n\n")) >= 0) {
-          const event = buffer.slice(0, end);
-          buffer = buffer.slice(end + 2);
-          if (event === "data: [DONE]") seen.done = true;
-          if (!event.startsWith("data: {")) continue;
-          const chunk = JSON.parse(event.slice(6)) as { choices?: Array<{ delta?: { content?: string } }> };
-          if (chunk.choices?.[0]?.delta?.content) seen.delivered++;
-        }
-      }
-    } catch {
-      // The server died: the connection is reset.
-    }
-  })();
-  return seen;
-}
-
-/**
- * An upstream that streams one content chunk every `pace` ms until `max_tokens`, then finishes:
- * the pace is the upstream's, whatever the gateway's CPU does.
- */
-async function pacedUpstream(paceMs: number): Promise<FaultUpstream> {
-  return FaultUpstream.start({
-    model: "paced",
-    routes: {
-      "POST /v1/chat/completions": (body: unknown, response: http.ServerResponse) => {
-        const limits = body as { max_tokens?: number; max_completion_tokens?: number };
-        const maxTokens = Number(limits.max_completion_tokens ?? limits.max_tokens ?? 16);
-        const chunk = (delta: Record<string, unknown>, finish: string | null = null) => ({
-          id: "chatcmpl-paced",
-          object: "chat.completion.chunk",
-          created: 0,
-          model: "paced",
-          choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }],
-        });
-        response.writeHead(200, { "content-type": "text/event-stream" });
-        const write = (payload: unknown) => response.write(`data: ${typeof payload === "string" ? payload : JSON.stringify(payload)}\n\n`);
-        write(chunk({ role: "assistant", content: "" }));
-        void (async () => {
-          for (let sent = 0; sent < maxTokens; sent++) {
-            await delay(paceMs);
-            if (response.destroyed) return;
-            write(chunk({ content: ` w${sent}` }));
-          }
-          write(chunk({}, "length"));
-          write("[DONE]");
-          response.end();
-        })();
-      },
-    },
-  });
-}
 
 type Case = { name: string; model: () => Record<string, unknown>; serveArgs: string[] };
 
