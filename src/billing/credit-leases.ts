@@ -467,6 +467,8 @@ export class CreditLeases {
       if (!due) continue;
       checkpoints.push({ ...progress, id: usageId, hold_id: running.lease.holdId, updated_at: now });
       checkpointed.push([running, progress.completion_tokens]);
+      // Asked for again while this commit runs: the next one writes it.
+      running.wanted = false;
     }
     const records = this.#records;
     const drops = this.#drops;
@@ -489,7 +491,6 @@ export class CreditLeases {
       running.lastAt = now;
       running.lastTokens = Math.max(running.lastTokens, tokens);
       running.checkpointed = true;
-      running.wanted = false;
     }
     if (this.#failedAttempts > 0) this.#options.onBatch?.({ kind: "written", records: records.length, attempts: this.#failedAttempts + 1 });
     this.#failedAttempts = 0;
