@@ -116,6 +116,7 @@ export const API_OPERATIONS: readonly ApiOperation[] = [
       "insufficient_quota",
       "rate_limit_exceeded",
       "engine_overloaded",
+      "metering_behind",
       "model_not_ready",
       "image_lookup_busy",
       "upstream_error",
