@@ -12,7 +12,9 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { Redis } from "ioredis";
 import { RedisSignInThrottle } from "../src/auth/redis-sign-in-throttle.ts";
 import type { LimitCheck, LimiterLogger } from "../src/limits/rate-limiter.ts";
+import type { ProbeOutcome } from "../src/limits/redis-health.ts";
 import { RedisRateLimiter } from "../src/limits/redis.ts";
+import { TcpProxy } from "./helpers/tcp-proxy.ts";
 
 const redisUrl = process.env.TURNPIKE_TEST_REDIS_URL ?? "redis://127.0.0.1:6379";
 const prefix = `turnpike:test:load:${process.pid}:${randomUUID()}:`;
@@ -74,6 +76,29 @@ class DelayingProxy {
     await new Promise<void>((resolve) => (this.#server ? this.#server.close(() => resolve()) : resolve()));
     this.#server = undefined;
   }
+}
+
+async function waitFor(condition: () => boolean, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(25);
+  }
+}
+
+/**
+ * Where the probe switched in `outcomes` from `from` on: the index of the first outcome whose state differs from the
+ * one before it. Asserts that the switch came on the `inARow`-th probe in a row with the same result, the earlier
+ * ones of that run having left the state alone (the hysteresis).
+ */
+function assertSwitchedAfterRun(outcomes: ProbeOutcome[], from: number, toReachable: boolean, inARow: number): number {
+  const at = outcomes.findIndex((outcome, index) => index >= from && outcome.reachable === toReachable);
+  assert.ok(at >= inARow - 1, `a switch to ${toReachable ? "reachable" : "unreachable"} was seen`);
+  const run = outcomes.slice(at - inARow + 1, at + 1);
+  assert.deepEqual(run.map((outcome) => outcome.ok), Array(inARow).fill(toReachable), `the last ${inARow} probes before the switch all ${toReachable ? "succeeded" : "failed"}`);
+  assert.deepEqual(run.slice(0, -1).map((outcome) => outcome.reachable), Array(inARow - 1).fill(!toReachable), "the earlier probes of the run did not switch");
+  assert.ok(outcomes.slice(from, at).every((outcome) => outcome.reachable !== toReachable), "no earlier switch");
+  return at;
 }
 
 function recordingLogger(): LimiterLogger & { warnings: string[]; infos: string[] } {
@@ -148,6 +173,79 @@ describe("rate limits with Redis slow but reachable", () => {
     } finally {
       proxy.replyDelayMs = 0;
       await Promise.all(nodes.map((node) => node.close()));
+    }
+  });
+});
+
+describe("rate limits with Redis unreachable", () => {
+  const proxy = new TcpProxy(redisUrl);
+  let admin: Redis;
+  before(async () => {
+    admin = new Redis(redisUrl);
+    await proxy.open();
+  });
+  after(async () => {
+    await proxy.close();
+    const keys = await admin.keys(`${prefix}away:*`);
+    if (keys.length > 0) await admin.del(...keys);
+    await admin.quit();
+  });
+
+  test("refused, then black-holed: local limits after three failed probes, back to Redis only after three good ones", async () => {
+    const keyPrefix = `${prefix}away:`;
+    const nodes = [0, 1].map(() => {
+      const outcomes: ProbeOutcome[] = [];
+      const logger = recordingLogger();
+      // Fast numbers so the test is short; the defaults (1 s, 2 s) only stretch the same sequence.
+      const limiter = new RedisRateLimiter({ url: proxy.url(redisUrl), keyPrefix, logger, commandTimeoutMs: 500, health: { intervalMs: 100, timeoutMs: 500, onProbe: (outcome) => outcomes.push(outcome) } });
+      return { limiter, outcomes, logger };
+    });
+    const consumeAll = (key: string, limit: number) => Promise.all(nodes.map(({ limiter }) => limiter.consume([{ key, limit, cost: 1 }])));
+    try {
+      assert.deepEqual((await consumeAll("before:rpm", 60)).map((decision) => decision.allowed), [true, true]);
+      assert.equal(await admin.exists(`${keyPrefix}before:rpm`), 1);
+
+      // 1. The route is refused.
+      let from = nodes.map(({ outcomes }) => outcomes.length);
+      await proxy.close();
+      await waitFor(() => nodes.every(({ limiter }) => limiter.degraded), 20_000, "both nodes to switch to local limits");
+      nodes.forEach(({ outcomes }, index) => assertSwitchedAfterRun(outcomes, from[index]!, false, 3));
+      // Local limits: each node grants the limit of 2 on its own, and nothing reaches Redis.
+      for (let round = 0; round < 3; round++) {
+        const decisions = await consumeAll("refused:rpm", 2);
+        assert.deepEqual(decisions.map((decision) => decision.allowed), [round < 2, round < 2], `round ${round + 1}`);
+      }
+
+      from = nodes.map(({ outcomes }) => outcomes.length);
+      await proxy.open();
+      await waitFor(() => nodes.every(({ limiter }) => !limiter.degraded), 20_000, "both nodes to go back to Redis");
+      nodes.forEach(({ outcomes }, index) => assertSwitchedAfterRun(outcomes, from[index]!, true, 3));
+      // Back on Redis, which took what the nodes charged while away (merged, each key keeping the fuller bucket).
+      assert.equal(await admin.exists(`${keyPrefix}refused:rpm`), 1, "the local charges were merged into Redis");
+      assert.deepEqual((await consumeAll("refused:rpm", 2)).map((decision) => decision.allowed), [false, false]);
+      assert.deepEqual((await consumeAll("after:rpm", 60)).map((decision) => decision.allowed), [true, true]);
+      assert.equal(await admin.exists(`${keyPrefix}after:rpm`), 1, "charged in Redis again");
+
+      // 2. The route black-holes: probes time out instead of failing at once.
+      from = nodes.map(({ outcomes }) => outcomes.length);
+      proxy.startBlackHole();
+      const started = Date.now();
+      const waited = await consumeAll("hole:rpm", 60);
+      assert.deepEqual(waited.map((decision) => decision.allowed), [true, true], "answered locally after the command's wait");
+      assert.ok(Date.now() - started >= 450, "the request waited for Redis first");
+      await waitFor(() => nodes.every(({ limiter }) => limiter.degraded), 20_000, "both nodes to switch to local limits");
+      nodes.forEach(({ outcomes }, index) => assertSwitchedAfterRun(outcomes, from[index]!, false, 3));
+
+      from = nodes.map(({ outcomes }) => outcomes.length);
+      proxy.endBlackHole();
+      await waitFor(() => nodes.every(({ limiter }) => !limiter.degraded), 20_000, "both nodes to go back to Redis");
+      nodes.forEach(({ outcomes }, index) => assertSwitchedAfterRun(outcomes, from[index]!, true, 3));
+      assert.deepEqual((await consumeAll("end:rpm", 60)).map((decision) => decision.allowed), [true, true]);
+      assert.equal(await admin.exists(`${keyPrefix}end:rpm`), 1);
+
+      for (const { logger } of nodes) assert.deepEqual([logger.warnings.length, logger.infos.length], [2, 2], "each switch logged once");
+    } finally {
+      await Promise.all(nodes.map(({ limiter }) => limiter.close()));
     }
   });
 });
