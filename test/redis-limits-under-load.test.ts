@@ -220,9 +220,10 @@ describe("rate limits with Redis unreachable", () => {
       await proxy.open();
       await waitFor(() => nodes.every(({ limiter }) => !limiter.degraded), 20_000, "both nodes to go back to Redis");
       nodes.forEach(({ outcomes }, index) => assertSwitchedAfterRun(outcomes, from[index]!, true, 3));
-      // Back on Redis, which took what the nodes charged while away (merged, each key keeping the fuller bucket).
-      assert.equal(await admin.exists(`${keyPrefix}refused:rpm`), 1, "the local charges were merged into Redis");
+      // Back on Redis, which took what the nodes charged while away (merged, each key keeping the fuller bucket; the
+      // merge goes before any later command on the node's connection).
       assert.deepEqual((await consumeAll("refused:rpm", 2)).map((decision) => decision.allowed), [false, false]);
+      assert.equal(await admin.exists(`${keyPrefix}refused:rpm`), 1, "the local charges were merged into Redis");
       assert.deepEqual((await consumeAll("after:rpm", 60)).map((decision) => decision.allowed), [true, true]);
       assert.equal(await admin.exists(`${keyPrefix}after:rpm`), 1, "charged in Redis again");
 
