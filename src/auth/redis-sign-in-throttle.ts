@@ -4,10 +4,10 @@
  * counters, then count on both, or on neither), so simultaneous attempts on any number of nodes
  * can never pass a limit between a check and its count. Keys hold SHA-256s of the email and
  * address, never the values. While Redis is unreachable the node counts in its own memory, says
- * so once in its logs, and goes back to Redis when it is reachable again. Reachable or not is the
- * rate limiter's health probe's call (`RedisLink`, with hysteresis), never one slow command's: a
- * slow command is waited for, and one that fails or takes too long is counted locally for that
- * one attempt, without switching.
+ * so once in its logs, and goes back to Redis when it is reachable again. Reachable or not is
+ * decided by the health probe the rate limiter uses too (`RedisLink`, with hysteresis), never by
+ * one slow command: a slow command is waited for, and one that fails or takes too long is counted
+ * locally for that one attempt, without switching.
  */
 import { createHash } from "node:crypto";
 import type { RedisHealthSettings } from "../limits/redis-health.ts";
