@@ -158,7 +158,12 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
         );
       }
       else if (event.kind === "written") logger.info({ records: event.records, attempts: event.attempts }, "waiting usage records written");
-      else logger.warn({ hold_id: event.holdId, err: event.error }, "could not close a credit lease; retried at the next group commit");
+      else if (event.kind === "late") {
+        logger.warn(
+          { hold_id: event.holdId, account_id: event.accountId, key_id: event.keyId, records: event.records, charged: event.charged, short: event.short },
+          "usage records landed after their credit lease was closed (swept during an outage): charged to the account directly, as far as the balance covers",
+        );
+      } else logger.warn({ hold_id: event.holdId, err: event.error }, "could not close a credit lease; retried at the next group commit");
     },
     onOverage: (event) =>
       logger.warn(

@@ -225,10 +225,14 @@ describe("rate limits (Redis)", () => {
         return served;
       };
       const started = Date.now();
-      assert.equal(await burst(35), 30);
+      // 30, plus one per 2 s the burst took on a loaded machine.
+      const first = await burst(35);
+      assert.ok(first >= 30 && first <= 30 + Math.floor((Date.now() - started) / 2000), `served ${first} of the first 35`);
 
       await proxy.close();
       const whileAway = await burst(35);
+      // The health probe decides (three failed probes a second apart); requests meanwhile were decided locally.
+      for (let attempt = 0; attempt < 300 && !(await degraded()); attempt++) await delay(50);
       assert.ok(await degraded(), "the node went on with limits of its own");
 
       // Back, but empty: the node's bucket for the key is all there is.
@@ -239,8 +243,8 @@ describe("rate limits (Redis)", () => {
       const afterReturn = await burst(35);
 
       const bound = 30 + Math.floor((Date.now() - started) / 2000);
-      const total = 30 + whileAway + afterReturn;
-      assert.ok(total <= bound, `served ${total} (30, then ${whileAway} while Redis was away, then ${afterReturn}); at most ${bound} allowed`);
+      const total = first + whileAway + afterReturn;
+      assert.ok(total <= bound, `served ${total} (${first}, then ${whileAway} while Redis was away, then ${afterReturn}); at most ${bound} allowed`);
       assert.equal(await redis.exists(`turnpike:rl:key:${keyId}:rpm`), 1, "Redis holds the key's bucket again");
     } finally {
       redis.disconnect();

@@ -4,10 +4,14 @@
  * counters, then count on both, or on neither), so simultaneous attempts on any number of nodes
  * can never pass a limit between a check and its count. Keys hold SHA-256s of the email and
  * address, never the values. While Redis is unreachable the node counts in its own memory, says
- * so once in its logs, and goes back to Redis on the next call that gets through.
+ * so once in its logs, and goes back to Redis when it is reachable again. Reachable or not is
+ * decided by the health probe the rate limiter uses too (`RedisLink`, with hysteresis), never by
+ * one slow command: a slow command is waited for, and one that fails or takes too long is counted
+ * locally for that one attempt, without switching.
  */
 import { createHash } from "node:crypto";
-import { Redis } from "ioredis";
+import type { RedisHealthSettings } from "../limits/redis-health.ts";
+import { RedisLink } from "../limits/redis-link.ts";
 import { DEFAULT_THROTTLE_LIMITS, MemorySignInThrottle, waitSeconds, type Attempt, type SignInThrottle, type ThrottleLimits } from "./sign-in-throttle.ts";
 
 export type RedisSignInThrottleOptions = {
@@ -18,6 +22,10 @@ export type RedisSignInThrottleOptions = {
   /** What is counted, for the log lines about Redis (default `sign-in attempts`). */
   counted?: string;
   logger?: { warn(details: object, message: string): void; info(details: object, message: string): void };
+  /** How long an attempt waits for Redis, in ms (default `REDIS_COMMAND_TIMEOUT_MS`). */
+  commandTimeoutMs?: number;
+  /** The health probe that decides when to switch (defaults in limits/redis-health.ts). */
+  health?: Partial<RedisHealthSettings>;
 };
 
 /**
@@ -69,7 +77,7 @@ type ScriptCommands = {
 const digest = (value: string) => createHash("sha256").update(value, "utf8").digest("base64url").slice(0, 32);
 
 export class RedisSignInThrottle implements SignInThrottle {
-  readonly #redis: Redis;
+  readonly #link: RedisLink;
   readonly #scripts: ScriptCommands;
   readonly #limits: ThrottleLimits;
   readonly #prefix: string;
@@ -77,8 +85,6 @@ export class RedisSignInThrottle implements SignInThrottle {
   readonly #logger: RedisSignInThrottleOptions["logger"];
   readonly #counted: string;
   #degraded = false;
-  /** Settles once the first connection attempt has succeeded or failed. */
-  readonly #connected: Promise<void>;
 
   constructor(options: RedisSignInThrottleOptions) {
     this.#limits = options.limits ?? DEFAULT_THROTTLE_LIMITS;
@@ -86,12 +92,15 @@ export class RedisSignInThrottle implements SignInThrottle {
     this.#fallback = new MemorySignInThrottle(this.#limits);
     this.#logger = options.logger;
     this.#counted = options.counted ?? "sign-in attempts";
-    this.#redis = new Redis(options.url, { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 1, commandTimeout: 500, connectTimeout: 1000 });
-    this.#redis.defineCommand("turnpikeThrottleReserve", { lua: RESERVE_SCRIPT, numberOfKeys: 2 });
-    this.#redis.defineCommand("turnpikeThrottleGiveBack", { lua: GIVE_BACK_SCRIPT, numberOfKeys: 2 });
-    this.#scripts = this.#redis as unknown as ScriptCommands;
-    this.#redis.on("error", () => {});
-    this.#connected = this.#redis.connect().catch(() => {});
+    this.#link = new RedisLink({
+      url: options.url,
+      commandTimeoutMs: options.commandTimeoutMs,
+      health: options.health,
+      onChange: (reachable, error) => this.#switch(reachable, error),
+    });
+    this.#link.redis.defineCommand("turnpikeThrottleReserve", { lua: RESERVE_SCRIPT, numberOfKeys: 2 });
+    this.#link.redis.defineCommand("turnpikeThrottleGiveBack", { lua: GIVE_BACK_SCRIPT, numberOfKeys: 2 });
+    this.#scripts = this.#link.redis as unknown as ScriptCommands;
   }
 
   get degraded(): boolean {
@@ -127,29 +136,31 @@ export class RedisSignInThrottle implements SignInThrottle {
   }
 
   async close(): Promise<void> {
-    this.#redis.disconnect();
+    await this.#link.close();
   }
 
   #keys(email: string, address: string): [string, string] {
     return [`${this.#prefix}account:${digest(email)}`, `${this.#prefix}address:${digest(address)}`];
   }
 
-  /** Runs `command` against Redis; when that fails, runs `fallback` in memory instead. */
+  /**
+   * Runs `command` against Redis, or `fallback` in memory while Redis is unreachable. A command that fails or takes
+   * longer than the wait is counted in memory for this one call; it does not switch this node over.
+   */
   async #call<T, F>(command: () => Promise<T>, fallback: () => F): Promise<T | F> {
-    await this.#connected;
+    await this.#link.ready;
+    if (this.#degraded) return fallback();
     try {
-      const result = await command();
-      if (this.#degraded) {
-        this.#degraded = false;
-        this.#logger?.info({}, `Redis reachable again: ${this.#counted} are counted across nodes again`);
-      }
-      return result;
-    } catch (error) {
-      if (!this.#degraded) {
-        this.#degraded = true;
-        this.#logger?.warn({ err: error }, `Redis unreachable: ${this.#counted} are counted by this node alone until it is back`);
-      }
+      return await this.#link.command(command);
+    } catch {
       return fallback();
     }
+  }
+
+  #switch(reachable: boolean, error: unknown): void {
+    if (this.#degraded !== reachable) return;
+    this.#degraded = !reachable;
+    if (reachable) this.#logger?.info({}, `Redis reachable again: ${this.#counted} are counted across nodes again`);
+    else this.#logger?.warn({ err: error }, `Redis unreachable: ${this.#counted} are counted by this node alone until it is back`);
   }
 }

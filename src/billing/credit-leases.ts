@@ -19,6 +19,13 @@
  * check and reserve are one synchronous step). A node that dies leaves its leases active; the
  * sweeper charges them what was recorded and returns the rest.
  *
+ * No record goes uncharged: a lease's hold is closed (by this node, or by a sweeper that took
+ * this node for dead during an outage) in a transaction that locks the hold before it sums the
+ * records, and a group commit locks the holds its records name before writing them. A record in
+ * flight when its lease closes thus either lands before the sum, or sees the lease closed and
+ * charges the account directly, what it adds, as far as the balance covers (logged). Writes are
+ * idempotent: a record already written (a commit whose answer was lost) counts as written.
+ *
  * Checkpoints: while a request generates, its progress (tokens and their cost so far) is written
  * every `checkpointIntervalMs` or `checkpointTokens` completion tokens, whichever comes first, in
  * the same group commits. After a `kill -9`, the sweeper turns checkpoints into usage records, so
@@ -41,7 +48,7 @@ import type { Kysely } from "kysely";
 import type { Database } from "../store/schema.ts";
 import { newId } from "../store/ids.ts";
 import { placeHold, settleHold } from "./ledger.ts";
-import { closeLease, writeUsageBatch, type CheckpointRow, type UsageRow } from "./lease-store.ts";
+import { closeLease, writeUsageBatch, type CheckpointRow, type LateCharge, type UsageRow } from "./lease-store.ts";
 import { InsufficientQuotaError } from "../protocol/errors.ts";
 import { MAX_CREDIT } from "./money-bounds.ts";
 
@@ -88,7 +95,13 @@ export type CreditLeasesOptions = {
 export type BatchEvent =
   | { kind: "deferred"; records: number; checkpoints: number; error: unknown }
   | { kind: "written"; records: number; attempts: number }
-  | { kind: "lease-close-failed"; holdId: string; error: unknown };
+  | { kind: "lease-close-failed"; holdId: string; error: unknown }
+  /**
+   * Records landed against a lease closed already (the sweeper closed it while this node could
+   * not reach the database): charged to the account directly, `charged` of what they add, `short`
+   * what the balance could not cover (taken off the records, which say what was charged).
+   */
+  | { kind: "late"; holdId: string; accountId: string; keyId: string | null; records: number; charged: number; short: number };
 
 type Lease = {
   holdId: string;
@@ -476,8 +489,9 @@ export class CreditLeases {
     this.#records = [];
     this.#drops = [];
     this.#writing = records;
+    let late: LateCharge[];
     try {
-      await writeUsageBatch(this.#options.database, { records, checkpoints, dropCheckpoints: drops });
+      late = await writeUsageBatch(this.#options.database, { records, checkpoints, dropCheckpoints: drops }, now);
     } catch (error) {
       this.#writing = [];
       // Kept for the next attempt, ahead of what came since (checkpoints are taken afresh).
@@ -494,6 +508,11 @@ export class CreditLeases {
     }
     if (this.#failedAttempts > 0) this.#options.onBatch?.({ kind: "written", records: records.length, attempts: this.#failedAttempts + 1 });
     this.#failedAttempts = 0;
+    for (const charge of late) {
+      // Its hold is closed: the lease takes no more requests (those running are charged as they land).
+      for (const lease of this.#leases) if (lease.holdId === charge.holdId) this.#retire(lease, lease.keyId ?? `account:${lease.accountId}`);
+      this.#options.onBatch?.({ kind: "late", ...charge });
+    }
   }
 
   /**

@@ -5,9 +5,11 @@
  * charges exactly what was recorded, and every write here is idempotent (records and checkpoints
  * are keyed by ids chosen before the first attempt).
  */
-import type { Insertable, Kysely } from "kysely";
-import type { Database, UsageCheckpointTable, UsageRecordTable } from "../store/schema.ts";
-import { settleHold, sweepHolds } from "./ledger.ts";
+import type { Insertable, Kysely, Selectable, Transaction } from "kysely";
+import type { Database, HoldTable, UsageCheckpointTable, UsageRecordTable } from "../store/schema.ts";
+import { chargeRecordsOf, sweepHolds, type RecordsCharge } from "./ledger.ts";
+import { ledgerStatementsOf } from "./ledger-statements/index.ts";
+import { USAGE_OVERWRITTEN } from "./ledger-statements/writes.ts";
 
 export type UsageRow = Insertable<UsageRecordTable> & { id: string; hold_id: string | null };
 export type CheckpointRow = UsageCheckpointTable;
@@ -30,15 +32,37 @@ export type UsageBatch = {
   dropCheckpoints: readonly string[];
 };
 
+/** A record that landed against a hold closed already (swept while its node could not reach the database): charged then. */
+export type LateCharge = { holdId: string; accountId: string; keyId: string | null; records: number } & RecordsCharge;
+
 /**
- * Writes a batch in one transaction (a group commit): a record already written (an attempt whose
- * commit went through unanswered) is skipped, a checkpoint only ever moves forward.
+ * Writes a batch in one transaction (a group commit). The holds its records name are locked
+ * first, so that none of them closes while the batch is in flight (`chargeRecordsOf` locks the
+ * hold before it sums its records). A record already written (an attempt whose commit went
+ * through unanswered) counts as written, never as a duplicate key; a checkpoint only ever moves
+ * forward. Records that name a hold closed already (the sweeper closed it while this node
+ * could not reach the database) are charged to the account now, what they add, as far as the
+ * balance covers: returned, to be logged.
  */
-export async function writeUsageBatch(database: Kysely<Database>, batch: UsageBatch): Promise<void> {
-  if (batch.records.length === 0 && batch.checkpoints.length === 0 && batch.dropCheckpoints.length === 0) return;
-  await database.transaction().execute(async (transaction) => {
+export async function writeUsageBatch(database: Kysely<Database>, batch: UsageBatch, now = Date.now()): Promise<LateCharge[]> {
+  if (batch.records.length === 0 && batch.checkpoints.length === 0 && batch.dropCheckpoints.length === 0) return [];
+  const statements = ledgerStatementsOf(database);
+  return database.transaction().execute(async (transaction) => {
+    const holdIds = [...new Set(batch.records.flatMap((record) => (record.hold_id === null ? [] : [record.hold_id])))].sort();
+    const holds: Array<Selectable<HoldTable>> = [];
+    for (const ids of chunks(holdIds)) holds.push(...(await statements.lockHolds(transaction, ids)));
     for (const rows of chunks(batch.records)) {
-      await transaction.insertInto("usage_records").values(rows).onConflict((conflict) => conflict.column("id").doNothing()).execute();
+      await transaction
+        .insertInto("usage_records")
+        .values(rows)
+        .onConflict((conflict) =>
+          conflict
+            .column("id")
+            // The sweeper's record of the request's last checkpoint gives way to the request's own.
+            .doUpdateSet((update) => Object.fromEntries(USAGE_OVERWRITTEN.map((column) => [column, update.ref(`excluded.${column}`)])))
+            .where("usage_records.cost", "<", (expression) => expression.ref("excluded.cost")),
+        )
+        .execute();
     }
     const finished = [...batch.records.map((record) => record.id), ...batch.dropCheckpoints];
     for (const ids of chunks(finished)) await transaction.deleteFrom("usage_checkpoints").where("id", "in", ids).execute();
@@ -61,25 +85,28 @@ export async function writeUsageBatch(database: Kysely<Database>, batch: UsageBa
         )
         .execute();
     }
+    const late: LateCharge[] = [];
+    for (const hold of holds) {
+      if (hold.status === "active") continue;
+      const charge = await chargeRecordsOf(transaction, hold.id, now);
+      if (charge === undefined) continue;
+      const records = batch.records.filter((record) => record.hold_id === hold.id).length;
+      late.push({ holdId: hold.id, accountId: hold.account_id, keyId: hold.key_id, records, ...charge });
+    }
+    return late;
   });
 }
 
-/** What the records written against a hold charge in all. */
-export async function chargedAgainst(database: Kysely<Database>, holdId: string): Promise<number> {
-  const row = await database
-    .selectFrom("usage_records")
-    .select((expression) => expression.fn.sum<number>("cost").as("total"))
-    .where("hold_id", "=", holdId)
-    .executeTakeFirst();
-  return Number(row?.total ?? 0);
-}
-
 /**
- * Closes a lease whose records are all written: charges their sum (at most the amount held)
- * and gives the rest back. Idempotent: a closed hold is not charged again.
+ * Closes a lease: charges the sum of its records (past the amount held as far as the balance
+ * covers) and gives the rest back, in one transaction that locks the hold first, so that a group
+ * commit still in flight for it either lands before the sum or sees the lease closed and is
+ * charged then (`chargeRecordsOf`). Idempotent: a closed lease is charged only what records
+ * that landed since add. Returns what it charged now.
  */
 export async function closeLease(database: Kysely<Database>, holdId: string, now = Date.now()): Promise<number> {
-  return settleHold(database, holdId, await chargedAgainst(database, holdId), now);
+  const charge = await database.transaction().execute((transaction) => chargeRecordsOf(transaction, holdId, now));
+  return charge?.charged ?? 0;
 }
 
 /** The status and finish reason of a request whose node died while it generated. */
@@ -87,43 +114,42 @@ export const INTERRUPTED = { status: 500, finishReason: "interrupted" } as const
 
 /**
  * Turns a hold's checkpoints into usage records (the requests its node was generating when it
- * died, billed for what they had generated by their last checkpoint), in one transaction.
- * A request whose own record was written meanwhile keeps it.
+ * died, billed for what they had generated by their last checkpoint), in the caller's
+ * transaction, which locked the hold. A request whose own record was written meanwhile keeps it.
  */
-async function recordCheckpoints(database: Kysely<Database>, holdId: string): Promise<void> {
-  await database.transaction().execute(async (transaction) => {
-    const checkpoints = await transaction.selectFrom("usage_checkpoints").selectAll().where("hold_id", "=", holdId).execute();
-    if (checkpoints.length === 0) return;
-    const records: UsageRow[] = checkpoints.map((checkpoint) => ({
-      id: checkpoint.id,
-      request_id: checkpoint.request_id,
-      account_id: checkpoint.account_id,
-      key_id: checkpoint.key_id,
-      model: checkpoint.model,
-      prompt_tokens: Number(checkpoint.prompt_tokens),
-      cached_prompt_tokens: Number(checkpoint.cached_prompt_tokens),
-      completion_tokens: Number(checkpoint.completion_tokens),
-      reasoning_tokens: Number(checkpoint.reasoning_tokens),
-      usage_source: checkpoint.usage_source,
-      cost: Number(checkpoint.cost),
-      latency_ms: Math.max(0, Number(checkpoint.updated_at) - Number(checkpoint.created_at)),
-      status: INTERRUPTED.status,
-      finish_reason: INTERRUPTED.finishReason,
-      stream: Number(checkpoint.stream),
-      created_at: Number(checkpoint.created_at),
-      hold_id: holdId,
-    }));
-    for (const rows of chunks(records)) {
-      await transaction.insertInto("usage_records").values(rows).onConflict((conflict) => conflict.column("id").doNothing()).execute();
-    }
-    await transaction.deleteFrom("usage_checkpoints").where("hold_id", "=", holdId).execute();
-  });
+async function recordCheckpoints(transaction: Transaction<Database>, holdId: string): Promise<void> {
+  const checkpoints = await transaction.selectFrom("usage_checkpoints").selectAll().where("hold_id", "=", holdId).execute();
+  if (checkpoints.length === 0) return;
+  const records: UsageRow[] = checkpoints.map((checkpoint) => ({
+    id: checkpoint.id,
+    request_id: checkpoint.request_id,
+    account_id: checkpoint.account_id,
+    key_id: checkpoint.key_id,
+    model: checkpoint.model,
+    prompt_tokens: Number(checkpoint.prompt_tokens),
+    cached_prompt_tokens: Number(checkpoint.cached_prompt_tokens),
+    completion_tokens: Number(checkpoint.completion_tokens),
+    reasoning_tokens: Number(checkpoint.reasoning_tokens),
+    usage_source: checkpoint.usage_source,
+    cost: Number(checkpoint.cost),
+    latency_ms: Math.max(0, Number(checkpoint.updated_at) - Number(checkpoint.created_at)),
+    status: INTERRUPTED.status,
+    finish_reason: INTERRUPTED.finishReason,
+    stream: Number(checkpoint.stream),
+    created_at: Number(checkpoint.created_at),
+    hold_id: holdId,
+  }));
+  for (const rows of chunks(records)) {
+    await transaction.insertInto("usage_records").values(rows).onConflict((conflict) => conflict.column("id").doNothing()).execute();
+  }
+  await transaction.deleteFrom("usage_checkpoints").where("hold_id", "=", holdId).execute();
 }
 
 /**
  * Closes the holds of dead nodes that have usage to charge: records written against them, or
- * checkpoints of requests that were still generating. Each is charged what was recorded, at most
- * its amount. Returns how many were closed. A hold merely past its expiry is not charged here: its
+ * checkpoints of requests that were still generating. Each is charged what was recorded, past
+ * its amount as far as the balance covers; a hold the sweeper released before records landed
+ * against it is charged them too. Returns how many were charged. A hold merely past its expiry is not charged here: its
  * node is alive and may still settle it, in full and with the request's own record, once
  * `sweepHolds` has released it (cost left open). Holds with nothing recorded are left to
  * `sweepHolds` too.
@@ -137,7 +163,8 @@ export async function chargeStaleHolds(database: Kysely<Database>, options: { no
   const stale = await database
     .selectFrom("holds")
     .select("id")
-    .where("status", "=", "active")
+    // Active, or released by the sweeper with records written against it since (charged none yet).
+    .where((expression) => expression.or([expression("status", "=", "active"), expression.and([expression("status", "=", "released"), expression("cost", "is", null)])]))
     .where("node_id", "in", [...options.deadNodes])
     .where((expression) =>
       expression.or([
@@ -148,9 +175,18 @@ export async function chargeStaleHolds(database: Kysely<Database>, options: { no
     .execute();
   let closed = 0;
   for (const { id } of stale) {
-    await recordCheckpoints(database, id);
-    await closeLease(database, id, now);
-    closed++;
+    // One transaction, the hold locked first: its checkpoints become records and it is charged
+    // their sum with nothing in between (a settlement of its own request, or a group commit,
+    // waits for it, then finds its record written and the hold closed).
+    const charged = await database.transaction().execute(async (transaction) => {
+      const hold = await ledgerStatementsOf(transaction).lockHold(transaction, id);
+      if (hold === undefined) return false;
+      if (hold.status === "active") await recordCheckpoints(transaction, id);
+      else if (hold.status !== "released" || hold.cost !== null) return false;
+      await chargeRecordsOf(transaction, id, now);
+      return true;
+    });
+    if (charged) closed++;
   }
   await dropClosedCheckpoints(database);
   return closed;

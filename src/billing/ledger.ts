@@ -28,9 +28,9 @@
  * and COMMIT. SQLite is in-process: it runs the plain steps (`ledger-statements/sqlite.ts`),
  * which are also what the CTEs do. The rest, the same in both, is here.
  */
-import { sql, type Kysely, type Transaction } from "kysely";
+import { sql, type Kysely, type Selectable, type Transaction } from "kysely";
 import { newId } from "../store/ids.ts";
-import type { Database } from "../store/schema.ts";
+import type { Database, HoldTable } from "../store/schema.ts";
 import type { UsageRecord } from "./usage.ts";
 import { ledgerStatementsOf, type HoldInput, type LedgerStatements } from "./ledger-statements/index.ts";
 import { addEntry, consumeLots, insertUsage } from "./ledger-statements/writes.ts";
@@ -317,7 +317,15 @@ async function chargeForHold(
   }
 }
 
-/** A hold closed already: `chargeClosedHold`, and the usage record when it charged. */
+/**
+ * A hold closed already. With the request's record: the record counts as written once (a record
+ * with its id there already, an attempt whose commit went through unanswered or the sweeper's
+ * record of its last checkpoint, is replaced where this one costs more, never duplicated), and
+ * the hold is charged what its records say beyond what it was charged (`chargeRecordsOf`): a
+ * retry charges nothing more, a late settlement of a swept hold charges its record. A hold
+ * settled already whose record is not there (a retry whose record's id was not fixed) is left
+ * alone. Without a record: `chargeClosedHold`.
+ */
 async function settleClosedHold(
   statements: LedgerStatements,
   transaction: Transaction<Database>,
@@ -326,9 +334,86 @@ async function settleClosedHold(
   now: number,
   usage?: (charged: number) => UsageRecord,
 ): Promise<number | null> {
-  const charge = await chargeClosedHold(statements, transaction, holdId, cost, now);
-  if (charge !== null && usage !== undefined) await insertUsage(transaction, usage(charge));
-  return charge;
+  if (usage === undefined) return chargeClosedHold(statements, transaction, holdId, cost, now);
+  const hold = await statements.lockHold(transaction, holdId);
+  if (hold === undefined) throw new Error(`no hold '${holdId}'`);
+  const record = usage(Math.max(0, cost));
+  const written = await transaction.selectFrom("usage_records").select("id").where("id", "=", record.id!).executeTakeFirst();
+  if (written === undefined && (hold.status !== "released" || hold.cost !== null)) return null;
+  await insertUsage(transaction, { ...record, hold_id: holdId }, "costlier");
+  return (await chargeLateRecords(statements, transaction, hold, now)).charged;
+}
+
+/** What charging a hold its records did: charged now, and what the balance could not cover (taken off the records). */
+export type RecordsCharge = { charged: number; short: number };
+
+/**
+ * Charges a hold what the usage records written against it say, in the caller's transaction.
+ * The hold's row is locked first, as a group commit locks its records' holds before writing
+ * them: no record can land between the sum and the close, and one that lands after the close
+ * sees the hold closed and is charged then. An active hold (a lease closing, or a dead node's
+ * hold the sweeper closes) is settled at its records' sum, past its amount as far as the balance
+ * covers. A closed one is charged what its records add to what it was charged already (records
+ * that landed late), as far as the balance covers. Whatever the balance could not cover is taken
+ * off the newest records' cost, so that its records always say what the hold charged.
+ * Undefined: no such hold.
+ */
+export async function chargeRecordsOf(transaction: Transaction<Database>, holdId: string, now: number): Promise<RecordsCharge | undefined> {
+  const statements = ledgerStatementsOf(transaction);
+  const hold = await statements.lockHold(transaction, holdId);
+  if (hold === undefined) return undefined;
+  if (hold.status !== "active") return chargeLateRecords(statements, transaction, hold, now);
+  const recorded = await sumOfRecords(transaction, holdId);
+  const charge = (await statements.settleActiveHold(transaction, holdId, recorded, now)) ?? 0;
+  const beyond = recorded > charge ? await chargeBeyondHold(statements, transaction, holdId, recorded - charge, now) : 0;
+  const short = recorded - charge - beyond;
+  if (short > 0) await trimRecords(transaction, holdId, short);
+  return { charged: charge + beyond, short };
+}
+
+/** The sum of the costs of the records written against a hold. */
+async function sumOfRecords(transaction: Transaction<Database>, holdId: string): Promise<number> {
+  const row = await transaction.selectFrom("usage_records").select((expression) => expression.fn.sum<number>("cost").as("total")).where("hold_id", "=", holdId).executeTakeFirst();
+  return Number(row?.total ?? 0);
+}
+
+/**
+ * A closed hold (locked by the caller): charges what its records say beyond what it charged
+ * (its `cost`; none when the sweeper released it), as far as the balance covers, and closes its cost.
+ */
+async function chargeLateRecords(statements: LedgerStatements, transaction: Transaction<Database>, hold: Selectable<HoldTable>, now: number): Promise<RecordsCharge> {
+  const already = Number(hold.cost ?? 0);
+  const due = (await sumOfRecords(transaction, hold.id)) - already;
+  if (due <= 0) {
+    if (hold.cost === null) await transaction.updateTable("holds").set({ cost: 0 }).where("id", "=", hold.id).execute();
+    return { charged: 0, short: 0 };
+  }
+  const account = await statements.lockAccount(transaction, hold.account_id);
+  const charge = Math.max(0, Math.min(due, account?.balance ?? 0));
+  await transaction.updateTable("holds").set({ cost: already + charge }).where("id", "=", hold.id).execute();
+  if (charge > 0) await chargeForHold(transaction, { accountId: hold.account_id, keyId: hold.key_id, holdId: hold.id, charge, now });
+  const short = due - charge;
+  if (short > 0) await trimRecords(transaction, hold.id, short);
+  return { charged: charge, short };
+}
+
+/** Takes `short` off the cost of a hold's newest records: what they say is then what was charged. */
+async function trimRecords(transaction: Transaction<Database>, holdId: string, short: number): Promise<void> {
+  const records = await transaction
+    .selectFrom("usage_records")
+    .select(["id", "cost"])
+    .where("hold_id", "=", holdId)
+    .where("cost", ">", 0)
+    .orderBy("created_at", "desc")
+    .orderBy("id", "desc")
+    .execute();
+  let left = short;
+  for (const record of records) {
+    if (left <= 0) break;
+    const taken = Math.min(Number(record.cost), left);
+    await transaction.updateTable("usage_records").set({ cost: Number(record.cost) - taken }).where("id", "=", record.id).execute();
+    left -= taken;
+  }
 }
 
 /**

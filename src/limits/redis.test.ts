@@ -126,12 +126,15 @@ describe("RedisRateLimiter", { skip: redisMissing }, () => {
 
   test("a refund gives capacity back, never below empty", async () => {
     const limiter = sharedLimiter();
+    const started = Date.now();
     await limiter.consume([{ key: "refund:tpm", limit: 1000, cost: 800 }]);
     assert.equal((await limiter.consume([{ key: "refund:tpm", limit: 1000, cost: 600 }])).allowed, false);
     await limiter.refund("refund:tpm", 500);
     const decision = await limiter.consume([{ key: "refund:tpm", limit: 1000, cost: 600 }]);
     assert.equal(decision.allowed, true);
-    assert.equal(decision.states[0].remaining, 100);
+    // 100, plus what refilled meanwhile (one every 60 ms: a loaded machine may take that long).
+    const refilled = Math.ceil((Date.now() - started) / 60);
+    assert.ok(decision.states[0].remaining >= 100 && decision.states[0].remaining <= 100 + refilled, `remaining ${decision.states[0].remaining}`);
     await limiter.refund("refund:tpm", 1_000_000);
     await limiter.refund("refund:never-seen", 10);
     const full = await limiter.consume([{ key: "refund:tpm", limit: 1000, cost: 0 }]);
@@ -301,15 +304,17 @@ describe("RedisRateLimiter recovery", { skip: redisServerMissing && "redis-serve
     let server = startRedisServer(port);
     await waitFor(() => answersPing(port), 10_000, "redis-server to start");
     const logger = recordingLogger();
-    const limiter = new RedisRateLimiter({ url: `redis://127.0.0.1:${port}`, logger, probeIntervalMs: 100 });
-    const check = [{ key: "recovery:rpm", limit: 60, cost: 1 }];
+    const limiter = new RedisRateLimiter({ url: `redis://127.0.0.1:${port}`, logger, health: { intervalMs: 100 } });
+    // 6 a minute: one comes back every 10 s, so the probe's seconds change nothing below.
+    const check = [{ key: "recovery:rpm", limit: 6, cost: 1 }];
+    const started = Date.now();
     try {
       assert.equal((await limiter.consume(check)).allowed, true);
       assert.equal(limiter.degraded, false);
 
       await stopRedisServer(server);
-      assert.equal((await limiter.consume(check)).allowed, true, "answered from memory");
-      assert.equal(limiter.degraded, true);
+      assert.equal((await limiter.consume(check)).allowed, true, "answered from memory before the probe has decided");
+      await waitFor(() => limiter.degraded, 15_000, "the probe to find Redis unreachable");
       assert.equal(logger.warnings.length, 1);
 
       server = startRedisServer(port);
@@ -319,7 +324,8 @@ describe("RedisRateLimiter recovery", { skip: redisServerMissing && "redis-serve
       assert.equal(decision.allowed, true);
       // The restarted Redis lost its data; it took this node's two requests (one through the old Redis, one from
       // memory) when the limiter came back, and charged the third itself.
-      assert.equal(decision.states[0].remaining, 57, "charged in the new Redis, which starts from what this node knew");
+      const refilled = Math.floor((Date.now() - started) / 10_000);
+      assert.ok(decision.states[0].remaining >= 3 && decision.states[0].remaining <= 3 + refilled, `remaining ${decision.states[0].remaining}: charged in the new Redis, which starts from what this node knew`);
       const client = new Redis(`redis://127.0.0.1:${port}`);
       try {
         assert.equal(await client.exists("turnpike:rl:recovery:rpm"), 1);
@@ -332,26 +338,25 @@ describe("RedisRateLimiter recovery", { skip: redisServerMissing && "redis-serve
     }
   });
 
-  test("falls back while Redis stops answering in time, and returns when a probe gets through", async () => {
+  test("waits for a Redis paused for 1 s instead of falling back, while its probe still gets through", async () => {
     const port = await freePort();
     const server = startRedisServer(port);
     await waitFor(() => answersPing(port), 10_000, "redis-server to start");
     const logger = recordingLogger();
-    const url = `redis://127.0.0.1:${port}`;
-    const limiter = new RedisRateLimiter({ url, logger, commandTimeoutMs: 200, probeIntervalMs: 100 });
+    const limiter = new RedisRateLimiter({ url: `redis://127.0.0.1:${port}`, logger });
     const admin = new Redis(`redis://127.0.0.1:${port}`);
-    const check = [{ key: "paused:rpm", limit: 60, cost: 1 }];
+    // 6 a minute: one comes back every 10 s, so none during the pause.
+    const check = [{ key: "paused:rpm", limit: 6, cost: 1 }];
     try {
       assert.equal((await limiter.consume(check)).allowed, true);
-      await admin.call("CLIENT", "PAUSE", "1500", "ALL");
+      await admin.call("CLIENT", "PAUSE", "1000", "ALL");
       const started = Date.now();
-      assert.equal((await limiter.consume(check)).allowed, true, "answered from memory");
-      assert.ok(Date.now() - started < 1400, "the caller waited for the command timeout, not for Redis");
-      assert.equal(limiter.degraded, true);
-      await waitFor(() => !limiter.degraded, 15_000, "the limiter to leave degraded mode");
-      assert.deepEqual([logger.warnings.length, logger.infos.length], [1, 1]);
-      assert.equal((await limiter.consume([{ key: "paused:after", limit: 60, cost: 1 }])).allowed, true);
-      assert.equal(await admin.exists("turnpike:rl:paused:after"), 1, "charged in Redis, not in memory");
+      const decision = await limiter.consume(check);
+      assert.ok(Date.now() - started >= 900, "the request waited for Redis");
+      assert.equal(decision.allowed, true);
+      assert.equal(decision.states[0].remaining, 4, "decided by Redis, which holds the first request too");
+      assert.equal(limiter.degraded, false);
+      assert.deepEqual([logger.warnings.length, logger.infos.length], [0, 0], "no switch");
     } finally {
       admin.disconnect();
       await limiter.close();
@@ -377,7 +382,7 @@ describe("RedisRateLimiter switching between Redis and memory", { skip: redisMis
 
   test("never grants more than the limit across both switches, even when Redis comes back without its data", async () => {
     const logger = recordingLogger();
-    const limiter = new RedisRateLimiter({ url: proxy.url(redisUrl), keyPrefix: prefix, logger, probeIntervalMs: 100, commandTimeoutMs: 2_000 });
+    const limiter = new RedisRateLimiter({ url: proxy.url(redisUrl), keyPrefix: prefix, logger, health: { intervalMs: 100 } });
     // 30 a minute: the bucket holds 30 and one more comes back every 2 s.
     const check = [{ key: "switch:rpm", limit: 30, cost: 1 }];
     const burst = async (count: number) => {
@@ -392,8 +397,8 @@ describe("RedisRateLimiter switching between Redis and memory", { skip: redisMis
 
       // Redis goes away: the local bucket starts where Redis left it, not full.
       await proxy.close();
+      await waitFor(() => limiter.degraded, 15_000, "the probe to find Redis unreachable");
       const whileAway = await burst(40);
-      assert.equal(limiter.degraded, true);
 
       // Redis comes back with its data lost: it starts from what this node knew, not full.
       const lost = await admin.keys(`${prefix}*`);

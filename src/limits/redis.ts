@@ -1,8 +1,14 @@
 /**
  * The shared rate limiter: buckets live in Redis, so every Turnpike node using the same Redis enforces one limit.
  * Each `consume` is one Lua script over all its keys, timed by Redis's own clock, so checks and charges from many
- * nodes never interleave. When Redis cannot be reached the limiter answers from a local in-memory limiter (limits are
- * then per node), reports `degraded`, and returns to Redis once a probe gets through.
+ * nodes never interleave. When Redis is unreachable the limiter answers from a local in-memory limiter (limits are
+ * then per node), reports `degraded`, and returns to Redis once it is reachable again.
+ *
+ * Reachable or not is decided by a health probe with hysteresis (see `redis-health.ts`: a PING a second, 3 failures
+ * in a row to switch to local limits, 3 successes in a row to switch back), not by the commands of the moment: under
+ * CPU pressure a command may take a second while Redis is healthy, and switching then would let every node grant the
+ * whole limit. A slow command is waited for (up to 2 s); one that fails or takes longer is answered from the local
+ * buckets for that one request, without switching.
  *
  * Neither switch grants more than the limit. Every answer from Redis is mirrored in the local limiter, so when Redis
  * goes away each local bucket starts where Redis last left it (a key this node never saw starts empty). When Redis is
@@ -13,9 +19,10 @@
  * locally), which errs on the strict side. A consume's keys go to one script, so this needs a single Redis (or a
  * primary), not Redis Cluster, unless every key of a call shares a hash tag.
  */
-import { Redis } from "ioredis";
 import { MemoryRateLimiter } from "./memory.ts";
 import type { LimitCheck, LimitDecision, LimiterLogger, RateLimiter } from "./rate-limiter.ts";
+import type { RedisHealthSettings } from "./redis-health.ts";
+import { RedisLink } from "./redis-link.ts";
 import { WINDOW_MS, decide, validateChecks, validateRefund } from "./token-bucket.ts";
 
 export type RedisRateLimiterOptions = {
@@ -23,10 +30,13 @@ export type RedisRateLimiterOptions = {
   url: string;
   /** Put before every key (default `turnpike:rl:`). */
   keyPrefix?: string;
-  /** How long a Redis command may take before Redis counts as unreachable, in ms (default 300). */
+  /**
+   * How long a request waits for its Redis command, in ms (default `REDIS_COMMAND_TIMEOUT_MS`, 2000); a slower or
+   * failed command is answered locally for that request alone, it does not switch the limiter to local limits.
+   */
   commandTimeoutMs?: number;
-  /** While degraded, how often to try Redis again, in ms (default 1000); a reconnection also triggers a try. */
-  probeIntervalMs?: number;
+  /** The health probe that decides when to switch (defaults in redis-health.ts). */
+  health?: Partial<RedisHealthSettings>;
   /** Told once when the limiter falls back to memory and once when it is back on Redis. */
   logger?: LimiterLogger;
   /** The limiter answering while Redis is unreachable (default: a new `MemoryRateLimiter`). */
@@ -133,41 +143,28 @@ type ScriptCommands = {
 };
 
 export class RedisRateLimiter implements RateLimiter {
-  readonly #redis: Redis;
+  readonly #link: RedisLink;
   readonly #scripts: ScriptCommands;
   readonly #keyPrefix: string;
   readonly #fallback: MemoryRateLimiter;
   readonly #logger: LimiterLogger | undefined;
-  readonly #probeIntervalMs: number;
-  /** Settles when the first connection attempt has succeeded, failed, or taken longer than the command timeout. */
-  readonly #firstConnection: Promise<void>;
   #degraded = false;
-  #probeTimer: ReturnType<typeof setInterval> | undefined;
-  #probing = false;
   #closed = false;
 
   constructor(options: RedisRateLimiterOptions) {
-    const commandTimeoutMs = options.commandTimeoutMs ?? 300;
     this.#keyPrefix = options.keyPrefix ?? "turnpike:rl:";
     this.#fallback = options.fallback ?? new MemoryRateLimiter();
     this.#logger = options.logger;
-    this.#probeIntervalMs = options.probeIntervalMs ?? 1000;
-    this.#redis = new Redis(options.url, {
-      lazyConnect: true,
-      enableOfflineQueue: false,
-      maxRetriesPerRequest: 1,
-      commandTimeout: commandTimeoutMs,
-      connectTimeout: Math.max(1000, commandTimeoutMs),
-      retryStrategy: (attempt) => Math.min(attempt * 200, 2000),
+    this.#link = new RedisLink({
+      url: options.url,
+      commandTimeoutMs: options.commandTimeoutMs,
+      health: options.health,
+      onChange: (reachable, error) => (reachable ? this.#returnToRedis() : this.#enterDegraded(error)),
     });
-    this.#redis.defineCommand("turnpikeRateLimitConsume", { lua: CONSUME_SCRIPT });
-    this.#redis.defineCommand("turnpikeRateLimitRefund", { lua: REFUND_SCRIPT, numberOfKeys: 1 });
-    this.#redis.defineCommand("turnpikeRateLimitMerge", { lua: MERGE_SCRIPT });
-    this.#scripts = this.#redis as unknown as ScriptCommands;
-    // Connection errors are seen through failed commands; without a listener ioredis prints each one.
-    this.#redis.on("error", () => {});
-    this.#redis.on("ready", () => void this.#probe());
-    this.#firstConnection = firstConnection(this.#redis, commandTimeoutMs);
+    this.#link.redis.defineCommand("turnpikeRateLimitConsume", { lua: CONSUME_SCRIPT });
+    this.#link.redis.defineCommand("turnpikeRateLimitRefund", { lua: REFUND_SCRIPT, numberOfKeys: 1 });
+    this.#link.redis.defineCommand("turnpikeRateLimitMerge", { lua: MERGE_SCRIPT });
+    this.#scripts = this.#link.redis as unknown as ScriptCommands;
   }
 
   /** True while Redis is unreachable and limits are enforced by this node alone. */
@@ -178,36 +175,37 @@ export class RedisRateLimiter implements RateLimiter {
   async consume(checks: LimitCheck[]): Promise<LimitDecision> {
     validateChecks(checks);
     if (checks.length === 0) return decide([], []);
-    await this.#firstConnection;
+    await this.#link.ready;
     if (this.#degraded || this.#closed) return this.#fallback.consumeNow(checks);
     const keys = checks.map((check) => this.#keyPrefix + check.key);
     const numbers = checks.flatMap((check) => [check.limit, check.cost]);
+    let reply: unknown;
     try {
-      const reply = await this.#scripts.turnpikeRateLimitConsume(checks.length, ...keys, WINDOW_MS, ...numbers);
-      const { allowed, levels } = parseConsumeReply(reply, checks.length);
-      const decision = decide(checks, levels);
-      if (decision.allowed !== allowed) throw new Error("the rate-limit script and decide() disagree");
-      // Mirrored, for the moment Redis goes away. An answer that comes back after the switch to memory (sent before
-      // it) must not undo the charges made locally since: then only a fuller bucket is taken.
-      const degraded = this.#degraded;
-      checks.forEach((check, index) => this.#fallback.observe(check.key, levels[index]! + (allowed ? check.cost * WINDOW_MS : 0), check.limit, degraded));
-      return decision;
-    } catch (error) {
-      this.#enterDegraded(error);
+      reply = await this.#link.command(() => this.#scripts.turnpikeRateLimitConsume(checks.length, ...keys, WINDOW_MS, ...numbers));
+    } catch {
+      // Slow past the wait, or failed: this request alone is decided here. Whether Redis is unreachable is the
+      // health probe's call.
       return this.#fallback.consumeNow(checks);
     }
+    const { allowed, levels } = parseConsumeReply(reply, checks.length);
+    const decision = decide(checks, levels);
+    if (decision.allowed !== allowed) throw new Error("the rate-limit script and decide() disagree");
+    // Mirrored, for the moment Redis goes away. An answer that comes back after the switch to memory (sent before
+    // it) must not undo the charges made locally since: then only a fuller bucket is taken.
+    const degraded = this.#degraded;
+    checks.forEach((check, index) => this.#fallback.observe(check.key, levels[index]! + (allowed ? check.cost * WINDOW_MS : 0), check.limit, degraded));
+    return decision;
   }
 
   async refund(key: string, amount: number): Promise<void> {
     validateRefund(key, amount);
     if (amount === 0) return;
-    await this.#firstConnection;
+    await this.#link.ready;
     if (this.#degraded || this.#closed) return this.#fallback.refundNow(key, amount);
     try {
-      const reply = await this.#scripts.turnpikeRateLimitRefund(this.#keyPrefix + key, amount, WINDOW_MS);
+      const reply = await this.#link.command(() => this.#scripts.turnpikeRateLimitRefund(this.#keyPrefix + key, amount, WINDOW_MS));
       if (Array.isArray(reply) && typeof reply[0] === "number" && typeof reply[1] === "number") this.#fallback.observe(key, reply[0], reply[1], this.#degraded);
-    } catch (error) {
-      this.#enterDegraded(error);
+    } catch {
       this.#fallback.refundNow(key, amount);
     }
   }
@@ -215,78 +213,33 @@ export class RedisRateLimiter implements RateLimiter {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    this.#stopProbing();
-    this.#redis.removeAllListeners("ready");
-    if (this.#redis.status === "ready") {
-      await this.#redis.quit().catch(() => this.#redis.disconnect());
-    } else {
-      this.#redis.disconnect();
-    }
+    await this.#link.close();
     await this.#fallback.close();
   }
 
   #enterDegraded(error: unknown): void {
     if (this.#degraded || this.#closed) return;
     this.#degraded = true;
-    const message = "Redis unreachable: rate limits are enforced by this node alone until it is back";
-    this.#logger?.warn({ err: error }, message);
-    this.#probeTimer = setInterval(() => void this.#probe(), this.#probeIntervalMs);
-    this.#probeTimer.unref();
+    this.#logger?.warn({ err: error }, "Redis unreachable: rate limits are enforced by this node alone until it is back");
   }
 
-  /**
-   * While degraded, runs the consume and merge scripts with no keys (which also loads them into Redis); when that
-   * succeeds, goes back to Redis, merging this node's buckets into it first.
-   */
-  async #probe(): Promise<void> {
-    if (!this.#degraded || this.#closed || this.#probing || this.#redis.status !== "ready") return;
-    this.#probing = true;
-    try {
-      await this.#scripts.turnpikeRateLimitConsume(0, WINDOW_MS);
-      await this.#scripts.turnpikeRateLimitMerge(0);
-    } catch {
-      // Still unreachable: the next interval or reconnection tries again.
-      return;
-    } finally {
-      this.#probing = false;
-    }
+  /** The probe says Redis is reachable again: go back to it, merging this node's buckets into it first. */
+  #returnToRedis(): void {
     if (!this.#degraded || this.#closed) return;
     // In one step with leaving degraded mode: the snapshot holds every local charge, and the merge commands are sent
     // before any consume that follows, on the same connection, so Redis runs them first.
     const buckets = this.#fallback.snapshot();
     this.#degraded = false;
-    this.#stopProbing();
     this.#logger?.info({ merged_buckets: buckets.length }, "Redis reachable again: rate limits are shared across nodes again");
     const merges: Promise<unknown>[] = [];
     for (let start = 0; start < buckets.length; start += MERGE_BATCH) {
       const batch = buckets.slice(start, start + MERGE_BATCH);
       merges.push(this.#scripts.turnpikeRateLimitMerge(batch.length, ...batch.map((bucket) => this.#keyPrefix + bucket.key), ...batch.flatMap((bucket) => [bucket.level, bucket.limit])));
     }
-    try {
-      await Promise.all(merges);
-    } catch (error) {
-      // Gone again before the merge went through: the local buckets still hold it all.
-      this.#enterDegraded(error);
-    }
+    // Gone again before the merge went through: back to the local buckets, which still hold it all, until the probe
+    // has seen Redis answer enough times in a row again.
+    void this.#link.command(() => Promise.all(merges)).catch((error: unknown) => this.#link.markUnreachable(error));
   }
-
-  #stopProbing(): void {
-    if (this.#probeTimer === undefined) return;
-    clearInterval(this.#probeTimer);
-    this.#probeTimer = undefined;
-  }
-}
-
-/** Starts connecting; the promise settles (never rejects) on success, failure, or after `timeoutMs`. */
-function firstConnection(redis: Redis, timeoutMs: number): Promise<void> {
-  return new Promise((resolve) => {
-    const timer = setTimeout(resolve, timeoutMs);
-    timer.unref();
-    redis.connect().then(
-      () => resolve(),
-      () => resolve(),
-    ).finally(() => clearTimeout(timer));
-  });
 }
 
 /** The consume script's reply `{ allowed, level1, level2, ... }`, checked. */

@@ -12,6 +12,7 @@ export class TcpProxy {
   readonly #sockets = new Set<net.Socket>();
   #server: net.Server | undefined;
   #blackHole = false;
+  #loseAnswerTo: { pattern: RegExp; done: () => void } | undefined;
   /** Where clients connect: chosen on the first `open`, kept when it opens again. */
   port = 0;
 
@@ -35,8 +36,24 @@ export class TcpProxy {
       const upstream = net.connect(Number(this.#target.port) || DEFAULT_PORTS[this.#target.protocol] || 0, this.#target.hostname);
       this.#track(upstream);
       const forward = (from: net.Socket, to: net.Socket) => from.on("data", (chunk: Buffer) => void (this.#blackHole || to.write(chunk)));
+      // A connection whose client sent what `loseNextAnswer` waits for: the server's answer is dropped and the connection cut.
+      let answerLost: (() => void) | undefined;
+      client.on("data", (chunk: Buffer) => {
+        const waiting = this.#loseAnswerTo;
+        if (waiting === undefined || !waiting.pattern.test(chunk.toString("latin1"))) return;
+        this.#loseAnswerTo = undefined;
+        answerLost = waiting.done;
+      });
+      upstream.on("data", () => {
+        if (answerLost === undefined) return;
+        const done = answerLost;
+        answerLost = undefined;
+        client.destroy();
+        upstream.destroy();
+        done();
+      });
       forward(client, upstream);
-      forward(upstream, client);
+      upstream.on("data", (chunk: Buffer) => void (this.#blackHole || client.destroyed || client.write(chunk)));
       client.on("close", () => upstream.destroy());
       upstream.on("close", () => client.destroy());
     });
@@ -48,6 +65,17 @@ export class TcpProxy {
     this.#sockets.add(socket);
     socket.on("close", () => this.#sockets.delete(socket));
     socket.on("error", () => {});
+  }
+
+  /**
+   * The next time a client sends bytes matching `pattern` (PostgreSQL's `commit`, say), they reach
+   * the server, but its answer is dropped and the connection cut: the server did the work, the
+   * client never learns it (a reset after COMMIT). Resolves once that happened.
+   */
+  loseNextAnswer(pattern: RegExp): Promise<void> {
+    const { promise, resolve } = Promise.withResolvers<void>();
+    this.#loseAnswerTo = { pattern, done: resolve };
+    return promise;
   }
 
   /** Cuts every open connection, as a database restart would. */

@@ -11,7 +11,7 @@ import { newId } from "../../store/ids.ts";
 import type { Database } from "../../store/schema.ts";
 import type { UsageRecord } from "../usage.ts";
 import type { HoldInput, LedgerStatements } from "./statements.ts";
-import { closingEntries } from "./writes.ts";
+import { closingEntries, USAGE_OVERWRITTEN } from "./writes.ts";
 
 async function lockAccount(transaction: Transaction<Database>, accountId: string): Promise<{ balance: number } | undefined> {
   const row = await transaction.selectFrom("accounts").select(["balance"]).where("id", "=", accountId).forUpdate().executeTakeFirst();
@@ -127,6 +127,8 @@ async function settleActiveHold(transaction: Transaction<Database>, holdId: stri
         values (${record.id ?? newId("use", record.created_at)}, ${record.request_id}, ${record.account_id}, ${record.key_id}, ${record.model}, ${record.prompt_tokens},
                 ${record.cached_prompt_tokens}, ${record.completion_tokens}, ${record.reasoning_tokens ?? 0}, ${record.usage_source ?? null}, ${record.cost}, ${record.latency_ms},
                 ${record.status}, ${record.finish_reason}, ${record.stream}, ${record.created_at}, ${record.hold_id ?? null})
+        -- Written already (the sweeper's record of this request's last checkpoint): this one replaces it.
+        on conflict (id) do update set ${sql.join(USAGE_OVERWRITTEN.map((column) => sql`${sql.ref(column)} = ${sql.ref(`excluded.${column}`)}`))}
       )`;
   const entries = closingEntries(closed.account_id, holdId, amount, charge, now).map(
     (entry) => sql`(${entry.id}, ${entry.account_id}, ${entry.kind}, ${entry.amount}::bigint, ${entry.hold_id}, ${entry.created_at}::bigint)`,
@@ -155,6 +157,8 @@ async function settleActiveHold(transaction: Transaction<Database>, holdId: stri
 export const postgresStatements: LedgerStatements = {
   lockAccount,
   lockHold: (transaction, holdId) => transaction.selectFrom("holds").selectAll().where("id", "=", holdId).forUpdate().executeTakeFirst(),
+  lockHolds: async (transaction, holdIds) =>
+    holdIds.length === 0 ? [] : transaction.selectFrom("holds").selectAll().where("id", "in", [...holdIds]).orderBy("id").forUpdate().execute(),
   placeHoldInOneStatement,
   recordHold,
   settleActiveHold,

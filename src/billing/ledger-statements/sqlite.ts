@@ -88,6 +88,7 @@ async function settleActiveHold(transaction: Transaction<Database>, holdId: stri
 export const sqliteStatements: LedgerStatements = {
   lockAccount,
   lockHold: (transaction, holdId) => transaction.selectFrom("holds").selectAll().where("id", "=", holdId).executeTakeFirst(),
+  lockHolds: async (transaction, holdIds) => (holdIds.length === 0 ? [] : transaction.selectFrom("holds").selectAll().where("id", "in", [...holdIds]).orderBy("id").execute()),
   // No cheaper path than the transaction, which costs no round trips here: `placeHold` takes it.
   placeHoldInOneStatement: async () => undefined,
   recordHold,

@@ -27,6 +27,12 @@ export type LedgerStatements = {
   /** The hold, its row locked as `lockAccount` locks the account's. Undefined: no such hold. */
   lockHold(transaction: Transaction<Database>, holdId: string): Promise<Selectable<HoldTable> | undefined>;
   /**
+   * The holds, their rows locked in the order of their ids (so that two writers of the same
+   * holds never wait on each other in a cycle): a group commit fences its records' holds off
+   * from a close until it commits.
+   */
+  lockHolds(transaction: Transaction<Database>, holdIds: readonly string[]): Promise<Array<Selectable<HoldTable>>>;
+  /**
    * The common case of `placeHold` without an explicit transaction, where the dialect does it in
    * one statement: debits the account, reserves the amount against the key, writes the hold and
    * its entry, and returns the hold's id. Undefined, having changed nothing, when the

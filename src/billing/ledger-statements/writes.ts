@@ -46,9 +46,42 @@ export async function consumeLots(transaction: Transaction<Database>, accountId:
   }
 }
 
-/** Writes a usage record in the settling transaction. */
-export async function insertUsage(transaction: Transaction<Database>, record: UsageRecord): Promise<void> {
-  await transaction.insertInto("usage_records").values({ ...record, id: record.id ?? newId("use", record.created_at) }).execute();
+/**
+ * The columns a usage record's final write sets over an earlier one with the same id (a record
+ * the sweeper made of the request's last checkpoint, or an attempt whose commit went through
+ * unanswered): everything but its id, request and owner.
+ */
+export const USAGE_OVERWRITTEN = [
+  "model",
+  "prompt_tokens",
+  "cached_prompt_tokens",
+  "completion_tokens",
+  "reasoning_tokens",
+  "usage_source",
+  "cost",
+  "latency_ms",
+  "status",
+  "finish_reason",
+  "stream",
+  "hold_id",
+] as const;
+
+/**
+ * Writes a usage record in the settling transaction, idempotently: a record with its id written
+ * already (the same write retried, or the sweeper's record of its last checkpoint) is taken over,
+ * never duplicated: a duplicate key is never an error here. `replace`: "always" where the record
+ * is what its hold is being charged now (an active hold settling), "costlier" where the charge
+ * follows the records (a closed hold's late record: `chargeRecordsOf` charges what it adds).
+ */
+export async function insertUsage(transaction: Transaction<Database>, record: UsageRecord, replace: "always" | "costlier" = "always"): Promise<void> {
+  await transaction
+    .insertInto("usage_records")
+    .values({ ...record, id: record.id ?? newId("use", record.created_at) })
+    .onConflict((conflict) => {
+      const update = conflict.column("id").doUpdateSet((excluded) => Object.fromEntries(USAGE_OVERWRITTEN.map((column) => [column, excluded.ref(`excluded.${column}`)])));
+      return replace === "always" ? update : update.where("usage_records.cost", "<", (expression) => expression.ref("excluded.cost"));
+    })
+    .execute();
 }
 
 /** The release entry and, when something was charged, the settle entry after it (ids are time-ordered). */
