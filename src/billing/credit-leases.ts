@@ -34,12 +34,13 @@
  * The promise is kept by the client's side, not by timers: a stream asks for a checkpoint once
  * its client has been sent half a checkpoint (`checkpointTokens / 2`) past the last durable one,
  * and output that would take it more than `checkpointTokens` past it waits for the group commit
- * that writes one (`beforeDelivery`). Likewise a finished request's record is durable before its
- * client hears the end (`written`): a group commit runs as soon as someone waits for it (one at a
- * time; whoever asks meanwhile joins the next), and every `flushIntervalMs` otherwise. However
+ * that writes one (`beforeDelivery`). A group commit runs as soon as someone waits for it (one at
+ * a time; whoever asks meanwhile joins the next), and every `flushIntervalMs` otherwise. However
  * slow the database or the event loop, a killed node's streams are billed at least what their
- * clients received less `checkpointTokens`, and every request whose client heard its end is
- * recorded. When the writer falls behind (someone has waited `shedAfterMs` for a commit), `lagMs`
+ * clients received less `checkpointTokens`. A finished request's record joins the next group
+ * commit and its client hears the end at once; but while a commit is late (`late`: in flight past
+ * `lateAfterMs`), finished requests wait for their record (`written`) before their end, so a kill
+ * loses only the records of requests that ended within a flush interval plus `lateAfterMs`. When the writer falls behind (someone has waited `shedAfterMs` for a commit), `lagMs`
  * says so and new requests are refused (503 `metering_behind`, `metering.ts`) rather than served
  * slower and slower. During a database outage (a commit failed) nothing waits: records and
  * checkpoints stay in memory and are retried, as the README's outage rules say.
@@ -69,6 +70,8 @@ export type LeaseSettings = {
   leaseIdleMs: number;
   /** New requests are refused while someone has waited this long for a group commit (`lagMs`). */
   shedAfterMs: number;
+  /** A group commit in flight for longer than this is late (`late`): finished requests then wait for their record. */
+  lateAfterMs: number;
 };
 
 export const DEFAULT_LEASE_SETTINGS: LeaseSettings = {
@@ -80,6 +83,7 @@ export const DEFAULT_LEASE_SETTINGS: LeaseSettings = {
   leaseMaxAgeMs: 5_000,
   leaseIdleMs: 500,
   shedAfterMs: 2_000,
+  lateAfterMs: 250,
 };
 
 export type CreditLeasesOptions = {
@@ -203,6 +207,8 @@ export class CreditLeases {
   #demand: Demand | undefined;
   /** Taken by the group commit in flight. */
   #committing: Demand | undefined;
+  /** When the group commit in flight started (`performance.now()`); undefined when none is. */
+  #batchStartedAt: number | undefined;
   #closing = false;
   readonly #timer: ReturnType<typeof setInterval>;
   #stopped = false;
@@ -393,6 +399,19 @@ export class CreditLeases {
     return since === undefined ? 0 : Math.max(0, Date.now() - since);
   }
 
+  /**
+   * Whether the writer is late: a group commit has been in flight for longer than `lateAfterMs`
+   * (a stuck or contended database, a saturated event loop). While it is, a finished
+   * request waits for its record to be durable before its client hears the end (`written`); while
+   * it is not, the record joins the next group commit and the client is answered at once, so a
+   * `kill -9` loses at most the records of requests that ended within one flush interval plus
+   * `lateAfterMs` of it (about 350 ms by default). Never during a database outage (its rules differ: records wait in memory).
+   */
+  get late(): boolean {
+    if (this.#failedAttempts > 0 || this.#batchStartedAt === undefined) return false;
+    return performance.now() - this.#batchStartedAt > this.#settings.lateAfterMs;
+  }
+
   /** Whether new requests should be refused: the writer has kept someone waiting past `shedAfterMs`. */
   get behind(): boolean {
     return this.lagMs > this.#settings.shedAfterMs;
@@ -458,6 +477,7 @@ export class CreditLeases {
     const demand = this.#demand;
     this.#demand = undefined;
     this.#committing = demand;
+    this.#batchStartedAt = performance.now();
     try {
       await this.#writeBatchFor();
       demand?.resolve(true);
@@ -466,6 +486,7 @@ export class CreditLeases {
       throw error;
     } finally {
       this.#committing = undefined;
+      this.#batchStartedAt = undefined;
     }
   }
 

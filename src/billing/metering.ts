@@ -111,8 +111,10 @@ export type Admission = {
   beforeDelivery(completionTokens: number): Promise<unknown> | undefined;
   /**
    * Charges the exact cost (or releases the hold) and records usage. Call exactly once, before
-   * the client hears the end: it resolves once the usage record is durable (a lease's group
-   * commit included), except during a database outage.
+   * the client hears the end: a request on a hold of its own resolves once its usage record is
+   * committed; one served from a lease once its record is queued for the next group commit, or,
+   * while the group commit is late (`CreditLeases.late`), once it is written; never waited for
+   * through a database outage.
    * `cost` is null when the database is unavailable: the settlement goes on in the background.
    */
   settle(outcome: RequestOutcome): Promise<{ cost: number | null }>;
@@ -326,7 +328,7 @@ export class Metering {
         });
         if (ticket === null && hot) {
           this.#leases.queue({ ...record(0), id: newId("use"), hold_id: null });
-          await this.#leases.written();
+          if (this.#leases.late) await this.#leases.written();
           return { cost: 0 };
         }
         if (ticket === null) {
@@ -343,8 +345,10 @@ export class Metering {
           const charged = this.#leases.finishShared(ticket, { ...record(cost), id: ticket.usageId, hold_id: ticket.holdId });
           // Past its own reservation, the rest is charged when the lease closes, as far as the balance covers.
           overage(null);
-          // Durable before the client hears the end (one group commit; not waited for through an outage).
-          await this.#leases.written();
+          // The record joins the next group commit (at most `flushIntervalMs` away): the client is
+          // not kept waiting for it, unless the writer is late, when the client hears the end only
+          // once it is durable (not waited for through an outage).
+          if (this.#leases.late) await this.#leases.written();
           return { cost: charged };
         }
         // The usage record commits with the charge, so the two never disagree.

@@ -88,8 +88,9 @@ function endOf(signal: AbortSignal, generation: RunningGeneration, outcome: Comp
 
 /**
  * Gives back the unused rate-limit tokens and settles the hold (nothing billed without usage);
- * resolves once the usage record is durable (but through a database outage), so that the client
- * hears the end only after its request is recorded.
+ * resolves once the usage record is committed (a hold of its own) or queued for the next group
+ * commit (a lease; written first while that commit is late), never waiting through a database
+ * outage: the client hears the end after this.
  */
 async function release(dependencies: RunDependencies, input: RunInput, end: End): Promise<void> {
   const { outcome, status } = end;
@@ -190,9 +191,9 @@ export async function runCompletion(dependencies: RunDependencies, input: RunInp
  *
  * Billing leads the client: no chunk goes out more than one checkpoint past the last durable one
  * (`Admission.beforeDelivery`), and the ending (`[DONE]`, or the error event) is written only once
- * the request is settled and its usage record durable, so that a node killed at any moment has
- * billed every stream at least what its client received less one checkpoint, and recorded every
- * request whose client got `[DONE]`.
+ * the request is settled (`release`), so a node killed at any moment has billed every stream at
+ * least what its client received less one checkpoint, and recorded every request whose client
+ * got `[DONE]` but those of its last group commit.
  */
 export async function runStream(dependencies: RunDependencies, input: RunInput, openSink: () => ChunkSink): Promise<void> {
   const generation = await start(dependencies, input);
