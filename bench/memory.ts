@@ -233,6 +233,7 @@ async function main(): Promise<void> {
         await sleep(2000);
         const after = flags["soak-gc"] ? await afterGc() : await read(inspector, pid);
         soak.push({ seconds: (Date.now() - soakStart) / 1000, outcome, peak, after });
+        if (outcome.failed > 0) console.log(`  ${outcome.failed} failed: ${outcome.failures.join("; ")}`);
         console.log(
           `  ${((Date.now() - soakStart) / 1000).toFixed(0).padStart(4)} s: ok ${outcome.ok}/${soakStreams} in ${outcome.seconds.toFixed(1)} s, peak RSS ${mib(peak.rss)}, heap used ${mib(peak.heapUsed)}; after${flags["soak-gc"] ? " a GC" : ""}: RSS ${mib(after.rss)}, heap used ${mib(after.heapUsed)} (total ${mib(after.heapTotal)}), external ${mib(after.external)}, arrayBuffers ${mib(after.arrayBuffers)}`,
         );
