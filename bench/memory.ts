@@ -157,8 +157,9 @@ async function main(): Promise<void> {
   const pid = turnpike.child.process.pid!;
   const key = flags.key === "operator" ? turnpike.operatorKey : turnpike.meteredKey;
   const inspector = await Inspector.connect(inspectPort);
+  const backend = flags.database.startsWith("postgres") ? "postgres" : "sqlite";
   const results: Record<string, unknown> = {
-    settings: { bursts, idleSeconds: idleMs / 1000, soakSeconds: soakMs / 1000, soakStreams, chunks: text.length, chunkDelayMs: Number(flags["chunk-delay"]), key: flags.key, database: flags.database.startsWith("postgres") ? "postgres" : "sqlite", env: childEnv, node: process.version, cpus: os.cpus().length },
+    settings: { bursts, idleSeconds: idleMs / 1000, soakSeconds: soakMs / 1000, soakStreams, chunks: text.length, chunkDelayMs: Number(flags["chunk-delay"]), key: flags.key, database: backend, env: childEnv, nodeArgs: flags["node-arg"], node: process.version, cpus: os.cpus().length },
     loadBefore: loadAverage(),
   };
   const liveDuring = async (count: number) => {
@@ -181,7 +182,7 @@ async function main(): Promise<void> {
   };
   let round = 0;
   try {
-    console.log(`Turnpike pid ${pid}, key ${flags.key}, ${results.settings && (results.settings as { database: string }).database}, env ${JSON.stringify(childEnv)}, load ${loadAverage()}`);
+    console.log(`Turnpike pid ${pid}, key ${flags.key}, ${backend}, node options ${JSON.stringify(flags["node-arg"])}, env ${JSON.stringify(childEnv)}, load ${loadAverage()}`);
     const started = await read(inspector, pid);
     // Warm-up: connections, JIT, the lease and the statement caches.
     const warm = await burst(turnpike, key, 20, round++);
