@@ -104,7 +104,15 @@ async function runCli(root: string, args: string[], databaseUrl: string): Promis
  * `limits`: the metered key and its plan have RPM/TPM limits (checked, never biting), as a real
  * account's would; false measures metering alone.
  */
-export async function startTurnpike(root: string, upstreamOrigin: string, timeoutMs: number, database: BenchDatabase = SQLITE, limits = true): Promise<TurnpikeUnderTest> {
+export async function startTurnpike(
+  root: string,
+  upstreamOrigin: string,
+  timeoutMs: number,
+  database: BenchDatabase = SQLITE,
+  limits = true,
+  /** Node options before the CLI (`--inspect=…`) and more environment for `serve` (`MALLOC_ARENA_MAX`), for bench/memory.ts. */
+  extra: { nodeArgs?: string[]; env?: NodeJS.ProcessEnv } = {},
+): Promise<TurnpikeUnderTest> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "turnpike-gateway-bench-"));
   const cleanup = async () => {
     fs.rmSync(dataDir, { recursive: true, force: true });
@@ -128,9 +136,9 @@ export async function startTurnpike(root: string, upstreamOrigin: string, timeou
     const unlimited = JSON.parse(await cli(root, ["keys", "create", "--name", "unlimited", "--account", UNLIMITED_EMAIL, "--json", ...store])) as { key: string };
     // TURNPIKE_BENCH_PROFILE_DIR: write a V8 CPU profile of Turnpike there when it stops (to see where its time goes).
     const profile = process.env.TURNPIKE_BENCH_PROFILE_DIR ? ["--cpu-prof", `--cpu-prof-dir=${process.env.TURNPIKE_BENCH_PROFILE_DIR}`] : [];
-    child = startChild("turnpike", [...profile, path.join(root, "bin/turnpike.js"), "serve", "--config", configFile], {
+    child = startChild("turnpike", [...profile, ...(extra.nodeArgs ?? []), path.join(root, "bin/turnpike.js"), "serve", "--config", configFile], {
       cwd: root,
-      env: { TURNPIKE_CONFIG: "", TURNPIKE_DATABASE_URL: database.url },
+      env: { ...extra.env, TURNPIKE_CONFIG: "", TURNPIKE_DATABASE_URL: database.url },
       captureStdout: true,
     });
     const origin = `http://127.0.0.1:${port}`;

@@ -10,18 +10,13 @@ import type { Database, HoldTable, UsageCheckpointTable, UsageRecordTable } from
 import { chargeRecordsOf, sweepHolds, type RecordsCharge } from "./ledger.ts";
 import { ledgerStatementsOf } from "./ledger-statements/index.ts";
 import { USAGE_OVERWRITTEN } from "./ledger-statements/writes.ts";
+import { statementChunks } from "../store/statement-chunks.ts";
 
 export type UsageRow = Insertable<UsageRecordTable> & { id: string; hold_id: string | null };
 export type CheckpointRow = UsageCheckpointTable;
 
-/** Rows per INSERT: well inside SQLite's 32,766 and PostgreSQL's 65,535 bound parameters. */
-const ROWS_PER_STATEMENT = 500;
-
-function chunks<T>(rows: readonly T[]): T[][] {
-  const out: T[][] = [];
-  for (let index = 0; index < rows.length; index += ROWS_PER_STATEMENT) out.push(rows.slice(index, index + ROWS_PER_STATEMENT));
-  return out;
-}
+/** Rows per statement, in a few fixed sizes: each size is one SQL text, prepared once (see `statement-chunks.ts`). */
+const chunks = statementChunks;
 
 export type UsageBatch = {
   /** Finished requests: their records, which replace their checkpoints. */

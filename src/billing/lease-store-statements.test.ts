@@ -1,0 +1,105 @@
+/**
+ * Issue 20 row 5 (memory after bursts): the group commit's statements come in a few fixed shapes.
+ * Each distinct SQL text is a statement the SQLite store prepares and keeps (up to 512), and a
+ * multi-row INSERT's compiled program holds ~1.6 KB of native memory a row: with one shape per
+ * batch size, bursts of streams filled that cache with hundreds of one-off statements (~200 MiB).
+ */
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { createQueryId, type KyselyPlugin } from "kysely";
+import { openTestDatabase } from "../../test/helpers/databases.ts";
+import { writeUsageBatch, type CheckpointRow, type UsageRow } from "./lease-store.ts";
+import { statementChunks } from "../store/statement-chunks.ts";
+
+/** The SQL texts of every query run through the returned database (the SQLite store prepares each once). */
+function recordingTexts<T>(database: import("kysely").Kysely<T>): { database: import("kysely").Kysely<T>; texts: Set<string> } {
+  const texts = new Set<string>();
+  const plugin: KyselyPlugin = {
+    transformQuery: ({ node }) => {
+      texts.add(database.getExecutor().compileQuery(node, createQueryId()).sql);
+      return node;
+    },
+    transformResult: async ({ result }) => result,
+  };
+  return { database: database.withPlugin(plugin), texts };
+}
+
+function usageRow(id: string): UsageRow {
+  return {
+    id,
+    request_id: `req-${id}`,
+    account_id: null,
+    key_id: null,
+    model: "bench",
+    prompt_tokens: 7,
+    cached_prompt_tokens: 0,
+    completion_tokens: 3,
+    usage_source: "upstream",
+    cost: 0,
+    latency_ms: 1,
+    status: 200,
+    finish_reason: "stop",
+    stream: 1,
+    created_at: 1,
+    hold_id: null,
+  };
+}
+
+function checkpointRow(id: string): CheckpointRow {
+  return {
+    id,
+    hold_id: "hold-none",
+    request_id: `req-${id}`,
+    account_id: null,
+    key_id: null,
+    model: "bench",
+    prompt_tokens: 7,
+    cached_prompt_tokens: 0,
+    completion_tokens: 2,
+    reasoning_tokens: 0,
+    usage_source: "counted",
+    cost: 0,
+    stream: 1,
+    created_at: 1,
+    updated_at: 2,
+  };
+}
+
+test("statementChunks cuts rows into power-of-two chunks of at most 256, in order", () => {
+  const rows = Array.from({ length: 1000 }, (_, index) => index);
+  const chunks = statementChunks(rows);
+  assert.deepEqual(
+    chunks.map((chunk) => chunk.length),
+    [256, 256, 256, 128, 64, 32, 8],
+  );
+  assert.deepEqual(chunks.flat(), rows);
+  assert.deepEqual(statementChunks([]), []);
+  const sizes = new Set<number>();
+  for (let count = 1; count <= 700; count++) for (const chunk of statementChunks(rows.slice(0, count))) sizes.add(chunk.length);
+  assert.deepEqual([...sizes].sort((a, b) => a - b), [1, 2, 4, 8, 16, 32, 64, 128, 256]);
+});
+
+test("group commits of 1 to 300 records and checkpoints use a few fixed SQL texts, and write every row (SQLite)", async () => {
+  const store = await openTestDatabase("sqlite");
+  try {
+    const { database, texts } = recordingTexts(store.database);
+    let written = 0;
+    for (let size = 1; size <= 300; size++) {
+      const records = Array.from({ length: size }, (_, index) => usageRow(`use-${size}-${index}`));
+      // Checkpoints of running requests (a batch carries both), dropped again by the next batch's records.
+      const checkpoints = Array.from({ length: size }, (_, index) => checkpointRow(`use-${size + 1}-${index}`));
+      await writeUsageBatch(database, { records, checkpoints, dropCheckpoints: [] });
+      written += size;
+    }
+    const counted = await store.database.selectFrom("usage_records").select((expression) => expression.fn.countAll<number>().as("rows")).executeTakeFirstOrThrow();
+    assert.equal(Number(counted.rows), written);
+    const open = await store.database.selectFrom("usage_checkpoints").select((expression) => expression.fn.countAll<number>().as("rows")).executeTakeFirstOrThrow();
+    // Every checkpoint but the last batch's was replaced by its request's record.
+    assert.equal(Number(open.rows), 300);
+    const insertsAndDeletes = [...texts].filter((text) => /^(insert|delete)/i.test(text.trim()));
+    // Three statement families (records, checkpoint deletes, checkpoint upserts) × 9 sizes at most; one text per batch size before.
+    assert.ok(insertsAndDeletes.length <= 27, `${insertsAndDeletes.length} distinct INSERT/DELETE texts for batches of 1 to 300 rows`);
+  } finally {
+    await store.close();
+  }
+});
