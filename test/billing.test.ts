@@ -10,7 +10,7 @@ import { setTimeout as delay } from "node:timers/promises";
 import OpenAI from "openai";
 import { openStore } from "../src/store/open.ts";
 import { checkLedger } from "../src/billing/ledger.ts";
-import { costOf } from "../src/billing/pricing.ts";
+import { costOf } from "../src/protocol/price.ts";
 import { modelsDir, postJson, storiesModel, temporaryDirectory } from "./helpers/server.ts";
 import { runCli, startServeProcess, type ServeProcess } from "./helpers/process.ts";
 import { stormOfCutRequests } from "./helpers/storm.ts";

@@ -17,7 +17,7 @@ import { setTimeout as delay } from "node:timers/promises";
 import OpenAI from "openai";
 import { openStore } from "../src/store/open.ts";
 import { checkLedger } from "../src/billing/ledger.ts";
-import { costOf } from "../src/billing/pricing.ts";
+import { costOf } from "../src/protocol/price.ts";
 import { freshPostgresSchema } from "./helpers/databases.ts";
 import { runCli, startServeProcess, type ServeProcess } from "./helpers/process.ts";
 import { storiesModel, temporaryDirectory } from "./helpers/server.ts";

@@ -12,7 +12,7 @@ import { describe, it } from "node:test";
 import { setTimeout as delay } from "node:timers/promises";
 import { openStore } from "../src/store/open.ts";
 import { checkLedger } from "../src/billing/ledger.ts";
-import { costOf } from "../src/billing/pricing.ts";
+import { costOf } from "../src/protocol/price.ts";
 import { freshPostgresSchema } from "./helpers/databases.ts";
 import { modelsDir, temporaryDirectory } from "./helpers/server.ts";
 import { runCli, startServeProcess } from "./helpers/process.ts";

@@ -11,7 +11,7 @@ import OpenAI from "openai";
 import pg from "pg";
 import { openStore } from "../src/store/open.ts";
 import { checkLedger } from "../src/billing/ledger.ts";
-import { costOf } from "../src/billing/pricing.ts";
+import { costOf } from "../src/protocol/price.ts";
 import { freshPostgresSchema } from "./helpers/databases.ts";
 import { runCli, startServeProcess, type ServeProcess } from "./helpers/process.ts";
 import { storiesModel, temporaryDirectory } from "./helpers/server.ts";

@@ -17,7 +17,7 @@ import { createApiKey } from "../src/auth/api-keys.ts";
 import { grantPlan } from "../src/billing/grant-plan.ts";
 import { checkLedger } from "../src/billing/ledger.ts";
 import { findPlan } from "../src/billing/plans-store.ts";
-import { costOf } from "../src/billing/pricing.ts";
+import { costOf } from "../src/protocol/price.ts";
 import { openStore } from "../src/store/open.ts";
 import type { Database } from "../src/store/schema.ts";
 import { startTestServer, storiesModel, temporaryDirectory, type TestServer } from "./helpers/server.ts";

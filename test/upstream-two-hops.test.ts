@@ -14,7 +14,7 @@ import OpenAI from "openai";
 import { createAccount } from "../src/accounts/accounts.ts";
 import { createApiKey } from "../src/auth/api-keys.ts";
 import { checkLedger, grantCredit } from "../src/billing/ledger.ts";
-import { costOf } from "../src/billing/pricing.ts";
+import { costOf } from "../src/protocol/price.ts";
 import { openStore } from "../src/store/open.ts";
 import { startTestServer, storiesChatmlModel, temporaryDirectory, type TestServer } from "./helpers/server.ts";
 

@@ -1,5 +1,6 @@
 /** How the console writes numbers, money, credit and times. */
 import { creditsToMoney, type CreditValue } from "../../src/protocol/credit-money.ts";
+import { costOf as exactCostOf } from "../../src/protocol/price.ts";
 
 /** What a credit is worth (`GET /api/settings`), and its exact conversion: the server's own arithmetic. */
 export { creditsToMoney, type CreditValue };
@@ -117,9 +118,10 @@ export function formatSpent(credits: number, creditValue: CreditValue | null): s
   return creditValue === null ? formatCredits(credits) : `${formatCost(credits, creditValue)} (${formatCredits(credits)})`;
 }
 
-/** The cost of a call, as the server computes it: tokens × prices per million, rounded up. */
+/** The cost of a call, in the wire's field names: the server's own formula (`src/protocol/price.ts`), exact. */
 export function costOf(pricing: { prompt: number; cached_prompt: number; completion: number }, usage: { prompt_tokens: number; completion_tokens: number; cached_tokens?: number }): number {
-  const cached = Math.min(usage.cached_tokens ?? 0, usage.prompt_tokens);
-  const total = (usage.prompt_tokens - cached) * pricing.prompt + cached * pricing.cached_prompt + usage.completion_tokens * pricing.completion;
-  return Math.ceil(total / 1_000_000);
+  return exactCostOf(
+    { prompt: pricing.prompt, cachedPrompt: pricing.cached_prompt, completion: pricing.completion },
+    { promptTokens: usage.prompt_tokens, cachedPromptTokens: usage.cached_tokens ?? 0, completionTokens: usage.completion_tokens },
+  );
 }

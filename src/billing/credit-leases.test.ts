@@ -19,7 +19,7 @@ import { checkLedger, grantCredit, sweepHolds } from "./ledger.ts";
 import { chargeStaleHolds, closeStaleHolds } from "./lease-store.ts";
 import { forgetNodes, orphanedNodes, registerNode } from "./nodes.ts";
 import { Metering } from "./metering.ts";
-import { costOf } from "./pricing.ts";
+import { costOf } from "../protocol/price.ts";
 import type { LeaseSettings } from "./credit-leases.ts";
 
 /** 1 credit a prompt token, 2 a completion token. */

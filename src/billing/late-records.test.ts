@@ -23,7 +23,7 @@ import { temporaryDirectory } from "../../test/helpers/server.ts";
 import { grantCredit, placeHold, releaseHold } from "./ledger.ts";
 import { chargeStaleHolds, closeStaleHolds } from "./lease-store.ts";
 import { Metering, type DeferredSettlementEvent } from "./metering.ts";
-import { costOf } from "./pricing.ts";
+import { costOf } from "../protocol/price.ts";
 import type { BatchEvent, LeaseSettings } from "./credit-leases.ts";
 
 /** 1 credit a prompt token, 2 a completion token. */

@@ -12,7 +12,7 @@ import type { GenerationUsage } from "../engines/engine.ts";
 import type { Database } from "../store/schema.ts";
 import { InsufficientQuotaError, MeteringBehindError, ModelNotAllowedError } from "../protocol/errors.ts";
 import { CreditLeases, type BatchEvent, type LeaseSettings } from "./credit-leases.ts";
-import { costOf, worstCaseCost } from "./pricing.ts";
+import { costOf, worstCaseCost } from "../protocol/price.ts";
 import { findAccountPlan, findAccountStanding } from "./plans-store.ts";
 import type { Plan } from "./plans.ts";
 import { recordUsage } from "./usage.ts";

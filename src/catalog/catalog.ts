@@ -5,9 +5,10 @@
 import type { Engine, EngineMember, EngineStatus } from "../engines/engine.ts";
 import { ModelNotFoundError } from "../protocol/errors.ts";
 import type { ModelObject, MoneyPrices } from "../protocol/models.ts";
+import type { Pricing } from "../protocol/price.ts";
 
-/** Credit units per million tokens. */
-export type Pricing = { prompt: number; cachedPrompt: number; completion: number };
+/** Credit units per million tokens (the type lives with the price formula). */
+export type { Pricing };
 
 export type CatalogModel = {
   id: string;

@@ -1,8 +1,12 @@
 /**
  * What a request costs: its tokens times the model's prices (credit units per million tokens),
- * rounded up to the unit. Integer arithmetic throughout (BigInt), never floats.
+ * rounded up to the unit. Integer arithmetic throughout (BigInt), never floats. The one home of
+ * the price formula: the server meters with it and the console (which bundles this file) shows
+ * costs with it, so the two never disagree. Imports nothing.
  */
-import type { Pricing } from "../catalog/catalog.ts";
+
+/** A model's prices, in credit units per million tokens (`FREE` in the catalog: all 0). */
+export type Pricing = { prompt: number; cachedPrompt: number; completion: number };
 
 const MILLION = 1_000_000n;
 
