@@ -16,6 +16,7 @@ import { costOf } from "../src/protocol/price.ts";
 import { freshPostgresSchema } from "./helpers/databases.ts";
 import { modelsDir, temporaryDirectory } from "./helpers/server.ts";
 import { runCli, startServeProcess } from "./helpers/process.ts";
+import { carriesContent, forEachSseEvent } from "./helpers/crash-streams.ts";
 
 const randomModel = path.join(modelsDir, "llama-2-tiny-random.gguf");
 /** One credit a token, prompt or completion. */
@@ -25,27 +26,10 @@ const MAX_TOKENS = 3000;
 const CREDIT = 10_000_000;
 
 /** Reads a stream's SSE chunks, counting those that carry content, until the connection ends. */
-async function follow(response: Response, delivered: number[], index: number): Promise<void> {
-  const reader = response.body!.getReader();
-  const decoder = new TextDecoder();
-  let buffer = "";
-  try {
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) return;
-      buffer += decoder.decode(value, { stream: true });
-      let end: number;
-      while ((end = buffer.indexOf("\n\n")) >= 0) {
-        const event = buffer.slice(0, end);
-        buffer = buffer.slice(end + 2);
-        if (!event.startsWith("data: {")) continue;
-        const chunk = JSON.parse(event.slice(6)) as { choices?: Array<{ delta?: { content?: string } }> };
-        if (chunk.choices?.[0]?.delta?.content) delivered[index]!++;
-      }
-    }
-  } catch {
-    // The server died: the connection is reset.
-  }
+function follow(response: Response, delivered: number[], index: number): Promise<void> {
+  return forEachSseEvent(response, (event) => {
+    if (event.startsWith("data: {") && carriesContent(event)) delivered[index]!++;
+  });
 }
 
 for (const backend of ["sqlite", "postgres"] as const) {

@@ -10,13 +10,10 @@ import type { Database, HoldTable, UsageCheckpointTable, UsageRecordTable } from
 import { chargeRecordsOf, sweepHolds, type RecordsCharge } from "./ledger.ts";
 import { ledgerStatementsOf } from "./ledger-statements/index.ts";
 import { USAGE_OVERWRITTEN } from "./ledger-statements/writes.ts";
-import { statementChunks } from "../store/statement-chunks.ts";
+import { statementChunks as chunks } from "../store/statement-chunks.ts";
 
 export type UsageRow = Insertable<UsageRecordTable> & { id: string; hold_id: string | null };
 export type CheckpointRow = UsageCheckpointTable;
-
-/** Rows per statement, in a few fixed sizes: each size is one SQL text, prepared once (see `statement-chunks.ts`). */
-const chunks = statementChunks;
 
 export type UsageBatch = {
   /** Finished requests: their records, which replace their checkpoints. */

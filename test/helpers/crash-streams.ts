@@ -25,6 +25,33 @@ export type Seen = {
   retryAfter?: string | null;
 };
 
+/** Whether an SSE `data: {chunk}` event carries content (a delivered token). */
+export function carriesContent(event: string): boolean {
+  const chunk = JSON.parse(event.slice(6)) as { choices?: Array<{ delta?: { content?: string } }> };
+  return Boolean(chunk.choices?.[0]?.delta?.content);
+}
+
+/** Calls `onEvent` with each SSE event of `response` as it arrives, until the connection ends (or is reset: a killed server). */
+export async function forEachSseEvent(response: Response, onEvent: (event: string) => void): Promise<void> {
+  const reader = response.body!.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) return;
+      buffer += decoder.decode(value, { stream: true });
+      let end: number;
+      while ((end = buffer.indexOf("\n\n")) >= 0) {
+        onEvent(buffer.slice(0, end));
+        buffer = buffer.slice(end + 2);
+      }
+    }
+  } catch {
+    // The server died: the connection is reset.
+  }
+}
+
 /** Sends a streamed request and follows it to its end, counting content chunks (the client's count of delivered tokens). */
 export async function send(url: string, key: string, model: string, maxTokens: number, index: number): Promise<Seen> {
   const response = await fetch(`${url}/v1/chat/completions`, {
@@ -39,33 +66,15 @@ export async function send(url: string, key: string, model: string, maxTokens: n
     seen.retryAfter = response.headers.get("retry-after");
     return seen;
   }
-  seen.ended = (async () => {
-    const reader = response.body!.getReader();
-    const decoder = new TextDecoder();
-    let buffer = "";
-    try {
-      for (;;) {
-        const { done, value } = await reader.read();
-        if (done) return;
-        buffer += decoder.decode(value, { stream: true });
-        let end: number;
-        while ((end = buffer.indexOf("\n\n")) >= 0) {
-          const event = buffer.slice(0, end);
-          buffer = buffer.slice(end + 2);
-          if (event === "data: [DONE]") {
-            seen.done = true;
-            seen.doneAt = performance.now();
-          }
-          if (!event.startsWith("data: {")) continue;
-          seen.lastChunkAt = performance.now();
-          const chunk = JSON.parse(event.slice(6)) as { choices?: Array<{ delta?: { content?: string } }> };
-          if (chunk.choices?.[0]?.delta?.content) seen.delivered++;
-        }
-      }
-    } catch {
-      // The server died: the connection is reset.
+  seen.ended = forEachSseEvent(response, (event) => {
+    if (event === "data: [DONE]") {
+      seen.done = true;
+      seen.doneAt = performance.now();
     }
-  })();
+    if (!event.startsWith("data: {")) return;
+    seen.lastChunkAt = performance.now();
+    if (carriesContent(event)) seen.delivered++;
+  });
   return seen;
 }
 

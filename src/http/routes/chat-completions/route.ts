@@ -68,8 +68,8 @@ export function registerChatCompletionsRoute(app: FastifyInstance, options: Chat
     if (Number.isFinite(length) && length <= SMALL_BODY_BYTES) return;
     const key = request.apiKey!;
     await options.metering.checkCanPayAnything(key, options.catalog.list());
-    if (key.rpm === null && key.accountId === null && !(key.ancestorLimits ?? []).some((ancestor) => ancestor.rpm !== null)) return;
-    await options.limits.countRequest({ key, plan: key.accountId === null ? null : await options.metering.planOf(key) });
+    // Charges nothing where no requests-per-minute limit applies (an operator key's plan is null, no query).
+    await options.limits.countRequest({ key, plan: await options.metering.planOf(key) });
     countedOnHeaders.add(request);
   };
   // The key and, for large bodies, the quota are checked before the body is read: an unknown key
