@@ -10,165 +10,27 @@
 
 import type { PromptBound } from "./prompt-bound.ts";
 
-export type EngineMessage = {
-  role: "system" | "user" | "assistant" | "tool";
-  /** Plain text; text content parts are flattened by the caller. */
-  content: string;
-  /**
-   * Images in this message, for engines whose model reads them (the caller refuses images for
-   * text-only models). Where they stood among the text parts: see `parts`.
-   */
-  images?: EngineImage[];
-  /**
-   * The content parts in the order they were sent (text and images), when the message had
-   * content parts; an engine that forwards messages (an upstream) sends these as they were.
-   */
-  parts?: EngineContentPart[];
-  name?: string;
-  /** For `tool` messages: the call this result answers. */
-  toolCallId?: string;
-  /** For `assistant` messages: the tool calls the model made in this turn. */
-  toolCalls?: ToolCall[];
-};
-
-/** A call the model made: `arguments` is the JSON text of the call's arguments. */
-export type ToolCall = { id: string; name: string; arguments: string };
-
-/** A JSON Schema as the client sent it (validated and translated by the engine that uses it). */
-export type JsonSchema = Record<string, unknown>;
-
-/** A function the model may call. */
-export type ToolDefinition = {
-  name: string;
-  description?: string;
-  /** A JSON Schema of type `object`; undefined means the function takes no arguments. */
-  parameters?: JsonSchema;
-  /** OpenAI's strict mode: the arguments must follow the schema exactly. */
-  strict?: boolean;
-};
-
-/**
- * Which tools the model may or must call: `auto` lets it choose between text and calls,
- * `required` makes it call at least one, `{name}` makes it call exactly that one.
- */
-export type ToolChoice = "auto" | "none" | "required" | { name: string };
-
-/** The shape of the reply's text: free text, any JSON object, or JSON valid against a schema. */
-export type ResponseFormat =
-  | { type: "text" }
-  | { type: "json_object" }
-  | { type: "json_schema"; name: string; schema: JsonSchema; strict?: boolean };
-
-/** One content part of a message, as sent: text, or an image. */
-export type EngineContentPart = { type: "text"; text: string } | { type: "image"; image: EngineImage };
-
-/** An image as the client sent it: a `data:` URL (checked to be base64 of a known image type) or an http(s) URL. */
-export type EngineImage = { url: string; detail?: "auto" | "low" | "high" };
-
-export type SamplingOptions = {
-  /** 0 is greedy. */
-  temperature: number;
-  topP: number;
-  /** Undefined: a fresh random seed per request. */
-  seed?: number;
-  frequencyPenalty: number;
-  presencePenalty: number;
-  /** Strings that end generation; they are not part of the output. */
-  stop: string[];
-  /**
-   * Added to the logits of these token ids before sampling (OpenAI's `logit_bias`, -100..100;
-   * -100 bans the token). Ids are the engine's own; it refuses ids outside its vocabulary.
-   */
-  logitBias?: ReadonlyMap<number, number>;
-};
-
-export type GenerationRequest = {
-  messages: EngineMessage[];
-  sampling: SamplingOptions;
-  /**
-   * The most completion tokens the caller allows; undefined means "as many as fit the context".
-   */
-  maxTokens?: number;
-  /** Undefined: free text. */
-  responseFormat?: ResponseFormat;
-  /** Undefined or empty: no tools. */
-  tools?: ToolDefinition[];
-  /** Defaults to `auto` when tools are given. */
-  toolChoice?: ToolChoice;
-  /** Whether one turn may hold several calls (OpenAI's default: true). */
-  parallelToolCalls?: boolean;
-  /** Independent completions to generate (OpenAI's `n`); each may use `maxTokens`. */
-  choices: number;
-  /**
-   * Report the log probability of each generated token and of the `top` likeliest alternatives
-   * (0..20); undefined: no log probabilities.
-   */
-  logprobs?: { top: number };
-  /**
-   * Engine-specific sampling fields passed through as sent (`top_k`, `min_p`, `repetition_penalty`,
-   * `reasoning_effort`, `chat_template_kwargs`), only those the model's entry allows (the caller
-   * refuses the others). Engines that cannot honour one refuse the request.
-   */
-  vendor?: Readonly<Record<string, unknown>>;
-  /**
-   * The caller sends the client nothing until the reply is whole (a non-streamed request): an
-   * engine may then retry on another member even after generation began, discarding what the
-   * failed attempt made. Otherwise retries end with the first part yielded.
-   */
-  buffered?: boolean;
-};
-
-/**
- * `cancelled`: the caller aborted; usage still counts what was generated before.
- * `content_filter`: an upstream withheld the rest.
- */
-export type EngineFinishReason = "stop" | "length" | "tool_calls" | "content_filter" | "cancelled";
-
-/** One alternative token and its log probability (natural log). */
-export type TokenLogprobAlternative = {
-  token: string;
-  logprob: number;
-  /** The UTF-8 bytes of the token (a token may hold part of a character). */
-  bytes: number[];
-};
-
-/** A generated token with its log probability and, when asked, the likeliest alternatives. */
-export type TokenLogprob = TokenLogprobAlternative & { topLogprobs: TokenLogprobAlternative[] };
-
-/**
- * What a running generation yields. `choice` is the completion's index (0..choices-1); the parts
- * of different choices may interleave, and each choice ends with its own `finish`.
- */
-export type StreamPart =
-  /** `logprobs`: the tokens whose text this delta carries (when log probabilities were asked for). */
-  | { type: "text-delta"; choice: number; text: string; logprobs?: TokenLogprob[] }
-  /** The model's reasoning (a thinking model's text before its answer), sent as `reasoning_content`. */
-  | { type: "reasoning-delta"; choice: number; text: string }
-  /** A tool call begins: `index` counts the calls of this choice's reply from 0. */
-  | { type: "tool-call-start"; choice: number; index: number; id: string; name: string }
-  /** More of the call's arguments (JSON text); the deltas of one call concatenate to its arguments. */
-  | { type: "tool-call-delta"; choice: number; index: number; argumentsDelta: string }
-  /** `usage`: this choice's tokens (the prompt counted once per request: see `RunningGeneration.usage`). */
-  | { type: "finish"; choice: number; reason: EngineFinishReason; usage: TokenUsage };
-
-export type TokenUsage = {
-  promptTokens: number;
-  /** Prompt tokens whose state was reused from a previous request (prefix cache). */
-  cachedPromptTokens: number;
-  /** Completion tokens, reasoning included. */
-  completionTokens: number;
-  /** The part of `completionTokens` spent on reasoning (0 or absent when the model did not reason). */
-  reasoningTokens?: number;
-};
-
-/**
- * Where usage came from: `counted` by this process (the embedded engine), `upstream` as the
- * upstream reported it, `estimated` from what was seen (a stream cut before the upstream said).
- */
-export type UsageSource = "counted" | "upstream" | "estimated";
-
-/** A request's usage and where it came from. */
-export type GenerationUsage = TokenUsage & { source: UsageSource };
+// The generation request and its parts live with the wire formats that map to them.
+import type { GenerationRequest, GenerationUsage, StreamPart } from "../protocol/generation.ts";
+export type {
+  EngineMessage,
+  ToolCall,
+  JsonSchema,
+  ToolDefinition,
+  ToolChoice,
+  ResponseFormat,
+  EngineContentPart,
+  EngineImage,
+  SamplingOptions,
+  GenerationRequest,
+  EngineFinishReason,
+  TokenLogprobAlternative,
+  TokenLogprob,
+  StreamPart,
+  TokenUsage,
+  UsageSource,
+  GenerationUsage,
+} from "../protocol/generation.ts";
 
 export type EngineStatus =
   | { state: "ready" }
