@@ -79,30 +79,8 @@ export type EngineModelInfo = {
   contextLength: number;
 };
 
-/** Every chat request parameter an engine may honour (the embedded engine honours them all; upstream kinds some). */
-export const CHAT_PARAMETERS = [
-  "max_tokens",
-  "max_completion_tokens",
-  "temperature",
-  "top_p",
-  "frequency_penalty",
-  "presence_penalty",
-  "logit_bias",
-  "logprobs",
-  "top_logprobs",
-  "n",
-  "stop",
-  "seed",
-  "response_format",
-  "tools",
-  "tool_choice",
-  "parallel_tool_calls",
-  "stream",
-  "stream_options",
-  "user",
-] as const;
-
-export type ChatParameter = (typeof CHAT_PARAMETERS)[number];
+// The parameters an engine may honour, and which of them a request uses: one list, in `parameters.ts`.
+export { CHAT_PARAMETERS, type ChatParameter } from "./parameters.ts";
 
 /** What a model served by an engine can do, for `/v1/models` and the request checks. */
 export type EngineCapabilities = {

@@ -54,6 +54,11 @@ export class SseWriter {
     this.#write(`data: ${JSON.stringify(payload)}\n\n`);
   }
 
+  /** Sends one named event (`event: name`) with a JSON payload; `name` is the caller's own constant, never client text. */
+  event(name: string, payload: unknown): void {
+    this.#write(`event: ${name}\ndata: ${JSON.stringify(payload)}\n\n`);
+  }
+
   /**
    * A comment line: keeps proxies and clients from timing out while nothing else is sent. Skipped
    * while the stream is congested: the client is not reading, and a comment would only grow the buffer.

@@ -8,8 +8,8 @@
  */
 import type { z } from "zod";
 import type { ErrorCode } from "./error-catalog.ts";
-import { chatCompletionRequestSchema } from "./chat-completion-request.ts";
-import { chatCompletionChunkSchema, chatCompletionSchema } from "./chat-completion-response.ts";
+import { chatCompletionRequestSchema } from "./chat-completions/request.ts";
+import { chatCompletionChunkSchema, chatCompletionSchema } from "./chat-completions/response.ts";
 import { modelListSchema, modelObjectSchema } from "./models.ts";
 import {
   accountObjectSchema,

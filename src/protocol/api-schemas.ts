@@ -6,8 +6,8 @@
  * inside a named one but not named itself is written inline.
  */
 import type { z } from "zod";
-import { chatCompletionRequestSchema } from "./chat-completion-request.ts";
-import { chatCompletionChunkSchema, chatCompletionSchema, choiceLogprobsSchema, usageSchema } from "./chat-completion-response.ts";
+import { chatCompletionRequestSchema } from "./chat-completions/request.ts";
+import { chatCompletionChunkSchema, chatCompletionSchema, choiceLogprobsSchema, usageSchema } from "./chat-completions/response.ts";
 import { modelListSchema, modelObjectSchema } from "./models.ts";
 import {
   accountObjectSchema,

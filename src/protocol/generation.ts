@@ -163,3 +163,26 @@ export type UsageSource = "counted" | "upstream" | "estimated";
 
 /** A request's usage and where it came from. */
 export type GenerationUsage = TokenUsage & { source: UsageSource };
+
+/** What a dialect reads of a running generation: its parts, and its exact usage so far. */
+export type GenerationOutput = {
+  /** Ends after one `finish` part per choice, or throws. */
+  readonly parts: AsyncIterable<StreamPart>;
+  /** Final once `parts` has ended (also when the consumer stopped early). */
+  usage(): GenerationUsage;
+};
+
+/**
+ * How a generation ended, for billing and logs: `cancelled` if any choice was cut short, else
+ * the first choice's reason; and its usage with the usage's source.
+ */
+export type GenerationOutcome = { finishReason: EngineFinishReason; usage: GenerationUsage };
+
+/** The request's finish reason: `cancelled` if any choice was cut short (or never finished), else the first choice's. */
+export function overallFinishReason(reasons: ReadonlyArray<EngineFinishReason | undefined>): EngineFinishReason {
+  if (reasons.some((reason) => reason === undefined || reason === "cancelled")) return "cancelled";
+  return reasons[0]!;
+}
+
+/** An image URL the request carries (a data URL too), with its place (`messages[2].content[1].image_url.url`): admission checks it against the image URL policy before anything goes upstream. */
+export type ImageUrlPart = { url: string; param: string };

@@ -2,6 +2,7 @@
  * Checks an `image_url` content part's URL, engine-neutrally: an http(s) URL, or a `data:` URL
  * holding base64 of a known image type whose bytes start with that type's signature.
  */
+import { InvalidRequestError } from "./errors.ts";
 
 /** Image types accepted in data URLs, with the bytes their files start with. */
 const IMAGE_SIGNATURES: Record<string, (bytes: Buffer) => boolean> = {
@@ -36,4 +37,17 @@ export function imageUrlProblem(url: string): string | undefined {
   }
   if (parsed.protocol !== "http:" && parsed.protocol !== "https:") return `'${parsed.protocol}' URLs are not supported; use http(s) or a base64 data URL`;
   return undefined;
+}
+
+/**
+ * The one refusal of an image sent to a model that reads text only: each dialect's translation
+ * calls it (only the dialect knows where the part stood), when the model's capabilities
+ * (`inputModalities`) leave images out; engines never see such a request.
+ */
+export function modelReadsNoImages(param: string, what = "image content parts"): InvalidRequestError {
+  return new InvalidRequestError(
+    `This model does not accept images (${what}); it reads text only. GET /v1/models lists each model's input modalities.`,
+    param,
+    "model_does_not_support_images",
+  );
 }

@@ -4,7 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { chatCompletionRequestSchema } from "./chat-completion-request.ts";
+import { chatCompletionRequestSchema } from "./chat-completions/request.ts";
 import { InvalidRequestError } from "./errors.ts";
 import { formatParamPath, parseWithSchema } from "./parse.ts";
 

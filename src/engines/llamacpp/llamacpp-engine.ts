@@ -423,15 +423,7 @@ function batchingOf(stats: DecodeBarrierStats): EngineMember["batching"] {
 
 /** What this engine cannot honour, refused before anything is queued (400 naming the field). */
 function checkRequest(request: GenerationRequest, vocabularySize: number): void {
-  request.messages.forEach((message, index) => {
-    if (message.images !== undefined && message.images.length > 0) {
-      throw new InvalidRequestError(
-        "This model does not accept images: node-llama-cpp 3.22 cannot load vision projectors (mmproj), so models served by the embedded llama.cpp engine read text only.",
-        `messages[${index}].content`,
-        "model_does_not_support_images",
-      );
-    }
-  });
+  // Images never reach it: its capabilities say text only, and each dialect refuses them (node-llama-cpp 3.22 cannot load vision projectors).
   for (const token of request.sampling.logitBias?.keys() ?? []) {
     if (!Number.isInteger(token) || token < 0 || token >= vocabularySize) {
       throw new InvalidRequestError(

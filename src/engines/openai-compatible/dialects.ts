@@ -22,7 +22,10 @@
  * - OpenAI: everything; `reasoning_effort` for reasoning models.
  */
 import type { UpstreamKind, VendorField } from "../../config/schema.ts";
-import { CHAT_PARAMETERS, type ChatParameter, type GenerationRequest } from "../engine.ts";
+import type { GenerationRequest } from "../engine.ts";
+import { CHAT_PARAMETERS, parametersInUse, type ChatParameter } from "../parameters.ts";
+
+export { parametersInUse };
 import { UnsupportedParameterError } from "../../protocol/errors.ts";
 
 /** The request parameters Turnpike knows (the embedded engine honours them all). */
@@ -138,29 +141,6 @@ export const COMMON_DIALECT: Dialect = {
 /** The dialect of a kind; the common one while the kind is unknown. */
 export function dialectFor(kind: UpstreamKind | undefined): Dialect {
   return kind === undefined ? COMMON_DIALECT : DIALECTS[kind];
-}
-
-/**
- * The parameters a request really uses: those whose value changes the reply. A default value
- * (`n` 1, `parallel_tool_calls` true, `tool_choice` auto) asks nothing of the upstream, so a kind
- * that ignores the field still answers as asked.
- */
-export function parametersInUse(request: GenerationRequest): RequestParameter[] {
-  const used: RequestParameter[] = [];
-  const sampling = request.sampling;
-  if (sampling.frequencyPenalty !== 0) used.push("frequency_penalty");
-  if (sampling.presencePenalty !== 0) used.push("presence_penalty");
-  if (sampling.logitBias !== undefined && sampling.logitBias.size > 0) used.push("logit_bias");
-  if (request.logprobs !== undefined) used.push("logprobs");
-  if (request.logprobs !== undefined && request.logprobs.top > 0) used.push("top_logprobs");
-  if (request.choices > 1) used.push("n");
-  if (sampling.stop.length > 0) used.push("stop");
-  if (sampling.seed !== undefined) used.push("seed");
-  if (request.responseFormat !== undefined && request.responseFormat.type !== "text") used.push("response_format");
-  if (request.tools !== undefined && request.tools.length > 0) used.push("tools");
-  if (request.toolChoice !== undefined && request.toolChoice !== "auto") used.push("tool_choice");
-  if (request.parallelToolCalls === false) used.push("parallel_tool_calls");
-  return used;
 }
 
 /**

@@ -215,11 +215,6 @@ export class OpenAiCompatibleEngine implements Engine {
   async prepare(request: GenerationRequest): Promise<PreparedGeneration> {
     const contextLength = this.#readyContext();
     const capabilities = this.capabilities();
-    request.messages.forEach((message, index) => {
-      if ((message.images?.length ?? 0) > 0 && !capabilities.inputModalities.includes("image")) {
-        throw new InvalidRequestError("This model does not accept images; it reads text only.", `messages[${index}].content`, "model_does_not_support_images");
-      }
-    });
     const dialect = dialectFor(this.kind);
     checkRequestForDialect(request, dialect, capabilities.vendorFields);
     this.#checkTemplateKwargs(request);

@@ -30,7 +30,8 @@ export type ImageUrlPolicy = (typeof IMAGE_URL_POLICIES)[number];
 export type HostResolver = (hostname: string) => Promise<readonly string[]>;
 
 /** One image URL of a request and where it stands in it (`messages[2].content[1].image_url.url`). */
-export type ImageUrlPart = { url: string; param: string };
+export type { ImageUrlPart } from "../../protocol/generation.ts";
+import type { ImageUrlPart } from "../../protocol/generation.ts";
 
 /** How long all of a request's host lookups may take together. */
 export const IMAGE_HOST_LOOKUP_TIMEOUT_MS = 3000;

@@ -6,7 +6,7 @@
  */
 import { parentPort } from "node:worker_threads";
 import { ApiError } from "../../protocol/errors.ts";
-import { chatCompletionRequestSchema } from "../../protocol/chat-completion-request.ts";
+import { chatCompletionRequestSchema } from "../../protocol/chat-completions/request.ts";
 import { parseWithSchema } from "../../protocol/parse.ts";
 import { INVALID_JSON_MESSAGE, type BodyJob, type BodyAnswer, type BodyError } from "./json-body-protocol.ts";
 import { JsonTooDeepError, nestedDeeperThan } from "./json-depth.ts";

@@ -1,110 +1,18 @@
 /**
- * `POST /v1/chat/completions`: admit (cheap refusals first, see `admit.ts`), run (`run.ts`: start,
- * answer, settle), reply with JSON or SSE. A client that goes away aborts its generation; the freed
- * slot serves the next request. A stream follows its client: generation pauses while the socket's
- * buffer is full, and a client that reads nothing for the stall timeout is cut like one that left.
+ * `POST /v1/chat/completions`: the chat dialect (`dialect.ts`) served by the generation core's
+ * shared admission, run and reply (`http/generation/route-kit.ts`).
  */
-import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from "fastify";
-import type { Catalog } from "../../../catalog/catalog.ts";
-import { SseWriter } from "../../sse.ts";
-import type { Metering } from "../../../billing/metering.ts";
-import type { LimitAdmission, RequestLimits } from "../../../limits/request-limits.ts";
-import type { Metrics } from "../../../metrics/metrics.ts";
-import { ShuttingDownError } from "../../../protocol/errors.ts";
-import type { ImageUrlGuard } from "../../image-urls/image-url-guard.ts";
-import { admitChatCompletion, type AdmittedChatCompletion } from "./admit.ts";
-import { runCompletion, runStream } from "./run.ts";
+import type { FastifyInstance } from "fastify";
+import { generationServing, type GenerationRouteOptions } from "../../generation/route-kit.ts";
+import { chatCompletionsDialect } from "./dialect.ts";
 
-export type ChatCompletionsRouteOptions = {
-  catalog: Catalog;
-  /** Runs on the headers alone, before the body is read. */
-  authenticate: onRequestHookHandler;
-  metering: Metering;
-  limits: RequestLimits;
-  metrics: Metrics;
-  /** Aborted when shutdown's grace period is over: running generations stop. */
-  shutdownSignal: AbortSignal;
-  keepAliveIntervalMs: number;
-  /** A stream whose client has not read what was sent for this long is cut (billed for what was generated). */
-  stallTimeoutMs: number;
-  /** Which image URLs may go upstream (`--image-urls`); the default policy when absent. */
-  imageUrls?: ImageUrlGuard;
-};
-
-/** Aborts when the client closes the connection before the response was finished. */
-function abortOnDisconnect(reply: FastifyReply, shutdownSignal: AbortSignal): AbortController {
-  const controller = new AbortController();
-  const onClose = () => {
-    if (!reply.raw.writableFinished) controller.abort(new Error("client disconnected"));
-  };
-  // The client may have gone already, while the request was being admitted (tokenizing, the hold).
-  if (reply.raw.destroyed) onClose();
-  else reply.raw.on("close", onClose);
-  const onShutdown = () => controller.abort(new ShuttingDownError());
-  if (shutdownSignal.aborted) onShutdown();
-  else shutdownSignal.addEventListener("abort", onShutdown, { once: true });
-  controller.signal.addEventListener("abort", () => shutdownSignal.removeEventListener("abort", onShutdown), { once: true });
-  reply.raw.on("finish", () => shutdownSignal.removeEventListener("abort", onShutdown));
-  return controller;
-}
-
-/**
- * Bodies up to this size are read before any quota check: parsing them costs less than the check.
- * Larger ones (up to `--body-limit`) are read only for a key that can pay for something.
- */
-const SMALL_BODY_BYTES = 64 * 1024;
+export type ChatCompletionsRouteOptions = GenerationRouteOptions;
 
 export function registerChatCompletionsRoute(app: FastifyInstance, options: ChatCompletionsRouteOptions): void {
-  /** Requests counted against the requests-per-minute limits on their headers: admission counts them no more. */
-  const countedOnHeaders = new WeakSet<FastifyRequest>();
-  /**
-   * Refuses, on the headers alone, a large body from a key that could pay for nothing or is over
-   * its requests per minute: reading and parsing it is the work that grows. The request is counted
-   * against those limits here, once (admission charges its tokens only).
-   */
-  const refuseUnpaidLargeBody: onRequestHookHandler = async function refuseUnpaidLargeBody(request) {
-    const length = Number(request.headers["content-length"]);
-    // No length (chunked): as large as the body limit allows.
-    if (Number.isFinite(length) && length <= SMALL_BODY_BYTES) return;
-    const key = request.apiKey!;
-    await options.metering.checkCanPayAnything(key, options.catalog.list());
-    // Charges nothing where no requests-per-minute limit applies (an operator key's plan is null, no query).
-    await options.limits.countRequest({ key, plan: await options.metering.planOf(key) });
-    countedOnHeaders.add(request);
-  };
+  const serving = generationServing(options);
   // The key and, for large bodies, the quota are checked before the body is read: an unknown key
   // or an account without credit never costs the server a parse of megabytes.
-  app.post("/v1/chat/completions", { onRequest: [options.authenticate, refuseUnpaidLargeBody] }, async function chatCompletions(request, reply) {
-    const startedAt = performance.now();
-    // Cheap checks first: permission, rate limits and quota before any schema, grammar, template or tokenizer runs.
-    let limited: LimitAdmission | undefined;
-    let admitted: AdmittedChatCompletion;
-    try {
-      admitted = await admitChatCompletion(options, {
-        body: request.body,
-        key: request.apiKey!,
-        requestId: request.id,
-        requestCounted: countedOnHeaders.has(request),
-        onLimited: (admittedByLimits) => {
-          limited = admittedByLimits;
-          request.rateLimitsApplied = true;
-        },
-        onRefundError: (error) => request.log.warn({ err: error }, "could not refund rate-limit tokens"),
-      });
-    } catch (error) {
-      // A refusal after the limits admitted the request (a 400, no quota) reports their state too.
-      if (limited !== undefined) void reply.headers(limited.headers);
-      throw error;
-    }
-    // Written once, after the exact charge: the state the request leaves the limits in.
-    void reply.headers(admitted.limited.headers);
-    const input = { ...admitted, cut: abortOnDisconnect(reply, options.shutdownSignal), keyId: request.apiKey?.id, startedAt };
-    const dependencies = { metrics: options.metrics, logger: request.log, keepAliveIntervalMs: options.keepAliveIntervalMs, stallTimeoutMs: options.stallTimeoutMs };
-    if (!admitted.job.stream) return runCompletion(dependencies, input);
-    await runStream(dependencies, input, () => {
-      // Once the generation started: a refusal before (a full queue) is still an ordinary error response.
-      reply.hijack();
-      return new SseWriter(reply.raw, reply.getHeaders());
-    });
+  app.post("/v1/chat/completions", { onRequest: serving.onRequest }, async function chatCompletions(request, reply) {
+    return serving.serve(request, reply, chatCompletionsDialect);
   });
 }

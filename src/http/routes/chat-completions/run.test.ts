@@ -32,6 +32,9 @@ class MemorySink implements ChunkSink {
   data(payload: unknown): void {
     this.events.push(payload);
   }
+  event(_name: string, payload: unknown): void {
+    this.events.push(payload);
+  }
   done(): void {
     this.ending = "done";
   }

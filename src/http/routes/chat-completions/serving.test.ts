@@ -4,10 +4,11 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { chatCompletionRequestSchema } from "../../../protocol/chat-completion-request.ts";
+import { chatCompletionRequestSchema } from "../../../protocol/chat-completions/request.ts";
 import { InvalidRequestError, UnsupportedParameterError } from "../../../protocol/errors.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
-import { parseChatCompletion, toGenerationRequest, type ModelInputs } from "./serving.ts";
+import { parseChatCompletion } from "./dialect.ts";
+import { toGenerationRequest, type ModelInputs } from "../../../protocol/chat-completions/to-generation.ts";
 import { Catalog } from "../../../catalog/catalog.ts";
 import { FakeEngine } from "../../../engines/fake/fake-engine.ts";
 

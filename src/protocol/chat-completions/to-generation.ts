@@ -1,49 +1,25 @@
 /**
- * The work behind `POST /v1/chat/completions`, free of HTTP: validate, map to an engine request
- * (cheap), bound it before the engine's expensive `prepare` (see `admit.ts` for the order), and
- * turn engine parts into OpenAI completions or chunks.
+ * Chat completions → the generation request: the chat dialect's half of the generation core.
+ * Linear in the body (which the schema's caps bound); no template, grammar or tokenizer runs here.
+ * Throws typed API errors naming the field (`messages[3].content[1]`).
  */
-import { validatedInWorker } from "../../json-body/json-body-parser.ts";
-import { pooledRandomBytes } from "../../../store/random.ts";
-import type { Catalog, CatalogModel } from "../../../catalog/catalog.ts";
 import type {
   EngineContentPart,
   EngineImage,
   EngineMessage,
   GenerationRequest,
-  PreparedGeneration,
+  ImageUrlPart,
   ResponseFormat,
   ToolCall,
   ToolChoice,
   ToolDefinition,
-} from "../../../engines/engine.ts";
-import {
-  chatCompletionRequestSchema,
-  type ChatCompletionRequest,
-  type ChatMessage,
-  type ResponseFormatParam,
-} from "../../../protocol/chat-completion-request.ts";
-import { InvalidRequestError, UnsupportedParameterError } from "../../../protocol/errors.ts";
-import { imageUrlProblem } from "../../../protocol/image-url.ts";
-import type { ImageUrlPart } from "../../image-urls/image-url-guard.ts";
-import { parseWithSchema } from "../../../protocol/parse.ts";
-
-export type ChatCompletionJob = {
-  id: string;
-  /** Seconds since the epoch. */
-  created: number;
-  model: CatalogModel;
-  stream: boolean;
-  includeUsage: boolean;
-  /** The reply can only be tool calls (`tool_choice` required or named): its content is null. */
-  toolCallsOnly: boolean;
-  /** Whether choices carry `logprobs`. */
-  logprobs: boolean;
-  prepared: PreparedGeneration;
-};
+} from "../generation.ts";
+import { InvalidRequestError, UnsupportedParameterError } from "../errors.ts";
+import { imageUrlProblem, modelReadsNoImages } from "../image-url.ts";
+import type { ChatCompletionRequest, ChatMessage, ResponseFormatParam } from "./request.ts";
 
 /** Fields accepted by the schema that this release answers with a clear 400. */
-function rejectUnsupported(request: ChatCompletionRequest): void {
+export function rejectUnsupported(request: ChatCompletionRequest): void {
   const unsupported = (param: string, what: string) => {
     throw new UnsupportedParameterError(`'${param}' is not supported yet: ${what}.`, param);
   };
@@ -58,53 +34,15 @@ function rejectUnsupported(request: ChatCompletionRequest): void {
   }
 }
 
-/** Request parameters a model may not support, each with the value that asks nothing of it. */
-const CHECKED_PARAMETERS: ReadonlyArray<[keyof ChatCompletionRequest, unknown]> = [
-  ["frequency_penalty", 0],
-  ["presence_penalty", 0],
-  ["logit_bias", undefined],
-  ["logprobs", false],
-  ["top_logprobs", undefined],
-  ["n", 1],
-  ["seed", undefined],
-  ["stop", undefined],
-  ["response_format", undefined],
-  ["tools", undefined],
-  ["tool_choice", undefined],
-  ["parallel_tool_calls", undefined],
-  ["temperature", undefined],
-  ["top_p", undefined],
-];
+/** The vendor sampling fields a chat request may carry at its top level (see `GenerationRequest.vendor`). */
+export const CHAT_VENDOR_FIELDS = ["top_k", "min_p", "repetition_penalty", "reasoning_effort", "chat_template_kwargs"] as const;
 
-/** Vendor sampling fields a request may carry (see `GenerationRequest.vendor`). */
-const VENDOR_PARAMETERS = ["top_k", "min_p", "repetition_penalty", "reasoning_effort", "chat_template_kwargs"] as const;
-
-/**
- * Refuses what this model's engine would not honour (an upstream that silently ignores a field,
- * say) with a 400 naming the parameter, and collects the vendor fields it allows.
- */
-function checkModelSupports(request: ChatCompletionRequest, model: CatalogModel): Record<string, unknown> | undefined {
-  const { supportedParameters, vendorFields } = model.engine.capabilities();
-  for (const [param, neutral] of CHECKED_PARAMETERS) {
-    const value = request[param];
-    if (value == null || value === neutral || (Array.isArray(value) && value.length === 0)) continue;
-    if (supportedParameters.includes(param)) continue;
-    throw new UnsupportedParameterError(
-      `Model '${model.id}' does not support '${param}'. GET /v1/models lists each model's supported_parameters.`,
-      param,
-    );
-  }
+/** The vendor fields the request sets, as sent; undefined when none. */
+export function vendorFieldsOf(request: ChatCompletionRequest): Record<string, unknown> | undefined {
   let vendor: Record<string, unknown> | undefined;
-  for (const param of VENDOR_PARAMETERS) {
-    const value = request[param];
-    if (value == null) continue;
-    if (!vendorFields.includes(param)) {
-      throw new UnsupportedParameterError(
-        `Model '${model.id}' does not take '${param}': vendor sampling fields pass only to models whose entry allows them. GET /v1/models lists each model's supported_parameters.`,
-        param,
-      );
-    }
-    (vendor ??= {})[param] = value;
+  for (const field of CHAT_VENDOR_FIELDS) {
+    const value = request[field];
+    if (value != null) (vendor ??= {})[field] = value;
   }
   return vendor;
 }
@@ -135,13 +73,7 @@ function messageContent(message: ChatMessage, index: number, inputs: ModelInputs
           parts.push({ type: "text", text: part.refusal });
           return part.refusal;
         case "image_url": {
-          if (!inputs.images) {
-            throw new InvalidRequestError(
-              "This model does not accept images (image_url content parts); it reads text only. GET /v1/models lists each model's input modalities.",
-              param,
-              "model_does_not_support_images",
-            );
-          }
+          if (!inputs.images) throw modelReadsNoImages(param, "image_url content parts");
           const problem = imageUrlProblem(part.image_url.url);
           if (problem !== undefined) throw new InvalidRequestError(`Invalid image in '${param}': ${problem}.`, param, "invalid_image_url");
           const image: EngineImage = part.image_url.detail == null ? { url: part.image_url.url } : { url: part.image_url.url, detail: part.image_url.detail };
@@ -282,15 +214,8 @@ export function toGenerationRequest(request: ChatCompletionRequest, inputs: Mode
   };
 }
 
-/** A validated request mapped to the engine's form: cheap work, bounded by the request caps. Nothing rendered or tokenized yet. */
-export type ParsedChatCompletion = Omit<ChatCompletionJob, "prepared"> & {
-  request: GenerationRequest;
-  /** The request's image URLs (data URLs too), each with its place, for the image URL policy: admission checks them before anything goes upstream. */
-  imageUrls: ImageUrlPart[];
-};
-
 /** Every `image_url` part's URL, with its param (`messages[2].content[1].image_url.url`). */
-function imageUrlsOf(request: ChatCompletionRequest): ImageUrlPart[] {
+export function imageUrlsOf(request: ChatCompletionRequest): ImageUrlPart[] {
   const found: ImageUrlPart[] = [];
   request.messages.forEach((message, index) => {
     if (!Array.isArray(message.content)) return;
@@ -299,75 +224,5 @@ function imageUrlsOf(request: ChatCompletionRequest): ImageUrlPart[] {
     });
   });
   return found;
-}
-
-/**
- * Validates the body, finds the model and maps the request to the engine's form. Cheap (linear
- * in the body, which the request caps bound): no schema translation, grammar, template or
- * tokenizer runs here. Throws typed API errors.
- */
-export function parseChatCompletion(catalog: Catalog, body: unknown): ParsedChatCompletion {
-  // A large body was validated already, off the event loop, by the body worker.
-  const request = validatedInWorker(body) ? (body as ChatCompletionRequest) : parseWithSchema(chatCompletionRequestSchema, body);
-  const model = catalog.get(request.model);
-  rejectUnsupported(request);
-  const vendor = checkModelSupports(request, model);
-  const generationRequest = toGenerationRequest(request, { images: model.engine.capabilities().inputModalities.includes("image") });
-  if (vendor !== undefined) generationRequest.vendor = vendor;
-  if (request.stream !== true) generationRequest.buffered = true;
-  const choice = generationRequest.toolChoice;
-  return {
-    id: `chatcmpl-${pooledRandomBytes(18).toString("base64url")}`,
-    created: Math.floor(Date.now() / 1000),
-    model,
-    stream: request.stream === true,
-    includeUsage: request.stream_options?.include_usage === true,
-    toolCallsOnly: generationRequest.tools !== undefined && (choice === "required" || typeof choice === "object"),
-    logprobs: request.logprobs === true,
-    request: generationRequest,
-    imageUrls: imageUrlsOf(request),
-  };
-}
-
-/**
- * What a request will cost at least, known before its prompt is rendered or tokenized (from the
- * engine's cheap `boundPrompt`): the refusals that must come before the expensive work use it.
- */
-export type CheapBound = {
-  /** The prompt has at least this many tokens. */
-  promptTokens: number;
-  /** Completion tokens the hold will reserve at least (all choices): `n × max_tokens`, or what the context leaves. */
-  completionTokens: number;
-  /** Prompt + reserved completion tokens at least: the lower bound of what rate limits will charge. */
-  tokens: number;
-};
-
-/**
- * Lower bounds of what `prepare` will count, from the engine's bounds on the prompt. With
- * `max_tokens` given, each choice reserves it; without, each reserves what the context leaves
- * after the prompt, which is least for the longest prompt that still fits.
- * Throws `ModelNotReadyError` (503) when the model is not ready.
- */
-export function cheapBound(parsed: ParsedChatCompletion): CheapBound {
-  const { request, model } = parsed;
-  const bound = model.engine.boundPrompt(request);
-  const contextLength = model.engine.info()?.contextLength;
-  let perChoice: number;
-  let promptForLimits = bound.atLeast;
-  if (request.maxTokens !== undefined) perChoice = request.maxTokens;
-  else if (contextLength === undefined) perChoice = 1;
-  else {
-    const longest = Math.max(bound.atLeast, Math.min(bound.atMost, contextLength - 1));
-    perChoice = Math.max(1, contextLength - longest);
-    promptForLimits = longest;
-  }
-  const completionTokens = perChoice * request.choices;
-  return { promptTokens: bound.atLeast, completionTokens, tokens: promptForLimits + completionTokens };
-}
-
-/** Renders and tokenizes the request (the engine's `prepare`: schema translation, grammar, template). */
-export async function prepareParsed(parsed: ParsedChatCompletion): Promise<ChatCompletionJob> {
-  const { request, imageUrls: _checkedAtAdmission, ...job } = parsed;
-  return { ...job, prepared: await parsed.model.engine.prepare(request) };
 }
 

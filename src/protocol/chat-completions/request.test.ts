@@ -4,9 +4,9 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { chatCompletionRequestSchema, REQUEST_LIMITS } from "./chat-completion-request.ts";
-import { InvalidRequestError } from "./errors.ts";
-import { parseWithSchema } from "./parse.ts";
+import { chatCompletionRequestSchema, REQUEST_LIMITS } from "./request.ts";
+import { InvalidRequestError } from "../errors.ts";
+import { parseWithSchema } from "../parse.ts";
 
 const base = { model: "m", messages: [{ role: "user", content: "Hi" }] };
 

@@ -1,21 +1,28 @@
 /**
- * Engine parts → OpenAI responses: the whole completion (one choice per `n`) or the streamed
+ * Generation parts → chat completions: the whole completion (one choice per `n`) or the streamed
  * chunks (a role chunk per choice, deltas interleaved across choices, a finish chunk per choice,
- * the usage chunk last when asked). Free of HTTP and billing: `run.ts` drives it.
+ * the usage chunk last when asked): the chat dialect's other half of the generation core. Free of
+ * HTTP and billing: the shared run (`http/generation/run.ts`) drives it.
  */
-import type { GenerationUsage, RunningGeneration, TokenLogprob } from "../../../engines/engine.ts";
-import {
-  usageOf,
-  type ChatCompletion,
-  type ChatCompletionChunk,
-  type ChoiceLogprobs,
-  type FinishReason,
-  type ToolCallObject,
-} from "../../../protocol/chat-completion-response.ts";
-import type { ChatCompletionJob } from "./serving.ts";
+import { overallFinishReason, type GenerationOutcome, type GenerationOutput, type TokenLogprob } from "../generation.ts";
+import { usageOf, type ChatCompletion, type ChatCompletionChunk, type ChoiceLogprobs, type FinishReason, type ToolCallObject } from "./response.ts";
 
-/** How a request ended: its finish reason (`cancelled` if any choice was cut) and its usage with the usage's source. */
-export type CompletionOutcome = { finishReason: FinishReason | "cancelled"; usage: GenerationUsage };
+/** What a chat reply says besides its generated content. */
+export type ChatReplyShape = {
+  id: string;
+  /** Seconds since the epoch. */
+  created: number;
+  /** The model's id as the client named it. */
+  model: string;
+  /** How many choices were generated (`n`). */
+  choices: number;
+  /** A stream ends with a usage chunk (`stream_options.include_usage`). */
+  includeUsage: boolean;
+  /** The reply can only be tool calls (`tool_choice` required or named): its first delta's content is null. */
+  toolCallsOnly: boolean;
+  /** Whether choices carry `logprobs`. */
+  logprobs: boolean;
+};
 
 /** The wire form of engine log probabilities. */
 function toWireLogprobs(tokens: readonly TokenLogprob[]): ChoiceLogprobs {
@@ -30,18 +37,12 @@ function toWireLogprobs(tokens: readonly TokenLogprob[]): ChoiceLogprobs {
   };
 }
 
-/** The request's finish reason for logs and billing: `cancelled` if any choice was cut short, else the first choice's. */
-function overallFinishReason(reasons: ReadonlyArray<FinishReason | "cancelled" | undefined>): FinishReason | "cancelled" {
-  if (reasons.some((reason) => reason === undefined || reason === "cancelled")) return "cancelled";
-  return reasons[0]!;
-}
-
 /** Runs a non-streamed request to its end and builds the response (one choice per `n`). */
 export async function completeChatCompletion(
-  job: ChatCompletionJob,
-  generation: RunningGeneration,
-): Promise<{ completion: ChatCompletion; outcome: CompletionOutcome }> {
-  const choices = job.prepared.choices;
+  job: ChatReplyShape,
+  generation: GenerationOutput,
+): Promise<{ completion: ChatCompletion; outcome: GenerationOutcome }> {
+  const choices = job.choices;
   const contents = Array.from({ length: choices }, () => "");
   const reasonings = Array.from({ length: choices }, () => "");
   const logprobs = Array.from({ length: choices }, (): TokenLogprob[] => []);
@@ -68,14 +69,14 @@ export async function completeChatCompletion(
     }
   }
   const usage = generation.usage();
-  const outcome: CompletionOutcome = { finishReason: overallFinishReason(reasons), usage };
+  const outcome: GenerationOutcome = { finishReason: overallFinishReason(reasons), usage };
   return {
     outcome,
     completion: {
       id: job.id,
       object: "chat.completion",
       created: job.created,
-      model: job.model.id,
+      model: job.model,
       system_fingerprint: null,
       choices: contents.map((content, index) => {
         const reason = reasons[index];
@@ -106,9 +107,9 @@ export async function completeChatCompletion(
  * `outcome` is filled in when every choice has finished. A cancelled choice gets no finish chunk.
  */
 export async function* streamChatCompletion(
-  job: ChatCompletionJob,
-  generation: RunningGeneration,
-  outcome: { value?: CompletionOutcome },
+  job: ChatReplyShape,
+  generation: GenerationOutput,
+  outcome: { value?: GenerationOutcome },
 ): AsyncGenerator<ChatCompletionChunk> {
   const chunk = (
     index: number,
@@ -119,12 +120,12 @@ export async function* streamChatCompletion(
     id: job.id,
     object: "chat.completion.chunk",
     created: job.created,
-    model: job.model.id,
+    model: job.model,
     system_fingerprint: null,
     choices: [{ index, delta, logprobs, finish_reason: finishReason }],
     ...(job.includeUsage ? { usage: null } : {}),
   });
-  const choices = job.prepared.choices;
+  const choices = job.choices;
   for (let index = 0; index < choices; index++) yield chunk(index, { role: "assistant", content: job.toolCallsOnly ? null : "", refusal: null }, null);
   const reasons = new Array<FinishReason | "cancelled" | undefined>(choices).fill(undefined);
   for await (const part of generation.parts) {
@@ -156,7 +157,7 @@ export async function* streamChatCompletion(
       id: job.id,
       object: "chat.completion.chunk",
       created: job.created,
-      model: job.model.id,
+      model: job.model,
       system_fingerprint: null,
       choices: [],
       usage: usageOf(usage),

@@ -1,0 +1,102 @@
+/**
+ * Admission of one generation request of any dialect, cheapest refusal first, free of HTTP: nothing the request
+ * controls is translated (schemas), built (grammars), rendered (templates) or tokenized before
+ * the key may use the model, its rate limits admit it and its account could pay. In order:
+ *
+ * 1. parse and map (linear in the body, which the request caps bound);
+ * 2. model permission (403);
+ * 3. rate limits on a lower bound of the tokens (429), from the engine's cheap `boundPrompt`;
+ * 4. a quota pre-check on the lower bounds, writing nothing (429 `insufficient_quota`);
+ * 5. the image URL policy (400 `image_url_not_allowed`; looks up image hosts, a few seconds at
+ *    most): before `prepare`, which may already send the messages upstream to count them;
+ * 6. the engine's `prepare` (the expensive work), then the exact rate-limit charge and the hold.
+ *
+ * Rate limits charge the lower bound first and are raised to the exact count once the prompt is
+ * tokenized. Not the upper bound: it counts every byte as a token plus the template's overheads,
+ * so it would refuse as "too large" requests that fit a small tokens-per-minute limit, and crowd
+ * out concurrent requests until the refund. The lower bound already refuses a key over its
+ * request limit or out of tokens before the expensive work; what it lets through is bounded by
+ * the request caps, and the raise still refuses it over the limit. A request refused after its
+ * limits admitted it (a 400 from `prepare`, a quota refusal) gets its tokens back but keeps its
+ * request counted: a flood of bad requests is rate limited too.
+ */
+import type { ApiKeyRecord } from "../../auth/api-keys.ts";
+import type { Admission, Metering } from "../../billing/metering.ts";
+import type { Catalog } from "../../catalog/catalog.ts";
+import type { LimitAdmission, RequestLimits } from "../../limits/request-limits.ts";
+import { ImageUrlGuard } from "../image-urls/image-url-guard.ts";
+import { cheapBound } from "./cheap-bound.ts";
+import type { GenerationJob, ParsedGeneration } from "./dialect.ts";
+
+export type AdmitDependencies = {
+  catalog: Catalog;
+  metering: Metering;
+  limits: RequestLimits;
+  /** Which image URLs may go upstream (`--image-urls`); the default policy (public https) when absent. */
+  imageUrls?: ImageUrlGuard;
+};
+
+const DEFAULT_IMAGE_URLS = new ImageUrlGuard({ policy: "public-https" });
+
+export type AdmitRequest = {
+  /** The request body as received (validated here). */
+  body: unknown;
+  key: ApiKeyRecord;
+  requestId: string;
+  /** The request was counted against the requests-per-minute limits on its headers already (a large body). */
+  requestCounted?: boolean;
+  /** Called once rate limits admitted the request, before anything else may refuse it (for response headers). */
+  onLimited?: (limited: LimitAdmission) => void;
+  /** Told of a rate-limit refund that failed (the request goes on). */
+  onRefundError?: (error: unknown) => void;
+};
+
+export type AdmittedGeneration<Shape> = {
+  job: GenerationJob<Shape>;
+  /** The rate-limit charge: `finish` it with the tokens used when the request ends. */
+  limited: LimitAdmission;
+  /** The hold: `settle` it when the request ends. */
+  admission: Admission;
+};
+
+/**
+ * Admits a request (see the file's comment for the order) or throws the typed API error of the
+ * first check that refuses it; a refusal after the rate limits admitted it gives their tokens
+ * back. `parse` is the dialect's (validate, find the model, map to the generation request).
+ */
+export async function admitGeneration<Shape>(
+  dependencies: AdmitDependencies,
+  input: AdmitRequest,
+  parse: (catalog: Catalog, body: unknown) => ParsedGeneration<Shape>,
+): Promise<AdmittedGeneration<Shape>> {
+  const { catalog, metering, limits } = dependencies;
+  const { key } = input;
+  const parsed = parse(catalog, input.body);
+  // The plan and balance in one query: the quota pre-check below costs no round trip of its own.
+  const { plan, balance } = await metering.standingOf(key);
+  metering.checkModel(key, plan, parsed.model);
+  const least = cheapBound(parsed);
+  const limited = await limits.admit({ key, plan, tokens: least.tokens, requestCounted: input.requestCounted });
+  input.onLimited?.(limited);
+  try {
+    metering.checkQuota({ key, model: parsed.model, balance, promptTokens: least.promptTokens, completionTokens: least.completionTokens });
+    if (parsed.imageUrls.length > 0) await (dependencies.imageUrls ?? DEFAULT_IMAGE_URLS).check(parsed.imageUrls);
+    const job: GenerationJob<Shape> = { model: parsed.model, stream: parsed.stream, shape: parsed.shape, prepared: await parsed.model.engine.prepare(parsed.request) };
+    // Every choice may use max_tokens.
+    await limited.raise(job.prepared.promptTokens + job.prepared.maxTokens * job.prepared.choices);
+    const admission = await metering.admit({
+      key,
+      plan,
+      model: job.model,
+      promptTokens: job.prepared.promptTokens,
+      maxTokens: job.prepared.maxTokens,
+      choices: job.prepared.choices,
+      requestId: input.requestId,
+      stream: job.stream,
+    });
+    return { job, limited, admission };
+  } catch (error) {
+    await limited.finish(0).catch((refundError: unknown) => input.onRefundError?.(refundError));
+    throw error;
+  }
+}

@@ -1,0 +1,43 @@
+/**
+ * The cheap bound on what a request will cost, known before its prompt is rendered or tokenized:
+ * computed once per request, from the engine's `boundPrompt`, for the refusals (rate limits,
+ * quota) that must come before the expensive work.
+ */
+import type { ParsedGeneration } from "./dialect.ts";
+
+/**
+ * What a request will cost at least, known before its prompt is rendered or tokenized (from the
+ * engine's cheap `boundPrompt`): the refusals that must come before the expensive work use it.
+ */
+export type CheapBound = {
+  /** The prompt has at least this many tokens. */
+  promptTokens: number;
+  /** Completion tokens the hold will reserve at least (all choices): `n × max_tokens`, or what the context leaves. */
+  completionTokens: number;
+  /** Prompt + reserved completion tokens at least: the lower bound of what rate limits will charge. */
+  tokens: number;
+};
+
+/**
+ * Lower bounds of what `prepare` will count, from the engine's bounds on the prompt. With
+ * `max_tokens` given, each choice reserves it; without, each reserves what the context leaves
+ * after the prompt, which is least for the longest prompt that still fits.
+ * Throws `ModelNotReadyError` (503) when the model is not ready.
+ */
+export function cheapBound(parsed: Pick<ParsedGeneration<unknown>, "request" | "model">): CheapBound {
+  const { request, model } = parsed;
+  const bound = model.engine.boundPrompt(request);
+  const contextLength = model.engine.info()?.contextLength;
+  let perChoice: number;
+  let promptForLimits = bound.atLeast;
+  if (request.maxTokens !== undefined) perChoice = request.maxTokens;
+  else if (contextLength === undefined) perChoice = 1;
+  else {
+    const longest = Math.max(bound.atLeast, Math.min(bound.atMost, contextLength - 1));
+    perChoice = Math.max(1, contextLength - longest);
+    promptForLimits = longest;
+  }
+  const completionTokens = perChoice * request.choices;
+  return { promptTokens: bound.atLeast, completionTokens, tokens: promptForLimits + completionTokens };
+}
+
