@@ -14,7 +14,7 @@ import { InsufficientQuotaError, MeteringBehindError, ModelNotAllowedError } fro
 import { CreditLeases, type BatchEvent, type LeaseSettings } from "./credit-leases.ts";
 import { costOf, worstCaseCost } from "../protocol/price.ts";
 import { findAccountPlan, findAccountStanding } from "./plans-store.ts";
-import type { Plan } from "./plans.ts";
+import type { Plan } from "../protocol/plans.ts";
 import { recordUsage } from "./usage.ts";
 import { isDatabaseUnavailable } from "../store/errors.ts";
 import { newId } from "../store/ids.ts";

@@ -6,7 +6,7 @@
  * then raises the charge to the exact count (`raise`).
  */
 import type { ApiKeyRecord } from "../auth/api-keys.ts";
-import type { Plan } from "../billing/plans.ts";
+import type { Plan } from "../protocol/plans.ts";
 import { RateLimitExceededError } from "../protocol/errors.ts";
 import { mostRestrictive, rateLimitHeaders, retryAfterSeconds } from "./headers.ts";
 import type { LimitCheck, LimitDecision, LimitState, RateLimiter } from "./rate-limiter.ts";
