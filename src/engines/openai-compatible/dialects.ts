@@ -21,7 +21,7 @@
  *   or off.
  * - OpenAI: everything; `reasoning_effort` for reasoning models.
  */
-import type { UpstreamKind, VendorField } from "../../config/schema.ts";
+import type { UpstreamKind, VendorField } from "./config-schema.ts";
 import { CHAT_PARAMETERS, type ChatParameter, type GenerationRequest } from "../engine.ts";
 import { UnsupportedParameterError } from "../../protocol/errors.ts";
 
