@@ -27,7 +27,8 @@ const FORBIDDEN: Readonly<Record<string, readonly string[]>> = {
   auth: ["accounts", "billing", "catalog", "cli", "config", "engines", "http", "main.ts", "metrics"],
   catalog: ["accounts", "auth", "billing", "cli", "config", "http", "limits", "main.ts", "metrics", "store"],
   metrics: ["accounts", "auth", "billing", "catalog", "cli", "config", "http", "limits", "main.ts", "store"],
-  billing: ["accounts", "cli", "config", "http", "limits", "main.ts", "metrics"],
+  // Billing meters usage, a protocol shape (`protocol/generation.ts`), never an engine.
+  billing: ["accounts", "cli", "config", "engines", "http", "limits", "main.ts", "metrics"],
   accounts: ["catalog", "cli", "config", "engines", "http", "limits", "main.ts", "metrics"],
   http: ["cli", "main.ts"],
   "main.ts": ["cli"],

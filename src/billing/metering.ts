@@ -8,7 +8,7 @@
 import type { Kysely } from "kysely";
 import type { ApiKeyRecord } from "../auth/api-keys.ts";
 import type { CatalogModel } from "../catalog/catalog.ts";
-import type { GenerationUsage } from "../engines/engine.ts";
+import type { GenerationUsage } from "../protocol/generation.ts";
 import type { Database } from "../store/schema.ts";
 import { InsufficientQuotaError, MeteringBehindError, ModelNotAllowedError } from "../protocol/errors.ts";
 import { CreditLeases, type BatchEvent, type LeaseSettings } from "./credit-leases.ts";
