@@ -27,7 +27,7 @@ import { closeStaleHolds } from "./billing/lease-store.ts";
 import { listPlans, syncConfigPlans } from "./billing/plans-store.ts";
 import { createStripeClient, type StripeClientSettings } from "./billing/stripe/stripe-client.ts";
 import { CHECKOUT_LIMITS } from "./billing/stripe/route.ts";
-import { moneyPrices } from "./billing/credit-value.ts";
+import { moneyPrices } from "./protocol/credit-value.ts";
 import { sweepSessions } from "./auth/sessions.ts";
 import { consoleSessions } from "./http/middleware/console-session/console-session.ts";
 import { createHostPolicy, WILDCARD_LISTEN } from "./http/middleware/allowed-hosts/allowed-hosts.ts";

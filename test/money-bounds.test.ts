@@ -10,7 +10,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { createAccount } from "../src/accounts/accounts.ts";
-import { MAX_CREDIT, MAX_PLAN_DAYS } from "../src/billing/money-bounds.ts";
+import { MAX_CREDIT, MAX_PLAN_DAYS } from "../src/protocol/money-bounds.ts";
 import { openStore } from "../src/store/open.ts";
 import { ConsoleClient } from "./helpers/console.ts";
 import { startTestServer, storiesModel, temporaryDirectory, type TestServer } from "./helpers/server.ts";

@@ -16,7 +16,7 @@ import Stripe from "stripe";
 import { createAccount } from "../src/accounts/accounts.ts";
 import { createApiKey } from "../src/auth/api-keys.ts";
 import { checkLedger } from "../src/billing/ledger.ts";
-import { planSchema } from "../src/billing/plans.ts";
+import { planSchema } from "../src/protocol/plans.ts";
 import { recordCheckoutSession } from "../src/billing/stripe/purchases.ts";
 import { startFakeStripeApi, type FakeStripeApi } from "../src/billing/stripe/fake-stripe-api.ts";
 import { openStore } from "../src/store/open.ts";

@@ -9,7 +9,7 @@ import { checkLedger } from "./ledger.ts";
 import { createCodes, generateCode, hashCode, listCodes, normalizeCode, redeemCode } from "./codes.ts";
 import { BalanceLimitExceededError, CodeAlreadyRedeemedError, CodeNotFoundError, PlanNotFoundError, PlanOutOfBoundsError } from "./errors.ts";
 import { grantCredit } from "./ledger.ts";
-import { MAX_CREDIT } from "./money-bounds.ts";
+import { MAX_CREDIT } from "../protocol/money-bounds.ts";
 import { savePlan } from "./plans-store.ts";
 
 describe("code format", () => {

@@ -10,7 +10,7 @@ import type { Database } from "../store/schema.ts";
 import { CodeAlreadyRedeemedError, CodeNotFoundError, PlanNotFoundError, PlanOutOfBoundsError } from "./errors.ts";
 import { grantPlan } from "./grant-plan.ts";
 import { findPlan } from "./plans-store.ts";
-import { planOutOfBounds, type Plan } from "./plans.ts";
+import { planOutOfBounds, type Plan } from "../protocol/plans.ts";
 
 /** Crockford's base32 without I, L, O, U: easy to read aloud and type. */
 const ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";

@@ -51,7 +51,7 @@ import { newId } from "../store/ids.ts";
 import { placeHold, settleHold } from "./ledger.ts";
 import { closeLease, writeUsageBatch, type CheckpointRow, type LateCharge, type UsageRow } from "./lease-store.ts";
 import { InsufficientQuotaError } from "../protocol/errors.ts";
-import { MAX_CREDIT } from "./money-bounds.ts";
+import { MAX_CREDIT } from "../protocol/money-bounds.ts";
 
 export type LeaseSettings = {
   /** How often the group commit runs. */

@@ -7,7 +7,7 @@
 import type { Kysely } from "kysely";
 import type { Database } from "../store/schema.ts";
 import { grantCredit } from "./ledger.ts";
-import type { Plan } from "./plans.ts";
+import type { Plan } from "../protocol/plans.ts";
 
 /**
  * @param source unique per grant (`admin:<id>`, `code:<hash>`): a second

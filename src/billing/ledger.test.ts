@@ -9,7 +9,7 @@ import { InsufficientQuotaError } from "../protocol/errors.ts";
 import { backends, openTestDatabase, type TestDatabase } from "../../test/helpers/databases.ts";
 import { BalanceLimitExceededError, PlanOutOfBoundsError } from "./errors.ts";
 import { checkLedger, expireDueCredit, grantCredit, placeHold, releaseHold, settleHold, sweepHolds } from "./ledger.ts";
-import { MAX_CREDIT, MAX_PLAN_DAYS } from "./money-bounds.ts";
+import { MAX_CREDIT, MAX_PLAN_DAYS } from "../protocol/money-bounds.ts";
 
 const DAY = 24 * 60 * 60 * 1000;
 

@@ -36,7 +36,7 @@ import { ledgerStatementsOf, type HoldInput, type LedgerStatements } from "./led
 import { addEntry, consumeLots, insertUsage } from "./ledger-statements/writes.ts";
 import { InsufficientQuotaError } from "../protocol/errors.ts";
 import { BalanceLimitExceededError, PlanOutOfBoundsError } from "./errors.ts";
-import { MAX_CREDIT, MAX_PLAN_DAYS } from "./money-bounds.ts";
+import { MAX_CREDIT, MAX_PLAN_DAYS } from "../protocol/money-bounds.ts";
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 

@@ -8,13 +8,13 @@
 import type { Kysely } from "kysely";
 import type { ApiKeyRecord } from "../auth/api-keys.ts";
 import type { CatalogModel } from "../catalog/catalog.ts";
-import type { GenerationUsage } from "../engines/engine.ts";
+import type { GenerationUsage } from "../protocol/generation.ts";
 import type { Database } from "../store/schema.ts";
 import { InsufficientQuotaError, MeteringBehindError, ModelNotAllowedError } from "../protocol/errors.ts";
 import { CreditLeases, type BatchEvent, type LeaseSettings } from "./credit-leases.ts";
 import { costOf, worstCaseCost } from "../protocol/price.ts";
 import { findAccountPlan, findAccountStanding } from "./plans-store.ts";
-import type { Plan } from "./plans.ts";
+import type { Plan } from "../protocol/plans.ts";
 import { recordUsage } from "./usage.ts";
 import { isDatabaseUnavailable } from "../store/errors.ts";
 import { newId } from "../store/ids.ts";

@@ -4,7 +4,7 @@
  */
 import type { Kysely } from "kysely";
 import type { Database, PlanTable } from "../store/schema.ts";
-import type { Plan } from "./plans.ts";
+import type { Plan } from "../protocol/plans.ts";
 
 function toPlan(row: PlanTable): Plan {
   return {

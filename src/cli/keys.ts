@@ -3,7 +3,7 @@
  * is the last line of stdout, with `--json` it is the `key` field. `--scope` (or `--admin`) sets
  * what the key may reach; an admin-scoped key needs an admin account (or none: the operator's).
  */
-import { MAX_CREDIT } from "../billing/money-bounds.ts";
+import { MAX_CREDIT } from "../protocol/money-bounds.ts";
 import type { Command } from "commander";
 import { createApiKey, listApiKeys, revokeApiKey, type ApiKeyRecord } from "../auth/api-keys.ts";
 import { KEY_SCOPES, type KeyScope } from "../auth/key-scopes.ts";

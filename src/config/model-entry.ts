@@ -1,8 +1,13 @@
 /**
  * A model entry of the settings: where the model comes from (a GGUF file, a download, or a pool
- * of OpenAI-compatible servers), its limits and its prices.
+ * of OpenAI-compatible servers), its limits and its prices. Each engine owns the options it
+ * reads (`engines/llamacpp/config-schema.ts`, `engines/openai-compatible/config-schema.ts`);
+ * this file composes them with what every model has (id, owner, prices, modalities) and the
+ * checks across engines (exactly one source; images and vendor fields for upstreams only).
  */
 import { z } from "zod";
+import { llamaCppModelOptionsSchema } from "../engines/llamacpp/config-schema.ts";
+import { upstreamModelOptionsSchema } from "../engines/openai-compatible/config-schema.ts";
 
 /** Prices in credit units per million tokens. A model without prices costs nothing. */
 export const pricingSchema = z.object({
@@ -13,92 +18,17 @@ export const pricingSchema = z.object({
 
 const modelIdPattern = /^[A-Za-z0-9][A-Za-z0-9._:@/-]*$/;
 
-/** The kinds of upstream server Turnpike speaks to; each has its own dialect (see `engines/openai-compatible/dialects.ts`). */
-export const UPSTREAM_KINDS = ["vllm", "sglang", "llama-server", "ollama", "openai"] as const;
-export type UpstreamKind = (typeof UPSTREAM_KINDS)[number];
-
-/** Vendor sampling fields a model entry may let requests pass through to its engine. */
-export const VENDOR_FIELDS = ["top_k", "min_p", "repetition_penalty", "reasoning_effort", "chat_template_kwargs"] as const;
-export type VendorField = (typeof VENDOR_FIELDS)[number];
-
-const upstreamUrlSchema = z.string().regex(/^https?:\/\/[^\s]+$/, "must be an http:// or https:// URL");
-
-/**
- * One member of a pool: its base URL, or `{url, name}`. The name labels it in `/metrics` and the
- * logs (default `<model id>#<index>`); the URL appears only in the log.
- */
-export const upstreamMemberSchema = z.union([
-  upstreamUrlSchema,
-  z.object({
-    url: upstreamUrlSchema,
-    name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, "must be 1 to 64 letters, digits and . _ - (starting with a letter or digit)"),
-  }),
-]);
-export type UpstreamMember = z.infer<typeof upstreamMemberSchema>;
-
-/** The JSON types a model entry may declare for a `chat_template_kwargs` key. */
-export const TEMPLATE_KWARG_TYPES = ["boolean", "string", "number", "integer"] as const;
-export type TemplateKwargType = (typeof TEMPLATE_KWARG_TYPES)[number];
-
-/** A pool of OpenAI-compatible servers serving one model. */
-export const upstreamSchema = z.object({
-  /** Detected by probing when absent. */
-  kind: z.enum(UPSTREAM_KINDS).optional(),
-  /** Base URLs ending in `/v1` (a missing `/v1` is added), or `{url, name}`; one per member of the pool. */
-  urls: z
-    .array(upstreamMemberSchema)
-    .min(1)
-    .max(256)
-    .refine((members) => {
-      const names = members.flatMap((member) => (typeof member === "string" ? [] : [member.name]));
-      return new Set(names).size === names.length;
-    }, "member names must be unique"),
-  /** The model's name upstream; default: the entry's id. */
-  model: z.string().min(1).optional(),
-  /** The environment variable holding the upstreams' API key (sent as a bearer token; never logged). */
-  api_key_env: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "must be an environment variable name").optional(),
-  /** Requests one member runs at once; more wait in the model's queue. */
-  max_in_flight: z.number().int().min(1).max(100_000).default(64),
-  /** Seconds to open a connection to a member before trying the next. */
-  connect_timeout: z.number().positive().max(600).default(5),
-  /** Seconds to wait for the first token before trying the next member (nothing was sent yet). */
-  first_token_timeout: z.number().positive().max(3600).default(60),
-  /** Seconds a stream may go without a chunk once it began before it is ended with an error. */
-  idle_timeout: z.number().positive().max(3600).default(60),
-  /** Members tried for one request at most (the first included). */
-  max_attempts: z.number().int().min(1).max(16).default(3),
-  /** Seconds between health probes of each member. */
-  health_interval: z.number().positive().max(3600).default(5),
-});
-
-export type UpstreamEntry = z.infer<typeof upstreamSchema>;
-
 export const modelEntrySchema = z
   .object({
     id: z.string().regex(modelIdPattern, "must start with a letter or digit and hold only letters, digits and . _ : @ / -"),
-    /** A local GGUF file. */
-    path: z.string().min(1).optional(),
-    /** `hf:owner/repo/file.gguf`, or an https URL: downloaded into `<data-dir>/models` on first start. */
-    hf: z.string().min(1).optional(),
-    /** Served by a pool of OpenAI-compatible servers instead of in this process. */
-    upstream: upstreamSchema.optional(),
-    /** Tokens per sequence (prompt + completion); default: the smaller of the model's training context and `context_size`. */
-    context_size: z.number().int().min(64).optional(),
-    /** For upstream models: tokens per request (prompt + completion); default: what the upstream reports. */
-    context_length: z.number().int().min(64).optional(),
-    /** Sequences served at once for this model; default: the global `parallel`. */
-    parallel: z.number().int().min(1).max(64).optional(),
+    /** The embedded engine's: `path` or `hf`, `context_size`, `parallel`. */
+    ...llamaCppModelOptionsSchema.shape,
+    /** The upstream engine's: `upstream`, `context_length`, `vendor_fields`, `chat_template_kwargs`. */
+    ...upstreamModelOptionsSchema.shape,
     owned_by: z.string().optional(),
     pricing: pricingSchema.optional(),
     /** What the model reads (`/v1/models` `modalities.input`); default `["text"]`. */
     input_modalities: z.array(z.enum(["text", "image"])).min(1).optional(),
-    /** Vendor sampling fields requests may pass through; default: those the upstream's kind understands (none for embedded models). */
-    vendor_fields: z.array(z.enum(VENDOR_FIELDS)).optional(),
-    /**
-     * The `chat_template_kwargs` keys requests may pass, each with its JSON type (e.g.
-     * `{ enable_thinking: "boolean" }`); others are refused. Absent: any key (within the request's bounds).
-     */
-    chat_template_kwargs: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "must be a template variable name"), z.enum(TEMPLATE_KWARG_TYPES)).optional(),
   })
   .refine((entry) => [entry.path, entry.hf, entry.upstream].filter((source) => source !== undefined).length === 1, {
     message: "needs exactly one of 'path' (a local GGUF file), 'hf' (hf:owner/repo/file.gguf) or 'upstream' (OpenAI-compatible servers)",

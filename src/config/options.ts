@@ -6,7 +6,7 @@
  */
 import os from "node:os";
 import { z } from "zod";
-import { creditValueSchema } from "../billing/credit-value.ts";
+import { creditValueSchema } from "../protocol/credit-value.ts";
 import { modelEntrySchema } from "./model-entry.ts";
 import { secretOrNull } from "./secret.ts";
 

@@ -3,11 +3,11 @@
  * flag, environment variable and default come from the table in `options.ts`.
  */
 import { z } from "zod";
-import { planSchema } from "../billing/plans.ts";
+import { planSchema } from "../protocol/plans.ts";
 import { serveOptions, type ServeOptions } from "./options.ts";
 
-export { DEFAULT_MODEL, modelEntrySchema, pricingSchema, TEMPLATE_KWARG_TYPES, UPSTREAM_KINDS, upstreamSchema, VENDOR_FIELDS } from "./model-entry.ts";
-export type { ModelEntry, TemplateKwargType, UpstreamEntry, UpstreamKind, VendorField } from "./model-entry.ts";
+export { DEFAULT_MODEL, modelEntrySchema, pricingSchema } from "./model-entry.ts";
+export type { ModelEntry } from "./model-entry.ts";
 
 type SettingsShape = { [Key in keyof ServeOptions]: z.ZodPrefault<ServeOptions[Key]["schema"]> };
 

@@ -4,10 +4,11 @@
  * `main.ts` and the catalog see only the `Engine` interface.
  */
 import type { Llama } from "node-llama-cpp";
-import type { ModelEntry } from "../config/schema.ts";
 import type { Engine, EngineStatus } from "./engine.ts";
+import type { LlamaCppModelOptions } from "./llamacpp/config-schema.ts";
 import { LlamaCppEngine } from "./llamacpp/llamacpp-engine.ts";
 import type { DownloadProgress, HuggingFaceHub } from "./llamacpp/model-file.ts";
+import type { UpstreamModelOptions } from "./openai-compatible/config-schema.ts";
 import { createUpstreamEngine } from "./openai-compatible/create.ts";
 import type { MemberOutcome } from "./openai-compatible/pool-types.ts";
 
@@ -33,9 +34,20 @@ export type EngineEnvironment = {
   onUpstreamOutcome: (modelId: string, memberId: string, outcome: MemberOutcome) => void;
 };
 
+/**
+ * A model entry as the engines read it: its id, what it reads, and each engine's own options
+ * (the settings' model entries are these; `config/` composes their schema from the engines').
+ */
+export type EngineEntry = LlamaCppModelOptions &
+  UpstreamModelOptions & {
+    id: string;
+    /** What the model reads; default text only. */
+    input_modalities?: readonly ("text" | "image")[];
+  };
+
 /** The engine for a model entry, not yet open (`open()` loads it or reaches its upstreams). */
-export function createEngine(entry: ModelEntry, environment: EngineEnvironment): Engine {
-  if (entry.upstream !== undefined) return createUpstreamEngine(entry as ModelEntry & { upstream: NonNullable<ModelEntry["upstream"]> }, environment);
+export function createEngine(entry: EngineEntry, environment: EngineEnvironment): Engine {
+  if (entry.upstream !== undefined) return createUpstreamEngine({ ...entry, upstream: entry.upstream }, environment);
   return new LlamaCppEngine({
     modelId: entry.id,
     source: entry.path !== undefined ? { path: entry.path } : { remote: entry.hf! },

@@ -15,12 +15,12 @@ import { registerMetricsRoute, type MetricsRouteOptions } from "./routes/metrics
 import { registerOpenApiRoute } from "./routes/openapi/route.ts";
 import { registerUsageRoutes } from "./routes/usage/route.ts";
 import { registerSettingsRoute } from "./routes/settings/route.ts";
-import type { CreditValue } from "../billing/credit-value.ts";
+import type { CreditValue } from "../protocol/credit-value.ts";
 import { registerBillingRoutes } from "./routes/billing/route.ts";
 import { registerBillingHistoryRoute } from "./routes/billing-history/route.ts";
 import { registerUsageExportRoute } from "./routes/usage-export/route.ts";
 import type Stripe from "stripe";
-import type { Plan } from "../billing/plans.ts";
+import type { Plan } from "../protocol/plans.ts";
 import { registerStripeRoutes } from "../billing/stripe/route.ts";
 import { closeCheckoutSession, findOpenCheckoutSession, grantCheckoutPurchase, recordCheckoutSession } from "../billing/stripe/purchases.ts";
 import { reverseCheckoutPurchase } from "../billing/stripe/reversals.ts";

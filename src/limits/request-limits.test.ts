@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import type { ApiKeyRecord } from "../auth/api-keys.ts";
-import type { Plan } from "../billing/plans.ts";
+import type { Plan } from "../protocol/plans.ts";
 import { RateLimitExceededError } from "../protocol/errors.ts";
 import { MemoryRateLimiter } from "./memory.ts";
 import { RequestLimits } from "./request-limits.ts";

@@ -5,14 +5,28 @@
  * that knows only a lower bound of the prompt when it admits (before tokenizing) charges that,
  * then raises the charge to the exact count (`raise`).
  */
-import type { ApiKeyRecord } from "../auth/api-keys.ts";
-import type { Plan } from "../billing/plans.ts";
+import type { Plan } from "../protocol/plans.ts";
 import { RateLimitExceededError } from "../protocol/errors.ts";
 import { mostRestrictive, rateLimitHeaders, retryAfterSeconds } from "./headers.ts";
 import type { LimitCheck, LimitDecision, LimitState, RateLimiter } from "./rate-limiter.ts";
 
+/**
+ * What the limits read of an API key (an `auth/` key record is one, so limits need not import
+ * auth, which builds on limits' Redis link): its own limits, its creators', its account.
+ */
+export type LimitedKey = {
+  id: string;
+  accountId: string | null;
+  /** Requests per minute; null: no limit of its own. */
+  rpm: number | null;
+  /** Tokens per minute (prompt + completion); null: no limit of its own. */
+  tpm: number | null;
+  /** The keys above this one that have limits: a key and everything it created share them. */
+  ancestorLimits?: readonly { id: string; rpm: number | null; tpm: number | null }[];
+};
+
 export type LimitInput = {
-  key: ApiKeyRecord;
+  key: LimitedKey;
   /** The account's plan (its limits apply to every key of the account); null when it has none. */
   plan: Plan | null;
   /** Prompt tokens plus the most the request may generate. */

@@ -6,8 +6,8 @@
  * server's own use.
  */
 import { z } from "zod";
-import { MAX_CREDIT } from "../billing/money-bounds.ts";
-import { planSchema } from "../billing/plans.ts";
+import { MAX_CREDIT } from "./money-bounds.ts";
+import { planSchema } from "./plans.ts";
 
 /** Key scopes, narrowest first (the values of `ApiKeyObject.scope`). */
 export const KEY_SCOPES = ["inference", "account", "admin"] as const;

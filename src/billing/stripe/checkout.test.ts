@@ -2,7 +2,7 @@ import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import type Stripe from "stripe";
 import { ApiError } from "../../protocol/errors.ts";
-import type { Plan } from "../plans.ts";
+import type { Plan } from "../../protocol/plans.ts";
 import { createCheckoutSession } from "./checkout.ts";
 import { describeStripeError } from "./errors.ts";
 import { startFakeStripeApi, type FakeStripeApi } from "./fake-stripe-api.ts";

@@ -1,6 +1,6 @@
 /** Starts a Stripe Checkout session for one plan, paid once (not a subscription). */
 import type Stripe from "stripe";
-import type { Plan } from "../plans.ts";
+import type { Plan } from "../../protocol/plans.ts";
 import { PaymentProviderError, PlanNotPurchasableError } from "./errors.ts";
 import type { CheckoutSession } from "../../protocol/account-api.ts";
 

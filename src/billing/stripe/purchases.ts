@@ -11,7 +11,7 @@ import type { Kysely } from "kysely";
 import type { Database } from "../../store/schema.ts";
 import { BalanceLimitExceededError } from "../errors.ts";
 import { grantCredit } from "../ledger.ts";
-import type { Plan } from "../plans.ts";
+import type { Plan } from "../../protocol/plans.ts";
 import type { ClosedSession, StripePurchase } from "./webhook.ts";
 
 /** A session as the checkout route hands it over, once Stripe made it. */

@@ -8,7 +8,7 @@ import { after, before, describe, it } from "node:test";
 import { createAccount } from "../../accounts/accounts.ts";
 import { backends, openTestDatabase, type TestDatabase } from "../../../test/helpers/databases.ts";
 import { checkLedger, grantCredit, placeHold, settleHold } from "../ledger.ts";
-import type { Plan } from "../plans.ts";
+import type { Plan } from "../../protocol/plans.ts";
 import { grantCheckoutPurchase, recordCheckoutSession } from "./purchases.ts";
 import { reverseCheckoutPurchase } from "./reversals.ts";
 import type { StripeReversal } from "./webhook.ts";

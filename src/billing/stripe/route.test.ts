@@ -7,7 +7,7 @@ import { InvalidApiKeyError } from "../../protocol/errors.ts";
 import { createAccount } from "../../accounts/accounts.ts";
 import { openTestDatabase, type TestDatabase } from "../../../test/helpers/databases.ts";
 import { checkLedger } from "../ledger.ts";
-import type { Plan } from "../plans.ts";
+import type { Plan } from "../../protocol/plans.ts";
 import { startFakeStripeApi, type FakeStripeApi } from "./fake-stripe-api.ts";
 import { closeCheckoutSession, findOpenCheckoutSession, grantCheckoutPurchase, recordCheckoutSession, type PurchaseOutcome } from "./purchases.ts";
 import { reverseCheckoutPurchase } from "./reversals.ts";

@@ -13,7 +13,7 @@
  */
 import type { FastifyInstance, FastifyRequest, preHandlerHookHandler } from "fastify";
 import type Stripe from "stripe";
-import type { Plan } from "../plans.ts";
+import type { Plan } from "../../protocol/plans.ts";
 import { parseWithSchema } from "../../protocol/parse.ts";
 import { checkoutRequestSchema } from "../../protocol/account-api-requests.ts";
 import { InvalidRequestError } from "../../protocol/errors.ts";

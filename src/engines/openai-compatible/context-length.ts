@@ -6,7 +6,7 @@
  * and the operator told to set `context_length`); OpenAI-compatible gateways (a Turnpike node,
  * OpenRouter, LiteLLM) list `context_length` or `context_window`; OpenAI itself says nothing: the entry must.
  */
-import type { UpstreamKind } from "../../config/schema.ts";
+import type { UpstreamKind } from "./config-schema.ts";
 import type { UpstreamClient } from "./upstream-client.ts";
 
 /** Ollama's default context when neither the entry nor the model sets one. */

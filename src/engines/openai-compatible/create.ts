@@ -2,9 +2,9 @@
  * Builds the engine of an upstream model entry: its pool of members, the API key the settings
  * read from the environment variable the entry names (never logged), and the engine over them.
  */
-import type { ModelEntry } from "../../config/schema.ts";
 import type { Engine } from "../engine.ts";
 import type { EngineEnvironment } from "../registry.ts";
+import type { UpstreamModelEntry } from "./config-schema.ts";
 import { OpenAiCompatibleEngine } from "./openai-compatible-engine.ts";
 import { createUpstreamPool, poolOptionsFromEntry } from "./pool.ts";
 import { memberName, memberUrl, normalizeBaseUrl, withoutCredentials } from "./upstream-url.ts";
@@ -13,7 +13,7 @@ import { memberName, memberUrl, normalizeBaseUrl, withoutCredentials } from "./u
  * The engine for an upstream entry, not yet open. Throws at start-up when the entry's
  * `api_key_env` names a variable that is not set (the message names the variable, never a value).
  */
-export function createUpstreamEngine(entry: ModelEntry & { upstream: NonNullable<ModelEntry["upstream"]> }, environment: EngineEnvironment): Engine {
+export function createUpstreamEngine(entry: UpstreamModelEntry, environment: EngineEnvironment): Engine {
   const upstream = entry.upstream;
   const apiKeyEnv = upstream.api_key_env;
   const apiKey = apiKeyEnv === undefined ? undefined : environment.upstreamApiKeys[apiKeyEnv];

@@ -14,7 +14,7 @@
  *   (`<architecture>.context_length`: the model's training context).
  * - OpenAI and other OpenAI-compatible servers: `GET /v1/models` alone.
  */
-import type { UpstreamKind } from "../../config/schema.ts";
+import type { UpstreamKind } from "./config-schema.ts";
 import { callJson } from "./upstream-json.ts";
 import { serverRoot } from "./upstream-url.ts";
 

@@ -21,7 +21,7 @@
  *   or off.
  * - OpenAI: everything; `reasoning_effort` for reasoning models.
  */
-import type { UpstreamKind, VendorField } from "../../config/schema.ts";
+import type { UpstreamKind, VendorField } from "./config-schema.ts";
 import type { GenerationRequest } from "../engine.ts";
 import { CHAT_PARAMETERS, parametersInUse, type ChatParameter } from "../parameters.ts";
 

@@ -13,7 +13,7 @@
  * holds the key. A failed probe takes the member out at once; a success after the cooldown brings
  * it back (see `PoolMember.probed`). The timer is `unref`ed: probes never keep the process alive.
  */
-import type { UpstreamKind } from "../../config/schema.ts";
+import type { UpstreamKind } from "./config-schema.ts";
 import type { PoolMember } from "./member.ts";
 import { callJson, type JsonAnswer } from "./upstream-json.ts";
 import { serverRoot } from "./upstream-url.ts";

@@ -7,7 +7,7 @@ import { test, after } from "node:test";
 import assert from "node:assert/strict";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { upstreamSchema, type UpstreamKind } from "../../config/schema.ts";
+import { upstreamSchema, type UpstreamKind } from "./config-schema.ts";
 import type { EngineMember, GenerationRequest, StreamPart } from "../engine.ts";
 import { ApiError, ContextLengthExceededError, UnsupportedParameterError, UpstreamError, UpstreamTimeoutError, UpstreamUnavailableError } from "../../protocol/errors.ts";
 import type { AcquireOptions, MemberOutcome, PoolLease, UpstreamPool } from "./pool-types.ts";

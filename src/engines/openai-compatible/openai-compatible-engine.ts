@@ -8,7 +8,7 @@
  * every byte a token, plus template overheads and a generous bound per image), and usage is
  * settled from what the upstream reports.
  */
-import type { TemplateKwargType, UpstreamEntry, UpstreamKind, VendorField } from "../../config/schema.ts";
+import type { TemplateKwargType, UpstreamEntry, UpstreamKind, VendorField } from "./config-schema.ts";
 import type {
   Engine,
   EngineCapabilities,

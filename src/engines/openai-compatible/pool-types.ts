@@ -2,7 +2,7 @@
  * The seam between the upstream engine (which speaks to one member at a time: body, stream,
  * retries) and its pool (which picks members, counts what runs on each, and watches their health).
  */
-import type { UpstreamKind } from "../../config/schema.ts";
+import type { UpstreamKind } from "./config-schema.ts";
 import type { EngineMember } from "../engine.ts";
 
 /** One upstream server of a pool. */

@@ -17,7 +17,7 @@
  * serving (all cooling down): `UpstreamUnavailableError` with retry-after = the shortest cooldown
  * left. A waiter whose signal aborts leaves the queue and gets the signal's reason.
  */
-import type { UpstreamEntry, UpstreamKind } from "../../config/schema.ts";
+import type { UpstreamEntry, UpstreamKind } from "./config-schema.ts";
 import { EngineOverloadedError, ShuttingDownError, UpstreamUnavailableError } from "../../protocol/errors.ts";
 import type { EngineMember } from "../engine.ts";
 import { detectKind } from "./detect.ts";

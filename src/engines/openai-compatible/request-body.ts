@@ -4,7 +4,7 @@
  * that many tokens per choice, so the upstream must never be left to pick its own).
  */
 import type { EngineContentPart, EngineMessage, GenerationRequest, ResponseFormat, ToolChoice, ToolDefinition } from "../engine.ts";
-import { VENDOR_FIELDS, type VendorField } from "../../config/schema.ts";
+import { VENDOR_FIELDS, type VendorField } from "./config-schema.ts";
 import type { Dialect } from "./dialects.ts";
 import { InvalidRequestError } from "../../protocol/errors.ts";
 

@@ -18,7 +18,7 @@
  * Prompts with images are counted only by llama-server's `input_tokens` (vLLM would fetch and
  * process them; `/apply-template` holds a marker in their place): else the upper bound covers them.
  */
-import type { UpstreamKind } from "../../config/schema.ts";
+import type { UpstreamKind } from "./config-schema.ts";
 import { callJson } from "./upstream-json.ts";
 import { serverRoot } from "./upstream-url.ts";
 

@@ -12,7 +12,7 @@
 import type { FastifyInstance, FastifyRequest, preHandlerHookHandler } from "fastify";
 import type { Kysely } from "kysely";
 import type { Database } from "../../../store/schema.ts";
-import type { Plan } from "../../../billing/plans.ts";
+import type { Plan } from "../../../protocol/plans.ts";
 import { findAccountById, listAccounts } from "../../../accounts/accounts.ts";
 import { describeAccount, type AccountDescription } from "../../../accounts/describe-account.ts";
 import { findApiKey, revokeApiKey } from "../../../auth/api-keys.ts";

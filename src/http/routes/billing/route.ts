@@ -6,7 +6,7 @@
 import type { FastifyInstance, preHandlerHookHandler } from "fastify";
 import type { Kysely } from "kysely";
 import type { Database } from "../../../store/schema.ts";
-import type { Plan } from "../../../billing/plans.ts";
+import type { Plan } from "../../../protocol/plans.ts";
 import { findPlan, listPlans, savePlan } from "../../../billing/plans-store.ts";
 import { createCodes, listCodes, redeemCode } from "../../../billing/codes.ts";
 import { describeAccount } from "../../../accounts/describe-account.ts";

@@ -3,7 +3,7 @@
  * session or key): today what a credit is worth, so prices and costs can be shown in money.
  */
 import type { FastifyInstance } from "fastify";
-import type { CreditValue } from "../../../billing/credit-value.ts";
+import type { CreditValue } from "../../../protocol/credit-value.ts";
 import type { PublicSettings } from "../../../protocol/service.ts";
 
 export type SettingsRouteOptions = { creditValue: CreditValue | null };

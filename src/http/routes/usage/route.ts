@@ -13,7 +13,7 @@ import { parseWithSchema } from "../../../protocol/parse.ts";
 import { recentRequestsQuerySchema, usageQuerySchema } from "../../../protocol/account-api-requests.ts";
 import { InvalidRequestError } from "../../../protocol/errors.ts";
 import { principalOf, requireAdmin } from "../../middleware/account-auth/account-auth.ts";
-import type { CreditValue } from "../../../billing/credit-value.ts";
+import type { CreditValue } from "../../../protocol/credit-value.ts";
 import { moneyCurrency, withMoneyCosts } from "../../../billing/usage-money.ts";
 import type { RecentRequestsResponse, UsageResponse } from "../../../protocol/account-api.ts";
 

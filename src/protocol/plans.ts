@@ -2,6 +2,8 @@
  * Plans: what an account buys. Defined by the operator in the config file and editable by
  * admins. Money and credit are integers in their smallest unit; never floats. Credit, days and
  * price have maxima (`money-bounds.ts`), checked here for config files and the admin API alike.
+ * A shared shape, so it lives with the protocol: the settings, the admin API's requests, billing
+ * and the rate limits all read it, and none of them has to import another for it.
  */
 import { z } from "zod";
 import { MAX_CREDIT, MAX_PLAN_DAYS, MAX_PRICE_AMOUNT } from "./money-bounds.ts";

@@ -2,10 +2,10 @@
  * What a credit is worth in money, for display: billing stays in credits, integer throughout.
  * `per_million_credits` is an exact decimal string in the currency's major unit (dollars for
  * `usd`): `{ currency: "usd", per_million_credits: "1" }` means 1,000,000 credits cost 1 USD.
- * Conversions are exact (BigInt over powers of ten, `protocol/credit-money.ts`), never floating point.
+ * Conversions are exact (BigInt over powers of ten, `credit-money.ts`), never floating point.
  */
 import { z } from "zod";
-import { creditsToMoney, normalizeDecimal, type CreditValue } from "../protocol/credit-money.ts";
+import { creditsToMoney, normalizeDecimal, type CreditValue } from "./credit-money.ts";
 
 /** The operator's `credit_value` setting, normalised (lower-case currency, decimal without trailing zeros). */
 export type { CreditValue };
