@@ -29,6 +29,7 @@ import { createStripeClient, type StripeClientSettings } from "./billing/stripe/
 import { CHECKOUT_LIMITS } from "./billing/stripe/route.ts";
 import { moneyPrices } from "./protocol/credit-value.ts";
 import { sweepSessions } from "./auth/sessions.ts";
+import { ResponseStore } from "./responses/store.ts";
 import { consoleSessions } from "./http/middleware/console-session/console-session.ts";
 import { createHostPolicy, WILDCARD_LISTEN } from "./http/middleware/allowed-hosts/allowed-hosts.ts";
 import { forgetSetupCodes, issueSetupCode } from "./accounts/setup-code.ts";
@@ -125,7 +126,9 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
   await syncConfigPlans(database, settings.plans);
   let plans = await listPlans(database);
   const nodeId = await registerNode(database);
-  /** Releases holds of dead nodes (e.g. a previous process killed mid-stream) and expired credit. */
+  /** The Responses API's stored responses: kept `responses_retention_days` from their creation. */
+  const responses = new ResponseStore(database, { retentionSeconds: settings.responses_retention_days * 24 * 60 * 60 });
+  /** Releases holds of dead nodes (e.g. a previous process killed mid-stream), expired credit and expired stored responses. */
   const sweep = async () => {
     await heartbeat(database, nodeId);
     const dead = [...(await deadNodes(database, nodeId, Date.now(), settings.dead_node_after * 1000)), ...(await orphanedNodes(database))];
@@ -134,8 +137,10 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     await forgetNodes(database, dead);
     const expired = await sweepExpiredCredit(database);
     await sweepSessions(database);
+    const expiredResponses = await responses.sweep();
     plans = await listPlans(database);
     if (charged > 0 || released > 0 || expired > 0) logger.info({ charged_holds: charged, released_holds: released, expired_credit: expired }, "ledger sweep");
+    if (expiredResponses > 0) logger.info({ deleted_responses: expiredResponses }, "expired stored responses deleted");
   };
   await sweep();
   const sweeper = setInterval(() => sweep().catch((error: unknown) => logger.error({ err: error }, "ledger sweep failed")), settings.sweep_interval * 1000);
@@ -331,6 +336,8 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
       if (unwritten > 0) logger.error({ unwritten }, "stopping with usage records or leases the database did not take: the sweeper charges what was written and releases the rest");
       const unsettled = metering.stop();
       if (unsettled > 0) logger.error({ settlements: unsettled }, "stopping with charges the database never took: their holds will be released uncharged");
+      // Stored responses saved by the last requests are written before the database closes.
+      await responses.drain();
       // No request runs any more: a hold of this node still active is one nobody will settle (its
       // placing commit went through while the answer was lost, or its charge was given up on).
       await closeStaleHolds(database, { deadNodes: [nodeId] }).catch((error: unknown) => logger.warn({ err: error }, "could not close this node's last holds; the other nodes' sweepers will"));

@@ -1,6 +1,7 @@
 /**
  * The ledger sweeper's settings: `--sweep-interval` (how often it runs and beats the heartbeat), `--dead-node-after` (when a
- * silent node's holds are released) and `--hold-ttl` (how long any hold may live) take effect.
+ * silent node's holds are released) and `--hold-ttl` (how long any hold may live) take effect; it deletes stored
+ * responses past their retention.
  */
 import assert from "node:assert/strict";
 import fs from "node:fs";
@@ -15,6 +16,7 @@ import { grantPlan } from "../src/billing/grant-plan.ts";
 import { checkLedger, placeHold } from "../src/billing/ledger.ts";
 import { findPlan } from "../src/billing/plans-store.ts";
 import { openStore } from "../src/store/open.ts";
+import { ResponseStore } from "../src/responses/store.ts";
 import type { Database } from "../src/store/schema.ts";
 import { startTestServer, storiesModel, temporaryDirectory, type TestServer } from "./helpers/server.ts";
 
@@ -105,5 +107,31 @@ describe("the ledger sweeper's settings", () => {
     const check = await checkLedger(database, accountId);
     assert.equal(check.activeHolds, 0);
     assert.equal(check.balance, check.sumOfEntries);
+  });
+
+  it("deletes stored responses once their retention is up, and keeps the others", async () => {
+    const day = 24 * 60 * 60 * 1000;
+    // Saved as if two days ago, kept one day: expired a day ago. The other is kept 30 days.
+    const twoDaysAgo = new ResponseStore(database, { retentionSeconds: 24 * 60 * 60 });
+    const now = new ResponseStore(database);
+    const record = (id: string, createdAt: number) => ({
+      id,
+      accountId: null,
+      keyId: null,
+      model: "story",
+      status: "completed" as const,
+      createdAt,
+      previousResponseId: null,
+      background: false,
+      inputItems: [],
+      response: { id, object: "response" },
+    });
+    const expired = `resp_sweep_expired_${Math.random().toString(36).slice(2)}`;
+    const kept = `resp_sweep_kept_${Math.random().toString(36).slice(2)}`;
+    await twoDaysAgo.save(record(expired, Date.now() - 2 * day));
+    await now.save(record(kept, Date.now()));
+    const stored = async (id: string) => (await database.selectFrom("responses").select("id").where("id", "=", id).executeTakeFirst()) !== undefined;
+    await within(15_000, "the server's sweeper deletes the expired response", async () => !(await stored(expired)));
+    assert.equal(await stored(kept), true);
   });
 });

@@ -259,7 +259,7 @@ export const serveOptions = {
     kind: "number",
     schema: seconds(3600),
     default: 10,
-    description: "how often each node writes its heartbeat and sweeps dead nodes' holds and expired credit",
+    description: "how often each node writes its heartbeat and sweeps dead nodes' holds, expired credit and expired stored responses",
   }),
   dead_node_after: option({
     flag: "--dead-node-after <seconds>",
@@ -292,6 +292,14 @@ export const serveOptions = {
     schema: seconds(3600),
     default: 1,
     description: "a running request's usage is checkpointed this often (and every 64 tokens): what a killed node's streams are billed",
+  }),
+  responses_retention_days: option({
+    flag: "--responses-retention-days <days>",
+    env: "TURNPIKE_RESPONSES_RETENTION_DAYS",
+    kind: "integer",
+    schema: z.number().int().min(1).max(3650),
+    default: 30,
+    description: "stored Responses API responses (store: true) are kept this many days from their creation, then the sweeper deletes them (at least 1); each is at most 8 MiB",
   }),
   credit_value: option({
     flag: "--credit-value <currency:amount>",

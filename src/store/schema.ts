@@ -250,6 +250,39 @@ export type CheckoutReversalTable = {
   created_at: number;
 };
 
+/** A Responses API status: `queued` and `in_progress` only for background responses still running. */
+export type StoredResponseStatus = "queued" | "in_progress" | "completed" | "incomplete" | "failed" | "cancelled";
+
+/**
+ * A stored response of the Responses API (`responses/store.ts`): what its request added to the
+ * conversation and the response resource as `GET /v1/responses/{id}` returns it, both JSON text.
+ */
+export type ResponseTable = {
+  /** `resp_…` */
+  id: string;
+  /** Owner account; null for the operator's keys. Another account never sees the row. */
+  account_id: string | null;
+  key_id: string | null;
+  model: string;
+  status: StoredResponseStatus;
+  created_at: number;
+  updated_at: number;
+  /** `created_at` + the retention setting: the sweeper deletes the row then, and reads ignore it from then on. */
+  expires_at: number;
+  /** The response this one continues; null: the first of its conversation. */
+  previous_response_id: string | null;
+  /** 1: runs without a client (`background: true`); 0 otherwise. */
+  background: number;
+  /** 1: `POST /v1/responses/{id}/cancel` asked the node running it to stop; 0 otherwise. */
+  cancel_requested: ColumnType<number, number | undefined, number>;
+  /** UTF-8 bytes of `input_items` plus `response` (capped by `MAX_STORED_RESPONSE_BYTES`). */
+  size_bytes: number;
+  /** JSON array: the items this response's request added (each with its `id`), in input order. */
+  input_items: string;
+  /** JSON object: the response resource. */
+  response: string;
+};
+
 export type Database = {
   installation_claims: InstallationClaimTable;
   api_keys: ApiKeyTable;
@@ -265,4 +298,5 @@ export type Database = {
   sessions: SessionTable;
   checkout_sessions: CheckoutSessionTable;
   checkout_reversals: CheckoutReversalTable;
+  responses: ResponseTable;
 };

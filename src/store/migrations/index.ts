@@ -14,6 +14,7 @@ import { migration0008UsageSource } from "./0008-usage-source.ts";
 import { migration0009UsageCheckpoints } from "./0009-usage-checkpoints.ts";
 import { migration0010CheckoutReversals } from "./0010-checkout-reversals.ts";
 import { migration0011KeyListingIndex } from "./0011-key-listing-index.ts";
+import { migration0012Responses } from "./0012-responses.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-api-keys": migration0001ApiKeys,
@@ -27,4 +28,5 @@ export const migrations: Record<string, Migration> = {
   "0009-usage-checkpoints": migration0009UsageCheckpoints,
   "0010-checkout-reversals": migration0010CheckoutReversals,
   "0011-key-listing-index": migration0011KeyListingIndex,
+  "0012-responses": migration0012Responses,
 };

@@ -1,0 +1,446 @@
+/**
+ * The Responses API's stored responses (`POST /v1/responses` with `store: true`, read back by
+ * `GET /v1/responses/{id}`, continued by `previous_response_id`), in Turnpike's database so that
+ * any node can read and continue them. Each row belongs to the account of the key that made it:
+ * every read names the account, and another account's id reads as unknown, nothing leaked.
+ *
+ * Writes are group-committed: saves made while a write is in flight wait for it to finish and go
+ * in the next transaction together, so a busy node makes one commit per round trip, not one per
+ * response, and an idle one writes at once (no timer). A save resolves once its row is durable.
+ *
+ * Rows are size-capped (`MAX_STORED_RESPONSE_BYTES`), expire `retentionSeconds` after they were
+ * created (reads ignore them from then on) and are deleted by the sweeper (`sweep`).
+ */
+import { sql, type Insertable, type Kysely, type Selectable } from "kysely";
+import type { Database, ResponseTable, StoredResponseStatus } from "../store/schema.ts";
+import { statementChunks } from "../store/statement-chunks.ts";
+import { BrokenResponseChainError, InputItemCursorError, ResponseChainTooLongError, ResponseIdTakenError, StoredResponseTooLargeError } from "./store-errors.ts";
+
+export { BrokenResponseChainError, InputItemCursorError, ResponseChainTooLongError, ResponseIdTakenError, StoredResponseTooLargeError };
+export type { StoredResponseStatus };
+
+/**
+ * The most a stored response may weigh: the UTF-8 bytes of its input items' JSON plus its
+ * response resource's JSON, 8 MiB. Far above any conversation turn a context window holds (a
+ * 128k-token turn is well under 1 MiB of text), so only inline images and files come near it;
+ * low enough that a chain of them read back for `previous_response_id` stays in memory's reach
+ * and a row stays far inside PostgreSQL's 1 GiB field limit.
+ */
+export const MAX_STORED_RESPONSE_BYTES = 8 * 1024 * 1024;
+
+/** How long a stored response is kept by default: 30 days, as OpenAI keeps them. */
+export const DEFAULT_RETENTION_SECONDS = 30 * 24 * 60 * 60;
+
+/** An item a response's request added (a message, a function call output …): a JSON object with its `id`. */
+export type StoredInputItem = { id: string } & Record<string, unknown>;
+
+/** What a node saves: the response as it stands now. */
+export type ResponseRecord<Resource extends object = Record<string, unknown>, Item extends { id: string } = StoredInputItem> = {
+  /** `resp_…` */
+  id: string;
+  /** Owner account; null for the operator's keys. */
+  accountId: string | null;
+  keyId: string | null;
+  model: string;
+  status: StoredResponseStatus;
+  /** Milliseconds since the epoch; the row expires `retentionSeconds` after it. */
+  createdAt: number;
+  previousResponseId: string | null;
+  background: boolean;
+  /** The items this response's request added, in input order (not its ancestors'). */
+  inputItems: readonly Item[];
+  /** The response resource as `GET /v1/responses/{id}` returns it. */
+  response: Resource;
+};
+
+/** A stored response as read back. */
+export type StoredResponse<Resource extends object = Record<string, unknown>, Item extends { id: string } = StoredInputItem> = ResponseRecord<Resource, Item> & {
+  /** Milliseconds since the epoch: the last save. */
+  updatedAt: number;
+  /** Milliseconds since the epoch: from then on the row reads as gone, and the sweeper deletes it. */
+  expiresAt: number;
+  /** `requestCancel` asked the node running it to stop. */
+  cancelRequested: boolean;
+  /** What counts against `MAX_STORED_RESPONSE_BYTES`. */
+  sizeBytes: number;
+};
+
+/** A page of input items, as OpenAI's list endpoints answer. */
+export type InputItemsPage<Item> = {
+  object: "list";
+  data: Item[];
+  /** The first and last item's ids on this page; null when it is empty. */
+  first_id: string | null;
+  last_id: string | null;
+  has_more: boolean;
+};
+
+export type InputItemsOptions = {
+  /** An item id: the page starts after it (in `order`). */
+  after?: string;
+  /** 1 to 100; 20 by default. */
+  limit?: number;
+  /** `desc` (the default): the last input item first. */
+  order?: "asc" | "desc";
+};
+
+export type ResponseStoreOptions = {
+  /** How long a response is kept after it was created; `DEFAULT_RETENTION_SECONDS` by default. */
+  retentionSeconds?: number;
+  /** The clock (milliseconds); tests move it. */
+  now?: () => number;
+};
+
+/** Rows one statement carries at most this many bytes of (cut further into `statementChunks`). */
+const STATEMENT_BYTES = 4 * 1024 * 1024;
+/** A group commit takes at most this many bytes; the rest waits for the next. */
+const BATCH_BYTES = 32 * 1024 * 1024;
+/** Rows the sweeper deletes per statement, so that no delete holds its locks for long. */
+const SWEEP_ROWS = 1000;
+
+const ACTIVE_STATUSES: readonly StoredResponseStatus[] = ["queued", "in_progress"];
+
+type Waiter = { resolve: () => void; reject: (error: unknown) => void };
+/** The saves of one response waiting for the next commit: only the latest row is written. */
+type Pending = { row: Insertable<ResponseTable> & { id: string; size_bytes: number }; waiters: Waiter[] };
+
+/**
+ * Stored responses over one database. One instance per node: its group commits are per instance.
+ * `Resource` and `Item` are the shapes the caller saves; what was saved is read back as it was
+ * written, unvalidated.
+ */
+export class ResponseStore<Resource extends object = Record<string, unknown>, Item extends { id: string } = StoredInputItem> {
+  readonly #database: Kysely<Database>;
+  readonly #retentionMs: number;
+  readonly #now: () => number;
+  /** By response id, in the order they were first saved. */
+  #pending = new Map<string, Pending>();
+  /** The write loop, running or about to run; undefined when idle. */
+  #loop: Promise<void> | undefined;
+  #commits = 0;
+
+  constructor(database: Kysely<Database>, options: ResponseStoreOptions = {}) {
+    const retentionSeconds = options.retentionSeconds ?? DEFAULT_RETENTION_SECONDS;
+    if (!(retentionSeconds > 0)) throw new RangeError(`retentionSeconds must be positive, not ${retentionSeconds}`);
+    this.#database = database;
+    this.#retentionMs = retentionSeconds * 1000;
+    this.#now = options.now ?? Date.now;
+  }
+
+  /** Transactions committed by the group commit so far (each carries one or more saves). */
+  get commits(): number {
+    return this.#commits;
+  }
+
+  /** Saves waiting for a commit (not yet durable). */
+  get pending(): number {
+    return this.#pending.size;
+  }
+
+  /**
+   * Writes `record` (a new response, or the latest state of one: status, response, input items)
+   * in the next group commit; resolves once it is durable, rejects if that commit failed. Throws
+   * (as a rejection) `StoredResponseTooLargeError` at once when it weighs more than
+   * `MAX_STORED_RESPONSE_BYTES`, and `ResponseIdTakenError` if another account owns the id.
+   * The record is serialised now: changing the objects afterwards changes nothing written.
+   */
+  save(record: ResponseRecord<Resource, Item>): Promise<void> {
+    const inputItems = JSON.stringify(record.inputItems);
+    const response = JSON.stringify(record.response);
+    const sizeBytes = Buffer.byteLength(inputItems, "utf8") + Buffer.byteLength(response, "utf8");
+    if (sizeBytes > MAX_STORED_RESPONSE_BYTES) return Promise.reject(new StoredResponseTooLargeError(record.id, sizeBytes, MAX_STORED_RESPONSE_BYTES));
+    const row: Pending["row"] = {
+      id: record.id,
+      account_id: record.accountId,
+      key_id: record.keyId,
+      model: record.model,
+      status: record.status,
+      created_at: record.createdAt,
+      updated_at: this.#now(),
+      expires_at: record.createdAt + this.#retentionMs,
+      previous_response_id: record.previousResponseId,
+      background: record.background ? 1 : 0,
+      size_bytes: sizeBytes,
+      input_items: inputItems,
+      response,
+    };
+    return new Promise<void>((resolve, reject) => {
+      const pending = this.#pending.get(row.id);
+      if (pending === undefined) this.#pending.set(row.id, { row, waiters: [{ resolve, reject }] });
+      else {
+        // Saved again before the last save was written: the newer state is the one to write.
+        pending.row = row;
+        pending.waiters.push({ resolve, reject });
+      }
+      this.#loop ??= this.#writeLoop();
+    });
+  }
+
+  /** Resolves once every save made until now has been written or has failed. */
+  async drain(): Promise<void> {
+    while (this.#loop !== undefined) await this.#loop;
+  }
+
+  /** The stored response `id` of `accountId` (null: the operator's), or undefined (unknown, expired, or another account's). */
+  async get(accountId: string | null, id: string): Promise<StoredResponse<Resource, Item> | undefined> {
+    const row = await this.#database
+      .selectFrom("responses")
+      .selectAll()
+      .where("id", "=", id)
+      .where((expression) => (accountId === null ? expression("account_id", "is", null) : expression("account_id", "=", accountId)))
+      .where("expires_at", ">", this.#now())
+      .executeTakeFirst();
+    return row === undefined ? undefined : this.#recordOf(row);
+  }
+
+  /** Deletes the stored response `id` of `accountId`; false when there was none to delete. */
+  async delete(accountId: string | null, id: string): Promise<boolean> {
+    const result = await this.#database
+      .deleteFrom("responses")
+      .where("id", "=", id)
+      .where((expression) => (accountId === null ? expression("account_id", "is", null) : expression("account_id", "=", accountId)))
+      .where("expires_at", ">", this.#now())
+      .executeTakeFirst();
+    return Number(result.numDeletedRows) > 0;
+  }
+
+  /**
+   * A page of the items response `id`'s request added (`GET /v1/responses/{id}/input_items`),
+   * paged in memory from its one row (rows are size-capped); undefined for an unknown id.
+   * Throws `InputItemCursorError` when `after` names no item of it, `RangeError` for a limit
+   * outside 1..100.
+   */
+  async inputItems(accountId: string | null, id: string, options: InputItemsOptions = {}): Promise<InputItemsPage<Item> | undefined> {
+    const limit = options.limit ?? 20;
+    if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw new RangeError(`limit must be an integer from 1 to 100, not ${limit}`);
+    const row = await this.#database
+      .selectFrom("responses")
+      .select("input_items")
+      .where("id", "=", id)
+      .where((expression) => (accountId === null ? expression("account_id", "is", null) : expression("account_id", "=", accountId)))
+      .where("expires_at", ">", this.#now())
+      .executeTakeFirst();
+    if (row === undefined) return undefined;
+    const items = JSON.parse(row.input_items) as Item[];
+    const ordered = (options.order ?? "desc") === "asc" ? items : items.toReversed();
+    let start = 0;
+    if (options.after !== undefined) {
+      const index = ordered.findIndex((item) => item.id === options.after);
+      if (index === -1) throw new InputItemCursorError(options.after);
+      start = index + 1;
+    }
+    const data = ordered.slice(start, start + limit);
+    return { object: "list", data, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null, has_more: start + limit < ordered.length };
+  }
+
+  /**
+   * The conversation that ends with response `id`: its stored responses from the oldest ancestor
+   * to `id`, following `previous_response_id`. Undefined when `id` itself is unknown, expired or
+   * another account's. Throws `BrokenResponseChainError` naming the first ancestor that is gone
+   * (deleted, expired, or not this account's), and `ResponseChainTooLongError` past
+   * `maxResponses` responses. Two queries whatever the length: the links are walked in the
+   * database over the small columns (a recursive query, bounded), then the rows fetched by id.
+   */
+  async chain(accountId: string | null, id: string, options: { maxResponses: number }): Promise<Array<StoredResponse<Resource, Item>> | undefined> {
+    const { maxResponses } = options;
+    if (!Number.isInteger(maxResponses) || maxResponses < 1) throw new RangeError(`maxResponses must be a positive integer, not ${maxResponses}`);
+    const now = this.#now();
+    // depth 1 is `id`; the walk goes one past maxResponses, to tell "too long" from "just fits".
+    const { rows: links } = await sql<{ id: string; previous_response_id: string | null; account_id: string | null; expires_at: number; depth: number }>`
+      with recursive chain (id, previous_response_id, account_id, expires_at, depth) as (
+        select id, previous_response_id, account_id, expires_at, 1 from responses where id = ${id}
+        union all
+        select responses.id, responses.previous_response_id, responses.account_id, responses.expires_at, chain.depth + 1
+        from responses join chain on responses.id = chain.previous_response_id
+        where chain.depth <= ${maxResponses}
+      )
+      select id, previous_response_id, account_id, expires_at, depth from chain order by depth`.execute(this.#database);
+    const visible = (link: (typeof links)[number]) => link.account_id === accountId && Number(link.expires_at) > now;
+    if (links.length === 0 || !visible(links[0]!)) return undefined;
+    if (links.length > maxResponses) throw new ResponseChainTooLongError(id, maxResponses);
+    const ids: string[] = [];
+    let expected: string | null = id;
+    for (const link of links) {
+      if (link.id !== expected) break;
+      if (!visible(link)) throw new BrokenResponseChainError(id, link.id);
+      ids.push(link.id);
+      expected = link.previous_response_id;
+    }
+    if (expected !== null) throw new BrokenResponseChainError(id, expected);
+    const byId = new Map<string, StoredResponse<Resource, Item>>();
+    for (const chunk of statementChunks(ids)) {
+      const rows = await this.#database.selectFrom("responses").selectAll().where("id", "in", chunk).execute();
+      for (const row of rows) byId.set(row.id, this.#recordOf(row));
+    }
+    const records: Array<StoredResponse<Resource, Item>> = [];
+    for (const linkId of ids.toReversed()) {
+      const record = byId.get(linkId);
+      // Deleted between the walk and the fetch.
+      if (record === undefined || record.accountId !== accountId) {
+        if (linkId === id) return undefined;
+        throw new BrokenResponseChainError(id, linkId);
+      }
+      records.push(record);
+    }
+    return records;
+  }
+
+  /**
+   * `POST /v1/responses/{id}/cancel`: asks the node running background response `id` to stop
+   * (it polls `isCancelRequested`). Only a background response still queued or in progress is
+   * flagged. Returns the response as it stands (`cancelRequested` says whether it was flagged),
+   * or undefined when it is unknown, expired or another account's.
+   */
+  async requestCancel(accountId: string | null, id: string): Promise<StoredResponse<Resource, Item> | undefined> {
+    await this.#database
+      .updateTable("responses")
+      .set({ cancel_requested: 1 })
+      .where("id", "=", id)
+      .where((expression) => (accountId === null ? expression("account_id", "is", null) : expression("account_id", "=", accountId)))
+      .where("background", "=", 1)
+      .where("status", "in", ACTIVE_STATUSES)
+      .where("expires_at", ">", this.#now())
+      .execute();
+    return this.get(accountId, id);
+  }
+
+  /**
+   * Whether the node running response `id` should stop: a cancel was requested, or the response
+   * is gone (deleted or expired), so there is nothing left to finish it for. The runner should
+   * then stop saving it, or a later save would write it again.
+   */
+  async isCancelRequested(id: string): Promise<boolean> {
+    const row = await this.#database.selectFrom("responses").select(["cancel_requested", "expires_at"]).where("id", "=", id).executeTakeFirst();
+    return row === undefined || Number(row.cancel_requested) === 1 || Number(row.expires_at) <= this.#now();
+  }
+
+  /** Deletes the responses expired at `now` (milliseconds); returns how many. */
+  async sweep(now = this.#now()): Promise<number> {
+    let deleted = 0;
+    for (;;) {
+      const result = await this.#database
+        .deleteFrom("responses")
+        .where("id", "in", (query) => query.selectFrom("responses").select("id").where("expires_at", "<=", now).limit(SWEEP_ROWS))
+        .executeTakeFirst();
+      const count = Number(result.numDeletedRows);
+      deleted += count;
+      if (count < SWEEP_ROWS) return deleted;
+    }
+  }
+
+  /** Writes what is pending, batch after batch, until nothing is; each batch takes what was saved while the last one was written. */
+  async #writeLoop(): Promise<void> {
+    try {
+      // Saves made in the same turn of the event loop join the first batch.
+      await new Promise<void>((resolve) => setImmediate(resolve));
+      while (this.#pending.size > 0) {
+        const batch = this.#takeBatch();
+        let refused: Map<string, Error>;
+        try {
+          refused = await this.#write(batch.map((pending) => pending.row));
+        } catch (error) {
+          for (const pending of batch) for (const waiter of pending.waiters) waiter.reject(error);
+          continue;
+        }
+        for (const pending of batch) {
+          const error = refused.get(pending.row.id);
+          for (const waiter of pending.waiters) {
+            if (error === undefined) waiter.resolve();
+            else waiter.reject(error);
+          }
+        }
+      }
+    } finally {
+      this.#loop = undefined;
+    }
+  }
+
+  /** The oldest pending saves, up to `BATCH_BYTES` (at least one). */
+  #takeBatch(): Pending[] {
+    const batch: Pending[] = [];
+    let bytes = 0;
+    for (const [id, pending] of this.#pending) {
+      if (batch.length > 0 && bytes + pending.row.size_bytes > BATCH_BYTES) break;
+      batch.push(pending);
+      bytes += pending.row.size_bytes;
+      this.#pending.delete(id);
+    }
+    return batch;
+  }
+
+  /**
+   * One transaction: inserts the rows, or updates the rows of the same ids and accounts. Rows
+   * whose id another account holds are left alone and returned, with their error.
+   */
+  async #write(rows: ReadonlyArray<Pending["row"]>): Promise<Map<string, Error>> {
+    // One order for every node's batches, so two batches never wait on each other's row locks in a cycle.
+    const sorted = rows.toSorted((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    const refused = new Map<string, Error>();
+    await this.#database.transaction().execute(async (transaction) => {
+      for (const group of byBytes(sorted, STATEMENT_BYTES)) {
+        for (const chunk of statementChunks(group)) {
+          const result = await transaction
+            .insertInto("responses")
+            .values(chunk)
+            .onConflict((conflict) =>
+              conflict
+                .column("id")
+                .doUpdateSet((update) => ({
+                  status: update.ref("excluded.status"),
+                  updated_at: update.ref("excluded.updated_at"),
+                  size_bytes: update.ref("excluded.size_bytes"),
+                  input_items: update.ref("excluded.input_items"),
+                  response: update.ref("excluded.response"),
+                }))
+                // Only the owner's row: an id of another account's is never overwritten.
+                .where((expression) => expression(expression.ref("responses.account_id"), "is not distinct from", expression.ref("excluded.account_id"))),
+            )
+            .executeTakeFirst();
+          if (Number(result.numInsertedOrUpdatedRows) === chunk.length) continue;
+          const owners = await transaction.selectFrom("responses").select(["id", "account_id"]).where("id", "in", chunk.map((row) => row.id)).execute();
+          const ownerOf = new Map(owners.map((owner) => [owner.id, owner.account_id]));
+          for (const row of chunk) if (ownerOf.get(row.id) !== row.account_id) refused.set(row.id, new ResponseIdTakenError(row.id));
+        }
+      }
+    });
+    this.#commits++;
+    return refused;
+  }
+
+  #recordOf(row: Selectable<ResponseTable>): StoredResponse<Resource, Item> {
+    return {
+      id: row.id,
+      accountId: row.account_id,
+      keyId: row.key_id,
+      model: row.model,
+      status: row.status,
+      createdAt: Number(row.created_at),
+      previousResponseId: row.previous_response_id,
+      background: Number(row.background) === 1,
+      inputItems: JSON.parse(row.input_items) as Item[],
+      response: JSON.parse(row.response) as Resource,
+      updatedAt: Number(row.updated_at),
+      expiresAt: Number(row.expires_at),
+      cancelRequested: Number(row.cancel_requested) === 1,
+      sizeBytes: Number(row.size_bytes),
+    };
+  }
+}
+
+/** `rows` in order, cut into groups of at most `limit` bytes each (a heavier row alone). */
+function byBytes<Row extends { size_bytes: number }>(rows: readonly Row[], limit: number): Row[][] {
+  const groups: Row[][] = [];
+  let group: Row[] = [];
+  let bytes = 0;
+  for (const row of rows) {
+    if (group.length > 0 && bytes + row.size_bytes > limit) {
+      groups.push(group);
+      group = [];
+      bytes = 0;
+    }
+    group.push(row);
+    bytes += row.size_bytes;
+  }
+  if (group.length > 0) groups.push(group);
+  return groups;
+}
