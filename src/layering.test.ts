@@ -30,6 +30,8 @@ const FORBIDDEN: Readonly<Record<string, readonly string[]>> = {
   // Billing meters usage, a protocol shape (`protocol/generation.ts`), never an engine.
   billing: ["accounts", "cli", "config", "engines", "http", "limits", "main.ts", "metrics"],
   accounts: ["catalog", "cli", "config", "engines", "http", "limits", "main.ts", "metrics"],
+  // Stored responses (the Responses API's persistence): the store and the protocol, nothing above.
+  responses: ["accounts", "auth", "billing", "catalog", "cli", "config", "engines", "http", "limits", "main.ts", "metrics"],
   http: ["cli", "main.ts"],
   "main.ts": ["cli"],
   cli: [],
