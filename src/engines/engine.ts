@@ -124,9 +124,10 @@ export interface Engine {
   /**
    * Renders and tokenizes the request, checks it fits the context and that the engine can honour
    * it (e.g. `logitBias` ids in the vocabulary, images only for a model that reads them).
-   * Throws `ModelNotReadyError`, `ContextLengthExceededError` or `InvalidRequestError`.
+   * Throws `ModelNotReadyError`, `ContextLengthExceededError` or `InvalidRequestError`. `bound`: this
+   * request's `boundPrompt`, when the caller computed it already (admission does, once per request).
    */
-  prepare(request: GenerationRequest): Promise<PreparedGeneration>;
+  prepare(request: GenerationRequest, bound?: PromptBound): Promise<PreparedGeneration>;
   /**
    * Bounds on the request's prompt tokens without rendering or tokenizing anything (see
    * `prompt-bound.ts`): cheap, for refusals that must come before the expensive work. `atLeast`

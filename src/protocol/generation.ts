@@ -76,6 +76,14 @@ export type SamplingOptions = {
   logitBias?: ReadonlyMap<number, number>;
 };
 
+/**
+ * The engine-specific sampling fields a request may carry (`GenerationRequest.vendor`): the one
+ * list, read by each dialect (where its wire format puts them) and by the upstream engine (which
+ * kinds take which, and the model entries' `vendor_fields`).
+ */
+export const VENDOR_FIELDS = ["top_k", "min_p", "repetition_penalty", "reasoning_effort", "chat_template_kwargs"] as const;
+export type VendorField = (typeof VENDOR_FIELDS)[number];
+
 export type GenerationRequest = {
   messages: EngineMessage[];
   sampling: SamplingOptions;

@@ -41,6 +41,14 @@ function describeValue(value: unknown): string {
 }
 
 /**
+ * An issue of a cross-field check (a schema's `.check`), worded whole: `parseWithSchema` answers
+ * it as it is, without the "Invalid 'field':" of a single field's issue.
+ */
+export function crossFieldIssue(path: PropertyKey[], message: string, input: unknown): z.core.$ZodRawIssue {
+  return { code: "custom", path, message, input, params: { whole: true } };
+}
+
+/**
  * Validates `body` against `schema`, or throws a 400 `InvalidRequestError` naming the first
  * offending field in `param`.
  */
@@ -53,6 +61,8 @@ export function parseWithSchema<Schema extends z.ZodType>(schema: Schema, body: 
   if (result.success) return result.data;
   const issue = result.error.issues[0]!;
   const param = formatParamPath(issue.path);
+  // A cross-field check of the schema words its whole message itself (see `crossFieldIssue`).
+  if (issue.code === "custom" && issue.params?.whole === true) throw new InvalidRequestError(issue.message, param);
   const subject = param === null ? "request body" : `'${param}'`;
   throw new InvalidRequestError(`Invalid ${subject}: ${describeIssue(issue)}`, param);
 }

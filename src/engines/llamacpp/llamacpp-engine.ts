@@ -116,8 +116,8 @@ function measureVocabulary(model: LlamaModel): { vocabularySize: number; tokenSp
  * calls and tool descriptions (`promptBound`'s `atLeast`), on the event loop (seconds for
  * megabytes of text), and the body limit is far above any context.
  */
-function refuseHopelessPrompt(request: GenerationRequest, contextLength: number, spans: Required<TokenSpans>): void {
-  const bound = promptBound(request, spans, contextLength);
+function refuseHopelessPrompt(request: GenerationRequest, contextLength: number, spans: Required<TokenSpans>, known: PromptBound | undefined): void {
+  const bound = known ?? promptBound(request, spans, contextLength);
   if (bound.atLeast < contextLength) return;
   throw new ContextLengthExceededError(
     `This model's maximum context length is ${contextLength} tokens. However, your messages are at least ${bound.atLeast} tokens ` +
@@ -255,13 +255,13 @@ export class LlamaCppEngine implements Engine {
     return promptBound(request, loaded.tokenSpans, loaded.context.contextSize);
   }
 
-  async prepare(request: GenerationRequest): Promise<PreparedGeneration> {
+  async prepare(request: GenerationRequest, bound?: PromptBound): Promise<PreparedGeneration> {
     const loaded = this.#loaded;
     if (loaded === undefined || this.#status.state !== "ready") throw this.#notReadyError();
     // Cheapest first: nothing the client sent is rendered, tokenized or compiled before it is
     // known to fit. Then schema translation (within its work budget) and grammars, then the
     // template and the tokenizer.
-    refuseHopelessPrompt(request, loaded.context.contextSize, loaded.tokenSpans);
+    refuseHopelessPrompt(request, loaded.context.contextSize, loaded.tokenSpans, bound);
     checkRequest(request, loaded.vocabularySize);
     // Throws a 400 for a response format or tool schema the grammar cannot enforce.
     const plan = await planReply(loaded.grammars, loaded.wrapper, request);

@@ -5,14 +5,14 @@
  * with the embedded engine's.
  */
 import { z } from "zod";
+import { VENDOR_FIELDS, type VendorField } from "../../protocol/generation.ts";
 
 /** The kinds of upstream server Turnpike speaks to; each has its own dialect (see `dialects.ts`). */
 export const UPSTREAM_KINDS = ["vllm", "sglang", "llama-server", "ollama", "openai"] as const;
 export type UpstreamKind = (typeof UPSTREAM_KINDS)[number];
 
-/** Vendor sampling fields a model entry may let requests pass through to its engine. */
-export const VENDOR_FIELDS = ["top_k", "min_p", "repetition_penalty", "reasoning_effort", "chat_template_kwargs"] as const;
-export type VendorField = (typeof VENDOR_FIELDS)[number];
+/** Vendor sampling fields a model entry may let requests pass through to its engine: one list, beside the generation request that carries them. */
+export { VENDOR_FIELDS, type VendorField };
 
 const upstreamUrlSchema = z.string().regex(/^https?:\/\/[^\s]+$/, "must be an http:// or https:// URL");
 

@@ -212,13 +212,13 @@ export class OpenAiCompatibleEngine implements Engine {
     return { ...bound, atMost: bound.atMost + images * IMAGE_TOKEN_BOUND };
   }
 
-  async prepare(request: GenerationRequest): Promise<PreparedGeneration> {
+  async prepare(request: GenerationRequest, known?: PromptBound): Promise<PreparedGeneration> {
     const contextLength = this.#readyContext();
     const capabilities = this.capabilities();
     const dialect = dialectFor(this.kind);
     checkRequestForDialect(request, dialect, capabilities.vendorFields);
     this.#checkTemplateKwargs(request);
-    const bound = this.boundPrompt(request);
+    const bound = known ?? this.boundPrompt(request);
     if (bound.atLeast >= contextLength || (request.maxTokens !== undefined && bound.atLeast + request.maxTokens > contextLength)) {
       const asked = request.maxTokens === undefined ? "" : ` and ${request.maxTokens} in the completion`;
       throw new ContextLengthExceededError(

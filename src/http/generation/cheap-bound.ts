@@ -3,6 +3,7 @@
  * computed once per request, from the engine's `boundPrompt`, for the refusals (rate limits,
  * quota) that must come before the expensive work.
  */
+import type { PromptBound } from "../../engines/prompt-bound.ts";
 import type { ParsedGeneration } from "./dialect.ts";
 
 /**
@@ -16,6 +17,8 @@ export type CheapBound = {
   completionTokens: number;
   /** Prompt + reserved completion tokens at least: the lower bound of what rate limits will charge. */
   tokens: number;
+  /** The engine's bounds on the prompt, handed on to `prepare` so that it is computed once per request. */
+  prompt: PromptBound;
 };
 
 /**
@@ -38,6 +41,6 @@ export function cheapBound(parsed: Pick<ParsedGeneration<unknown>, "request" | "
     promptForLimits = longest;
   }
   const completionTokens = perChoice * request.choices;
-  return { promptTokens: bound.atLeast, completionTokens, tokens: promptForLimits + completionTokens };
+  return { promptTokens: bound.atLeast, completionTokens, tokens: promptForLimits + completionTokens, prompt: bound };
 }
 

@@ -4,6 +4,7 @@
  * Fields are `nullish` where the official SDKs may send `null` for "not set".
  */
 import { z } from "zod";
+import { crossFieldIssue } from "../parse.ts";
 
 /**
  * Caps on what a request may hold, checked before anything else looks at it: every input that
@@ -325,20 +326,54 @@ const chatCompletionRequestShape = {
   chat_template_kwargs: chatTemplateKwargs.nullish(),
 };
 
+/**
+ * The rules between fields, in the schema so that they also run in the body worker (a large body
+ * refused there never reaches the event loop): one place each, for every caller of the schema.
+ */
 export const chatCompletionRequestSchema = z.object(chatCompletionRequestShape).check((context) => {
-  // Every choice may use all of its completion tokens: their product is what a request can ask for.
   const request = context.value;
+  const fail = (path: PropertyKey[], message: string, input: unknown): void => {
+    context.issues.push(crossFieldIssue(path, message, input));
+  };
+  // Every choice may use all of its completion tokens: their product is what a request can ask for.
   const limits = [request.max_tokens, request.max_completion_tokens].filter((value): value is number => value != null);
-  if (limits.length === 0 || request.n == null) return;
-  const each = Math.min(...limits);
-  if (request.n * each > REQUEST_LIMITS.completionTokens) {
-    const param = request.max_completion_tokens === each ? "max_completion_tokens" : "max_tokens";
-    context.issues.push({
-      code: "custom",
-      path: [param],
-      message: `'n' × '${param}' must be at most ${REQUEST_LIMITS.completionTokens} tokens, got ${request.n} × ${each}.`,
-      input: each,
-    });
+  if (limits.length > 0 && request.n != null) {
+    const each = Math.min(...limits);
+    if (request.n * each > REQUEST_LIMITS.completionTokens) {
+      const param = request.max_completion_tokens === each ? "max_completion_tokens" : "max_tokens";
+      context.issues.push({
+        code: "custom",
+        path: [param],
+        message: `'n' × '${param}' must be at most ${REQUEST_LIMITS.completionTokens} tokens, got ${request.n} × ${each}.`,
+        input: each,
+      });
+      return;
+    }
+  }
+  if (request.stream_options != null && request.stream !== true) return fail(["stream_options"], "'stream_options' is only allowed when 'stream' is true.", request.stream_options);
+  if (request.top_logprobs != null && request.logprobs !== true) return fail(["top_logprobs"], "'logprobs' must be set to true when 'top_logprobs' is used.", request.top_logprobs);
+  const names = new Set<string>();
+  for (const [index, tool] of (request.tools ?? []).entries()) {
+    if (names.has(tool.function.name)) return fail(["tools", index, "function", "name"], `The function name '${tool.function.name}' is given twice; tool names must be unique.`, tool.function.name);
+    names.add(tool.function.name);
+  }
+  const choice = request.tool_choice;
+  if (choice != null && choice !== "none" && choice !== "auto" && names.size === 0) return fail(["tool_choice"], "'tool_choice' requires 'tools': there is no tool to call.", choice);
+  if (choice != null && typeof choice === "object" && !names.has(choice.function.name)) {
+    return fail(["tool_choice"], `'tool_choice' names the function '${choice.function.name}', which is not among 'tools'.`, choice);
+  }
+  // Every `tool` message answers a call of an earlier assistant message, as OpenAI requires.
+  const callIds = new Set<string>();
+  for (const [index, message] of request.messages.entries()) {
+    if (message.role === "assistant") for (const call of message.tool_calls ?? []) callIds.add(call.id);
+    if (message.role === "tool" && !callIds.has(message.tool_call_id)) {
+      return fail(
+        ["messages", index, "tool_call_id"],
+        `The 'tool' message answers the tool call '${message.tool_call_id}', but no earlier assistant message made a call with that id. ` +
+          "A 'tool' message must follow an assistant message whose 'tool_calls' include its 'tool_call_id'.",
+        message.tool_call_id,
+      );
+    }
   }
 });
 

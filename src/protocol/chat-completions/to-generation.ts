@@ -14,6 +14,7 @@ import type {
   ToolChoice,
   ToolDefinition,
 } from "../generation.ts";
+import { VENDOR_FIELDS } from "../generation.ts";
 import { InvalidRequestError, UnsupportedParameterError } from "../errors.ts";
 import { imageUrlProblem, modelReadsNoImages } from "../image-url.ts";
 import type { ChatCompletionRequest, ChatMessage, ResponseFormatParam } from "./request.ts";
@@ -29,18 +30,13 @@ export function rejectUnsupported(request: ChatCompletionRequest): void {
   if (request.modalities != null && request.modalities.some((modality) => modality !== "text")) {
     unsupported("modalities", "only text output is available");
   }
-  if (request.stream_options != null && request.stream !== true) {
-    throw new InvalidRequestError("'stream_options' is only allowed when 'stream' is true.", "stream_options");
-  }
 }
-
-/** The vendor sampling fields a chat request may carry at its top level (see `GenerationRequest.vendor`). */
-export const CHAT_VENDOR_FIELDS = ["top_k", "min_p", "repetition_penalty", "reasoning_effort", "chat_template_kwargs"] as const;
 
 /** The vendor fields the request sets, as sent; undefined when none. */
 export function vendorFieldsOf(request: ChatCompletionRequest): Record<string, unknown> | undefined {
   let vendor: Record<string, unknown> | undefined;
-  for (const field of CHAT_VENDOR_FIELDS) {
+  // A chat request carries every vendor field at its top level.
+  for (const field of VENDOR_FIELDS) {
     const value = request[field];
     if (value != null) (vendor ??= {})[field] = value;
   }
@@ -96,7 +92,6 @@ function messageContent(message: ChatMessage, index: number, inputs: ModelInputs
  * must answer a call of an earlier assistant message (as OpenAI requires).
  */
 function toEngineMessages(messages: readonly ChatMessage[], inputs: ModelInputs): EngineMessage[] {
-  const callIds = new Set<string>();
   return messages.map((message, index): EngineMessage => {
     const { text: content, images, parts } = messageContent(message, index, inputs);
     // The parts as sent matter only where an image stands among them (an upstream forwards them).
@@ -109,20 +104,11 @@ function toEngineMessages(messages: readonly ChatMessage[], inputs: ModelInputs)
         return images.length > 0 ? { role: "user", content, name: message.name ?? undefined, images, ...ordered } : { role: "user", content, name: message.name ?? undefined };
       case "assistant": {
         // The schema checked that each call's arguments are a JSON text.
-        const toolCalls = (message.tool_calls ?? []).map((call): ToolCall => {
-          callIds.add(call.id);
-          return { id: call.id, name: call.function.name, arguments: call.function.arguments };
-        });
+        const toolCalls = (message.tool_calls ?? []).map((call): ToolCall => ({ id: call.id, name: call.function.name, arguments: call.function.arguments }));
         return { role: "assistant", content, name: message.name ?? undefined, ...(toolCalls.length > 0 ? { toolCalls } : {}) };
       }
       case "tool":
-        if (!callIds.has(message.tool_call_id)) {
-          throw new InvalidRequestError(
-            `The 'tool' message answers the tool call '${message.tool_call_id}', but no earlier assistant message made a call with that id. ` +
-              "A 'tool' message must follow an assistant message whose 'tool_calls' include its 'tool_call_id'.",
-            `messages[${index}].tool_call_id`,
-          );
-        }
+        // The schema checked that it answers a call of an earlier assistant message.
         return { role: "tool", content, toolCallId: message.tool_call_id };
     }
   });
@@ -148,22 +134,12 @@ function toToolOptions(request: ChatCompletionRequest): Pick<GenerationRequest, 
     ...(tool.function.parameters != null ? { parameters: tool.function.parameters } : {}),
     ...(tool.function.strict != null ? { strict: tool.function.strict } : {}),
   }));
-  const seen = new Set<string>();
-  for (const [index, tool] of tools.entries()) {
-    if (seen.has(tool.name)) throw new InvalidRequestError(`The function name '${tool.name}' is given twice; tool names must be unique.`, `tools[${index}].function.name`);
-    seen.add(tool.name);
-  }
   const choice = request.tool_choice;
   let toolChoice: ToolChoice | undefined;
   if (choice == null) toolChoice = undefined;
   else if (typeof choice === "string") toolChoice = choice;
   else toolChoice = { name: choice.function.name };
-  if (toolChoice !== undefined && toolChoice !== "none" && toolChoice !== "auto" && tools.length === 0) {
-    throw new InvalidRequestError("'tool_choice' requires 'tools': there is no tool to call.", "tool_choice");
-  }
-  if (typeof toolChoice === "object" && !seen.has(toolChoice.name)) {
-    throw new InvalidRequestError(`'tool_choice' names the function '${toolChoice.name}', which is not among 'tools'.`, "tool_choice");
-  }
+  // The schema checked that the names are unique and that a choice names one of them.
   return {
     ...(tools.length > 0 ? { tools } : {}),
     ...(toolChoice !== undefined ? { toolChoice } : {}),
@@ -192,9 +168,6 @@ export function toGenerationRequest(request: ChatCompletionRequest, inputs: Mode
   const limits = [request.max_tokens, request.max_completion_tokens].filter((value): value is number => value != null);
   const stop = request.stop == null ? [] : typeof request.stop === "string" ? [request.stop] : request.stop;
   const responseFormat = toResponseFormat(request.response_format);
-  if (request.top_logprobs != null && request.logprobs !== true) {
-    throw new InvalidRequestError("'logprobs' must be set to true when 'top_logprobs' is used.", "top_logprobs");
-  }
   return {
     messages: toEngineMessages(request.messages, inputs),
     sampling: {
