@@ -108,7 +108,7 @@ describe("the body worker's queue", () => {
     try {
       const order: string[] = [];
       const body = Buffer.from(paddedChat(400_000));
-      const parse = (owner: string, label: string) => worker.parse(Buffer.from(body), "chat-completion", owner).then(() => order.push(label));
+      const parse = (owner: string, label: string) => worker.parse(Buffer.from(body), { route: "/v1/chat/completions" }, owner).then(() => order.push(label));
       const all = [parse("a", "a1"), parse("a", "a2"), parse("a", "a3"), parse("b", "b1")];
       await Promise.all(all);
       assert.deepEqual(order, ["a1", "b1", "a2", "a3"]);
@@ -121,7 +121,7 @@ describe("the body worker's queue", () => {
     const worker = new JsonBodyWorker({ logger: memoryLogger().logger });
     try {
       const body = Buffer.from(paddedChat(400_000));
-      const outcome = (owner: string) => worker.parse(Buffer.from(body), "chat-completion", owner).then(() => "parsed", (error: ApiError) => `${error.status} ${error.code}`);
+      const outcome = (owner: string) => worker.parse(Buffer.from(body), { route: "/v1/chat/completions" }, owner).then(() => "parsed", (error: ApiError) => `${error.status} ${error.code}`);
       const greedy = Array.from({ length: 20 }, () => outcome("greedy"));
       // What the server asks on a large body's headers, before reading it.
       assert.equal(worker.wouldRefuse("greedy"), true);
@@ -144,7 +144,7 @@ describe("the body worker's queue", () => {
     const worker = new JsonBodyWorker({ logger, workerUrl: new URL("./helpers/crashing-json-body-worker.ts", import.meta.url) });
     try {
       const body = paddedChat(300_000);
-      const outcome = (text: string) => worker.parse(Buffer.from(text), "chat-completion", "someone").then(() => "parsed", (error: ApiError) => `${error.status} ${error.code}`);
+      const outcome = (text: string) => worker.parse(Buffer.from(text), { route: "/v1/chat/completions" }, "someone").then(() => "parsed", (error: ApiError) => `${error.status} ${error.code}`);
       const outcomes = await Promise.all([outcome(body), outcome(`crash${body}`), outcome(body), outcome(body)]);
       assert.deepEqual(outcomes, ["parsed", "500 internal_error", "parsed", "parsed"]);
       const crashes = lines().filter((line) => line.level === 50);

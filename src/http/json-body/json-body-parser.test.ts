@@ -19,13 +19,13 @@ describe("the JSON body worker", () => {
   after(() => worker.close());
 
   it("answers a chat request validated, unknown fields dropped", async () => {
-    const value = (await worker.parse(bytes({ ...chat, junk: "x".repeat(1000) }), "chat-completion", "someone")) as Record<string, unknown>;
+    const value = (await worker.parse(bytes({ ...chat, junk: "x".repeat(1000) }), { route: "/v1/chat/completions" }, "someone")) as Record<string, unknown>;
     assert.equal(value.model, "stories260K");
     assert.equal(value.junk, undefined);
   });
 
   it("refuses what the schema refuses, naming the field, as an ApiError", async () => {
-    const error = await refusal(worker.parse(bytes({ ...chat, messages: Array.from({ length: 3000 }, () => ({ role: "user", content: "" })) }), "chat-completion", "someone"));
+    const error = await refusal(worker.parse(bytes({ ...chat, messages: Array.from({ length: 3000 }, () => ({ role: "user", content: "" })) }), { route: "/v1/chat/completions" }, "someone"));
     assert.equal(error.status, 400);
     assert.equal(error.param, "messages");
   });
@@ -40,7 +40,7 @@ describe("the JSON body worker", () => {
   it("refuses bodies past its queue with 503 server_busy", async () => {
     const body = bytes({ ...chat, messages: [{ role: "user", content: "x".repeat(2_000_000) }] });
     // Many owners: one owner alone may hold only its share (test/hostile-round-two-body.test.ts).
-    const all = Array.from({ length: MAX_WAITING_BODIES + 4 }, (_, index) => worker.parse(Buffer.from(body), "chat-completion", `owner ${index % 8}`).then(() => "parsed", (error: ApiError) => `${error.status} ${error.code}`));
+    const all = Array.from({ length: MAX_WAITING_BODIES + 4 }, (_, index) => worker.parse(Buffer.from(body), { route: "/v1/chat/completions" }, `owner ${index % 8}`).then(() => "parsed", (error: ApiError) => `${error.status} ${error.code}`));
     const outcomes = await Promise.all(all);
     assert.equal(outcomes.filter((outcome) => outcome === "parsed").length, MAX_WAITING_BODIES);
     assert.deepEqual(outcomes.slice(MAX_WAITING_BODIES), Array(4).fill("503 server_busy"));

@@ -13,6 +13,7 @@
  * body at a time, so when it crashes the body it was on is known: that body alone is refused (500,
  * logged at error level), and the bodies still waiting go to a new worker.
  */
+import { BODY_SCHEMAS } from "./body-schemas.ts";
 import { Worker } from "node:worker_threads";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import type { Logger } from "pino";
@@ -33,10 +34,10 @@ export class ServerBusyError extends ApiError {
   }
 }
 
-/** Chat requests the worker validated: the route does not validate them again on the event loop. */
+/** Requests the worker validated against their route's schema: the route does not validate them again on the event loop. */
 const validatedChatRequests = new WeakSet<object>();
 
-/** Whether `body` is a chat completion request the body worker validated against the schema. */
+/** Whether `body` is a request the body worker validated against its route's schema. */
 export function validatedInWorker(body: unknown): boolean {
   return typeof body === "object" && body !== null && validatedChatRequests.has(body);
 }
@@ -184,7 +185,8 @@ export class JsonBodyWorker {
 
 /** Which validation the worker runs for a route's body. */
 function validationFor(request: FastifyRequest): BodyValidation {
-  return request.routeOptions.url === "/v1/chat/completions" ? "chat-completion" : "none";
+  const route = request.routeOptions.url;
+  return route !== undefined && Object.hasOwn(BODY_SCHEMAS, route) ? { route } : "none";
 }
 
 /** Whose share of the worker's queue a request's body takes: its account's, its key's, or its address's. */

@@ -1,12 +1,12 @@
 /**
  * The worker side of `json-body-parser.ts`: parses a large JSON body off the event loop and, for
- * chat completions, validates it against the request schema there too, so a refused body (most
+ * a generation route, validates it against the route's request schema there too (`body-schemas.ts`), so a refused body (most
  * large hostile ones: too many messages, tools or `logit_bias` entries) never comes back to the
  * main thread at all. Answers `{id, value}` or `{id, error}` with the fields of an `ApiError`.
  */
 import { parentPort } from "node:worker_threads";
 import { ApiError } from "../../protocol/errors.ts";
-import { chatCompletionRequestSchema } from "../../protocol/chat-completions/request.ts";
+import { BODY_SCHEMAS } from "./body-schemas.ts";
 import { parseWithSchema } from "../../protocol/parse.ts";
 import { INVALID_JSON_MESSAGE, type BodyJob, type BodyAnswer, type BodyError } from "./json-body-protocol.ts";
 import { JsonTooDeepError, nestedDeeperThan } from "./json-depth.ts";
@@ -36,10 +36,11 @@ function answer(job: BodyJob): BodyAnswer {
   } catch {
     return { id: job.id, error: fieldsOf(new ApiError(INVALID_JSON_MESSAGE, "invalid_json")) };
   }
-  if (job.validate !== "chat-completion") return { id: job.id, value: parsed, validated: false };
+  const schema = job.validate === "none" ? undefined : BODY_SCHEMAS[job.validate.route];
+  if (schema === undefined) return { id: job.id, value: parsed, validated: false };
   try {
     // The validated request: unknown fields are dropped here, so they never cross back.
-    return { id: job.id, value: parseWithSchema(chatCompletionRequestSchema, parsed), validated: true };
+    return { id: job.id, value: parseWithSchema(schema, parsed), validated: true };
   } catch (error) {
     if (!(error instanceof ApiError)) throw error;
     return { id: job.id, error: fieldsOf(error) };

@@ -1,0 +1,11 @@
+/**
+ * The request schemas the body worker runs, by route: a large body of a generation route is
+ * validated off the event loop (a refused one never comes back to the main thread), and the
+ * route does not validate it again. A new dialect's route adds its schema here.
+ */
+import type { z } from "zod";
+import { chatCompletionRequestSchema } from "../../protocol/chat-completions/request.ts";
+
+export const BODY_SCHEMAS: Readonly<Record<string, z.ZodType>> = {
+  "/v1/chat/completions": chatCompletionRequestSchema,
+};
