@@ -52,6 +52,11 @@ export type FaultUpstreamOptions = {
   routes?: Record<string, RouteHandler>;
   /** The port to listen on (default: a free one); for a server that comes up where one was expected. */
   port?: number;
+  /**
+   * Answers at most the request's `max_tokens` (or `max_completion_tokens`) pieces per choice,
+   * finishing `length` when that cut the answer, as a real server does (default: the whole text).
+   */
+  honourMaxTokens?: boolean;
 };
 
 const DEFAULT_TEXT = ["Hello", " there", "!"];
@@ -185,7 +190,10 @@ export class FaultUpstream {
     }
 
     const id = `chatcmpl-fault-${this.requests.length}`;
-    const text = (step.kind === "complete" ? step.text : undefined) ?? this.#options.text ?? DEFAULT_TEXT;
+    const whole = (step.kind === "complete" ? step.text : undefined) ?? this.#options.text ?? DEFAULT_TEXT;
+    const limit = this.#options.honourMaxTokens === true ? (body.max_completion_tokens ?? body.max_tokens) : undefined;
+    const text = typeof limit === "number" && limit < whole.length ? whole.slice(0, limit) : whole;
+    const finishReason = text.length < whole.length ? "length" : "stop";
     const choices = typeof body.n === "number" && Number.isInteger(body.n) && body.n > 1 ? body.n : 1;
     const indexes = Array.from({ length: choices }, (_, index) => index);
     const completionTokens = text.length * choices;
@@ -199,7 +207,7 @@ export class FaultUpstream {
         object: "chat.completion",
         created: 0,
         model: this.#model,
-        choices: indexes.map((index) => ({ index, message: { role: "assistant", content: text.join("") }, logprobs: null, finish_reason: "stop" })),
+        choices: indexes.map((index) => ({ index, message: { role: "assistant", content: text.join("") }, logprobs: null, finish_reason: finishReason })),
         usage,
       });
     }
@@ -218,8 +226,8 @@ export class FaultUpstream {
 
     // Every choice's pieces, interleaved: piece 0 of each choice, then piece 1 of each...
     const pieces = text.flatMap((piece) => indexes.map((index) => ({ piece, index })));
-    const limit = step.kind === "cut" ? step.afterChunks : step.kind === "garbage" ? (step.afterChunks ?? 0) : pieces.length;
-    for (const [position, { piece, index }] of pieces.slice(0, limit).entries()) {
+    const sent = step.kind === "cut" ? step.afterChunks : step.kind === "garbage" ? (step.afterChunks ?? 0) : pieces.length;
+    for (const [position, { piece, index }] of pieces.slice(0, sent).entries()) {
       if (response.destroyed) return;
       if (position > 0 && step.kind === "complete" && step.chunkDelayMs) await sleep(step.chunkDelayMs);
       await write(JSON.stringify(chunk({ content: piece }, null, index)));
@@ -230,7 +238,7 @@ export class FaultUpstream {
       await write("{not json at all");
       return endByServer(false);
     }
-    for (const index of indexes) await write(JSON.stringify(chunk({}, "stop", index)));
+    for (const index of indexes) await write(JSON.stringify(chunk({}, finishReason, index)));
     const options = body.stream_options as { include_usage?: boolean } | undefined;
     if (options?.include_usage === true) await write(JSON.stringify({ id, object: "chat.completion.chunk", created: 0, model: this.#model, choices: [], usage }));
     await write("[DONE]");
