@@ -9,6 +9,8 @@ import cliProgress from "cli-progress";
 import type { ResolvedSettings } from "./config/load.ts";
 import { Catalog, FREE, type CatalogModel } from "./catalog/catalog.ts";
 import { createEngine, type EngineEnvironment } from "./engines/registry.ts";
+import type { Engine } from "./engines/engine.ts";
+import type { ModelEntry } from "./config/schema.ts";
 import { createRuntimeLoader } from "./engines/llamacpp/runtime.ts";
 import type { DownloadProgress } from "./engines/llamacpp/model-file.ts";
 import { openStore } from "./store/open.ts";
@@ -111,9 +113,26 @@ function progressReporter(modelId: string, logger: Logger): (progress: DownloadP
 
 /**
  * What only tests change: where the Stripe client sends its calls (a local fake of Stripe's API);
- * how image URL hosts are resolved (a fake resolver, since tests cannot reach public DNS).
+ * how image URL hosts are resolved (a fake resolver, since tests cannot reach public DNS); which
+ * engine serves a model (a full server on the fake engine, where a real model adds nothing).
  */
-export type StartServerOptions = { stripeApi?: Omit<StripeClientSettings, "secretKey">; imageHostResolver?: HostResolver };
+export type StartServerOptions = {
+  stripeApi?: Omit<StripeClientSettings, "secretKey">;
+  imageHostResolver?: HostResolver;
+  /**
+   * Engines to serve instead of those the settings' model entries name, not yet open (the server
+   * opens and closes them): by model id, or a factory asked for each entry (undefined: the entry's
+   * own engine). The entry still gives the model's id, pricing and other settings.
+   */
+  engines?: Readonly<Record<string, Engine>> | ((entry: ModelEntry) => Engine | undefined);
+};
+
+/** The engine `options.engines` gives for `entry`, if any. */
+function suppliedEngine(engines: StartServerOptions["engines"], entry: ModelEntry): Engine | undefined {
+  if (engines === undefined) return undefined;
+  if (typeof engines === "function") return engines(entry);
+  return Object.hasOwn(engines, entry.id) ? engines[entry.id] : undefined;
+}
 
 export async function startServer(settings: ResolvedSettings, logger: Logger = createLogger(settings.log_level), options: StartServerOptions = {}): Promise<RunningServer> {
   const database = await openStore({
@@ -227,7 +246,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
   };
   const creditValue = settings.credit_value;
   const models: CatalogModel[] = settings.models.map((entry) => {
-    const engine = createEngine(entry, environment);
+    const engine = suppliedEngine(options.engines, entry) ?? createEngine(entry, environment);
     const pricing = entry.pricing
       ? { prompt: entry.pricing.prompt, cachedPrompt: entry.pricing.cached_prompt ?? entry.pricing.prompt, completion: entry.pricing.completion }
       : FREE;

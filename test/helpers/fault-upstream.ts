@@ -5,6 +5,9 @@
  * after k chunks, 5xx or 429 with `retry-after`, a slow first token, garbage chunks, 401. Normal
  * answers (streamed with a usage chunk, or one JSON body) are fixed and small.
  *
+ * A request for `n` > 1 choices gets `n` copies of the answer, their chunks interleaved piece by
+ * piece (choice 0's first piece, choice 1's first piece, …), as vLLM sends parallel choices.
+ *
  * It counts the chat requests it received and tells whether the client closed a request's
  * connection before the answer was complete (to check that cancellation reaches the upstream).
  * `/health` answers 200 or 503 as the test switches it; `/v1/models` lists the one model.
@@ -18,7 +21,7 @@ export type FaultStep =
   | { kind: "complete"; text?: string[]; firstTokenDelayMs?: number; chunkDelayMs?: number }
   /** Reads the request and never answers (no headers). */
   | { kind: "hang" }
-  /** Streams `afterChunks` chunks, then destroys the socket (no finish, no `[DONE]`). */
+  /** Streams `afterChunks` content chunks (all choices counted), then destroys the socket (no finish, no `[DONE]`). */
   | { kind: "cut"; afterChunks: number }
   /** Answers `status` with an OpenAI error body (and `retry-after` when given: seconds or a date). */
   | { kind: "status"; status: number; retryAfter?: string; message?: string }
@@ -49,6 +52,11 @@ export type FaultUpstreamOptions = {
   routes?: Record<string, RouteHandler>;
   /** The port to listen on (default: a free one); for a server that comes up where one was expected. */
   port?: number;
+  /**
+   * Answers at most the request's `max_tokens` (or `max_completion_tokens`) pieces per choice,
+   * finishing `length` when that cut the answer, as a real server does (default: the whole text).
+   */
+  honourMaxTokens?: boolean;
 };
 
 const DEFAULT_TEXT = ["Hello", " there", "!"];
@@ -182,8 +190,13 @@ export class FaultUpstream {
     }
 
     const id = `chatcmpl-fault-${this.requests.length}`;
-    const text = (step.kind === "complete" ? step.text : undefined) ?? this.#options.text ?? DEFAULT_TEXT;
-    const completionTokens = text.length;
+    const whole = (step.kind === "complete" ? step.text : undefined) ?? this.#options.text ?? DEFAULT_TEXT;
+    const limit = this.#options.honourMaxTokens === true ? (body.max_completion_tokens ?? body.max_tokens) : undefined;
+    const text = typeof limit === "number" && limit < whole.length ? whole.slice(0, limit) : whole;
+    const finishReason = text.length < whole.length ? "length" : "stop";
+    const choices = typeof body.n === "number" && Number.isInteger(body.n) && body.n > 1 ? body.n : 1;
+    const indexes = Array.from({ length: choices }, (_, index) => index);
+    const completionTokens = text.length * choices;
     const usage = { prompt_tokens: PROMPT_TOKENS, completion_tokens: completionTokens, total_tokens: PROMPT_TOKENS + completionTokens };
     if (body.stream !== true) {
       if (step.kind === "complete" && step.firstTokenDelayMs) await sleep(step.firstTokenDelayMs);
@@ -194,28 +207,30 @@ export class FaultUpstream {
         object: "chat.completion",
         created: 0,
         model: this.#model,
-        choices: [{ index: 0, message: { role: "assistant", content: text.join("") }, logprobs: null, finish_reason: "stop" }],
+        choices: indexes.map((index) => ({ index, message: { role: "assistant", content: text.join("") }, logprobs: null, finish_reason: finishReason })),
         usage,
       });
     }
 
     response.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
-    const chunk = (delta: Record<string, unknown>, finishReason: string | null = null) => ({
+    const chunk = (delta: Record<string, unknown>, finishReason: string | null = null, index = 0) => ({
       id,
       object: "chat.completion.chunk",
       created: 0,
       model: this.#model,
-      choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }],
+      choices: [{ index, delta, logprobs: null, finish_reason: finishReason }],
     });
     const write = (data: string) => new Promise<void>((resolve) => (response.destroyed ? resolve() : response.write(`data: ${data}\n\n`, () => resolve())));
-    await write(JSON.stringify(chunk({ role: "assistant", content: "" })));
+    for (const index of indexes) await write(JSON.stringify(chunk({ role: "assistant", content: "" }, null, index)));
     if (step.kind === "complete" && step.firstTokenDelayMs) await sleep(step.firstTokenDelayMs);
 
-    const limit = step.kind === "cut" ? step.afterChunks : step.kind === "garbage" ? (step.afterChunks ?? 0) : text.length;
-    for (const [index, piece] of text.slice(0, limit).entries()) {
+    // Every choice's pieces, interleaved: piece 0 of each choice, then piece 1 of each...
+    const pieces = text.flatMap((piece) => indexes.map((index) => ({ piece, index })));
+    const sent = step.kind === "cut" ? step.afterChunks : step.kind === "garbage" ? (step.afterChunks ?? 0) : pieces.length;
+    for (const [position, { piece, index }] of pieces.slice(0, sent).entries()) {
       if (response.destroyed) return;
-      if (index > 0 && step.kind === "complete" && step.chunkDelayMs) await sleep(step.chunkDelayMs);
-      await write(JSON.stringify(chunk({ content: piece })));
+      if (position > 0 && step.kind === "complete" && step.chunkDelayMs) await sleep(step.chunkDelayMs);
+      await write(JSON.stringify(chunk({ content: piece }, null, index)));
     }
     if (response.destroyed) return;
     if (step.kind === "cut") return endByServer(true);
@@ -223,7 +238,7 @@ export class FaultUpstream {
       await write("{not json at all");
       return endByServer(false);
     }
-    await write(JSON.stringify(chunk({}, "stop")));
+    for (const index of indexes) await write(JSON.stringify(chunk({}, finishReason, index)));
     const options = body.stream_options as { include_usage?: boolean } | undefined;
     if (options?.include_usage === true) await write(JSON.stringify({ id, object: "chat.completion.chunk", created: 0, model: this.#model, choices: [], usage }));
     await write("[DONE]");

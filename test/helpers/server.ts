@@ -53,14 +53,26 @@ export type TestServerOptions = {
   stripeApi?: StartServerOptions["stripeApi"];
   /** Resolves image URL hosts instead of DNS (tests cannot reach public names). */
   imageHostResolver?: StartServerOptions["imageHostResolver"];
+  /**
+   * Engines that serve models instead of their entries' own (the fake engine, say), by model id
+   * or a factory. A map given without `models` flags or a config file makes the models: one per
+   * id, whose entry names a file never opened (the supplied engine serves it).
+   */
+  engines?: StartServerOptions["engines"];
 };
+
+/** `id=<id>.gguf` for each engine of a map: entries for the models it serves (the files are never opened). */
+function suppliedModels(engines: TestServerOptions["engines"]): string[] | undefined {
+  if (engines === undefined || typeof engines === "function") return undefined;
+  return Object.keys(engines).map((id) => `${id}=${id}.gguf`);
+}
 
 export async function startTestServer(options: TestServerOptions = {}): Promise<TestServer> {
   const dataDir = temporaryDirectory();
   const settings = loadSettings({
     flags: {
-      // A config file names its own models.
-      ...(options.configFile === undefined ? { models: [storiesModel] } : {}),
+      // A config file names its own models; supplied engines name theirs.
+      ...(options.configFile === undefined ? { models: suppliedModels(options.engines) ?? [storiesModel] } : {}),
       port: "0",
       threads: "1",
       gpu: "cpu",
@@ -84,7 +96,7 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
     },
   });
   const logger = pino({ level: settings.log_level }, sink);
-  const server = await startServer(settings, logger, { stripeApi: options.stripeApi, imageHostResolver: options.imageHostResolver });
+  const server = await startServer(settings, logger, { stripeApi: options.stripeApi, imageHostResolver: options.imageHostResolver, engines: options.engines });
   await server.modelsSettled;
   const baseURL = `${server.url}/v1`;
   return {

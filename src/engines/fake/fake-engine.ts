@@ -3,6 +3,12 @@
  * at a time, and counts usage as a real engine would (a completion token per text or tool-call
  * delta, reasoning included). It sits beside the real engines' tests, never instead of them: it
  * pins what the serving layer does with parts, queues, failures and cut streams.
+ *
+ * It behaves as the real engines do where the serving layer can tell (the engine contract suite,
+ * `test/contract/`, holds it to them): a request takes its slot when it starts (a full queue
+ * refuses it there, synchronously), takes free slots for its other choices and interleaves the
+ * choices it runs at once, gives its slots back however it ends, and stops when the engine closes.
+ * Unlike them it generates lazily, one part per part taken, so tests can stop it at an exact point.
  */
 import {
   CHAT_PARAMETERS,
@@ -20,7 +26,8 @@ import {
   type UsageSource,
 } from "../engine.ts";
 import { promptBound, type PromptBound } from "../prompt-bound.ts";
-import { EngineOverloadedError, ModelNotReadyError } from "../../protocol/errors.ts";
+import { SlotQueue, type SlotLease } from "../slot-queue.ts";
+import { ModelNotReadyError } from "../../protocol/errors.ts";
 
 /** One step of a choice's script: a part to yield (its `choice` is filled in), a pause, or a failure. */
 export type ScriptStep =
@@ -71,6 +78,11 @@ export type FakeEngineOptions = {
   usageSource?: UsageSource;
   /** Cached prompt tokens reported. */
   cachedPromptTokens?: number;
+  /**
+   * `loading` until `open()`, as the real engines are (default false: ready at once, for tests
+   * that hand the fake straight to the serving layer without opening it).
+   */
+  startLoading?: boolean;
 };
 
 
@@ -84,28 +96,42 @@ export class FakeEngine implements Engine {
   prepared = 0;
   /** Generations started so far. */
   started = 0;
-  /** Generations running now. */
-  running = 0;
   /** The signals of the generations started (to check that a cut reaches the engine). */
   readonly signals: AbortSignal[] = [];
-  status_: EngineStatus = { state: "ready" };
+  status_: EngineStatus;
   /** When set, `prepare` throws it (a 400 for a schema, say). */
   prepareFailure: Error | undefined;
   readonly #options: FakeEngineOptions;
-  #waiting: Array<() => void> = [];
+  /** One slot per request that may run at once (its value is only a name). */
+  readonly #queue: SlotQueue<number>;
+  readonly #closing = new AbortController();
+  #closed = false;
 
   constructor(options: FakeEngineOptions = {}) {
     this.#options = options;
     this.prepareFailure = options.prepareFailure;
+    this.status_ = options.startLoading === true ? { state: "loading", detail: "opening the fake model" } : { state: "ready" };
+    this.#queue = new SlotQueue(
+      Array.from({ length: options.capacity ?? 4 }, (_, index) => index),
+      options.queueSize ?? 16,
+    );
   }
 
-  async open(): Promise<void> {}
+  /** Slots in use: generations started and not ended, choices beyond the first included. */
+  get running(): number {
+    return this.#queue.busy;
+  }
+
+  async open(): Promise<void> {
+    if (this.status_.state === "loading") this.status_ = { state: "ready" };
+  }
 
   status(): EngineStatus {
     return this.status_;
   }
 
-  info(): EngineModelInfo {
+  info(): EngineModelInfo | undefined {
+    if (this.status_.state === "loading") return undefined;
     return { contextLength: this.#options.contextLength ?? 2048 };
   }
 
@@ -114,87 +140,86 @@ export class FakeEngine implements Engine {
   }
 
   members(): EngineMember[] {
-    const capacity = this.#options.capacity ?? 4;
-    return [{ id: "fake", busy: this.running, capacity, waiting: this.#waiting.length, healthy: this.status_.state !== "unavailable" }];
+    return [{ id: "fake", busy: this.#queue.busy, capacity: this.#queue.capacity, waiting: this.#queue.waiting, healthy: this.status_.state !== "unavailable" }];
+  }
+
+  /** Throws what a real engine throws when it cannot take work: loading, unavailable, or closed. */
+  #checkReady(): void {
+    if (this.#closed) throw new ModelNotReadyError("The fake model is shutting down.");
+    if (this.status_.state === "loading") throw new ModelNotReadyError("The fake model is loading. Retry in a moment.", 5);
+    if (this.status_.state !== "ready" && this.status_.state !== "degraded") throw new ModelNotReadyError("The fake model is not ready.");
   }
 
   boundPrompt(request: GenerationRequest): PromptBound {
-    if (this.status_.state !== "ready" && this.status_.state !== "degraded") throw new ModelNotReadyError("The fake model is not ready.");
+    this.#checkReady();
     return promptBound(request, 4);
   }
 
   async prepare(request: GenerationRequest): Promise<PreparedGeneration> {
     this.prepared++;
+    this.#checkReady();
     if (this.prepareFailure !== undefined) throw this.prepareFailure;
     const promptTokens = fakePromptTokens(request);
-    const maxTokens = request.maxTokens ?? this.info().contextLength - promptTokens;
+    const maxTokens = request.maxTokens ?? (this.#options.contextLength ?? 2048) - promptTokens;
     return { promptTokens, promptCount: "exact", maxTokens, choices: request.choices, start: (signal) => this.#start(request, promptTokens, maxTokens, signal) };
   }
 
   #start(request: GenerationRequest, promptTokens: number, maxTokens: number, signal: AbortSignal): RunningGeneration {
-    const capacity = this.#options.capacity ?? 4;
-    if (this.running >= capacity && this.#waiting.length >= (this.#options.queueSize ?? 16)) {
-      throw new EngineOverloadedError("The fake engine's queue is full.", 1);
-    }
+    const stop = AbortSignal.any([signal, this.#closing.signal]);
+    // Takes the slot now; throws EngineOverloadedError synchronously when the queue is full.
+    const leased = this.#queue.acquire(stop);
     this.started++;
     this.signals.push(signal);
+    let begun = false;
+    let releaseIfIdle: (() => void) | undefined;
+    // A lease nobody will consume (cut before generation began) goes straight back, as the real engines' do.
+    const guarded = leased.then((lease) => {
+      releaseIfIdle = () => {
+        if (!begun) lease.release();
+      };
+      if (stop.aborted) releaseIfIdle();
+      else stop.addEventListener("abort", releaseIfIdle, { once: true });
+      return lease;
+    });
+    guarded.catch(() => {});
+    const admitted = guarded.then(() => undefined);
+    admitted.catch(() => {});
     const scripts = this.#options.script?.(request) ?? [{ steps: [{ text: "Hello" }, { text: " world" }] }];
     const counts = Array.from({ length: request.choices }, () => ({ completion: 0, reasoning: 0 }));
-    let begun = false;
-    const admitted = this.#admit(signal);
-    admitted.catch(() => {});
-    const engine = this;
+    const queue = this.#queue;
     const parts: AsyncIterable<StreamPart> = {
       async *[Symbol.asyncIterator]() {
-        await admitted;
+        const first = await guarded;
         begun = true;
-        engine.running++;
+        if (releaseIfIdle !== undefined) stop.removeEventListener("abort", releaseIfIdle);
+        // Other choices run at once only in slots free now (never waiting while holding one).
+        const leases: SlotLease<number>[] = [first];
+        while (leases.length < request.choices) {
+          const extra = queue.tryAcquire();
+          if (extra === undefined) break;
+          leases.push(extra);
+        }
+        const choiceParts = (choice: number) => runScript(scripts[Math.min(choice, scripts.length - 1)]!, choice, counts[choice]!, promptTokens, maxTokens, stop);
+        let nextChoice = 0;
+        /** The choices running now, one per slot held: each gives a part in turn. */
+        const lanes = leases.map((lease) => ({ lease, parts: nextChoice < request.choices ? choiceParts(nextChoice++) : undefined }));
         try {
-          for (let choice = 0; choice < request.choices; choice++) {
-            const script = scripts[Math.min(choice, scripts.length - 1)]!;
-            const count = counts[choice]!;
-            let reason: "stop" | "length" | "tool_calls" | "content_filter" | "cancelled" = script.finish ?? "stop";
-            let toolIndex = 0;
-            for (const step of script.steps) {
-              if (signal.aborted) {
-                reason = "cancelled";
-                break;
-              }
-              if (count.completion >= maxTokens) {
-                reason = "length";
-                break;
-              }
-              if ("text" in step) {
-                count.completion++;
-                yield step.logprobs === undefined ? { type: "text-delta", choice, text: step.text } : { type: "text-delta", choice, text: step.text, logprobs: step.logprobs };
-              } else if ("reasoning" in step) {
-                count.completion++;
-                count.reasoning++;
-                yield { type: "reasoning-delta", choice, text: step.reasoning };
-              } else if ("toolCall" in step) {
-                const index = toolIndex++;
-                yield { type: "tool-call-start", choice, index, id: step.toolCall.id, name: step.toolCall.name };
-                for (const argumentsDelta of step.toolCall.arguments) {
-                  count.completion++;
-                  yield { type: "tool-call-delta", choice, index, argumentsDelta };
-                }
-              } else if ("waitMs" in step) {
-                await new Promise<void>((resolve) => {
-                  const timer = setTimeout(resolve, step.waitMs);
-                  signal.addEventListener("abort", () => (clearTimeout(timer), resolve()), { once: true });
-                });
-              } else if ("gate" in step) {
-                await step.gate.wait(signal).catch(() => {});
-              } else {
-                throw step.fail;
-              }
+          for (let turn = 0; lanes.some((lane) => lane.parts !== undefined); turn++) {
+            const lane = lanes[turn % lanes.length]!;
+            if (lane.parts === undefined) continue;
+            const next = await lane.parts.next();
+            if (next.done === true) {
+              lane.parts = nextChoice < request.choices ? choiceParts(nextChoice++) : undefined;
+              if (lane.parts === undefined) lane.lease.release();
+              continue;
             }
-            if (signal.aborted) reason = "cancelled";
-            yield { type: "finish", choice, reason, usage: { promptTokens, cachedPromptTokens: 0, completionTokens: count.completion } };
+            yield next.value;
           }
         } finally {
-          engine.running--;
-          engine.#waiting.shift()?.();
+          for (const lane of lanes) {
+            await lane.parts?.return(undefined);
+            lane.lease.release();
+          }
         }
       },
     };
@@ -208,22 +233,58 @@ export class FakeEngine implements Engine {
     return { admitted, parts, usage };
   }
 
-  /** Resolves when a slot is free (FIFO); rejects when aborted while waiting. */
-  #admit(signal: AbortSignal): Promise<void> {
-    if (this.running < (this.#options.capacity ?? 4)) return Promise.resolve();
-    return new Promise((resolve, reject) => {
-      const wake = () => {
-        signal.removeEventListener("abort", onAbort);
-        resolve();
-      };
-      const onAbort = () => {
-        this.#waiting = this.#waiting.filter((waiter) => waiter !== wake);
-        reject(signal.reason);
-      };
-      signal.addEventListener("abort", onAbort, { once: true });
-      this.#waiting.push(wake);
-    });
+  /** Running generations end `cancelled`; new requests are refused as by a real engine that closed. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    this.#closing.abort(new Error("engine closing"));
   }
+}
 
-  async close(): Promise<void> {}
+/** One choice's script as parts, ending with its `finish`; counts its tokens into `count` as they are made. */
+async function* runScript(
+  script: ChoiceScript,
+  choice: number,
+  count: { completion: number; reasoning: number },
+  promptTokens: number,
+  maxTokens: number,
+  signal: AbortSignal,
+): AsyncGenerator<StreamPart> {
+  let reason: "stop" | "length" | "tool_calls" | "content_filter" | "cancelled" = script.finish ?? "stop";
+  let toolIndex = 0;
+  for (const step of script.steps) {
+    if (signal.aborted) {
+      reason = "cancelled";
+      break;
+    }
+    if (count.completion >= maxTokens) {
+      reason = "length";
+      break;
+    }
+    if ("text" in step) {
+      count.completion++;
+      yield step.logprobs === undefined ? { type: "text-delta", choice, text: step.text } : { type: "text-delta", choice, text: step.text, logprobs: step.logprobs };
+    } else if ("reasoning" in step) {
+      count.completion++;
+      count.reasoning++;
+      yield { type: "reasoning-delta", choice, text: step.reasoning };
+    } else if ("toolCall" in step) {
+      const index = toolIndex++;
+      yield { type: "tool-call-start", choice, index, id: step.toolCall.id, name: step.toolCall.name };
+      for (const argumentsDelta of step.toolCall.arguments) {
+        count.completion++;
+        yield { type: "tool-call-delta", choice, index, argumentsDelta };
+      }
+    } else if ("waitMs" in step) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, step.waitMs);
+        signal.addEventListener("abort", () => (clearTimeout(timer), resolve()), { once: true });
+      });
+    } else if ("gate" in step) {
+      await step.gate.wait(signal).catch(() => {});
+    } else {
+      throw step.fail;
+    }
+  }
+  if (signal.aborted) reason = "cancelled";
+  yield { type: "finish", choice, reason, usage: { promptTokens, cachedPromptTokens: 0, completionTokens: count.completion } };
 }

@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { ChunkReader, UpstreamProtocolError, UpstreamStreamError } from "./chunk-reader.ts";
+import { ChunkReader, shareOut, UpstreamProtocolError, UpstreamStreamError } from "./chunk-reader.ts";
 
 const reader = (choices = 1, logprobs = false) => new ChunkReader({ choices, promptTokens: 50, logprobs, newCallId: () => "call_new" });
 const delta = (value: Record<string, unknown>, extra: Record<string, unknown> = {}) => ({ choices: [{ index: 0, delta: value, ...extra }] });
@@ -119,4 +119,13 @@ test("llama-server's final usage wins over its timings; timings on the finishing
   chunks.read({ choices: [{ index: 0, delta: {}, finish_reason: "length" }], timings: { prompt_n: 9, cache_n: 0, predicted_n: 5 } });
   chunks.read({ choices: [], usage: { prompt_tokens: 9, completion_tokens: 2, prompt_tokens_details: { cached_tokens: 0 } }, timings: { prompt_n: 9, cache_n: 0, predicted_n: 2 } });
   assert.deepEqual(chunks.usage(), { source: "upstream", promptTokens: 9, cachedPromptTokens: 0, completionTokens: 2 });
+});
+
+test("shareOut shares a request's completion tokens over its choices so that they add up to the total", () => {
+  // Rounded one by one, 5 over three equal choices gave 2 + 2 + 2 = 6.
+  assert.deepEqual(shareOut(5, [1, 1, 1]), [2, 2, 1]);
+  assert.deepEqual(shareOut(6, [3, 3]), [3, 3]);
+  assert.deepEqual(shareOut(10, [1, 3]), [3, 7]);
+  assert.deepEqual(shareOut(7, [4]), [7]);
+  assert.deepEqual(shareOut(4, [0, 0]), [4, 0], "nothing counted: the first choice takes all");
 });

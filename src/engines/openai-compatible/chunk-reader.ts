@@ -317,12 +317,9 @@ export class ChunkReader {
     if (this.#ended) return [];
     this.#ended = true;
     const total = this.usage();
-    const counted = this.#choices.reduce((sum, choice) => sum + choice.counted, 0);
+    const shares = shareOut(total.completionTokens, this.#choices.map((state) => state.counted));
     return this.#choices.flatMap((state, choice): StreamPart[] => {
-      // One choice: the request's count. Several: the total shared out as counted (the upstream reports only the sum).
-      const completionTokens =
-        this.#choices.length === 1 ? total.completionTokens : counted === 0 ? 0 : Math.round((total.completionTokens * state.counted) / counted);
-      const usage: TokenUsage = { promptTokens: total.promptTokens, cachedPromptTokens: total.cachedPromptTokens, completionTokens };
+      const usage: TokenUsage = { promptTokens: total.promptTokens, cachedPromptTokens: total.cachedPromptTokens, completionTokens: shares[choice]! };
       return [...this.#flushCalls(choice, state), { type: "finish", choice, reason: reasonOf(state), usage }];
     });
   }
@@ -343,6 +340,27 @@ export class ChunkReader {
       ...(running?.reasoningTokens !== undefined ? { reasoningTokens: running.reasoningTokens } : {}),
     };
   }
+}
+
+/**
+ * The request's completion tokens shared out over its choices in proportion to what was counted
+ * of each (the upstream reports only the sum), largest remainders first, so the shares add up to
+ * the total exactly (rounding each share alone could give one token more or less). One choice,
+ * or nothing counted: the first choice takes all.
+ */
+export function shareOut(total: number, counted: readonly number[]): number[] {
+  const sum = counted.reduce((accumulated, count) => accumulated + count, 0);
+  if (counted.length <= 1 || sum === 0) return counted.map((_, index) => (index === 0 ? total : 0));
+  const exact = counted.map((count) => (total * count) / sum);
+  const shares = exact.map(Math.floor);
+  let left = total - shares.reduce((accumulated, share) => accumulated + share, 0);
+  const byRemainder = exact.map((value, index) => ({ index, remainder: value - Math.floor(value) })).sort((a, b) => b.remainder - a.remainder || a.index - b.index);
+  for (const { index } of byRemainder) {
+    if (left <= 0) break;
+    shares[index]!++;
+    left--;
+  }
+  return shares;
 }
 
 /**

@@ -54,8 +54,9 @@ export interface UpstreamPool {
   /**
    * A member with room for one more request: the least busy healthy one (affinity aside).
    * Waits in the model's queue while every healthy member is full; throws `EngineOverloadedError`
-   * (503 with retry-after) when the queue is full too, `UpstreamUnavailableError` when no member
-   * is healthy, and the signal's reason when aborted while waiting.
+   * (503 with retry-after) synchronously when the queue is full too (so the engine's `start`
+   * refuses before anything is sent); rejects with `UpstreamUnavailableError` when no member is
+   * healthy, and with the signal's reason when aborted while waiting.
    */
   acquire(options: AcquireOptions): Promise<PoolLease>;
   /** Each member's load and health (for `/v1/models`, metrics). */

@@ -13,7 +13,8 @@
  * as a healthy one has room: the probe brings it back.
  *
  * When every serving member is full, requests wait in one bounded FIFO queue; a released lease
- * goes to the oldest waiter. A full queue: `EngineOverloadedError` (503, retry-after 1). No member
+ * goes to the oldest waiter. A full queue: `EngineOverloadedError` (503, retry-after 1), thrown at
+ * once by `acquire` (not a rejected promise), so a request is refused before it starts. No member
  * serving (all cooling down): `UpstreamUnavailableError` with retry-after = the shortest cooldown
  * left. A waiter whose signal aborts leaves the queue and gets the signal's reason.
  */
@@ -193,7 +194,9 @@ class Pool implements UpstreamPoolHandle {
     if (!this.#members.some((candidate) => candidate.serves())) return Promise.reject(this.#unavailable());
     if (this.#waiters.length >= this.#queueSize) {
       const running = this.#members.reduce((sum, candidate) => sum + candidate.inFlight, 0);
-      return Promise.reject(new EngineOverloadedError(`The model is busy: ${running} requests are running upstream and ${this.#waiters.length} are waiting. Retry shortly.`));
+      // Thrown, not a rejected promise: the engine's `start` must refuse at once, before the
+      // caller answers 200 and opens a stream (as the embedded engine's slot queue does).
+      throw new EngineOverloadedError(`The model is busy: ${running} requests are running upstream and ${this.#waiters.length} are waiting. Retry shortly.`);
     }
     return new Promise((resolve, reject) => {
       const waiter: Waiter = {

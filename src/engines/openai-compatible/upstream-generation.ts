@@ -118,7 +118,10 @@ function releasing(lease: PoolLease): (outcome: MemberOutcome) => void {
   };
 }
 
-/** Starts a generation: the first member is asked for at once (`admitted` resolves when one is lent). */
+/**
+ * Starts a generation: the first member is asked for at once (`admitted` resolves when one is
+ * lent). Throws `EngineOverloadedError` here, synchronously, when the pool's queue is full.
+ */
 export function startUpstreamGeneration(options: UpstreamGenerationOptions, signal: AbortSignal): RunningGeneration {
   const stop = AbortSignal.any([signal, options.closing]);
   const tried = new Set<string>();
