@@ -39,7 +39,7 @@ export const GRAMMAR_LIMITS = {
   definitionLength: 65_536,
   /** Rules and terminals, imported ones included. */
   rules: 2_000,
-  /** Alternatives of all choices together (`|` in rules and regexes, and character classes' members do not count). */
+  /** Alternatives of all choices together (`|` in rules and regexes; a character class is one element, whatever its members). */
   alternatives: 2_000,
   /** Nodes of the whole tree. */
   nodes: 50_000,

@@ -11,9 +11,9 @@
  *
  * The grammar is read as characters, the way it constrains generation: terminals are not
  * tokenized by a lexer first, and nothing is skipped between them. That is why `%ignore` is
- * refused rather than dropped: output generated without the ignored text is valid, but a
- * client's parser would then also expect us to allow it, and we cannot honour it inside
- * terminals. Left recursion (fine for Lark's parsers) is refused: llama.cpp cannot run it.
+ * refused rather than dropped: the client declared that text may appear between any two
+ * tokens, and a character-level grammar cannot say "between tokens" without a lexer. Left
+ * recursion (fine for Lark's parsers) is refused: llama.cpp cannot run it.
  *
  * Nothing here recurses deeper than `GRAMMAR_LIMITS.depth` nested groups.
  */
