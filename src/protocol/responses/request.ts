@@ -6,7 +6,7 @@
  * cross-field rules are checks of the schema, so a large body is refused in the body worker.
  */
 import { z } from "zod";
-import { REQUEST_LIMITS } from "../chat-completion-request.ts";
+import { REQUEST_LIMITS } from "../chat-completions/request.ts";
 
 /** Caps on what a request may hold (see `REQUEST_LIMITS` for why every input is bounded). */
 export const RESPONSES_LIMITS = {
