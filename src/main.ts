@@ -32,6 +32,7 @@ import { CHECKOUT_LIMITS } from "./billing/stripe/route.ts";
 import { moneyPrices } from "./protocol/credit-value.ts";
 import { sweepSessions } from "./auth/sessions.ts";
 import { ResponseStore } from "./responses/store.ts";
+import type { StoredResponses } from "./http/routes/responses/route.ts";
 import { consoleSessions } from "./http/middleware/console-session/console-session.ts";
 import { createHostPolicy, WILDCARD_LISTEN } from "./http/middleware/allowed-hosts/allowed-hosts.ts";
 import { forgetSetupCodes, issueSetupCode } from "./accounts/setup-code.ts";
@@ -146,7 +147,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
   let plans = await listPlans(database);
   const nodeId = await registerNode(database);
   /** The Responses API's stored responses: kept `responses_retention_days` from their creation. */
-  const responses = new ResponseStore(database, { retentionSeconds: settings.responses_retention_days * 24 * 60 * 60 });
+  const responses: StoredResponses = new ResponseStore(database, { retentionSeconds: settings.responses_retention_days * 24 * 60 * 60 });
   /** Releases holds of dead nodes (e.g. a previous process killed mid-stream), expired credit and expired stored responses. */
   const sweep = async () => {
     await heartbeat(database, nodeId);
@@ -301,6 +302,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     signup: settings.signup,
     maxKeysPerAccount: settings.max_keys_per_account,
     creditValue,
+    responses,
     imageUrls: new ImageUrlGuard({
       policy: settings.image_urls,
       allowedHosts: settings.image_url_hosts,

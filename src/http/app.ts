@@ -30,6 +30,7 @@ import { requestIdFrom, requestIdHeader } from "./middleware/request-id/request-
 import { apiKeyAuth } from "./middleware/api-key-auth/api-key-auth.ts";
 import { accountAuth, accountIdOf, type SessionResolver } from "./middleware/account-auth/account-auth.ts";
 import { registerChatCompletionsRoute } from "./routes/chat-completions/route.ts";
+import { registerResponsesRoutes, type StoredResponses } from "./routes/responses/route.ts";
 import { registerModelsRoutes } from "./routes/models/route.ts";
 import { registerHealthRoutes } from "./routes/health/route.ts";
 import fastifyCookie from "@fastify/cookie";
@@ -97,6 +98,8 @@ export type AppOptions = {
   creditValue?: CreditValue | null;
   /** Which image URLs may go to vision upstreams (`--image-urls`); public https only when absent. */
   imageUrls?: ImageUrlGuard;
+  /** The Responses API's stored responses; without it `/v1/responses` is not served. */
+  responses?: StoredResponses;
 };
 
 export type App = {
@@ -210,7 +213,7 @@ export function buildApp(options: AppOptions): App {
   registerMetricsRoute(server, options.metrics, options.metricsRoute);
   registerOpenApiRoute(server);
   registerModelsRoutes(server, { catalog: options.catalog, authenticate });
-  registerChatCompletionsRoute(server, {
+  const generationOptions = {
     catalog: options.catalog,
     authenticate,
     metering: options.metering,
@@ -220,7 +223,9 @@ export function buildApp(options: AppOptions): App {
     keepAliveIntervalMs: options.keepAliveIntervalMs,
     stallTimeoutMs: options.stallTimeoutMs ?? 30_000,
     ...(options.imageUrls !== undefined ? { imageUrls: options.imageUrls } : {}),
-  });
+  };
+  registerChatCompletionsRoute(server, generationOptions);
+  if (options.responses !== undefined) registerResponsesRoutes(server, { ...generationOptions, responses: options.responses });
 
   registerUsageRoutes(server, { database: options.database, authenticate: authenticateAccount, creditValue: options.creditValue ?? null });
   registerSettingsRoute(server, { creditValue: options.creditValue ?? null });

@@ -29,6 +29,8 @@ export const ERROR_CATALOG = {
   // 400
   invalid_request_error: { status: 400, type: "invalid_request_error", meaning: "a field is missing or has the wrong type or range (`param` names it, e.g. `messages[0].content`)" },
   invalid_json: { status: 400, type: "invalid_request_error", meaning: "the body is not JSON" },
+  stored_response_too_large: { status: 400, type: "invalid_request_error", meaning: "a response to store (its input items and output together) is over 8 MiB: send it with `store: false`, or less input" },
+  response_not_cancellable: { status: 400, type: "invalid_request_error", meaning: "`POST /v1/responses/{id}/cancel` of a response that is not a background one: only background responses can be cancelled" },
   json_too_deep: { status: 400, type: "invalid_request_error", meaning: "the body nests arrays and objects more than 128 levels deep (checked before it is parsed)" },
   invalid_url: { status: 400, type: "invalid_request_error", meaning: "the URL holds a malformed percent-encoding or a control character" },
   missing_required_parameter: { status: 400, type: "invalid_request_error", meaning: "a required field is absent (`param` names it)" },
@@ -71,6 +73,7 @@ export const ERROR_CATALOG = {
   code_not_found: { status: 404, type: "invalid_request_error", meaning: "the redemption code is not valid" },
   account_not_found: { status: 404, type: "not_found_error", meaning: "no account with this id" },
   key_not_found: { status: 404, type: "not_found_error", meaning: "no key with this id (or it belongs to another account)" },
+  response_not_found: { status: 404, type: "invalid_request_error", meaning: "no stored response with this id for this account (never stored, `store: false`, deleted, expired, or another account's); `param` names where the id was given" },
   // 408
   request_timeout: { status: 408, type: "invalid_request_error", meaning: "the request's headers and body did not arrive within `--request-timeout`; the connection closes" },
   // 409

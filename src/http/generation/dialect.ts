@@ -46,6 +46,13 @@ export type WireDialect<Shape, Reply, Event> = {
   complete(shape: Shape, generation: GenerationOutput): Promise<{ reply: Reply; outcome: GenerationOutcome }>;
   /** The stream's events, from the generation's parts; fills `outcome` once every choice finished. */
   stream(shape: Shape, generation: GenerationOutput, outcome: { value?: GenerationOutcome }): AsyncIterable<Event>;
+  /**
+   * Called once the request is settled (billed), however it ended, before the client hears the
+   * end (`endStream`, or the reply returned): where a dialect keeps what it answered (a stored
+   * response). `failure` is the error a failed generation threw. Its own errors are logged; the
+   * request's answer stands.
+   */
+  settled?(shape: Shape, end: { outcome: GenerationOutcome | undefined; failure: unknown; status: number }): Promise<void>;
   /** The SSE event name of a stream event (`event: response.created`); undefined: a plain `data:` event, as chat completions stream. */
   eventName?(event: Event): string | undefined;
   /** Writes the stream's last words and ends it; called once the request is settled. */

@@ -101,8 +101,12 @@ function untilAborted(wait: Promise<unknown>, signal: AbortSignal): Promise<unkn
 }
 
 /** Bills the request, counts it and logs it as a completion; called once, however a started generation ended. */
-async function finish(dependencies: RunDependencies, input: RunInput<unknown>, end: End, logName: string): Promise<void> {
+async function finish(dependencies: RunDependencies, input: RunInput<unknown>, end: End, dialect: WireDialect<unknown, unknown, unknown>, failure: unknown): Promise<void> {
   await release(dependencies, input, end);
+  const logName = dialect.logName;
+  if (dialect.settled !== undefined) {
+    await dialect.settled(input.job.shape, { outcome: end.outcome, failure, status: end.status }).catch((error: unknown) => dependencies.logger.error({ err: error }, `could not keep the ${logName}`));
+  }
   const { job } = input;
   const { outcome } = end;
   const model = job.model.id;
@@ -161,7 +165,7 @@ export async function runCompletion<Shape, Reply>(dependencies: RunDependencies,
     failure = error;
     if (!signal.aborted) throw error;
   } finally {
-    await finish(dependencies, input, endOf(signal, generation, outcome, failure), dialect.logName);
+    await finish(dependencies, input, endOf(signal, generation, outcome, failure), dialect as WireDialect<unknown, unknown, unknown>, failure);
   }
   throw signal.reason instanceof ShuttingDownError ? signal.reason : new ClientClosedRequestError();
 }
@@ -226,7 +230,7 @@ export async function runStream<Shape, Event>(
     ending = { kind: "failed", error: cut.signal.aborted && reason instanceof ShuttingDownError ? reason : error, outcome: outcome.value };
   } finally {
     try {
-      await finish(dependencies, input, endOf(cut.signal, generation, outcome.value, failure), dialect.logName);
+      await finish(dependencies, input, endOf(cut.signal, generation, outcome.value, failure), dialect as WireDialect<unknown, unknown, unknown>, failure);
     } finally {
       stopKeepAlive();
       if (ending !== undefined) {

@@ -5,7 +5,9 @@
  */
 import type { z } from "zod";
 import { chatCompletionRequestSchema } from "../../protocol/chat-completions/request.ts";
+import { responsesRequestSchema } from "../../protocol/responses/request.ts";
 
 export const BODY_SCHEMAS: Readonly<Record<string, z.ZodType>> = {
   "/v1/chat/completions": chatCompletionRequestSchema,
+  "/v1/responses": responsesRequestSchema,
 };

@@ -1,0 +1,131 @@
+/**
+ * The Responses API as a dialect of the generation core: validate and map the body
+ * (`protocol/responses/to-generation.ts`, with the stored conversation a `previous_response_id`
+ * continues), answer with the response resource or its stream of events
+ * (`protocol/responses/from-generation.ts`), keep the response once settled (`settled`: the
+ * stored row the terminal event and `GET` show alike), end a stream with the terminal event.
+ */
+import type { Catalog } from "../../../catalog/catalog.ts";
+import { checkSupported } from "../../../engines/parameters.ts";
+import type { ChatParameter } from "../../../engines/parameters.ts";
+import type { GenerationOutcome } from "../../../protocol/generation.ts";
+import { ShuttingDownError } from "../../../protocol/errors.ts";
+import { parseWithSchema } from "../../../protocol/parse.ts";
+import type { ResponseStreamEvent } from "../../../protocol/responses/events.ts";
+import { ResponseAssembly, completeResponse, streamResponse } from "../../../protocol/responses/from-generation.ts";
+import { responsesRequestSchema, type ResponsesRequest } from "../../../protocol/responses/request.ts";
+import { echoedRequestFields, newResponseId, type ResponseError, type ResponseResource } from "../../../protocol/responses/resource.ts";
+import { itemsOf, toGenerationRequest, type ConversationItem, type StoredInputItem } from "../../../protocol/responses/to-generation.ts";
+import { validatedInWorker } from "../../json-body/json-body-parser.ts";
+import { errorBody, toApiError } from "../../errors.ts";
+import type { ParsedGeneration, WireDialect } from "../../generation/dialect.ts";
+
+/** One response being answered: its assembly, its request as stored, and where it is kept. */
+export type ResponseJob = {
+  assembly: ResponseAssembly;
+  request: ResponsesRequest;
+  /** The request's own input items, each with its id: what `input_items` lists. */
+  inputItems: StoredInputItem[];
+  /** Keeps the final resource (a stored response); absent for `store: false`. Set by the route once the key is known. */
+  keep?: (resource: ResponseResource) => Promise<void>;
+  /** The final resource, once the response ended: built once, so the reply, the stored row and the terminal event agree. */
+  final?: ResponseResource;
+};
+
+/** The Responses API's spelling of the parameters the generation core checks. */
+const RESPONSES_NAMES: Partial<Record<ChatParameter | string, string>> = {
+  max_tokens: "max_output_tokens",
+  response_format: "text.format",
+  reasoning_effort: "reasoning.effort",
+};
+
+/**
+ * Validates the body, finds the model and maps the request (with `history`, the items of the
+ * responses it continues, oldest first) to the generation core. Cheap: linear in the body and the
+ * history, which their caps bound. Throws typed API errors naming the field (`input[3].content`).
+ */
+export function parseResponse(catalog: Catalog, body: unknown, history: readonly ConversationItem[] = []): ParsedGeneration<ResponseJob> {
+  // A large body was validated already, off the event loop, by the body worker.
+  const request = validatedInWorker(body) ? (body as ResponsesRequest) : parseWithSchema(responsesRequestSchema, body);
+  const model = catalog.get(request.model);
+  const capabilities = model.engine.capabilities();
+  const generationRequest = toGenerationRequest(request, { images: capabilities.inputModalities.includes("image") }, history);
+  checkSupported(model.id, capabilities, generationRequest, (parameter) => RESPONSES_NAMES[parameter] ?? parameter);
+  if (request.stream !== true) generationRequest.buffered = true;
+  const customTools = new Set((request.tools ?? []).flatMap((tool) => (tool.type === "custom" ? [tool.name] : [])));
+  const echoed = echoedRequestFields(request);
+  // The resource names the model as the catalog does.
+  echoed.model = model.id;
+  const logprobs = (request.include ?? []).includes("message.output_text.logprobs") || (request.top_logprobs ?? 0) > 0;
+  return {
+    model,
+    stream: request.stream === true,
+    request: generationRequest,
+    imageUrls: imageUrlsOf(request),
+    shape: {
+      assembly: new ResponseAssembly({ id: newResponseId(), createdAt: Math.floor(Date.now() / 1000), echoed, customTools, logprobs }),
+      request,
+      inputItems: itemsOf(request),
+    },
+  };
+}
+
+/** Every `input_image` URL of the request's messages, with its param (`input[2].content[1].image_url`). */
+function imageUrlsOf(request: ResponsesRequest) {
+  const found: Array<{ url: string; param: string }> = [];
+  if (!Array.isArray(request.input)) return found;
+  request.input.forEach((item, index) => {
+    if (item.type !== "message" || typeof item.content === "string") return;
+    item.content.forEach((part, partIndex) => {
+      if (part.type === "input_image" && part.image_url != null) found.push({ url: part.image_url, param: `input[${index}].content[${partIndex}].image_url` });
+    });
+  });
+  return found;
+}
+
+/** The spec's error of a failed response, from the error that failed it. */
+export function responseErrorOf(error: unknown): ResponseError {
+  const apiError = toApiError(error);
+  return { code: apiError.code, message: apiError.message };
+}
+
+/** The final resource of a response that ended (`failure`: the error a failed generation threw). */
+function finalOf(job: ResponseJob, outcome: GenerationOutcome | undefined, failure: unknown): ResponseResource {
+  job.final ??= failure === undefined ? job.assembly.finalResource(outcome) : job.assembly.finalResource(outcome, responseErrorOf(failure));
+  return job.final;
+}
+
+export const responsesDialect: WireDialect<ResponseJob, ResponseResource, ResponseStreamEvent> = {
+  logName: "response",
+  parse: (catalog, body) => parseResponse(catalog, body),
+  async complete(job, generation) {
+    const outcome = await completeResponse(job.assembly, generation);
+    return { reply: finalOf(job, outcome, undefined), outcome };
+  },
+  stream: (job, generation, outcome) => streamResponse(job.assembly, generation, outcome),
+  eventName: (event) => event.type,
+  async settled(job, end) {
+    // A shutdown cut it: a failed response (its tokens so far are billed), not one its client cancelled.
+    const failure = end.failure ?? (end.status === 503 ? new ShuttingDownError() : undefined);
+    const resource = finalOf(job, end.outcome, failure);
+    if (job.keep !== undefined) await job.keep(resource);
+  },
+  endStream(job, sink, ending) {
+    const assembly = job.assembly;
+    if (ending.kind === "failed") {
+      // The items left open end incomplete; then the error and the failed response, never a normal end.
+      for (const event of assembly.close()) sink.event(event.type, assembly.number(event));
+      const error = errorBody(ending.error).error;
+      const failed = job.final?.status === "failed" ? job.final : assembly.finalResource(ending.outcome, { code: error.code, message: error.message });
+      sink.event("error", assembly.number({ type: "error", error: { type: error.type, code: error.code, message: error.message, param: error.param } }));
+      sink.event("response.failed", assembly.number({ type: "response.failed", response: failed }));
+      sink.end();
+      return;
+    }
+    const resource = finalOf(job, ending.outcome, undefined);
+    const type = resource.status === "completed" ? "response.completed" : resource.status === "incomplete" ? "response.incomplete" : "response.failed";
+    sink.event(type, assembly.number({ type, response: resource }));
+    // The Open Responses stream ends with a literal `[DONE]`, as chat completions' does.
+    sink.done();
+  },
+};
