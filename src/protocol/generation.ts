@@ -132,6 +132,12 @@ export type GenerationRequest = {
    * failed attempt made. Otherwise retries end with the first part yielded.
    */
   buffered?: boolean;
+  /**
+   * The client's own key for prefix-cache routing (the Responses API's `prompt_cache_key`):
+   * requests sharing it go to the member that served the last of them, whatever their prompts.
+   * Undefined: the engine derives one from the prompt's beginning.
+   */
+  affinityKey?: string;
 };
 
 /**

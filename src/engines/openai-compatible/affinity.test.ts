@@ -27,3 +27,11 @@ test("a different system prompt, first message or tool set changes the key", () 
   assert.notEqual(base, affinityKey(request([{ role: "system", content: "A" }, { role: "user", content: "Yo" }])));
   assert.notEqual(base, affinityKey(request([{ role: "system", content: "A" }, { role: "user", content: "Hi" }], [{ name: "f" }])));
 });
+
+test("a client's own cache key (prompt_cache_key) decides the key, whatever the prompt", () => {
+  const keyed = (content: string) => affinityKey({ ...request([{ role: "user", content }]), affinityKey: "conversation-42" });
+  assert.equal(keyed("Hi"), keyed("Something else entirely"));
+  assert.match(keyed("Hi"), /^[0-9a-f]{16}$/);
+  assert.notEqual(keyed("Hi"), affinityKey({ ...request([{ role: "user", content: "Hi" }]), affinityKey: "conversation-43" }));
+  assert.notEqual(keyed("Hi"), affinityKey(request([{ role: "user", content: "Hi" }])));
+});

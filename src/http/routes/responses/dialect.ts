@@ -52,6 +52,7 @@ export function parseResponse(catalog: Catalog, body: unknown, history: readonly
   const generationRequest = toGenerationRequest(request, { images: capabilities.inputModalities.includes("image") }, history);
   checkSupported(model.id, capabilities, generationRequest, (parameter) => RESPONSES_NAMES[parameter] ?? parameter);
   if (request.stream !== true) generationRequest.buffered = true;
+  if (request.prompt_cache_key != null) generationRequest.affinityKey = request.prompt_cache_key;
   const customTools = new Set((request.tools ?? []).flatMap((tool) => (tool.type === "custom" ? [tool.name] : [])));
   const echoed = echoedRequestFields(request);
   // The resource names the model as the catalog does.
