@@ -5,6 +5,7 @@
 import type { Engine, EngineMember, EngineStatus } from "../engines/engine.ts";
 import { ModelNotFoundError } from "../protocol/errors.ts";
 import type { ModelObject, MoneyPrices } from "../protocol/models.ts";
+import { GENERATION_ENDPOINTS } from "../protocol/models.ts";
 import type { Pricing } from "../protocol/price.ts";
 
 /** Credit units per million tokens (the type lives with the price formula). */
@@ -95,6 +96,7 @@ export function describeModel(model: CatalogModel): ModelObject {
       ...(model.moneyPricing === undefined ? {} : { currency: model.moneyPricing.currency, money: { ...model.moneyPricing.perMillionTokens } }),
     },
     supported_parameters: [...capabilities.supportedParameters, ...capabilities.vendorFields],
+    endpoints: [...GENERATION_ENDPOINTS],
     status: statusText(model.engine.status(), model.engine.members()),
   };
 }

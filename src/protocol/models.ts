@@ -31,6 +31,8 @@ export const modelObjectSchema = z.object({
     })
     .describe("Credit units per million tokens; with a credit value set, also `currency` and `money` (the same prices as exact decimal strings in the currency's major unit)."),
   supported_parameters: z.array(z.string()),
+  /** The API endpoints that serve this model (every dialect of the generation core). */
+  endpoints: z.array(z.string()).describe("The API endpoints that serve this model: each wire dialect Turnpike speaks over its generation core."),
   /** `ready`, `degraded` (some members of its pool are down) or `unavailable`; with the members healthy and in all. */
   status: z.union([
     z.object({ state: z.enum(["ready", "degraded"]), ...memberCounts }),
@@ -40,6 +42,9 @@ export const modelObjectSchema = z.object({
   ]),
 });
 export type ModelObject = z.infer<typeof modelObjectSchema>;
+
+/** The endpoints every generation model is served through: one per wire dialect of the generation core. */
+export const GENERATION_ENDPOINTS = ["/v1/chat/completions", "/v1/responses"] as const;
 
 export const modelListSchema = z.object({ object: z.literal("list"), data: z.array(modelObjectSchema) });
 export type ModelList = z.infer<typeof modelListSchema>;
