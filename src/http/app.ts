@@ -21,7 +21,7 @@ import { registerBillingHistoryRoute } from "./routes/billing-history/route.ts";
 import { registerUsageExportRoute } from "./routes/usage-export/route.ts";
 import type Stripe from "stripe";
 import type { Plan } from "../billing/plans.ts";
-import { registerStripeRoutes } from "../billing/stripe/route.ts";
+import { registerStripeRoutes } from "./routes/stripe/route.ts";
 import { closeCheckoutSession, findOpenCheckoutSession, grantCheckoutPurchase, recordCheckoutSession } from "../billing/stripe/purchases.ts";
 import { reverseCheckoutPurchase } from "../billing/stripe/reversals.ts";
 import { InvalidRequestError, RouteNotFoundError, ShuttingDownError } from "../protocol/errors.ts";

@@ -13,17 +13,17 @@
  */
 import type { FastifyInstance, FastifyRequest, preHandlerHookHandler } from "fastify";
 import type Stripe from "stripe";
-import type { Plan } from "../plans.ts";
-import { parseWithSchema } from "../../protocol/parse.ts";
-import { checkoutRequestSchema } from "../../protocol/account-api-requests.ts";
-import { InvalidRequestError } from "../../protocol/errors.ts";
-import { createCheckoutSession } from "./checkout.ts";
-import type { CheckoutSession, WebhookReply } from "../../protocol/account-api.ts";
-import { describeStripeError, PaymentProviderError, PaymentsNotConfiguredError, PlanNotFoundError, TooManyCheckoutsError } from "./errors.ts";
-import type { CheckoutSessionRecord, PurchaseOutcome } from "./purchases.ts";
-import type { ReversalOutcome } from "./reversals.ts";
-import { MemorySignInThrottle, type SignInThrottle, type ThrottleLimits } from "../../auth/sign-in-throttle.ts";
-import { closedSessionFromEvent, disputeWonFromEvent, purchaseFromEvent, reversalFromEvent, verifyStripeEvent, type ClosedSession, type StripePurchase, type StripeReversal } from "./webhook.ts";
+import type { Plan } from "../../../billing/plans.ts";
+import { parseWithSchema } from "../../../protocol/parse.ts";
+import { checkoutRequestSchema } from "../../../protocol/account-api-requests.ts";
+import { InvalidRequestError } from "../../../protocol/errors.ts";
+import { createCheckoutSession } from "../../../billing/stripe/checkout.ts";
+import type { CheckoutSession, WebhookReply } from "../../../protocol/account-api.ts";
+import { describeStripeError, PaymentProviderError, PaymentsNotConfiguredError, PlanNotFoundError, TooManyCheckoutsError } from "../../../billing/stripe/errors.ts";
+import type { CheckoutSessionRecord, PurchaseOutcome } from "../../../billing/stripe/purchases.ts";
+import type { ReversalOutcome } from "../../../billing/stripe/reversals.ts";
+import { MemorySignInThrottle, type SignInThrottle, type ThrottleLimits } from "../../../auth/sign-in-throttle.ts";
+import { closedSessionFromEvent, disputeWonFromEvent, purchaseFromEvent, reversalFromEvent, verifyStripeEvent, type ClosedSession, type StripePurchase, type StripeReversal } from "../../../billing/stripe/webhook.ts";
 
 /**
  * New Checkout sessions per account: 5 a minute. Each is a call to Stripe; a buyer needs one
