@@ -13,6 +13,7 @@ import type { RequestLimits } from "../limits/request-limits.ts";
 import type { Metrics } from "../metrics/metrics.ts";
 import { registerMetricsRoute, type MetricsRouteOptions } from "./routes/metrics/route.ts";
 import { registerOpenApiRoute } from "./routes/openapi/route.ts";
+import { API_OPERATIONS } from "./routes/operations.ts";
 import { registerUsageRoutes } from "./routes/usage/route.ts";
 import { registerSettingsRoute } from "./routes/settings/route.ts";
 import type { CreditValue } from "../billing/credit-value.ts";
@@ -208,7 +209,7 @@ export function buildApp(options: AppOptions): App {
   server.register(fastifyCookie);
   registerHealthRoutes(server, { catalog: options.catalog, isClosing: () => closing });
   registerMetricsRoute(server, options.metrics, options.metricsRoute);
-  registerOpenApiRoute(server);
+  registerOpenApiRoute(server, { operations: API_OPERATIONS });
   registerModelsRoutes(server, { catalog: options.catalog, authenticate });
   registerChatCompletionsRoute(server, {
     catalog: options.catalog,
