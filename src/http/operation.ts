@@ -110,7 +110,7 @@ function authHooksOf(operation: ApiOperation, authenticate: OperationAuthHooks):
 }
 
 /** Fastify's form of an OpenAPI path: `{id}` becomes `:id` (or `*` when it takes the rest of the URL). */
-export function fastifyPathOf(operation: Pick<Operation<never>, "path" | "lastParameterTakesRest">): string {
+function fastifyPathOf(operation: Pick<Operation<never>, "path" | "lastParameterTakesRest">): string {
   const path = operation.lastParameterTakesRest === true ? operation.path.replace(/\{[a-z_]+\}$/, "*") : operation.path;
   return path.replace(/\{([a-z_]+)\}/g, ":$1");
 }

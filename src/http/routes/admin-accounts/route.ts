@@ -111,7 +111,7 @@ export const grantPlanOperation = defineOperation({
   async handler({ request, params, body: parsedBody }, { database, plans }: AdminAccountsRoutesOptions): Promise<GrantedAccount> {
     const admin = requireAdmin(request);
     const body = parsedBody();
-    const account = await existingAccount(database, params.id!);
+    const account = await existingAccount(database, params.id);
     const plan = plans().find((candidate) => candidate.id === body.plan);
     if (plan === undefined) throw new InvalidRequestError(`Invalid 'plan': there is no plan '${body.plan.slice(0, 100)}'.`, "plan");
     const { granted } = await grantPlan(database, { accountId: account.id, plan, source: `admin:${newId("grant")}` });
@@ -146,7 +146,7 @@ export const disableAccountOperation = defineOperation({
   errors: ["account_not_found", "cannot_disable_self"],
   schemas: { Account: accountObjectSchema },
   async handler({ request, params }, { database }: AdminAccountsRoutesOptions): Promise<AccountDescription> {
-    return setAccountEnabled(request, database, params.id!, "disable");
+    return setAccountEnabled(request, database, params.id, "disable");
   },
 });
 
@@ -161,7 +161,7 @@ export const enableAccountOperation = defineOperation({
   errors: ["account_not_found"],
   schemas: { Account: accountObjectSchema },
   async handler({ request, params }, { database }: AdminAccountsRoutesOptions): Promise<AccountDescription> {
-    return setAccountEnabled(request, database, params.id!, "enable");
+    return setAccountEnabled(request, database, params.id, "enable");
   },
 });
 
@@ -195,7 +195,7 @@ export const revokeAnyKeyOperation = defineOperation({
   schemas: { ApiKey: apiKeyObjectSchema },
   async handler({ request, params }, { database }: AdminAccountsRoutesOptions): Promise<ApiKeyObject> {
     const admin = requireAdmin(request);
-    const id = params.id!;
+    const id = params.id;
     if ((await findApiKey(database, id)) === undefined) throw new KeyNotFoundError(id);
     await revokeApiKey(database, id);
     request.log.info({ key_id: id, by: admin.accountId }, "api key revoked by admin");

@@ -142,8 +142,8 @@ export const editPlanOperation = defineOperation({
   errors: ["plan_not_found"],
   schemas: { EditPlanRequest: editPlanRequestSchema, Plan: planListingSchema },
   async handler({ request, params, body }, options: BillingRouteOptions): Promise<PlanListing> {
-    const existing = await findPlan(options.database, params.id!);
-    if (existing === undefined) throw new PlanNotFoundError(params.id!);
+    const existing = await findPlan(options.database, params.id);
+    if (existing === undefined) throw new PlanNotFoundError(params.id);
     const changes = body();
     // Only the fields sent change (the schema's defaults would fill the others in).
     const sent = new Set(Object.keys(request.body as object));

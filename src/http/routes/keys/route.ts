@@ -176,7 +176,7 @@ export const revokeKeyOperation = defineOperation({
   schemas: { ApiKey: apiKeyObjectSchema },
   async handler({ request, params }, { database }: KeysRoutesOptions): Promise<ApiKeyObject> {
     const { accountId, via } = principalOf(request);
-    const id = params.id!;
+    const id = params.id;
     const key = await findApiKey(database, id);
     // Another account's key answers as if it did not exist.
     if (key === undefined || key.accountId !== accountId) throw new KeyNotFoundError(id);

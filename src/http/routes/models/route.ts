@@ -35,7 +35,7 @@ export const retrieveModelOperation = defineOperation({
   schemas: { Model: modelObjectSchema },
   async handler({ params }, options: ModelsRouteOptions): Promise<ModelObject> {
     // Fastify has decoded the path already (`%2F` included): decoding again broke ids holding `%`.
-    return describeModel(options.catalog.get(params.id!));
+    return describeModel(options.catalog.get(params.id));
   },
 });
 
