@@ -28,7 +28,7 @@ import { sweepExpiredCredit } from "./billing/ledger.ts";
 import { closeStaleHolds } from "./billing/lease-store.ts";
 import { listPlans, syncConfigPlans } from "./billing/plans-store.ts";
 import { createStripeClient, type StripeClientSettings } from "./billing/stripe/stripe-client.ts";
-import { CHECKOUT_LIMITS } from "./billing/stripe/route.ts";
+import { CHECKOUT_LIMITS } from "./http/routes/stripe/route.ts";
 import { moneyPrices } from "./protocol/credit-value.ts";
 import { sweepSessions } from "./auth/sessions.ts";
 import { ResponseStore } from "./responses/store.ts";

@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
-import { API_OPERATIONS } from "../src/protocol/api-operations.ts";
+import { API_OPERATIONS } from "../src/http/routes/operations.ts";
 import { readSse, startTestServer, storiesModel, temporaryDirectory, type TestServer } from "./helpers/server.ts";
 import { ConsoleClient } from "./helpers/console.ts";
 import { setupCodeOf } from "./helpers/console.ts";

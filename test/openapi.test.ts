@@ -7,7 +7,7 @@
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { startTestServer, type TestServer } from "./helpers/server.ts";
-import { API_OPERATIONS } from "../src/protocol/api-operations.ts";
+import { API_OPERATIONS } from "../src/http/routes/operations.ts";
 import { ERROR_CATALOG, isErrorCode } from "../src/protocol/error-catalog.ts";
 import { errorsOf, resolved, validatorIn } from "./helpers/openapi.ts";
 

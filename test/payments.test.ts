@@ -5,7 +5,7 @@
  * logged, never granted nor a 500; forged or stale deliveries grant nothing. Payloads are signed
  * with the stripe library's own test helper. Sessions are recorded as `POST /api/billing/checkout`
  * records them; the checkout route itself calls a local fake of Stripe's API here (and in
- * src/billing/stripe/route.test.ts). Every answer, the checkout's and the webhook's, errors
+ * src/http/routes/stripe/route.test.ts). Every answer, the checkout's and the webhook's, errors
  * included, is checked against `/openapi.json` as openapi-responses.test.ts checks the others.
  */
 import assert from "node:assert/strict";

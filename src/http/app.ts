@@ -13,6 +13,7 @@ import type { RequestLimits } from "../limits/request-limits.ts";
 import type { Metrics } from "../metrics/metrics.ts";
 import { registerMetricsRoute, type MetricsRouteOptions } from "./routes/metrics/route.ts";
 import { registerOpenApiRoute } from "./routes/openapi/route.ts";
+import { API_OPERATIONS } from "./routes/operations.ts";
 import { registerUsageRoutes } from "./routes/usage/route.ts";
 import { registerSettingsRoute } from "./routes/settings/route.ts";
 import type { CreditValue } from "../protocol/credit-value.ts";
@@ -21,7 +22,7 @@ import { registerBillingHistoryRoute } from "./routes/billing-history/route.ts";
 import { registerUsageExportRoute } from "./routes/usage-export/route.ts";
 import type Stripe from "stripe";
 import type { Plan } from "../protocol/plans.ts";
-import { registerStripeRoutes } from "../billing/stripe/route.ts";
+import { registerStripeRoutes } from "./routes/stripe/route.ts";
 import { closeCheckoutSession, findOpenCheckoutSession, grantCheckoutPurchase, recordCheckoutSession } from "../billing/stripe/purchases.ts";
 import { reverseCheckoutPurchase } from "../billing/stripe/reversals.ts";
 import { InvalidRequestError, RouteNotFoundError, ShuttingDownError } from "../protocol/errors.ts";
@@ -211,7 +212,7 @@ export function buildApp(options: AppOptions): App {
   server.register(fastifyCookie);
   registerHealthRoutes(server, { catalog: options.catalog, isClosing: () => closing });
   registerMetricsRoute(server, options.metrics, options.metricsRoute);
-  registerOpenApiRoute(server);
+  registerOpenApiRoute(server, { operations: API_OPERATIONS });
   registerModelsRoutes(server, { catalog: options.catalog, authenticate });
   const generationOptions = {
     catalog: options.catalog,

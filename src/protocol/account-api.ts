@@ -247,3 +247,12 @@ export type AdminCode = z.infer<typeof adminCodeSchema>;
 /** One code of `POST /api/admin/codes`, shown this once. */
 export const createdCodeSchema = z.object({ code: z.string(), plan: z.string() });
 export type CreatedCode = z.infer<typeof createdCodeSchema>;
+
+/** The lists the `/api` operations answer (`{object: "list", data}`), one object each so the OpenAPI document names each once. */
+export const apiKeyListSchema = pageSchemaOf(apiKeyObjectSchema);
+export const adminApiKeyListSchema = pageSchemaOf(adminApiKeyObjectSchema);
+export const planListSchema = listSchemaOf(planListingSchema);
+export const adminPlanListSchema = listSchemaOf(adminPlanSchema);
+export const adminAccountListSchema = listSchemaOf(adminAccountSchema);
+export const adminCodeListSchema = listSchemaOf(adminCodeSchema);
+export const createdCodeListSchema = listSchemaOf(createdCodeSchema);

@@ -1,15 +1,61 @@
 /**
- * The OpenAPI 3.1 document of `/v1` and `/api` (`GET /openapi.json`), written from the operation
- * list (`api-operations.ts`), the zod schemas of each request (through zod's `z.toJSONSchema`,
- * input side) and of each answer (output side), and the error catalog: every operation lists,
- * per status, the error codes it can answer, its own and those its authentication, body and
- * transport bring. The schemas `api-schemas.ts` names are written once, in `components.schemas`,
- * and referred to with `$ref` (`#/components/schemas/ChatCompletion`).
+ * The OpenAPI 3.1 document of `/v1` and `/api` (`GET /openapi.json`), written from a list of
+ * operations (each route declares its own, beside its handler: `http/operation.ts`), the zod
+ * schemas of each request (through zod's `z.toJSONSchema`, input side) and of each answer (output
+ * side), and the error catalog: every operation lists, per status, the error codes it can answer,
+ * its own and those its authentication, body and transport bring. The schemas the operations name
+ * (`ApiOperation.schemas`) are written once, in `components.schemas`, and referred to with `$ref`
+ * (`#/components/schemas/ChatCompletion`). This file knows nothing of HTTP servers: it takes the
+ * operations as plain data.
  */
 import { z } from "zod";
-import { API_OPERATIONS, PATH_PARAMETER_DESCRIPTION, type ApiOperation, type OperationAuth } from "./api-operations.ts";
-import { ANSWER_SCHEMAS, REQUEST_SCHEMAS } from "./api-schemas.ts";
 import { ERROR_CATALOG, ERROR_CODES, type ErrorCode } from "./error-catalog.ts";
+
+/**
+ * Who may call an operation:
+ * - `none`: anyone (the service routes, sign-in and sign-up);
+ * - `key`: an API key of any scope (`/v1`);
+ * - `account`: a console session or a key with scope `account` or `admin`;
+ * - `admin`: an admin's session, or an admin's key with scope `admin` (or an operator key).
+ */
+export type OperationAuth = "none" | "key" | "account" | "admin";
+
+/** What the document says of one operation: everything but its handler. */
+export type ApiOperation = {
+  method: "get" | "post" | "patch" | "delete";
+  /** OpenAPI's path form: `/api/keys/{id}`. */
+  path: string;
+  tag: "Chat" | "Models" | "Auth" | "Account" | "Keys" | "Usage" | "Billing" | "Admin" | "Service";
+  summary: string;
+  auth: OperationAuth;
+  /** The JSON body's schema, when the route takes one. */
+  body?: z.ZodType;
+  /** The query string's schema (every value a string on the wire). */
+  query?: z.ZodObject;
+  /** An example request body (or query), valid against `body` (or `query`). */
+  example?: Record<string, unknown>;
+  /**
+   * The answer when it works. `alsoAnswered`: other statuses that carry the same body (`/ready`'s
+   * 503 while a model is not ready); at those statuses the body is this one, not an error.
+   */
+  success: { status: number; description: string; contentType?: string; alsoAnswered?: Array<{ status: number; description: string }> };
+  /** The JSON body of that answer (its output side); absent for text answers (`contentType`). */
+  response?: z.ZodType;
+  /** For a route that can stream: the JSON `data` of each `text/event-stream` event before `[DONE]`. */
+  streamEvent?: z.ZodType;
+  /** Codes this operation answers itself, beyond those of its auth and its body. */
+  errors: ErrorCode[];
+  /**
+   * The names `components.schemas` gives its schemas: its body, its answer (and stream event),
+   * and the parts inside them that other schemas share (a plan, a model, a key). The body's name
+   * is written from its input side (what a request may send), every other from its output side.
+   * Several operations may name the same schema alike; one name for two schemas is refused.
+   */
+  schemas?: Record<string, z.ZodType>;
+};
+
+/** Every path parameter in Turnpike's paths is an id. */
+export const PATH_PARAMETER_DESCRIPTION = "The object's id.";
 
 /** A JSON object of the document; OpenAPI is open-ended, so its parts are plain records. */
 type Json = Record<string, unknown>;
@@ -81,7 +127,7 @@ function componentsOf(table: Record<string, z.ZodType>, io: "input" | "output"):
     uri: (id) => COMPONENT_PREFIX + id,
     override: io === "input" ? undefined : openOutputObject,
   }) as { schemas: Record<string, Json> };
-  if (schemas.__shared !== undefined) throw new Error("a component schema refers to itself; name the cycle's schema in api-schemas.ts");
+  if (schemas.__shared !== undefined) throw new Error("a component schema refers to itself; name the cycle's schema in its operation's `schemas`");
   // `$id` would make each component its own document (and a fragment-only `$id` is not allowed).
   for (const schema of Object.values(schemas)) {
     delete schema.$schema;
@@ -228,12 +274,35 @@ const TAG_DESCRIPTIONS: Record<ApiOperation["tag"], string> = {
   Service: "Health, readiness, metrics and this document.",
 };
 
-/** The whole document. `version` is the server's (package.json's). */
-export function buildOpenApiDocument(options: { version: string; operations?: readonly ApiOperation[] } = { version: "0.0.0" }): Json {
-  const operations = options.operations ?? API_OPERATIONS;
+/** The schemas `operations` name, by name: bodies (written from their input side) and the rest (output side). */
+export type ComponentSchemas = { requests: Record<string, z.ZodType>; answers: Record<string, z.ZodType> };
+
+/**
+ * Gathers the names every operation gives its schemas (`ApiOperation.schemas`), in the order they
+ * first appear; refuses one name for two schemas, or one schema named on both sides.
+ */
+export function componentSchemasOf(operations: readonly ApiOperation[]): ComponentSchemas {
+  const requests: Record<string, z.ZodType> = {};
+  const answers: Record<string, z.ZodType> = {};
+  for (const operation of operations) {
+    for (const [name, schema] of Object.entries(operation.schemas ?? {})) {
+      const side = schema === operation.body ? requests : answers;
+      const other = side === requests ? answers : requests;
+      const named = side[name] ?? other[name];
+      if (named !== undefined && named !== schema) throw new Error(`${operation.method} ${operation.path}: the name '${name}' is given to another schema already`);
+      if (other[name] !== undefined) throw new Error(`${operation.method} ${operation.path}: '${name}' is named as a request and as an answer`);
+      side[name] = schema;
+    }
+  }
+  return { requests, answers };
+}
+
+/** The whole document of `operations`, in their order. `version` is the server's (package.json's). */
+export function openApiDocumentOf(operations: readonly ApiOperation[], version: string): Json {
   const paths: Record<string, Json> = {};
-  const requests = componentsOf(REQUEST_SCHEMAS, "input");
-  const answers = componentsOf(ANSWER_SCHEMAS, "output");
+  const named = componentSchemasOf(operations);
+  const requests = componentsOf(named.requests, "input");
+  const answers = componentsOf(named.answers, "output");
   for (const operation of operations) (paths[operation.path] ??= {})[operation.method] = operationObject(operation, requests, answers);
   const errorResponses = shareErrorResponses(paths);
   const tags = [...new Set(operations.map((operation) => operation.tag))].map((name) => ({ name, description: TAG_DESCRIPTIONS[name] }));
@@ -241,7 +310,7 @@ export function buildOpenApiDocument(options: { version: string; operations?: re
     openapi: "3.1.0",
     info: {
       title: "Turnpike",
-      version: options.version,
+      version,
       description:
         "A self-hostable, OpenAI-compatible chat completion service: `/v1` for inference, `/api` for accounts, keys, usage and billing. Every error is `{\"error\": {\"message\", \"type\", \"param\", \"code\"}}`; every time on `/api` is seconds since the epoch.",
     },

@@ -2,14 +2,29 @@
 import type { FastifyInstance, preHandlerHookHandler } from "fastify";
 import type { Kysely } from "kysely";
 import type { Database } from "../../../store/schema.ts";
-import { describeAccount, type AccountDescription } from "../../../accounts/describe-account.ts";
+import { describeAccount } from "../../../accounts/describe-account.ts";
+import { accountObjectSchema } from "../../../protocol/account-api.ts";
 import { accountIdOf } from "../../middleware/account-auth/account-auth.ts";
+import { defineOperation, registerOperations } from "../../operation.ts";
 
 export type AccountRouteOptions = { database: Kysely<Database>; authenticate: preHandlerHookHandler };
 
-export function registerAccountRoute(app: FastifyInstance, options: AccountRouteOptions): void {
-  app.get("/api/account", { preHandler: options.authenticate }, async function showOwnAccount(request, reply): Promise<AccountDescription> {
+export const showAccountOperation = defineOperation({
+  method: "get",
+  path: "/api/account",
+  tag: "Account",
+  summary: "The account: balance, plan, when the credit expires.",
+  auth: "account",
+  success: { status: 200, description: "An account object." },
+  response: accountObjectSchema,
+  errors: ["account_required"],
+  schemas: { Account: accountObjectSchema },
+  async handler({ request, reply }, options: AccountRouteOptions) {
     reply.header("cache-control", "no-store");
     return describeAccount(options.database, accountIdOf(request, "An account's balance"));
-  });
+  },
+});
+
+export function registerAccountRoute(app: FastifyInstance, options: AccountRouteOptions): void {
+  registerOperations(app, [showAccountOperation], { context: options, authenticate: { account: options.authenticate } });
 }

@@ -17,15 +17,15 @@ import type { Database } from "../../../store/schema.ts";
 import { AccountExistsError, createAccount, isValidEmail, normalizeEmail } from "../../../accounts/accounts.ts";
 import { forgetSetupCodes, isValidSetupCode, adminExists } from "../../../accounts/setup-code.ts";
 import { hashPassword, needsRehash, verifyPassword } from "../../../auth/passwords.ts";
-import type { AuthSetupObject, SessionObject, SignedOut } from "../../../protocol/account-api.ts";
+import { authSetupObjectSchema, sessionObjectSchema, signedOutSchema, type AuthSetupObject, type SessionObject, type SignedOut } from "../../../protocol/account-api.ts";
 import { createSession, csrfTokenFor, deleteSession, findSession, renewSession } from "../../../auth/sessions.ts";
 import { SIGN_UP_SUBJECT, type SignInThrottle } from "../../../auth/sign-in-throttle.ts";
 import { ApiError, InvalidRequestError } from "../../../protocol/errors.ts";
-import { parseWithSchema } from "../../../protocol/parse.ts";
 import { signInRequestSchema, signUpRequestSchema } from "../../../protocol/account-api-requests.ts";
 import { AccountDisabledError, AuthenticationRequiredError } from "../../middleware/account-auth/account-auth.ts";
 import { checkCsrf, checkSameOrigin, clearSessionCookie, sessionTokenOf, setSessionCookie } from "../../middleware/console-session/console-session.ts";
 import type { HostPolicy } from "../../middleware/allowed-hosts/allowed-hosts.ts";
+import { defineOperation, registerOperations } from "../../operation.ts";
 
 export type AuthRoutesOptions = {
   database: Kysely<Database>;
@@ -90,12 +90,22 @@ async function startSession(database: Kysely<Database>, request: FastifyRequest,
   return { id: account.id, email: account.email, role: account.role, csrf_token: csrfTokenFor(token) };
 }
 
-export function registerAuthRoutes(app: FastifyInstance, options: AuthRoutesOptions): void {
-  const { database, throttle } = options;
-
-  app.post("/api/auth/signup", async function signUp(request, reply): Promise<SessionReply> {
+export const signUpOperation = defineOperation({
+  method: "post",
+  path: "/api/auth/signup",
+  tag: "Auth",
+  summary: "Create an account and sign in (sets the session cookie). With the setup code, the first admin.",
+  auth: "none",
+  body: signUpRequestSchema,
+  example: { email: "ada@example.com", password: "correct horse battery" },
+  success: { status: 201, description: "The session: `id`, `email`, `role`, `csrf_token`." },
+  response: sessionObjectSchema,
+  errors: ["account_exists", "signup_closed", "invalid_setup_code", "too_many_sign_ups"],
+  schemas: { SignUpRequest: signUpRequestSchema, Session: sessionObjectSchema },
+  async handler({ request, reply, body: parsedBody }, options: AuthRoutesOptions): Promise<SessionReply> {
+    const { database } = options;
     checkSameOrigin(request, options.hosts);
-    const body = parseWithSchema(signUpRequestSchema, request.body);
+    const body = parsedBody();
     const email = normalizeEmail(body.email);
     if (!isValidEmail(email)) throw new InvalidRequestError("Invalid 'email': enter an email address like name@example.com.", "email");
     const setupCode = body.setup_code?.trim() || undefined;
@@ -121,13 +131,26 @@ export function registerAuthRoutes(app: FastifyInstance, options: AuthRoutesOpti
       await forgetSetupCodes(database);
     }
     request.log.info({ account_id: account.id, role: account.role }, "account signed up");
-    reply.code(201);
     return startSession(database, request, reply, account);
-  });
+  },
+});
 
-  app.post("/api/auth/signin", async function signIn(request, reply): Promise<SessionReply> {
+export const signInOperation = defineOperation({
+  method: "post",
+  path: "/api/auth/signin",
+  tag: "Auth",
+  summary: "Sign in with email and password (sets the session cookie).",
+  auth: "none",
+  body: signInRequestSchema,
+  example: { email: "ada@example.com", password: "correct horse battery" },
+  success: { status: 200, description: "The session: `id`, `email`, `role`, `csrf_token`." },
+  response: sessionObjectSchema,
+  errors: ["invalid_credentials", "account_disabled", "too_many_sign_in_attempts"],
+  schemas: { SignInRequest: signInRequestSchema, Session: sessionObjectSchema },
+  async handler({ request, reply, body: parsedBody }, options: AuthRoutesOptions): Promise<SessionReply> {
+    const { database, throttle } = options;
     checkSameOrigin(request, options.hosts);
-    const body = parseWithSchema(signInRequestSchema, request.body);
+    const body = parsedBody();
     const email = normalizeEmail(body.email);
     // One atomic step: however many attempts arrive at once, at most the limit's worth get past it.
     const attempt = await throttle.reserve(email, request.ip);
@@ -154,19 +177,41 @@ export function registerAuthRoutes(app: FastifyInstance, options: AuthRoutesOpti
     if (row.password_hash != null && needsRehash(row.password_hash)) await rehash(database, request, row.id, row.password_hash, body.password);
     request.log.info({ account_id: row.id }, "signed in");
     return startSession(database, request, reply, row);
-  });
+  },
+});
 
-  app.post("/api/auth/signout", async function signOut(request, reply): Promise<SignedOut> {
+export const signOutOperation = defineOperation({
+  method: "post",
+  path: "/api/auth/signout",
+  tag: "Auth",
+  summary: "End the session.",
+  auth: "none",
+  success: { status: 200, description: "`{signed_out: true}`." },
+  response: signedOutSchema,
+  errors: ["csrf_failed"],
+  schemas: { SignedOut: signedOutSchema },
+  async handler({ request, reply }, { database, hosts }: AuthRoutesOptions): Promise<SignedOut> {
     const token = sessionTokenOf(request);
     if (token !== undefined && (await findSession(database, token)) !== undefined) {
-      checkCsrf(request, token, options.hosts);
+      checkCsrf(request, token, hosts);
       await deleteSession(database, token);
     }
     clearSessionCookie(request, reply);
     return { signed_out: true };
-  });
+  },
+});
 
-  app.get("/api/auth/session", async function currentSession(request, reply): Promise<SessionReply> {
+export const currentSessionOperation = defineOperation({
+  method: "get",
+  path: "/api/auth/session",
+  tag: "Auth",
+  summary: "Who is signed in, with the session's CSRF token.",
+  auth: "none",
+  success: { status: 200, description: "The session: `id`, `email`, `role`, `csrf_token`." },
+  response: sessionObjectSchema,
+  errors: ["authentication_required", "account_disabled"],
+  schemas: { Session: sessionObjectSchema },
+  async handler({ request, reply }, { database }: AuthRoutesOptions): Promise<SessionReply> {
     reply.header("cache-control", "no-store");
     const token = sessionTokenOf(request);
     const session = token === undefined ? undefined : await findSession(database, token);
@@ -176,12 +221,29 @@ export function registerAuthRoutes(app: FastifyInstance, options: AuthRoutesOpti
     const renewed = await renewSession(database, token);
     if (renewed !== undefined) setSessionCookie(request, reply, token, renewed);
     return { id: session.accountId, email: session.email, role: session.role, csrf_token: csrfTokenFor(token) };
-  });
+  },
+});
 
-  app.get("/api/auth/setup", async function authSetup(_request, reply): Promise<AuthSetupObject> {
+export const authSetupOperation = defineOperation({
+  method: "get",
+  path: "/api/auth/setup",
+  tag: "Auth",
+  summary: "Whether sign-up is open and whether the first admin is still to come.",
+  auth: "none",
+  success: { status: 200, description: "`{object: \"auth_setup\", signup, setup_required}`." },
+  response: authSetupObjectSchema,
+  errors: [],
+  schemas: { AuthSetup: authSetupObjectSchema },
+  async handler({ reply }, options: AuthRoutesOptions): Promise<AuthSetupObject> {
     reply.header("cache-control", "no-store");
-    return { object: "auth_setup", signup: options.signup, setup_required: !(await adminExists(database)) };
-  });
+    return { object: "auth_setup", signup: options.signup, setup_required: !(await adminExists(options.database)) };
+  },
+});
+
+export const AUTH_OPERATIONS = [signUpOperation, signInOperation, signOutOperation, currentSessionOperation, authSetupOperation];
+
+export function registerAuthRoutes(app: FastifyInstance, options: AuthRoutesOptions): void {
+  registerOperations(app, AUTH_OPERATIONS, { context: options });
 }
 
 /** Replaces a hash made with old scrypt parameters by one with today's (unless it changed meanwhile). */

@@ -14,15 +14,16 @@
  * The operator (an operator key) manages the operator's keys.
  */
 import type { FastifyInstance, preHandlerHookHandler } from "fastify";
+import type { z } from "zod";
 import type { Kysely } from "kysely";
 import type { Database } from "../../../store/schema.ts";
 import type { Catalog } from "../../../catalog/catalog.ts";
 import { createApiKey, findApiKey, isSelfOrDescendant, listApiKeyPage, revokeApiKey, UnknownKeyCursorError, type ApiKeyRecord, type ListedApiKey } from "../../../auth/api-keys.ts";
 import { ApiError, InvalidRequestError } from "../../../protocol/errors.ts";
-import { parseWithSchema } from "../../../protocol/parse.ts";
 import { createKeyRequestSchema, keyListQuerySchema } from "../../../protocol/account-api-requests.ts";
 import { AdminRequiredError, principalOf } from "../../middleware/account-auth/account-auth.ts";
-import type { ApiKeyObject, CreatedApiKeyObject, PageOf } from "../../../protocol/account-api.ts";
+import { apiKeyListSchema, apiKeyObjectSchema, createdApiKeyObjectSchema, type ApiKeyObject, type CreatedApiKeyObject, type PageOf } from "../../../protocol/account-api.ts";
+import { defineOperation, registerOperations } from "../../operation.ts";
 
 export type { ApiKeyObject };
 
@@ -69,12 +70,15 @@ export class KeyNotDescendantError extends ApiError {
   }
 }
 
+/** A key listing's query, parsed (`keyListQuerySchema`). */
+export type KeyListQuery = z.output<typeof keyListQuerySchema>;
+
 /**
  * A page of a key listing (`GET /api/keys`, `GET /api/admin/keys`); an `after` that is not a key
  * of the listing is a 400 `invalid_cursor`.
  */
-export async function keyListPage(database: Kysely<Database>, query: unknown, accountId: string | null | undefined): Promise<{ data: ListedApiKey[]; hasMore: boolean }> {
-  const { limit, after } = parseWithSchema(keyListQuerySchema, query ?? {});
+export async function keyListPage(database: Kysely<Database>, query: KeyListQuery, accountId: string | null | undefined): Promise<{ data: ListedApiKey[]; hasMore: boolean }> {
+  const { limit, after } = query;
   try {
     return await listApiKeyPage(database, { accountId, limit, after });
   } catch (error) {
@@ -99,19 +103,41 @@ export function checkModels(catalog: Catalog, models: string[] | null | undefine
   if (index >= 0) throw new InvalidRequestError(`Invalid 'models[${index}]': there is no model '${models[index]!.slice(0, 100)}'.`, `models[${index}]`);
 }
 
-export function registerKeysRoutes(app: FastifyInstance, options: KeysRoutesOptions): void {
-  const { database } = options;
-
-  app.get("/api/keys", { preHandler: options.authenticate }, async function listOwnKeys(request): Promise<PageOf<ApiKeyObject>> {
+export const listKeysOperation = defineOperation({
+  method: "get",
+  path: "/api/keys",
+  tag: "Keys",
+  summary: "The account's keys, newest first (never the keys themselves); page with `after=<id>`.",
+  auth: "account",
+  query: keyListQuerySchema,
+  example: { limit: "50" },
+  success: { status: 200, description: "`{object: \"list\", data, has_more}` of `api_key` objects." },
+  response: apiKeyListSchema,
+  errors: ["invalid_cursor"],
+  schemas: { ApiKey: apiKeyObjectSchema, ApiKeyList: apiKeyListSchema },
+  async handler({ request, query }, { database }: KeysRoutesOptions): Promise<PageOf<ApiKeyObject>> {
     const { accountId } = principalOf(request);
-    const page = await keyListPage(database, request.query, accountId);
+    const page = await keyListPage(database, query(), accountId);
     return { object: "list", data: page.data.map((key) => toApiKeyObject(key)), has_more: page.hasMore };
-  });
+  },
+});
 
-  app.post("/api/keys", { preHandler: options.authenticate }, async function createOwnKey(request, reply): Promise<CreatedApiKeyObject> {
+export const createKeyOperation = defineOperation({
+  method: "post",
+  path: "/api/keys",
+  tag: "Keys",
+  summary: "Create a key; the answer shows it this once. Created with a key, it is no looser than that key.",
+  auth: "account",
+  body: createKeyRequestSchema,
+  example: { name: "laptop", scope: "inference", expires_at: 1_900_000_000, models: ["qwen2.5-0.5b-instruct"], spend_cap: 100_000, rpm: 60 },
+  success: { status: 201, description: "The `api_key` object with `key`." },
+  response: createdApiKeyObjectSchema,
+  errors: ["admin_required", "key_looser_than_parent", "too_many_keys"],
+  schemas: { CreateKeyRequest: createKeyRequestSchema, CreatedApiKey: createdApiKeyObjectSchema },
+  async handler({ request, reply, body: parsedBody }, options: KeysRoutesOptions): Promise<CreatedApiKeyObject> {
     const principal = principalOf(request);
     const { accountId } = principal;
-    const body = parseWithSchema(createKeyRequestSchema, request.body);
+    const body = parsedBody();
     checkModels(options.catalog, body.models);
     const now = Date.now();
     if (body.expires_at != null && body.expires_at * 1000 <= now) throw new InvalidRequestError("Invalid 'expires_at': the time has passed already.", "expires_at");
@@ -119,7 +145,7 @@ export function registerKeysRoutes(app: FastifyInstance, options: KeysRoutesOpti
     if (scope === "admin" && principal.role !== "admin") throw new AdminRequiredError();
     // A key creating a key makes its child: checked against it in createApiKey.
     const parent = principal.via === "key" ? (request.apiKey ?? undefined) : undefined;
-    const created = await createApiKey(database, {
+    const created = await createApiKey(options.database, {
       name: body.name,
       accountId,
       scope,
@@ -133,13 +159,24 @@ export function registerKeysRoutes(app: FastifyInstance, options: KeysRoutesOpti
       now,
     });
     request.log.info({ key_id: created.id, account_id: accountId, scope, parent_key_id: created.parentKeyId }, "api key created");
-    reply.code(201).header("cache-control", "no-store");
+    reply.header("cache-control", "no-store");
     return { ...toApiKeyObject(created, now), key: created.key };
-  });
+  },
+});
 
-  app.delete("/api/keys/:id", { preHandler: options.authenticate }, async function revokeOwnKey(request): Promise<ApiKeyObject> {
+export const revokeKeyOperation = defineOperation({
+  method: "delete",
+  path: "/api/keys/{id}",
+  tag: "Keys",
+  summary: "Revoke one of the account's keys and the keys it created. A key below scope `admin` may revoke only itself and the keys created from it.",
+  auth: "account",
+  success: { status: 200, description: "The revoked `api_key` object." },
+  response: apiKeyObjectSchema,
+  errors: ["key_not_found", "key_not_descendant"],
+  schemas: { ApiKey: apiKeyObjectSchema },
+  async handler({ request, params }, { database }: KeysRoutesOptions): Promise<ApiKeyObject> {
     const { accountId, via } = principalOf(request);
-    const { id } = request.params as { id: string };
+    const id = params.id;
     const key = await findApiKey(database, id);
     // Another account's key answers as if it did not exist.
     if (key === undefined || key.accountId !== accountId) throw new KeyNotFoundError(id);
@@ -151,5 +188,9 @@ export function registerKeysRoutes(app: FastifyInstance, options: KeysRoutesOpti
     await revokeApiKey(database, id);
     request.log.info({ key_id: id, account_id: accountId }, "api key revoked");
     return toApiKeyObject((await findApiKey(database, id))!);
-  });
+  },
+});
+
+export function registerKeysRoutes(app: FastifyInstance, options: KeysRoutesOptions): void {
+  registerOperations(app, [listKeysOperation, createKeyOperation, revokeKeyOperation], { context: options, authenticate: { account: options.authenticate } });
 }

@@ -1,6 +1,7 @@
 import type { FastifyInstance } from "fastify";
 import type { Metrics } from "../../../metrics/metrics.ts";
 import { RouteNotFoundError } from "../../../protocol/errors.ts";
+import { defineOperation, registerOperations } from "../../operation.ts";
 import { carriesMetricsToken, invalidMetricsTokenError } from "./access.ts";
 
 export type MetricsRouteOptions = {
@@ -14,11 +15,23 @@ export type MetricsRouteOptions = {
  * `GET /metrics`: Prometheus text format. No API key; behind `--metrics-token` when one is set
  * (else keep it off public networks, or serve it elsewhere with `--metrics-listen`).
  */
-export function registerMetricsRoute(app: FastifyInstance, metrics: Metrics, options: MetricsRouteOptions = {}): void {
-  app.get("/metrics", async function metricsText(request, reply) {
+export const metricsOperation = defineOperation({
+  method: "get",
+  path: "/metrics",
+  tag: "Service",
+  summary: "Prometheus metrics: no API key; with `--metrics-token`, `Authorization: Bearer <token>`; with `--metrics-listen`, served on that address only.",
+  auth: "none",
+  success: { status: 200, description: "Prometheus text format.", contentType: "text/plain" },
+  errors: ["invalid_metrics_token"],
+  async handler({ request, reply }, { metrics, options }: { metrics: Metrics; options: MetricsRouteOptions }) {
     if (options.elsewhere === true) throw new RouteNotFoundError(request.method, "/metrics");
     if (options.token !== undefined && !carriesMetricsToken(request.headers.authorization, options.token)) throw invalidMetricsTokenError();
     void reply.header("content-type", metrics.registry.contentType);
     return metrics.registry.metrics();
-  });
+  },
+});
+
+/** Registers `GET /metrics` (`metricsOperation`). */
+export function registerMetricsRoute(app: FastifyInstance, metrics: Metrics, options: MetricsRouteOptions = {}): void {
+  registerOperations(app, [metricsOperation], { context: { metrics, options } });
 }

@@ -10,11 +10,11 @@ import type { FastifyInstance, FastifyRequest, preHandlerHookHandler } from "fas
 import type { Kysely } from "kysely";
 import type { Database } from "../../../store/schema.ts";
 import { exportUsageRecords, type ExportedRecord } from "../../../billing/usage-export.ts";
-import { parseWithSchema } from "../../../protocol/parse.ts";
 import { InvalidRequestError } from "../../../protocol/errors.ts";
 import { MAX_EXPORT_DAYS, usageExportQuerySchema } from "../../../protocol/account-api-requests.ts";
 import { principalOf, requireAdmin } from "../../middleware/account-auth/account-auth.ts";
 import { csvLine } from "../../csv.ts";
+import { defineOperation, registerOperations } from "../../operation.ts";
 
 export type UsageExportRouteOptions = { database: Kysely<Database>; authenticate: preHandlerHookHandler };
 
@@ -51,9 +51,22 @@ async function* csvRows(records: AsyncIterable<ExportedRecord>): AsyncGenerator<
   for await (const record of records) yield csvLine(COLUMNS.map(([, value]) => value(record)));
 }
 
-export function registerUsageExportRoute(app: FastifyInstance, options: UsageExportRouteOptions): void {
-  app.get("/api/usage/export", { preHandler: options.authenticate }, async function exportUsage(request, reply) {
-    const query = parseWithSchema(usageExportQuerySchema, request.query ?? {});
+export const exportUsageOperation = defineOperation({
+  method: "get",
+  path: "/api/usage/export",
+  tag: "Usage",
+  summary: "The requests in `[from, to)` as a CSV attachment, one row each, oldest first, streamed (at most 366 days).",
+  auth: "account",
+  query: usageExportQuerySchema,
+  example: { from: "2026-11-01", to: "2026-12-01" },
+  success: {
+    status: 200,
+    description: "`text/csv`: a header row, then time (ISO 8601), request_id, account_id, key_name, key_prefix, model, tokens, cost_credits, latency_ms, status, finish_reason, stream.",
+    contentType: "text/csv",
+  },
+  errors: ["range_too_long", "admin_required", "admin_scope_required"],
+  async handler({ request, reply, query: parsedQuery }, options: UsageExportRouteOptions) {
+    const query = parsedQuery();
     const to = query.to ?? Date.now();
     const from = query.from ?? to - 30 * DAY_MS;
     if (from >= to) throw new InvalidRequestError("'from' must be before 'to'.", "from");
@@ -68,5 +81,9 @@ export function registerUsageExportRoute(app: FastifyInstance, options: UsageExp
       .header("content-disposition", `attachment; filename="turnpike-usage-${day(from)}-to-${day(to - 1)}.csv"`)
       .header("cache-control", "no-store");
     return reply.send(Readable.from(csvRows(records)));
-  });
+  },
+});
+
+export function registerUsageExportRoute(app: FastifyInstance, options: UsageExportRouteOptions): void {
+  registerOperations(app, [exportUsageOperation], { context: options, authenticate: { account: options.authenticate } });
 }

@@ -9,13 +9,13 @@ import type { FastifyInstance, FastifyRequest, preHandlerHookHandler } from "fas
 import type { Kysely } from "kysely";
 import type { Database } from "../../../store/schema.ts";
 import { queryUsage, recentRequests } from "../../../billing/usage.ts";
-import { parseWithSchema } from "../../../protocol/parse.ts";
 import { recentRequestsQuerySchema, usageQuerySchema } from "../../../protocol/account-api-requests.ts";
 import { InvalidRequestError } from "../../../protocol/errors.ts";
 import { principalOf, requireAdmin } from "../../middleware/account-auth/account-auth.ts";
 import type { CreditValue } from "../../../protocol/credit-value.ts";
 import { moneyCurrency, withMoneyCosts } from "../../../billing/usage-money.ts";
-import type { RecentRequestsResponse, UsageResponse } from "../../../protocol/account-api.ts";
+import { recentRequestsResponseSchema, usageResponseSchema, type RecentRequestsResponse, type UsageResponse } from "../../../protocol/account-api.ts";
+import { defineOperation, registerOperations } from "../../operation.ts";
 
 export type UsageRouteOptions = {
   database: Kysely<Database>;
@@ -36,10 +36,21 @@ function accountScope(request: FastifyRequest, named: string | undefined): strin
   return principal.accountId;
 }
 
-export function registerUsageRoutes(app: FastifyInstance, options: UsageRouteOptions): void {
-  const creditValue = options.creditValue ?? null;
-  app.get("/api/usage", { preHandler: options.authenticate }, async function usage(request): Promise<UsageResponse> {
-    const query = parseWithSchema(usageQuerySchema, request.query ?? {});
+export const usageOperation = defineOperation({
+  method: "get",
+  path: "/api/usage",
+  tag: "Usage",
+  summary: "Requests, tokens and cost summed per UTC day, model or key over `[from, to)`.",
+  auth: "account",
+  query: usageQuerySchema,
+  example: { from: "2026-11-01", to: "1795000000", group_by: "model" },
+  success: { status: 200, description: "`{object: \"list\", group_by, from, to, data}`; times in seconds." },
+  response: usageResponseSchema,
+  errors: ["admin_required", "admin_scope_required"],
+  schemas: { UsageReport: usageResponseSchema },
+  async handler({ request, query: parsedQuery }, options: UsageRouteOptions): Promise<UsageResponse> {
+    const creditValue = options.creditValue ?? null;
+    const query = parsedQuery();
     const to = query.to ?? Date.now();
     const from = query.from ?? to - 30 * DAY_MS;
     if (from >= to) throw new InvalidRequestError("'from' must be before 'to'.", "from");
@@ -47,12 +58,30 @@ export function registerUsageRoutes(app: FastifyInstance, options: UsageRouteOpt
     const accountId = accountScope(request, query.account);
     const data = await queryUsage(options.database, { accountId, from, to, groupBy: query.group_by });
     return { object: "list", group_by: query.group_by, from: Math.floor(from / 1000), to: Math.floor(to / 1000), ...moneyCurrency(creditValue), data: withMoneyCosts(data, creditValue) };
-  });
+  },
+});
 
-  app.get("/api/usage/requests", { preHandler: options.authenticate }, async function requests(request): Promise<RecentRequestsResponse> {
-    const query = parseWithSchema(recentRequestsQuerySchema, request.query ?? {});
+export const recentRequestsOperation = defineOperation({
+  method: "get",
+  path: "/api/usage/requests",
+  tag: "Usage",
+  summary: "The newest requests first; page with `after=<id>`.",
+  auth: "account",
+  query: recentRequestsQuerySchema,
+  example: { limit: "20" },
+  success: { status: 200, description: "`{object: \"list\", data, has_more}`; `created` in seconds, `latency_ms` in milliseconds." },
+  response: recentRequestsResponseSchema,
+  errors: ["admin_required", "admin_scope_required"],
+  schemas: { RecentRequests: recentRequestsResponseSchema },
+  async handler({ request, query: parsedQuery }, options: UsageRouteOptions): Promise<RecentRequestsResponse> {
+    const creditValue = options.creditValue ?? null;
+    const query = parsedQuery();
     const accountId = accountScope(request, query.account);
     const data = await recentRequests(options.database, { accountId, limit: query.limit, before: query.before, after: query.after });
     return { object: "list", ...moneyCurrency(creditValue), data: withMoneyCosts(data, creditValue), has_more: data.length === query.limit };
-  });
+  },
+});
+
+export function registerUsageRoutes(app: FastifyInstance, options: UsageRouteOptions): void {
+  registerOperations(app, [usageOperation, recentRequestsOperation], { context: options, authenticate: { account: options.authenticate } });
 }

@@ -1,9 +1,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { API_OPERATIONS } from "./api-operations.ts";
-import { ERROR_CATALOG } from "./error-catalog.ts";
-import { buildOpenApiDocument, errorCodesOf, operationIdOf } from "./openapi.ts";
-import { ANSWER_SCHEMAS, REQUEST_SCHEMAS } from "./api-schemas.ts";
+import { API_OPERATIONS, ANSWER_SCHEMAS, REQUEST_SCHEMAS, buildOpenApiDocument } from "./operations.ts";
+import { ERROR_CATALOG } from "../../protocol/error-catalog.ts";
+import { errorCodesOf, operationIdOf } from "../../protocol/openapi.ts";
 
 /** `node`, or what its `$ref` points at in `document`. */
 function resolved(document: any, node: any): any {
