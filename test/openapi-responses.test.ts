@@ -214,6 +214,30 @@ describe("the answers /openapi.json documents", () => {
     await call(operator, "get", "/api/billing/history", { status: 400 });
   });
 
+  it("answers the Responses API as documented: a response, its stream's events, the stored one, its input items, a cancel, a count and a deletion", async () => {
+    const ask = { model: "story", input: "Once upon a time", max_output_tokens: 16, temperature: 0 };
+    const created = await call(operator, "post", "/v1/responses", { body: ask });
+    assert.equal(created.object, "response");
+    const response = await fetch(`${priced.baseURL}/responses`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${priced.key}`, "content-type": "application/json" },
+      body: JSON.stringify({ ...ask, stream: true, include: ["message.output_text.logprobs"], top_logprobs: 2 }),
+    });
+    assert.equal(response.status, 200);
+    const { events } = await readSse(response);
+    assert.equal(events.at(-1), "[DONE]");
+    const streamed = events.slice(0, -1).map((event) => JSON.parse(event));
+    for (const event of streamed) conforms("post", "/v1/responses", 200, event, { contentType: "text/event-stream" });
+    await call(operator, "get", `/v1/responses/${created.id}`, { route: "/v1/responses/{id}" });
+    await call(operator, "get", `/v1/responses/${created.id}/input_items?limit=1&order=asc`, { route: "/v1/responses/{id}/input_items" });
+    await call(operator, "post", "/v1/responses/input_tokens", { body: ask });
+    const background = await call(operator, "post", "/v1/responses", { body: { ...ask, background: true } });
+    await call(operator, "post", `/v1/responses/${background.id}/cancel`, { route: "/v1/responses/{id}/cancel" });
+    await call(operator, "post", `/v1/responses/${created.id}/cancel`, { route: "/v1/responses/{id}/cancel", status: 400 });
+    await call(operator, "delete", `/v1/responses/${created.id}`, { route: "/v1/responses/{id}" });
+    await call(operator, "get", `/v1/responses/${created.id}`, { route: "/v1/responses/{id}", status: 404 });
+  });
+
   it("answers usage without money fields on a server without a credit value", async () => {
     const client = new ConsoleClient(plain.url, { authorization: `Bearer ${plain.key}` });
     await call(client, "post", "/v1/chat/completions", { body: { model: plain.server.catalog.list()[0]!.id, messages: [{ role: "user", content: "Hi" }], max_tokens: 2 }, from: plainDocument });

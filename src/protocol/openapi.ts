@@ -25,7 +25,7 @@ export type ApiOperation = {
   method: "get" | "post" | "patch" | "delete";
   /** OpenAPI's path form: `/api/keys/{id}`. */
   path: string;
-  tag: "Chat" | "Models" | "Auth" | "Account" | "Keys" | "Usage" | "Billing" | "Admin" | "Service";
+  tag: "Chat" | "Responses" | "Models" | "Auth" | "Account" | "Keys" | "Usage" | "Billing" | "Admin" | "Service";
   summary: string;
   auth: OperationAuth;
   /** The JSON body's schema, when the route takes one. */
@@ -264,6 +264,7 @@ function operationObject(operation: ApiOperation, requests: Components, answers:
 
 const TAG_DESCRIPTIONS: Record<ApiOperation["tag"], string> = {
   Chat: "OpenAI's Chat Completions.",
+  Responses: "The Responses API (Open Responses): create responses, and read, continue, cancel and delete the stored ones.",
   Models: "The catalog.",
   Auth: "Console accounts and sessions.",
   Account: "The signed-in account.",
