@@ -216,7 +216,7 @@ export function PlaygroundPage() {
                 <div className="segmented">
                   {dialects.map((candidate) => (
                     <label key={candidate} className={candidate === dialect ? "segment active" : "segment"}>
-                      <input type="radio" className="visually-hidden" name="pg-dialect" value={candidate} checked={candidate === dialect} onChange={() => chooseDialect(candidate)} disabled={streaming} />
+                      <input type="radio" name="pg-dialect" value={candidate} checked={candidate === dialect} onChange={() => chooseDialect(candidate)} disabled={streaming} />
                       {DIALECTS[candidate].label}
                     </label>
                   ))}
