@@ -1,7 +1,8 @@
 /**
- * Playground: chat with a model through `/v1/chat/completions`, streamed, with a key of your own
- * or a temporary key for this browser session (expires in 12 hours, revoked at sign-out). The
- * temporary key is inference-only: it can call `/v1`, never the account API.
+ * Playground: chat with a model through `/v1/chat/completions` or `/v1/responses` (a toggle,
+ * remembered in this browser), streamed, with a key of your own or a temporary key for this
+ * browser session (expires in 12 hours, revoked at sign-out). The temporary key is
+ * inference-only: it can call `/v1`, never the account API.
  */
 import { useEffect, useRef, useState } from "react";
 import { api, post, type CreatedKey, type List, type Model } from "../api.ts";
@@ -10,16 +11,14 @@ import { useSession } from "../session.tsx";
 import { BalanceBanner } from "../components/balance-banner.tsx";
 import { EmptyState, ErrorState, Field, Loading, PageHeader, useApi } from "../components/ui.tsx";
 import { CodeDialog } from "./playground-code.tsx";
+import { DIALECTS, dialectsOf, readStream, requestBody, saveDialect, savedDialect, type Dialect, type Message, type Parameters, type StreamUsage } from "./playground-dialects.ts";
 
-type Message = { role: "user" | "assistant"; content: string };
 /**
  * One exchange: the user's message and the answer. A failed exchange (the call was refused, or
  * ended in an error or was stopped before any text) shows its error and is never sent again:
  * the next request carries the successful exchanges only. Retry sends its message afresh.
  */
 type Turn = { id: number; user: string; answer: string; state: "streaming" | "done" | "failed"; error?: string };
-type Usage = { prompt_tokens: number; completion_tokens: number; prompt_tokens_details?: { cached_tokens?: number } };
-type Parameters = { temperature: number; max_tokens: number; top_p: number; seed: string };
 
 const TEMPORARY_KEY_HOURS = 12;
 const storageKey = (accountId: string) => `turnpike.playground-key.${accountId}`;
@@ -46,24 +45,6 @@ export async function forgetTemporaryKey(accountId: string): Promise<void> {
   await api("DELETE", `/api/keys/${encodeURIComponent(id)}`).catch(() => undefined);
 }
 
-/** Reads an SSE body, calling `onData` with each `data:` payload. */
-async function readEvents(body: ReadableStream<Uint8Array>, onData: (data: string) => void): Promise<void> {
-  const reader = body.getReader();
-  const decoder = new TextDecoder();
-  let buffer = "";
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    buffer += decoder.decode(value, { stream: true });
-    let boundary: number;
-    while ((boundary = buffer.indexOf("\n\n")) >= 0) {
-      const block = buffer.slice(0, boundary);
-      buffer = buffer.slice(boundary + 2);
-      for (const line of block.split("\n")) if (line.startsWith("data: ")) onData(line.slice(6));
-    }
-  }
-}
-
 /** The successful exchanges as messages, in order: what the next request carries after the system prompt. */
 function historyOf(turns: readonly Turn[]): Message[] {
   return turns
@@ -87,7 +68,8 @@ export function PlaygroundPage() {
   const [parameters, setParameters] = useState<Parameters>({ temperature: 1, max_tokens: 256, top_p: 1, seed: "" });
   const [turns, setTurns] = useState<Turn[]>([]);
   const [draft, setDraft] = useState("");
-  const [usage, setUsage] = useState<{ usage: Usage; cost: number; finish: string | null }>();
+  const [usage, setUsage] = useState<{ dialect: Dialect; usage: StreamUsage; cost: number }>();
+  const [chosenDialect, setChosenDialect] = useState<Dialect>(savedDialect);
   const [showCode, setShowCode] = useState(false);
   const [settingsOpen, setSettingsOpen] = useState(() => window.matchMedia?.(WIDE).matches ?? true);
   const abort = useRef<AbortController | null>(null);
@@ -96,6 +78,9 @@ export function PlaygroundPage() {
   const streaming = turns.some((turn) => turn.state === "streaming");
 
   const model = models.data?.data.find((candidate) => candidate.id === modelId);
+  const dialects = dialectsOf(model);
+  // The saved choice stays for the next model that serves it; this one may serve chat only.
+  const dialect = dialects.includes(chosenDialect) ? chosenDialect : "chat";
   useEffect(() => {
     if (modelId === "" && models.data && models.data.data.length > 0) setModelId(models.data.data[0]!.id);
   }, [models.data, modelId]);
@@ -105,19 +90,13 @@ export function PlaygroundPage() {
   }, [turns]);
 
   /** The request body for `conversation`: what Send posts and View code shows. */
-  function requestBody(conversation: Message[]) {
-    const supported = new Set(model?.supported_parameters ?? []);
-    const body: Record<string, unknown> = {
-      model: modelId,
-      messages: [...(system.trim() === "" ? [] : [{ role: "system", content: system }]), ...conversation],
-      stream: true,
-      stream_options: { include_usage: true },
-    };
-    if (supported.has("temperature")) body.temperature = parameters.temperature;
-    if (supported.has("top_p")) body.top_p = parameters.top_p;
-    if (supported.has("max_tokens")) body.max_tokens = parameters.max_tokens;
-    if (supported.has("seed") && parameters.seed.trim() !== "") body.seed = Number(parameters.seed);
-    return body;
+  function bodyFor(conversation: Message[]) {
+    return requestBody(dialect, { model, modelId, system, parameters, conversation });
+  }
+
+  function chooseDialect(next: Dialect) {
+    setChosenDialect(next);
+    saveDialect(next);
   }
 
   function update(id: number, change: Partial<Turn>) {
@@ -128,7 +107,7 @@ export function PlaygroundPage() {
   async function run(text: string, history: Turn[]) {
     if (!model || !session) return;
     const id = nextId.current++;
-    const body = requestBody([...historyOf(history), { role: "user", content: text }]);
+    const body = bodyFor([...historyOf(history), { role: "user", content: text }]);
     setTurns([...history, { id, user: text, answer: "", state: "streaming" }]);
     setUsage(undefined);
     const controller = new AbortController();
@@ -137,7 +116,7 @@ export function PlaygroundPage() {
     try {
       const key = keyMode === "own" ? ownKey.trim() : await temporaryKey(session.id);
       if (key === "") throw new Error("Paste one of your API keys, or use a temporary key.");
-      const response = await fetch("/v1/chat/completions", {
+      const response = await fetch(DIALECTS[dialect].path, {
         method: "POST",
         headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
         body: JSON.stringify(body),
@@ -147,21 +126,15 @@ export function PlaygroundPage() {
         const failure = (await response.json().catch(() => ({}))) as { error?: { message?: string } };
         throw new Error(failure.error?.message ?? `The server answered ${response.status}.`);
       }
-      let finish: string | null = null;
-      await readEvents(response.body, (data) => {
-        if (data === "[DONE]") return;
-        const chunk = JSON.parse(data) as { error?: { message: string }; choices?: Array<{ delta?: { content?: string }; finish_reason?: string | null }>; usage?: Usage };
-        if (chunk.error) throw new Error(chunk.error.message);
-        const choice = chunk.choices?.[0];
-        if (choice?.delta?.content) {
-          answer += choice.delta.content;
+      await readStream(dialect, response.body, {
+        onText(delta) {
+          answer += delta;
           update(id, { answer });
-        }
-        if (choice?.finish_reason) finish = choice.finish_reason;
-        if (chunk.usage) {
-          const cost = costOf(model.pricing, { ...chunk.usage, cached_tokens: chunk.usage.prompt_tokens_details?.cached_tokens });
-          setUsage({ usage: chunk.usage, cost, finish });
-        }
+        },
+        onUsage(streamUsage) {
+          const cost = costOf(model.pricing, { prompt_tokens: streamUsage.input, completion_tokens: streamUsage.output, cached_tokens: streamUsage.cached });
+          setUsage({ dialect: dialect, usage: streamUsage, cost });
+        },
       });
       update(id, { state: "done" });
     } catch (failure) {
@@ -196,7 +169,7 @@ export function PlaygroundPage() {
   if (models.data.data.length === 0) return <EmptyState title="No models">The operator has not configured any models.</EmptyState>;
 
   const supported = new Set(model?.supported_parameters ?? []);
-  const nextBody = requestBody([...historyOf(turns), ...(draft.trim() === "" ? [] : [{ role: "user" as const, content: draft }])]);
+  const nextBody = bodyFor([...historyOf(turns), ...(draft.trim() === "" ? [] : [{ role: "user" as const, content: draft }])]);
   return (
     <>
       <PageHeader
@@ -223,7 +196,7 @@ export function PlaygroundPage() {
           <summary>
             <span className="summary-title">Settings</span>
             <span className="muted small summary-detail">
-              {modelId} · {keyMode === "temporary" ? "temporary key" : "your key"}
+              {modelId} · {DIALECTS[dialect].label} · {keyMode === "temporary" ? "temporary key" : "your key"}
             </span>
           </summary>
           <div className="settings-fields">
@@ -237,6 +210,30 @@ export function PlaygroundPage() {
                 ))}
               </select>
             </Field>
+            {dialects.length > 1 && (
+              <fieldset className="field segmented-field" aria-describedby="pg-dialect-hint">
+                <legend>API</legend>
+                <div className="segmented">
+                  {dialects.map((candidate) => (
+                    <label key={candidate} className={candidate === dialect ? "segment active" : "segment"}>
+                      <input type="radio" name="pg-dialect" value={candidate} checked={candidate === dialect} onChange={() => chooseDialect(candidate)} disabled={streaming} />
+                      {DIALECTS[candidate].label}
+                    </label>
+                  ))}
+                </div>
+                <p className="hint" id="pg-dialect-hint">
+                  {dialect === "chat" ? (
+                    <>
+                      Posts to <code>/v1/chat/completions</code>.
+                    </>
+                  ) : (
+                    <>
+                      Posts to <code>/v1/responses</code> with <code>store: false</code>: nothing is kept on the server, and each message sends the whole conversation again.
+                    </>
+                  )}
+                </p>
+              </fieldset>
+            )}
             <Field
               label="API key"
               htmlFor="pg-key-mode"
@@ -266,11 +263,12 @@ export function PlaygroundPage() {
               </Field>
             )}
             {supported.has("max_tokens") && (
-              <Field label="Maximum tokens" htmlFor="pg-max-tokens">
+              <Field label="Maximum tokens" htmlFor="pg-max-tokens" hint={dialect === "responses" ? <>Sent as <code>max_output_tokens</code>, which must be at least 16.</> : undefined}>
                 <input id="pg-max-tokens" type="number" min={1} max={model?.context_length} value={parameters.max_tokens} onChange={(event) => setParameters({ ...parameters, max_tokens: Math.max(1, Number(event.target.value) || 1) })} />
               </Field>
             )}
-            {supported.has("seed") && (
+            {/* The Responses API has no seed. */}
+            {supported.has("seed") && dialect === "chat" && (
               <Field label="Seed (optional)" htmlFor="pg-seed">
                 <input id="pg-seed" type="number" value={parameters.seed} onChange={(event) => setParameters({ ...parameters, seed: event.target.value })} />
               </Field>
@@ -309,8 +307,9 @@ export function PlaygroundPage() {
           </div>
           {usage && (
             <div className="usage-line" data-testid="playground-usage">
-              {formatNumber(usage.usage.prompt_tokens)} prompt + {formatNumber(usage.usage.completion_tokens)} completion tokens · {formatCredits(usage.cost)}
-              {usage.finish && <> · finished: {usage.finish}</>}
+              {formatNumber(usage.usage.input)} {usage.dialect === "chat" ? "prompt" : "input"}
+              {usage.usage.cached > 0 && <> ({formatNumber(usage.usage.cached)} cached)</>} + {formatNumber(usage.usage.output)} {usage.dialect === "chat" ? "completion" : "output"} tokens · {formatCredits(usage.cost)}
+              {usage.usage.finish && <> · {usage.dialect === "chat" ? "finished" : "status"}: {usage.usage.finish}</>}
             </div>
           )}
           <form className="composer" onSubmit={send}>
@@ -342,7 +341,7 @@ export function PlaygroundPage() {
           </form>
         </section>
       </div>
-      {showCode && <CodeDialog body={nextBody} onClose={() => setShowCode(false)} />}
+      {showCode && <CodeDialog dialect={dialect} body={nextBody} onClose={() => setShowCode(false)} />}
     </>
   );
 }
