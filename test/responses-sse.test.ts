@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { FakeEngine } from "../src/engines/fake/fake-engine.ts";
 import { checkEventGrammar, responseResourceSchema, responseStreamEventSchema } from "./helpers/responses-schemas.ts";
+import { parseSse } from "./helpers/sse-events.ts";
 import { startTestServer, storiesChatmlModel, storiesModel, type TestServer } from "./helpers/server.ts";
 
 let test: TestServer;
@@ -22,23 +23,6 @@ before(async () => {
 after(async () => {
   await test?.close();
 });
-
-type SseEvent = { name: string | undefined; data: string };
-
-/** Splits an SSE body into its events: each one's `event:` name and its `data:` text. */
-export function parseSse(text: string): SseEvent[] {
-  const events: SseEvent[] = [];
-  for (const block of text.split("\n\n")) {
-    let name: string | undefined;
-    const data: string[] = [];
-    for (const line of block.split("\n")) {
-      if (line.startsWith("event: ")) name = line.slice(7);
-      else if (line.startsWith("data: ")) data.push(line.slice(6));
-    }
-    if (data.length > 0) events.push({ name, data: data.join("\n") });
-  }
-  return events;
-}
 
 async function post(path: string, body: unknown): Promise<Response> {
   return fetch(`${test.url}${path}`, { method: "POST", headers: { authorization: `Bearer ${test.key}`, "content-type": "application/json" }, body: JSON.stringify(body) });
