@@ -4,6 +4,8 @@
  * continues), answer with the response resource or its stream of events
  * (`protocol/responses/from-generation.ts`), keep the response once settled (`settled`: the
  * stored row the terminal event and `GET` show alike), end a stream with the terminal event.
+ * Its prompt is prepared by its own step (`preparePrompt`): `truncation: "auto"` fits it to the
+ * context, and the engine's refusals name fields as the Responses API spells them.
  */
 import type { Catalog } from "../../../catalog/catalog.ts";
 import { checkSupported } from "../../../engines/parameters.ts";
