@@ -81,7 +81,7 @@ export async function admitGeneration<Shape>(
   try {
     metering.checkQuota({ key, model: parsed.model, balance, promptTokens: least.promptTokens, completionTokens: least.completionTokens });
     if (parsed.imageUrls.length > 0) await (dependencies.imageUrls ?? DEFAULT_IMAGE_URLS).check(parsed.imageUrls);
-    const job: GenerationJob<Shape> = { model: parsed.model, stream: parsed.stream, shape: parsed.shape, prepared: await parsed.model.engine.prepare(parsed.request, least.prompt) };
+    const job: GenerationJob<Shape> = { model: parsed.model, stream: parsed.stream, shape: parsed.shape, prepared: await (parsed.prepare?.(least.prompt) ?? parsed.model.engine.prepare(parsed.request, least.prompt)) };
     // Every choice may use max_tokens.
     await limited.raise(job.prepared.promptTokens + job.prepared.maxTokens * job.prepared.choices);
     const admission = await metering.admit({

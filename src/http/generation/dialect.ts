@@ -7,6 +7,7 @@
  */
 import type { CatalogModel } from "../../catalog/catalog.ts";
 import type { PreparedGeneration } from "../../engines/engine.ts";
+import type { PromptBound } from "../../engines/prompt-bound.ts";
 import type { GenerationOutcome, GenerationOutput, GenerationRequest, ImageUrlPart } from "../../protocol/generation.ts";
 import type { Catalog } from "../../catalog/catalog.ts";
 import type { ChunkSink } from "./sink.ts";
@@ -20,6 +21,13 @@ export type ParsedGeneration<Shape> = {
   imageUrls: ImageUrlPart[];
   /** What the dialect needs to answer besides the generated content (ids, echoed fields). */
   shape: Shape;
+  /**
+   * Prepares the request on its engine, in place of `model.engine.prepare(request, bound)`
+   * (`bound`: the cheap bound of `request`): where a dialect fits the prompt to the context
+   * (the Responses API's `truncation: "auto"`) or names fields in its own spelling in the
+   * engine's refusals. Called once, at admission's expensive step.
+   */
+  prepare?: (bound: PromptBound) => Promise<PreparedGeneration>;
 };
 
 /** An admitted request: its model, its shape, and the engine's prepared generation (tokenized, bounded). */

@@ -39,6 +39,8 @@ export type ResponseShape = {
   customTools: ReadonlySet<string>;
   /** Whether output text carries log probabilities (`include: ["message.output_text.logprobs"]`, or `top_logprobs`). */
   logprobs: boolean;
+  /** Conversation items `truncation: "auto"` left out of the prompt: set once the prompt is prepared, before anything is answered. */
+  truncatedInputItems?: number;
 };
 
 /** The wire form of engine log probabilities. */
@@ -147,11 +149,12 @@ export class ResponseAssembly {
       id: this.shape.id,
       createdAt: this.shape.createdAt,
       status: state.status,
-      output: state.status === "queued" || state.status === "in_progress" ? this.output() : this.output(),
+      output: this.output(),
       ...(state.usage !== undefined ? { usage: usageOf(state.usage) } : {}),
       ...(state.error !== undefined ? { error: state.error } : {}),
       ...(state.incompleteReason !== undefined ? { incompleteReason: state.incompleteReason } : {}),
       ...(state.completedAt !== undefined ? { completedAt: state.completedAt } : {}),
+      ...(this.shape.truncatedInputItems !== undefined ? { truncatedInputItems: this.shape.truncatedInputItems } : {}),
     });
   }
 

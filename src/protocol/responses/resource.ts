@@ -166,6 +166,12 @@ export type ResponseResource = {
   prompt_cache_key: string | null;
   /** OpenAI's deprecated end-user id, echoed. */
   user: string | null;
+  /**
+   * Turnpike's extension, present only with `truncation: "auto"`: how many conversation items
+   * (earlier responses' items first, then this request's input items, oldest first) were left
+   * out of the prompt so that it fits the model's context; 0 when none were.
+   */
+  truncated_input_items?: number;
 };
 
 /** The resource's fields that echo the request (with the defaults OpenAI reports for fields not sent). */
@@ -291,6 +297,8 @@ export type ResourceState = {
   usage?: ResponseUsage;
   error?: ResponseError;
   incompleteReason?: IncompleteReason;
+  /** Conversation items `truncation: "auto"` left out of the prompt (see `ResponseResource.truncated_input_items`). */
+  truncatedInputItems?: number;
 };
 
 /** The whole resource, in the spec's field order, from the request's echo and the run's state. */
@@ -328,6 +336,7 @@ export function buildResponseResource(echoed: EchoedRequestFields, state: Resour
     safety_identifier: echoed.safety_identifier,
     prompt_cache_key: echoed.prompt_cache_key,
     user: echoed.user,
+    ...(echoed.truncation === "auto" ? { truncated_input_items: state.truncatedInputItems ?? 0 } : {}),
   };
 }
 

@@ -8,7 +8,7 @@ import { ApiError } from "../errors.ts";
 import { parseWithSchema } from "../parse.ts";
 import { responsesRequestSchema, type ResponsesRequest } from "./request.ts";
 import { functionCallItem, outputMessage, reasoningItem } from "./resource.ts";
-import { itemsOf, toGenerationRequest, type ConversationItem } from "./to-generation.ts";
+import { droppableItems, itemsOf, responsesParamOf, toGenerationRequest, type ConversationItem } from "./to-generation.ts";
 
 const TEXT_ONLY = { images: false };
 const VISION = { images: true };
@@ -306,5 +306,57 @@ describe("itemsOf", () => {
 
   it("stores nothing when there is no input", () => {
     assert.deepEqual(itemsOf(parse({ previous_response_id: "resp_1" })), []);
+  });
+});
+
+describe("truncation: auto (dropping the conversation's oldest items)", () => {
+  const history: ConversationItem[] = [
+    { type: "message", id: "msg_1", role: "user", content: [{ type: "input_text", text: "Old question" }], status: "completed" },
+    functionCallItem("fc_1", "call_1", "look", "{}", "completed"),
+    { type: "function_call_output", id: "fco_1", call_id: "call_1", output: "found", status: "completed" },
+    outputMessage("msg_2", "Old answer", "completed"),
+  ];
+
+  it("may drop every item before the last user message, history first", () => {
+    assert.equal(droppableItems(parse({ input: "Now" }), history), 4);
+    assert.equal(droppableItems(parse({ input: [{ role: "assistant", content: "x" }, { role: "user", content: "Now" }, { role: "assistant", content: "y" }] }), history), 5);
+    assert.equal(droppableItems(parse({ input: [{ role: "user", content: "Only" }] })), 0);
+  });
+
+  it("leaves out the first items, keeping the instructions, and an output whose call was dropped goes with it", () => {
+    const request = parse({ instructions: "Be brief.", input: "Now" });
+    const whole = toGenerationRequest(request, TEXT_ONLY, history);
+    assert.equal(whole.messages.length, 6);
+    const two = toGenerationRequest(request, TEXT_ONLY, history, { dropItems: 2 });
+    // The call was dropped: its output is not sent alone.
+    assert.deepEqual(two.messages, [
+      { role: "system", content: "Be brief." },
+      { role: "assistant", content: "Old answer" },
+      { role: "user", content: "Now" },
+    ]);
+    const all = toGenerationRequest(request, TEXT_ONLY, history, { dropItems: 4 });
+    assert.deepEqual(all.messages, [
+      { role: "system", content: "Be brief." },
+      { role: "user", content: "Now" },
+    ]);
+  });
+
+  it("still refuses an output that answers no call at all", () => {
+    const request = parse({ input: [{ type: "function_call_output", call_id: "call_404", output: "x" }, { role: "user", content: "Now" }] });
+    assertRefused(() => toGenerationRequest(request, TEXT_ONLY, history, { dropItems: 1 }), "input[0].call_id", "invalid_request_error");
+  });
+});
+
+describe("responsesParamOf: engine errors in the Responses API's spelling", () => {
+  it("renames chat completions' fields, prefix by prefix", () => {
+    assert.equal(responsesParamOf("response_format.json_schema.schema.properties.age.minimum"), "text.format.schema.properties.age.minimum");
+    assert.equal(responsesParamOf("response_format"), "text.format");
+    assert.equal(responsesParamOf("tools[3].function.parameters.properties.a"), "tools[3].parameters.properties.a");
+    assert.equal(responsesParamOf("tool_choice.function.name"), "tool_choice.name");
+    assert.equal(responsesParamOf("max_tokens"), "max_output_tokens");
+    assert.equal(responsesParamOf("messages"), "input");
+    assert.equal(responsesParamOf("messages[2].content"), "input");
+    assert.equal(responsesParamOf("top_p"), "top_p");
+    assert.equal(responsesParamOf("messagesx"), "messagesx");
   });
 });

@@ -113,8 +113,11 @@ export function rejectUnsupported(request: ResponsesRequest): void {
 /** An item to map, and how to name its fields in an error: `input[3]`, or `previous_response_id` for stored items. */
 type Placed = { item: ResponsesInputItem | ConversationItem; param: (field: string) => string };
 
-/** The prompt being built: its messages, and the ids of the calls made so far (which outputs must answer). */
-type PromptState = { messages: EngineMessage[]; callIds: Set<string>; inputs: ModelInputs };
+/**
+ * The prompt being built: its messages, the ids of the calls made so far (which outputs must
+ * answer), and those of calls `truncation: "auto"` dropped (whose outputs go with them).
+ */
+type PromptState = { messages: EngineMessage[]; callIds: Set<string>; droppedCallIds: Set<string>; inputs: ModelInputs };
 
 /** A message's text and images; refuses parts this model cannot read and malformed images, naming the part. */
 function messageContent(content: string | ReadonlyArray<ResponsesMessagePart | OutputItemPart>, param: (field: string) => string, inputs: ModelInputs) {
@@ -185,6 +188,8 @@ function addToolCall(state: PromptState, call: ToolCall): void {
 
 /** Adds the tool message answering a call; the call must have been made earlier (as OpenAI requires). */
 function addToolOutput(state: PromptState, callId: string, content: string, param: (field: string) => string): void {
+  // The call was dropped to fit the context: its answer alone would mean nothing (and break the template's pairing).
+  if (!state.callIds.has(callId) && state.droppedCallIds.has(callId)) return;
   if (!state.callIds.has(callId)) {
     throw new InvalidRequestError(
       `No tool call with the call_id '${callId}' was found before this output. An output item must follow the 'function_call' or 'custom_tool_call' item it answers (in 'input' or in the previous response).`,
@@ -276,23 +281,36 @@ function responseFormatOf(request: ResponsesRequest): ResponseFormat | undefined
  * (`input[i].content[j]`, code `model_does_not_support_images`), files, an unknown item reference,
  * and the fields `rejectUnsupported` refuses. An error in a stored item names `previous_response_id`.
  *
+ * `options.dropItems`: leave out the conversation's first items (`truncation: "auto"`, see
+ * `droppableItems`); an output answering a dropped call is left out with it.
+ *
  * Not mapped here, for the caller: `max_tool_calls`, `truncation`, `prompt_cache_key` (the upstream
  * affinity key), `store`, `background`, `stream` (set `buffered` when not streaming), `metadata`.
  */
-export function toGenerationRequest(request: ResponsesRequest, inputs: ModelInputs, history: readonly ConversationItem[] = []): GenerationRequest {
+export function toGenerationRequest(request: ResponsesRequest, inputs: ModelInputs, history: readonly ConversationItem[] = [], options: { dropItems?: number } = {}): GenerationRequest {
   rejectUnsupported(request);
-  const state: PromptState = { messages: [], callIds: new Set(), inputs };
+  const state: PromptState = { messages: [], callIds: new Set(), droppedCallIds: new Set(), inputs };
   if (request.instructions != null && request.instructions !== "") state.messages.push({ role: "system", content: request.instructions });
   const known = new Map<string, ConversationItem>();
   const resolve = (id: string) => known.get(id);
+  // The first `dropItems` items of the conversation (history, then input) are left out; they still resolve references.
+  let toDrop = options.dropItems ?? 0;
+  const dropped = (item: ResponsesInputItem | ConversationItem): boolean => {
+    if (toDrop <= 0) return false;
+    toDrop--;
+    if (item.type === "function_call" || item.type === "custom_tool_call") state.droppedCallIds.add(item.call_id);
+    return true;
+  };
   for (const item of history) {
-    addItem(state, { item, param: () => "previous_response_id" }, resolve);
+    if (!dropped(item)) addItem(state, { item, param: () => "previous_response_id" }, resolve);
     if (item.type !== "item_reference") known.set(item.id, item);
   }
   const input = request.input;
   if (typeof input === "string") state.messages.push({ role: "user", content: input });
   else if (input != null) {
-    input.forEach((item, index) => addItem(state, { item, param: (field) => `input[${index}].${field}` }, resolve));
+    input.forEach((item, index) => {
+      if (!dropped(item)) addItem(state, { item, param: (field) => `input[${index}].${field}` }, resolve);
+    });
   }
   if (!state.messages.some((message) => message.role !== "system")) {
     throw new InvalidRequestError("The request holds no input for the model: send 'input' (a string or items), or continue a response with 'previous_response_id'.", "input");
@@ -317,4 +335,45 @@ export function toGenerationRequest(request: ResponsesRequest, inputs: ModelInpu
     // Passed only when asked: the caller refuses it for models whose entry does not allow it.
     ...(effort != null ? { vendor: { reasoning_effort: effort } } : {}),
   };
+}
+
+/**
+ * How many of the conversation's first items (the stored history, then the request's input
+ * items) `truncation: "auto"` may leave out of the prompt: every item before the last user
+ * message, which stays, as do the instructions (never an item) and anything after it.
+ */
+export function droppableItems(request: ResponsesRequest, history: readonly ConversationItem[] = []): number {
+  const input = request.input;
+  // A string input is the last user message itself.
+  if (typeof input === "string") return history.length;
+  const items: ReadonlyArray<ResponsesInputItem | ConversationItem> = [...history, ...(input ?? [])];
+  for (let index = items.length - 1; index >= 0; index--) {
+    const item = items[index]!;
+    if (item.type === "message" && item.role === "user") return index;
+  }
+  return 0;
+}
+
+/** Chat completions' spelling of a field (the engines' errors name fields so) → the Responses API's, prefix by prefix. */
+const CHAT_TO_RESPONSES_PARAMS: ReadonlyArray<[RegExp, string]> = [
+  [/^response_format\.json_schema\.schema(?=$|[.[])/, "text.format.schema"],
+  [/^response_format(?=$|[.[])/, "text.format"],
+  [/^tools\[(\d+)\]\.function(?=$|[.[])/, "tools[$1]"],
+  [/^tool_choice\.function(?=$|[.[])/, "tool_choice"],
+  [/^max_(?:completion_)?tokens$/, "max_output_tokens"],
+  [/^reasoning_effort$/, "reasoning.effort"],
+  // A message's place in the prompt is not an input item's (instructions and history come first): the whole input.
+  [/^messages(?:$|[.[].*)/, "input"],
+];
+
+/**
+ * The Responses API's name of a request field an engine's error names in chat completions'
+ * spelling (`response_format.json_schema.schema.properties.age` → `text.format.schema.properties.age`,
+ * `tools[0].function.parameters` → `tools[0].parameters`, `messages` → `input`); others unchanged.
+ */
+export function responsesParamOf(param: string): string {
+  for (const [pattern, replacement] of CHAT_TO_RESPONSES_PARAMS) {
+    if (pattern.test(param)) return param.replace(pattern, replacement);
+  }
+  return param;
 }

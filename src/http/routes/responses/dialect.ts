@@ -4,18 +4,22 @@
  * continues), answer with the response resource or its stream of events
  * (`protocol/responses/from-generation.ts`), keep the response once settled (`settled`: the
  * stored row the terminal event and `GET` show alike), end a stream with the terminal event.
+ * Its prompt is prepared by its own step (`preparePrompt`): `truncation: "auto"` fits it to the
+ * context, and the engine's refusals name fields as the Responses API spells them.
  */
 import type { Catalog } from "../../../catalog/catalog.ts";
 import { checkSupported } from "../../../engines/parameters.ts";
 import type { ChatParameter } from "../../../engines/parameters.ts";
-import type { GenerationOutcome } from "../../../protocol/generation.ts";
-import { ShuttingDownError } from "../../../protocol/errors.ts";
+import type { GenerationOutcome, GenerationRequest } from "../../../protocol/generation.ts";
+import type { Engine, PreparedGeneration } from "../../../engines/engine.ts";
+import type { PromptBound } from "../../../engines/prompt-bound.ts";
+import { ApiError, ShuttingDownError } from "../../../protocol/errors.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
 import type { ResponseStreamEvent } from "../../../protocol/responses/events.ts";
-import { ResponseAssembly, completeResponse, streamResponse } from "../../../protocol/responses/from-generation.ts";
+import { ResponseAssembly, completeResponse, streamResponse, type ResponseShape } from "../../../protocol/responses/from-generation.ts";
 import { responsesRequestSchema, type ResponsesRequest } from "../../../protocol/responses/request.ts";
 import { echoedRequestFields, newResponseId, type ResponseError, type ResponseResource } from "../../../protocol/responses/resource.ts";
-import { itemsOf, toGenerationRequest, type ConversationItem, type StoredInputItem } from "../../../protocol/responses/to-generation.ts";
+import { droppableItems, itemsOf, responsesParamOf, toGenerationRequest, type ConversationItem, type StoredInputItem } from "../../../protocol/responses/to-generation.ts";
 import { validatedInWorker } from "../../json-body/json-body-parser.ts";
 import { errorBody, toApiError } from "../../errors.ts";
 import type { ParsedGeneration, WireDialect } from "../../generation/dialect.ts";
@@ -49,26 +53,89 @@ export function parseResponse(catalog: Catalog, body: unknown, history: readonly
   const request = validatedInWorker(body) ? (body as ResponsesRequest) : parseWithSchema(responsesRequestSchema, body);
   const model = catalog.get(request.model);
   const capabilities = model.engine.capabilities();
-  const generationRequest = toGenerationRequest(request, { images: capabilities.inputModalities.includes("image") }, history);
+  const inputs = { images: capabilities.inputModalities.includes("image") };
+  const requestFor = (dropItems: number): GenerationRequest => {
+    const mapped = toGenerationRequest(request, inputs, history, { dropItems });
+    if (request.stream !== true) mapped.buffered = true;
+    if (request.prompt_cache_key != null) mapped.affinityKey = request.prompt_cache_key;
+    return mapped;
+  };
+  const generationRequest = requestFor(0);
   checkSupported(model.id, capabilities, generationRequest, (parameter) => RESPONSES_NAMES[parameter] ?? parameter);
-  if (request.stream !== true) generationRequest.buffered = true;
-  if (request.prompt_cache_key != null) generationRequest.affinityKey = request.prompt_cache_key;
   const customTools = new Set((request.tools ?? []).flatMap((tool) => (tool.type === "custom" ? [tool.name] : [])));
   const echoed = echoedRequestFields(request);
   // The resource names the model as the catalog does.
   echoed.model = model.id;
   const logprobs = (request.include ?? []).includes("message.output_text.logprobs") || (request.top_logprobs ?? 0) > 0;
+  const assembly = new ResponseAssembly({ id: newResponseId(), createdAt: Math.floor(Date.now() / 1000), echoed, customTools, logprobs });
+  const truncation = request.truncation === "auto" ? { droppable: droppableItems(request, history), requestFor } : undefined;
   return {
     model,
     stream: request.stream === true,
     request: generationRequest,
     imageUrls: imageUrlsOf(request),
-    shape: {
-      assembly: new ResponseAssembly({ id: newResponseId(), createdAt: Math.floor(Date.now() / 1000), echoed, customTools, logprobs }),
-      request,
-      inputItems: itemsOf(request),
-    },
+    shape: { assembly, request, inputItems: itemsOf(request) },
+    prepare: (bound) => preparePrompt(model.engine, generationRequest, bound, assembly.shape, truncation),
   };
+}
+
+function isContextLengthExceeded(error: unknown): boolean {
+  return error instanceof ApiError && error.code === "context_length_exceeded";
+}
+
+/**
+ * An engine's refusal naming a field in chat completions' spelling (`response_format.json_schema.schema…`,
+ * `tools[0].function.parameters…`, `messages`), named as the Responses API spells it; others as they are.
+ */
+export function inResponsesSpelling(error: unknown): unknown {
+  if (!(error instanceof ApiError) || error.param === null) return error;
+  const param = responsesParamOf(error.param);
+  if (param === error.param) return error;
+  // A dotted path quoted in the message is renamed too; a bare word (`messages`) is prose there.
+  const message = /[.[]/.test(error.param) ? error.message.split(error.param).join(param) : error.message;
+  return new ApiError(message, error.code, { param, headers: error.headers, cause: error });
+}
+
+/**
+ * Prepares a response's prompt on its engine. With `truncation: "auto"`, a prompt too long for
+ * the context leaves out the fewest oldest conversation items that make it fit (`droppableItems`:
+ * never the instructions nor the last user message), found by a binary search over the number
+ * left out (each try tokenizes once: log2 of the items' count tries), and says how many on the
+ * resource (`truncated_input_items`). Without it, or when even the shortest prompt does not fit,
+ * the engine's `context_length_exceeded` stands.
+ */
+async function preparePrompt(
+  engine: Engine,
+  request: GenerationRequest,
+  bound: PromptBound,
+  shape: ResponseShape,
+  truncation: { droppable: number; requestFor: (dropItems: number) => GenerationRequest } | undefined,
+): Promise<PreparedGeneration> {
+  let tooLong: unknown;
+  try {
+    const prepared = await engine.prepare(request, bound);
+    if (truncation !== undefined) shape.truncatedInputItems = 0;
+    return prepared;
+  } catch (error) {
+    if (truncation === undefined || truncation.droppable === 0 || !isContextLengthExceeded(error)) throw inResponsesSpelling(error);
+    tooLong = error;
+  }
+  let low = 1;
+  let high = truncation.droppable;
+  let fitting: { dropped: number; prepared: PreparedGeneration } | undefined;
+  while (low <= high) {
+    const middle = (low + high) >>> 1;
+    try {
+      fitting = { dropped: middle, prepared: await engine.prepare(truncation.requestFor(middle)) };
+      high = middle - 1;
+    } catch (error) {
+      if (!isContextLengthExceeded(error)) throw inResponsesSpelling(error);
+      low = middle + 1;
+    }
+  }
+  if (fitting === undefined) throw inResponsesSpelling(tooLong);
+  shape.truncatedInputItems = fitting.dropped;
+  return fitting.prepared;
 }
 
 /** Every `input_image` URL of the request's messages, with its param (`input[2].content[1].image_url`). */
