@@ -32,7 +32,7 @@ import { CHECKOUT_LIMITS } from "./http/routes/stripe/route.ts";
 import { moneyPrices } from "./protocol/credit-value.ts";
 import { sweepSessions } from "./auth/sessions.ts";
 import { ResponseStore } from "./responses/store.ts";
-import type { StoredResponses } from "./http/routes/responses/route.ts";
+import { BACKGROUND_STALE_MS, type StoredResponses } from "./http/routes/responses/route.ts";
 import { consoleSessions } from "./http/middleware/console-session/console-session.ts";
 import { createHostPolicy, WILDCARD_LISTEN } from "./http/middleware/allowed-hosts/allowed-hosts.ts";
 import { forgetSetupCodes, issueSetupCode } from "./accounts/setup-code.ts";
@@ -70,6 +70,8 @@ export type RunningServer = {
   modelsSettled: Promise<void>;
   /** The one-time code that makes the first admin in the console (`serve` prints it); null when an admin exists. */
   setupCode: string | null;
+  /** The Responses API's stored responses (tests read its group-commit counter). */
+  responses: StoredResponses;
   /** Graceful stop: refuse new work, let running requests finish (bounded), free everything. */
   close(): Promise<void>;
 };
@@ -148,7 +150,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
   const nodeId = await registerNode(database);
   /** The Responses API's stored responses: kept `responses_retention_days` from their creation. */
   const responses: StoredResponses = new ResponseStore(database, { retentionSeconds: settings.responses_retention_days * 24 * 60 * 60 });
-  /** Releases holds of dead nodes (e.g. a previous process killed mid-stream), expired credit and expired stored responses. */
+  /** Releases holds of dead nodes (e.g. a previous process killed mid-stream), expired credit and expired stored responses; fails background responses of dead nodes. */
   const sweep = async () => {
     await heartbeat(database, nodeId);
     const dead = [...(await deadNodes(database, nodeId, Date.now(), settings.dead_node_after * 1000)), ...(await orphanedNodes(database))];
@@ -158,9 +160,12 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     const expired = await sweepExpiredCredit(database);
     await sweepSessions(database);
     const expiredResponses = await responses.sweep();
+    // A background response whose node stopped saving it (killed) ends failed; its delivered tokens were billed by its checkpoints above.
+    const staleResponses = await responses.failStale(BACKGROUND_STALE_MS, "The node running this background response stopped before it finished.");
     plans = await listPlans(database);
     if (charged > 0 || released > 0 || expired > 0) logger.info({ charged_holds: charged, released_holds: released, expired_credit: expired }, "ledger sweep");
     if (expiredResponses > 0) logger.info({ deleted_responses: expiredResponses }, "expired stored responses deleted");
+    if (staleResponses > 0) logger.warn({ failed_responses: staleResponses }, "background responses whose node stopped were marked failed");
   };
   await sweep();
   const sweeper = setInterval(() => sweep().catch((error: unknown) => logger.error({ err: error }, "ledger sweep failed")), settings.sweep_interval * 1000);
@@ -374,5 +379,5 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     return closed;
   };
   const url = address.replace("[::1]", "127.0.0.1");
-  return { app, catalog, url, ...(metricsServer !== undefined ? { metricsUrl: metricsServer.url } : {}), modelsSettled, setupCode, close };
+  return { app, catalog, url, ...(metricsServer !== undefined ? { metricsUrl: metricsServer.url } : {}), modelsSettled, setupCode, responses, close };
 }

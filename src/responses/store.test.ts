@@ -353,5 +353,52 @@ for (const backend of backends) {
       assert.equal(await responses.delete("acct_a", foreground.id), true);
       assert.equal(await responses.isCancelRequested(foreground.id), true, "a deleted response is not worth finishing");
     });
+
+    it("tells a runner whether to go on, stop and save its cancelled state, or stop saving (deleted)", async () => {
+      const running = record({ accountId: "acct_state", createdAt: time.now(), background: true, status: "in_progress" });
+      await responses.save(running);
+      assert.equal(await responses.runState(running.id), "running");
+      await responses.requestCancel("acct_state", running.id);
+      assert.equal(await responses.runState(running.id), "cancel");
+      await responses.delete("acct_state", running.id);
+      assert.equal(await responses.runState(running.id), "gone");
+      assert.equal(await responses.runState("resp_never_saved"), "gone");
+    });
+
+    it("fails background responses whose node stopped saving them, and only those", async () => {
+      const staleMs = 30_000;
+      const owner = "acct_stale";
+      // Earlier tests' running rows go stale first, out of the way of the counts below.
+      time.advance(staleMs + 1);
+      await responses.failStale(staleMs, "earlier tests");
+      const saved = (overrides: Partial<ResponseRecord>) => record({ accountId: owner, createdAt: time.now(), background: true, status: "in_progress", ...overrides });
+      const dead = saved({});
+      const deadQueued = saved({ status: "queued" });
+      const finished = saved({ status: "completed" });
+      const foreground = saved({ background: false });
+      await Promise.all([dead, deadQueued, finished, foreground].map((row) => responses.save(row)));
+      time.advance(staleMs - 1);
+      const alive = saved({});
+      await responses.save(alive);
+      assert.equal(await responses.failStale(staleMs, "the node running it stopped"), 0, "nothing is stale yet");
+      time.advance(2);
+      assert.equal(await responses.failStale(staleMs, "the node running it stopped"), 2);
+      for (const row of [dead, deadQueued]) {
+        const stored = (await responses.get(owner, row.id))!;
+        assert.equal(stored.status, "failed");
+        assert.equal(stored.response.status, "failed");
+        assert.deepEqual(stored.response.error, { code: "server_error", message: "the node running it stopped" });
+        assert.deepEqual(stored.response.output, row.response.output, "what it had generated stays");
+        assert.equal(stored.sizeBytes, Buffer.byteLength(JSON.stringify(stored.inputItems)) + Buffer.byteLength(JSON.stringify(stored.response)));
+      }
+      for (const row of [finished, foreground, alive]) assert.equal((await responses.get(owner, row.id))!.status, row.status, `${row.status} ${row.background ? "background" : "foreground"} left alone`);
+      // A heartbeat keeps a running one alive past the stale age.
+      time.advance(staleMs - 10);
+      await responses.save(alive);
+      time.advance(20);
+      assert.equal(await responses.failStale(staleMs, "gone"), 0);
+      assert.equal((await responses.get(owner, alive.id))!.status, "in_progress");
+      assert.equal(await responses.failStale(staleMs, "gone"), 0, "a failed one is failed once");
+    });
   });
 }

@@ -310,8 +310,61 @@ export class ResponseStore<Resource extends object = Record<string, unknown>, It
    * then stop saving it, or a later save would write it again.
    */
   async isCancelRequested(id: string): Promise<boolean> {
+    return (await this.runState(id)) !== "running";
+  }
+
+  /**
+   * What the node running background response `id` should do: go on (`running`), stop and save
+   * its cancelled state (`cancel`: `requestCancel` asked it to), or stop and save nothing more
+   * (`gone`: deleted or expired; a save would write it back).
+   */
+  async runState(id: string): Promise<"running" | "cancel" | "gone"> {
     const row = await this.#database.selectFrom("responses").select(["cancel_requested", "expires_at"]).where("id", "=", id).executeTakeFirst();
-    return row === undefined || Number(row.cancel_requested) === 1 || Number(row.expires_at) <= this.#now();
+    if (row === undefined || Number(row.expires_at) <= this.#now()) return "gone";
+    return Number(row.cancel_requested) === 1 ? "cancel" : "running";
+  }
+
+  /**
+   * Fails the background responses still `queued` or `in_progress` whose row was last saved more
+   * than `staleMs` ago: the node running one saves it on a heartbeat, so a row that old belongs
+   * to a node that died (its delivered tokens are billed by the usage checkpoints, its hold
+   * closed by the ledger sweep). Each is written with status `failed` and the error
+   * `{code: "server_error", message}` in its resource (a JSON object with `status` and `error`
+   * fields, as the Responses API's is). Only rows still stale when updated are touched, so a
+   * heartbeat that lands meanwhile wins. Returns how many were failed.
+   */
+  async failStale(staleMs: number, message: string): Promise<number> {
+    if (!(staleMs > 0)) throw new RangeError(`staleMs must be positive, not ${staleMs}`);
+    const now = this.#now();
+    let failed = 0;
+    for (;;) {
+      const rows = await this.#database
+        .selectFrom("responses")
+        .select(["id", "updated_at", "response"])
+        .where("background", "=", 1)
+        .where("status", "in", ACTIVE_STATUSES)
+        .where("updated_at", "<", now - staleMs)
+        .where("expires_at", ">", now)
+        .orderBy("updated_at")
+        .limit(SWEEP_ROWS)
+        .execute();
+      for (const row of rows) {
+        const resource = JSON.parse(row.response) as Record<string, unknown>;
+        resource.status = "failed";
+        resource.error = { code: "server_error", message };
+        const response = JSON.stringify(resource);
+        const grown = Buffer.byteLength(response, "utf8") - Buffer.byteLength(row.response, "utf8");
+        const result = await this.#database
+          .updateTable("responses")
+          .set({ status: "failed", response, updated_at: now, size_bytes: sql<number>`size_bytes + ${grown}` })
+          .where("id", "=", row.id)
+          .where("status", "in", ACTIVE_STATUSES)
+          .where("updated_at", "=", row.updated_at)
+          .executeTakeFirst();
+        failed += Number(result.numUpdatedRows);
+      }
+      if (rows.length < SWEEP_ROWS) return failed;
+    }
   }
 
   /** Deletes the responses expired at `now` (milliseconds); returns how many. */

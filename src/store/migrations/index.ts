@@ -15,6 +15,7 @@ import { migration0009UsageCheckpoints } from "./0009-usage-checkpoints.ts";
 import { migration0010CheckoutReversals } from "./0010-checkout-reversals.ts";
 import { migration0011KeyListingIndex } from "./0011-key-listing-index.ts";
 import { migration0012Responses } from "./0012-responses.ts";
+import { migration0013ResponsesRunningIndex } from "./0013-responses-running-index.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-api-keys": migration0001ApiKeys,
@@ -29,4 +30,5 @@ export const migrations: Record<string, Migration> = {
   "0010-checkout-reversals": migration0010CheckoutReversals,
   "0011-key-listing-index": migration0011KeyListingIndex,
   "0012-responses": migration0012Responses,
+  "0013-responses-running-index": migration0013ResponsesRunningIndex,
 };

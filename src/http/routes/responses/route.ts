@@ -8,6 +8,7 @@
  * the client hears its end, so any node's `GET` and `previous_response_id` find it.
  */
 import type { FastifyInstance, FastifyRequest, onRequestHookHandler } from "fastify";
+import { setTimeout as delay } from "node:timers/promises";
 import { z } from "zod";
 import type { ApiKeyRecord } from "../../../auth/api-keys.ts";
 import { ApiError, InvalidRequestError, ShuttingDownError } from "../../../protocol/errors.ts";
@@ -24,7 +25,7 @@ import {
 import { SseWriter } from "../../sse.ts";
 import { abortOnDisconnect, generationServing, type GenerationRouteOptions } from "../../generation/route-kit.ts";
 import { runCompletion, runStream } from "../../generation/run.ts";
-import { parseResponse, responsesDialect, type ResponseJob } from "./dialect.ts";
+import { parseResponse, responseErrorOf, responsesDialect, type ResponseJob } from "./dialect.ts";
 
 /** The stored responses of the Responses API, typed. */
 export type StoredResponses = ResponseStore<ResponseResource, StoredInputItem>;
@@ -36,6 +37,21 @@ export type ResponsesRouteOptions = GenerationRouteOptions & {
   /** How often a running background response's row is saved (its heartbeat: a row not saved for long belongs to a dead node). */
   heartbeatMs?: number;
 };
+
+/** How often a running background response's row is saved by default: its heartbeat. */
+export const BACKGROUND_HEARTBEAT_MS = 10_000;
+/**
+ * A background response still queued or in progress whose row was not saved for this long
+ * belongs to a node that died: the sweeper fails it (`ResponseStore.failStale`). Three missed
+ * heartbeats, so that a busy event loop or a slow commit never fails a live one.
+ */
+export const BACKGROUND_STALE_MS = 3 * BACKGROUND_HEARTBEAT_MS;
+
+/** How long a cancel waits for the response to settle before answering with its row as it stands. */
+const CANCEL_WAIT_MS = 5000;
+/** How often a cancel of a response running on another node reads its row while it waits. */
+const CANCEL_CHECK_MS = 100;
+const ACTIVE_STATUSES: ReadonlySet<string> = new Set(["queued", "in_progress"]);
 
 /** The most responses a `previous_response_id` chain may hold (each a size-capped row). */
 export const MAX_CHAIN_RESPONSES = 256;
@@ -52,6 +68,32 @@ const inputItemsQuery = z.object({
   limit: z.coerce.number().int().min(1).max(100).optional(),
   order: z.enum(["asc", "desc"]).optional(),
 });
+
+/** A background response running on this node. */
+type BackgroundRun = {
+  cut: AbortController;
+  job: ResponseJob;
+  /** Resolves once it ended and its last state is stored. */
+  ended: Promise<void>;
+  /** It was deleted: stop saving it. */
+  forget(): void;
+};
+
+/**
+ * Refuses, before anything is admitted, the combinations a background response cannot serve:
+ * `stream: true` (a background response runs without a client to stream to: poll it with `GET`)
+ * and `store: false` (its only answer is the stored row). Looked up on the raw body: a malformed
+ * one is refused by the schema as usual.
+ */
+function refuseUnservedBackground(body: unknown): void {
+  if (typeof body !== "object" || body === null) return;
+  const fields = body as Record<string, unknown>;
+  if (fields.background !== true) return;
+  if (fields.stream === true) {
+    throw new InvalidRequestError("A background response cannot be streamed: create it with 'stream: false' and poll GET /v1/responses/{id} until it ends.", "stream");
+  }
+  if (fields.store === false) throw new InvalidRequestError("A background response is always stored (it is read back with GET /v1/responses/{id}): leave 'store' unset or true.", "store");
+}
 
 /** The account a key's stored responses belong to (null: the operator's). */
 function ownerOf(key: ApiKeyRecord): string | null {
@@ -82,7 +124,8 @@ export function registerResponsesRoutes(app: FastifyInstance, options: Responses
   const serving = generationServing(options);
   const { responses } = options;
   /** Background responses running on this node, by id: a cancel here aborts at once. */
-  const running = new Map<string, AbortController>();
+  const running = new Map<string, BackgroundRun>();
+  const heartbeatMs = options.heartbeatMs ?? BACKGROUND_HEARTBEAT_MS;
 
   /** The row of a response in a state. */
   const keep = (key: ApiKeyRecord, job: ResponseJob, resource: ResponseResource) =>
@@ -109,36 +152,62 @@ export function registerResponsesRoutes(app: FastifyInstance, options: Responses
   /** Runs a background response to its end without a client: admitted, held and billed like any request. */
   const runInBackground = (request: FastifyRequest, job: ResponseJob, input: Parameters<typeof runCompletion<ResponseJob, ResponseResource>>[2]) => {
     const id = job.assembly.shape.id;
-    running.set(id, input.cut);
-    // A cancel asked of another node reaches this one through the row's flag.
+    const key = request.apiKey!;
+    /** Deleted (here or on another node): nothing more is saved, or the row would come back. */
+    let gone = false;
+    const forget = () => {
+      gone = true;
+      job.keep = undefined;
+    };
+    const progress = () => {
+      if (!gone && job.final === undefined) void keep(key, job, job.assembly.resource({ status: "in_progress" })).catch(() => undefined);
+    };
+    // Queued until the engine gives it a slot, in progress from then on.
+    const prepared = input.job.prepared;
+    const start = prepared.start;
+    prepared.start = (signal) => {
+      const generation = start(signal);
+      void generation.admitted.then(progress, () => undefined);
+      return generation;
+    };
+    // A cancel or a delete asked of another node reaches this one through the row.
     const poll = setInterval(() => {
-      void responses.isCancelRequested(id).then(
-        (asked) => {
-          if (asked) input.cut.abort(new Error("cancelled"));
+      void responses.runState(id).then(
+        (state) => {
+          if (state === "gone") forget();
+          if (state !== "running") input.cut.abort(new Error(state === "gone" ? "deleted" : "cancelled"));
         },
         () => undefined,
       );
     }, options.cancelPollMs ?? 1000);
     // The row's heartbeat: the sweeper fails a background response whose node stopped saving it.
-    const heartbeat = setInterval(() => {
-      if (job.final === undefined) void keep(request.apiKey!, job, job.assembly.resource({ status: "in_progress" })).catch(() => undefined);
-    }, options.heartbeatMs ?? 10_000);
+    const heartbeat = setInterval(progress, heartbeatMs);
     poll.unref();
     heartbeat.unref();
-    void runCompletion(serving.runDependencies(request), responsesDialect, input)
-      .catch((error: unknown) => {
-        if (!(error instanceof ApiError) || error.status >= 500) request.log.warn({ err: error, response_id: id }, "background response ended with an error");
-      })
+    const ended = runCompletion(serving.runDependencies(request), responsesDialect, input)
+      .then(
+        () => undefined,
+        async (error: unknown) => {
+          if (!(error instanceof ApiError) || error.status >= 500) request.log.warn({ err: error, response_id: id }, "background response ended with an error");
+          // Refused before it started (a full queue): settled never ran, so the row still says queued.
+          if (job.final === undefined && !gone) {
+            job.final = job.assembly.finalResource(undefined, responseErrorOf(error));
+            await keep(key, job, job.final).catch((keepError: unknown) => request.log.error({ err: keepError, response_id: id }, "could not store a failed background response"));
+          }
+        },
+      )
       .finally(() => {
         clearInterval(poll);
         clearInterval(heartbeat);
         running.delete(id);
       });
+    running.set(id, { cut: input.cut, job, ended, forget });
   };
 
   app.post("/v1/responses", { onRequest: serving.onRequest }, async function createResponse(request, reply) {
     const startedAt = performance.now();
     const key = request.apiKey!;
+    refuseUnservedBackground(request.body);
     const history = await historyOf(responses, key, request.body);
     const admitted = await serving.admit(request, reply, (catalog, body) => parseResponse(catalog, body, history));
     const job = admitted.job.shape;
@@ -200,7 +269,11 @@ export function registerResponsesRoutes(app: FastifyInstance, options: Responses
     const { id } = parseWithSchema(idParams, request.params);
     if (!(await responses.delete(ownerOf(request.apiKey!), id))) throw new ResponseNotFoundError(id, null);
     // A background response still running here stops; its row is gone, so it is not written again.
-    running.get(id)?.abort(new Error("deleted"));
+    const run = running.get(id);
+    if (run !== undefined) {
+      run.forget();
+      run.cut.abort(new Error("deleted"));
+    }
     return { id, object: "response", deleted: true };
   });
 
@@ -226,20 +299,18 @@ export function registerResponsesRoutes(app: FastifyInstance, options: Responses
     const local = running.get(id);
     if (local !== undefined) {
       // Running here: stop it now and answer with its settled state.
-      const ended = new Promise<void>((resolve) => {
-        const check = setInterval(() => {
-          if (!running.has(id)) {
-            clearInterval(check);
-            resolve();
-          }
-        }, 10);
-      });
-      local.abort(new Error("cancelled"));
-      await Promise.race([ended, new Promise((resolve) => setTimeout(resolve, 5000))]);
-      const settled = await responses.get(owner, id);
-      if (settled !== undefined) return settled.response;
+      local.cut.abort(new Error("cancelled"));
+      await Promise.race([local.ended, delay(CANCEL_WAIT_MS, undefined, { ref: false })]);
+    } else if (found.cancelRequested) {
+      // Running on another node, which sees the flag within its poll: answer with the state it settles in.
+      const deadline = performance.now() + CANCEL_WAIT_MS;
+      while (performance.now() < deadline) {
+        await delay(CANCEL_CHECK_MS);
+        const now = await responses.get(owner, id);
+        if (now === undefined || !ACTIVE_STATUSES.has(now.status)) return now?.response ?? found.response;
+      }
     }
-    // Running elsewhere (its node polls the flag) or already ended: the row as it stands.
+    // Already ended, or still stopping past the wait: the row as it stands.
     const now = await responses.get(owner, id);
     return now?.response ?? found.response;
   });
