@@ -174,7 +174,8 @@ export const responsesDialect: WireDialect<ResponseJob, ResponseResource, Respon
   eventName: (event) => event.type,
   async settled(job, end) {
     // A shutdown cut it: a failed response (its tokens so far are billed), not one its client cancelled.
-    const failure = end.failure ?? (end.status === 503 ? new ShuttingDownError() : undefined);
+    // A cut one (its client left, or a cancel: 499) is cancelled, whatever the engine threw as it stopped.
+    const failure = end.status === 499 ? undefined : (end.failure ?? (end.status === 503 ? new ShuttingDownError() : undefined));
     const resource = finalOf(job, end.outcome, failure);
     if (job.keep !== undefined) await job.keep(resource);
   },

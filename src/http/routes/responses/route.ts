@@ -7,6 +7,7 @@
  * group-committed write (`ResponseStore.save`), made when the response is settled and before
  * the client hears its end, so any node's `GET` and `previous_response_id` find it.
  */
+import { cheapBound } from "../../generation/cheap-bound.ts";
 import type { FastifyInstance, FastifyRequest, onRequestHookHandler } from "fastify";
 import { setTimeout as delay } from "node:timers/promises";
 import { z } from "zod";
@@ -248,7 +249,9 @@ export function registerResponsesRoutes(app: FastifyInstance, options: Responses
     const { plan } = await options.metering.standingOf(key);
     options.metering.checkModel(key, plan, parsed.model);
     // The prompt as a response would build it, counted by the model's own tokenizer (an upper bound where the upstream has none).
-    const prepared = await parsed.model.engine.prepare(parsed.request);
+    // Prepared as creation prepares it: truncated under `truncation: "auto"`, its refusals in the Responses spelling.
+    const bound = cheapBound(parsed).prompt;
+    const prepared = await (parsed.prepare?.(bound) ?? parsed.model.engine.prepare(parsed.request, bound));
     return { object: "response.input_tokens", input_tokens: prepared.promptTokens };
   });
 
