@@ -25,7 +25,10 @@ export type EngineMessage = {
   toolCalls?: ToolCall[];
 };
 
-/** A call the model made: `arguments` is the JSON text of the call's arguments. */
+/**
+ * A call the model made: `arguments` is the JSON text of the call's arguments (for a custom tool,
+ * see `ToolDefinition.custom`, the call's free-text input).
+ */
 export type ToolCall = { id: string; name: string; arguments: string };
 
 /** A JSON Schema as the client sent it (validated and translated by the engine that uses it). */
@@ -39,7 +42,18 @@ export type ToolDefinition = {
   parameters?: JsonSchema;
   /** OpenAI's strict mode: the arguments must follow the schema exactly. */
   strict?: boolean;
+  /**
+   * Set for a custom (freeform) tool, the Responses API's `{type: "custom"}`: the call's input is
+   * free text, not JSON, and `parameters`/`strict` do not apply. The call's `arguments` carry that
+   * text as the model wrote it. With a `grammar` format the text must match the grammar (Lark or a
+   * regular expression): an engine that cannot enforce the grammar refuses the request rather than
+   * let an unconstrained call through.
+   */
+  custom?: { format: CustomToolFormat };
 };
+
+/** The input format of a custom tool: any text, or text matching a Lark grammar or a regular expression. */
+export type CustomToolFormat = { type: "text" } | { type: "grammar"; syntax: "lark" | "regex"; definition: string };
 
 /**
  * Which tools the model may or must call: `auto` lets it choose between text and calls,
