@@ -9,7 +9,7 @@
  * order; their concatenation is the call's input.
  */
 import { randomBytes } from "node:crypto";
-import type { EngineFinishReason, JsonSchema, ToolCall, ToolDefinition } from "../protocol/generation.ts";
+import type { EngineFinishReason, JsonSchema, ToolCall, ToolDefinition } from "./engine.ts";
 
 /** The one parameter a custom tool's function takes. */
 export const CUSTOM_INPUT_PARAMETER = "input";
