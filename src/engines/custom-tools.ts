@@ -231,10 +231,10 @@ function parseJsonString(text: string): string | undefined {
 }
 
 /** The parts `CustomCallDecoder` reads: tool-call parts and finishes, with a choice where the engine has one. */
-type CallPart =
-  | { type: "tool-call-start"; index: number; id: string; name: string; choice?: number }
-  | { type: "tool-call-delta"; index: number; argumentsDelta: string; choice?: number }
-  | { type: "finish"; choice: number; reason: EngineFinishReason };
+type CallPart = { type: "tool-call-start"; index: number; id: string; name: string; choice?: number } | CallDelta | { type: "finish"; choice: number; reason: EngineFinishReason };
+
+/** A call's delta, with its choice where the engine has one. */
+type CallDelta = { type: "tool-call-delta"; index: number; argumentsDelta: string; choice?: number };
 
 /**
  * Rewrites a stream's custom-tool calls: their `tool-call-delta` parts carry the decoded input
@@ -268,8 +268,8 @@ export class CustomCallDecoder {
   }
 
   /** The held-back text of every call (of one choice, when given) as deltas; those calls end. */
-  flush(choice?: number): CallPart[] {
-    const parts: CallPart[] = [];
+  flush(choice?: number): CallDelta[] {
+    const parts: CallDelta[] = [];
     for (const [key, decoder] of this.#decoders) {
       const [callChoice, index] = key.split(":").map(Number) as [number, number];
       if (choice !== undefined && callChoice !== choice) continue;

@@ -194,8 +194,11 @@ export function contentFormat(format: ResponseFormat | undefined, budget: Schema
   return { type: "json_schema", schema: toGrammarSchema(format.schema, RESPONSE_SCHEMA_PARAM, budget) };
 }
 
-/** A tool whose parameters schema is already translated. */
-export type GrammarTool = { name: string; parameters: GbnfJsonSchema };
+/**
+ * A tool whose parameters schema is already translated; a custom tool's arguments have their
+ * own rules instead (`customRules`, given the rule-name prefix, root `${prefix}root`).
+ */
+export type GrammarTool = { name: string; parameters: GbnfJsonSchema; customRules?: (prefix: string) => string };
 
 /** Creates grammars and keeps the last ones built, by their source text (creation costs ~0.1 s). */
 export class GrammarFactory {
@@ -297,7 +300,7 @@ export async function replyGrammarText(factory: GrammarFactory, options: ReplyGr
   const rules: string[] = [];
   const alternatives: string[] = [];
   for (const [index, tool] of options.tools.entries()) {
-    const argumentsRules = await factory.argumentsRules(tool.parameters, index, `t${index}-`);
+    const argumentsRules = tool.customRules !== undefined ? tool.customRules(`t${index}-`) : await factory.argumentsRules(tool.parameters, index, `t${index}-`);
     if (named !== undefined && tool.name !== named) continue;
     rules.push(argumentsRules);
     alternatives.push(`${gbnfLiteral(tool.name + syntax.paramsPrefix(tool.name))} t${index}-root`);

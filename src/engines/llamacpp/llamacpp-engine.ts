@@ -265,7 +265,7 @@ export class LlamaCppEngine implements Engine {
     checkRequest(request, loaded.vocabularySize);
     // Throws a 400 for a response format or tool schema the grammar cannot enforce.
     const plan = await planReply(loaded.grammars, loaded.wrapper, request);
-    const prompt = renderChatPrompt(loaded.model, loaded.wrapper, request.messages, plan.functions);
+    const prompt = renderChatPrompt(loaded.model, loaded.wrapper, request.messages, plan.functions, plan.customTools);
     const contextLength = loaded.context.contextSize;
     const promptTokens = prompt.tokens.length;
     const room = contextLength - promptTokens;

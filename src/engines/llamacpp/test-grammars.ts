@@ -21,3 +21,23 @@ eof_line: "*** End of File" LF
 
 %import common.LF
 `;
+
+/**
+ * Codex's apply_patch grammar bounded (at most two hunks of two lines of 20 characters), so a
+ * tiny model cannot write on forever: the grammar itself ends every call. stories260K, which
+ * almost never writes the two characters of a JSON-escaped newline by itself, ends the
+ * unbounded grammar's lines only at the token limit.
+ */
+export const BOUNDED_APPLY_PATCH = String.raw`start: begin_patch hunk ~ 1..2 end_patch
+begin_patch: "*** Begin Patch" LF
+end_patch: "*** End Patch" LF?
+
+hunk: add_hunk | delete_hunk
+add_hunk: "*** Add File: " filename LF add_line ~ 1..2
+delete_hunk: "*** Delete File: " filename LF
+
+filename: /[a-z_]{1,12}\.txt/
+add_line: "+" /[^\n]{0,20}/ LF
+
+%import common.LF
+`;
