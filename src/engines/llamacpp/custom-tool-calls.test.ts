@@ -9,13 +9,13 @@ import { after, before, describe, it } from "node:test";
 import { Llama2ChatWrapper } from "node-llama-cpp";
 import type { GenerationRequest, StreamPart, ToolDefinition } from "../engine.ts";
 import { toChatHistory } from "./chat-prompt.ts";
-import { UnsupportedGrammarError } from "./grammar-expression.ts";
-import { GrammarRecognizer } from "./grammar-recognizer.ts";
-import { parseLarkGrammar } from "./lark-grammar.ts";
+import { UnsupportedGrammarError } from "../grammar/grammar-expression.ts";
+import { GrammarRecognizer } from "../grammar/grammar-recognizer.ts";
+import { parseLarkGrammar } from "../grammar/lark-grammar.ts";
 import type { LlamaCppEngine } from "./llamacpp-engine.ts";
-import { parseRegexGrammar } from "./regex-grammar.ts";
+import { parseRegexGrammar } from "../grammar/regex-grammar.ts";
 import { loadTestEngine, sharedModel } from "./test-engine.ts";
-import { APPLY_PATCH, BOUNDED_APPLY_PATCH } from "./test-grammars.ts";
+import { APPLY_PATCH, BOUNDED_APPLY_PATCH } from "../grammar/test-grammars.ts";
 
 const applyPatch: ToolDefinition = {
   name: "apply_patch",

@@ -10,6 +10,7 @@ import { LlamaText, SpecialTokensText, type ChatWrapper, type GbnfJsonSchema, ty
 import type { ResponseFormat, ToolDefinition } from "../engine.ts";
 import { ApiError } from "../../protocol/errors.ts";
 import { SchemaBudget, toGrammarSchema, UnsupportedSchemaError } from "./json-schema.ts";
+import { gbnfLiteral } from "../grammar/grammar-expression.ts";
 
 /** The literal text a chat template writes around tool calls (node-llama-cpp's `functions.call` settings). */
 export type CallSyntax = {
@@ -71,21 +72,6 @@ export function callSyntaxOf(wrapper: ChatWrapper): CallSyntax {
     betweenCalls: betweenCalls!,
     sectionSuffix: sectionSuffix!,
   };
-}
-
-/** A GBNF string literal. */
-export function gbnfLiteral(text: string): string {
-  let escaped = "";
-  for (const character of text) {
-    const code = character.codePointAt(0)!;
-    if (character === "\\" || character === '"') escaped += `\\${character}`;
-    else if (character === "\n") escaped += "\\n";
-    else if (character === "\r") escaped += "\\r";
-    else if (character === "\t") escaped += "\\t";
-    else if (code < 0x20 || code === 0x7f) escaped += `\\x${code.toString(16).padStart(2, "0")}`;
-    else escaped += character;
-  }
-  return `"${escaped}"`;
 }
 
 /** A GBNF character class that excludes one character. */

@@ -6,11 +6,11 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import type { Llama } from "node-llama-cpp";
-import { GrammarRecognizer } from "./grammar-recognizer.ts";
+import { GrammarRecognizer } from "../grammar/grammar-recognizer.ts";
 import { customArgumentsRules, escapeJsonText, jsonStringGrammar, parseCustomFormat } from "./json-string-grammar.ts";
-import { InvalidGrammarError, UnsupportedGrammarError } from "./grammar-expression.ts";
+import { InvalidGrammarError, UnsupportedGrammarError } from "../grammar/grammar-expression.ts";
 import { createRuntimeLoader } from "./runtime.ts";
-import { APPLY_PATCH } from "./test-grammars.ts";
+import { APPLY_PATCH } from "../grammar/test-grammars.ts";
 
 const PATCH = "*** Begin Patch\n*** Add File: a \"b\"\\c.txt\n+\tsay \"hi\"\x01\x1f\n*** End Patch\n";
 

@@ -11,10 +11,10 @@
  */
 import type { CustomToolFormat } from "../engine.ts";
 import { CUSTOM_INPUT_PARAMETER } from "../custom-tools.ts";
-import { choiceOf, grammarDefinitionRefused, MAX_CODE_POINT, normalizeRanges, writeGbnf, type CodeRange, type Expression, type Grammar } from "./grammar-expression.ts";
-import { gbnfLiteral, prefixRules } from "./grammar.ts";
-import { larkRuleName, parseLarkGrammar } from "./lark-grammar.ts";
-import { parseRegexGrammar } from "./regex-grammar.ts";
+import { choiceOf, gbnfLiteral, grammarDefinitionRefused, MAX_CODE_POINT, normalizeRanges, writeGbnf, type CodeRange, type Expression, type Grammar } from "../grammar/grammar-expression.ts";
+import { prefixRules } from "./grammar.ts";
+import { larkRuleName, parseLarkGrammar } from "../grammar/lark-grammar.ts";
+import { parseRegexGrammar } from "../grammar/regex-grammar.ts";
 
 /** The characters JSON strings cannot hold as themselves: controls, `"` and `\`. */
 const ESCAPED: CodeRange[] = [

@@ -11,7 +11,7 @@ import { modelsDir } from "../../../test/helpers/server.ts";
 import { GRAMMAR_LIMITS, GrammarDefinitionError, grammarDefinitionRefused, InvalidGrammarError, UnsupportedGrammarError } from "./grammar-expression.ts";
 import { GrammarRecognizer } from "./grammar-recognizer.ts";
 import { larkToGbnf, parseLarkGrammar } from "./lark-grammar.ts";
-import { createRuntimeLoader } from "./runtime.ts";
+import { createRuntimeLoader } from "../llamacpp/runtime.ts";
 import { APPLY_PATCH } from "./test-grammars.ts";
 
 /** The GBNF of a grammar, with its `root ::= l-start` line dropped. */
