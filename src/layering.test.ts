@@ -20,6 +20,8 @@ const FORBIDDEN: Readonly<Record<string, readonly string[]>> = {
   "engines/llamacpp": ["accounts", "auth", "billing", "catalog", "cli", "config", "engines/fake", "engines/openai-compatible", "http", "limits", "main.ts", "metrics", "store"],
   "engines/openai-compatible": ["accounts", "auth", "billing", "catalog", "cli", "config", "engines/fake", "engines/llamacpp", "http", "limits", "main.ts", "metrics", "store"],
   "engines/fake": ["accounts", "auth", "billing", "catalog", "cli", "config", "engines/llamacpp", "engines/openai-compatible", "http", "limits", "main.ts", "metrics", "store"],
+  // Custom tools' grammars (Lark, regex → GBNF), shared by the engines: it uses none of them.
+  "engines/grammar": ["accounts", "auth", "billing", "catalog", "cli", "config", "engines/fake", "engines/llamacpp", "engines/openai-compatible", "http", "limits", "main.ts", "metrics", "store"],
   // The settings compose the engines' own schemas; nothing above the engines.
   config: ["accounts", "auth", "billing", "catalog", "cli", "engines/fake", "http", "limits", "main.ts", "metrics", "store"],
   store: ["accounts", "auth", "billing", "catalog", "cli", "config", "engines", "http", "limits", "main.ts", "metrics"],

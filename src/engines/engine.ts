@@ -17,6 +17,7 @@ export type {
   ToolCall,
   JsonSchema,
   ToolDefinition,
+  CustomToolFormat,
   ToolChoice,
   ResponseFormat,
   EngineContentPart,

@@ -39,6 +39,17 @@ const requests: Array<[string, GenerationRequest]> = [
   ],
   ["a response format", request({ responseFormat: { type: "json_schema", name: "person", schema: { type: "object", properties: { name: { type: "string" } } } } })],
   ["arguments padded with whitespace", request({ messages: [{ role: "user", content: "x" }, { role: "assistant", content: "", toolCalls: [{ id: "c", name: "f", arguments: `{ "a" : ${" ".repeat(200)} 1 }` }] }], tools: [{ name: "f" }] })],
+  [
+    // A custom call's raw input is rendered JSON-encoded (a control byte as six), its grammar in its description.
+    "custom tools and a custom call of control characters",
+    request({
+      messages: [{ role: "user", content: "x" }, { role: "assistant", content: "", toolCalls: [{ id: "c", name: "patch", arguments: "\x01\x02\"\n".repeat(40) }] }],
+      tools: [
+        { name: "patch", custom: { format: { type: "grammar", syntax: "lark", definition: `start: "a"+\n${"// a long comment line\n".repeat(10)}` } } },
+        { name: "note", description: "Notes.", custom: { format: { type: "text" } } },
+      ],
+    }),
+  ],
 ];
 
 describe("promptBound", () => {

@@ -59,14 +59,31 @@ function jsonBytes(value: unknown): number {
   return value === undefined ? 0 : utf8Bytes(JSON.stringify(value));
 }
 
+/**
+ * The names of the request's custom tools (`ToolDefinition.custom`), or undefined when it has
+ * none: their calls' raw input is rendered JSON-encoded (`{"input": "..."}`), which may be longer
+ * than the text (`\u0001` for one control byte), and their grammars are shown in their descriptions.
+ */
+function customTools(request: GenerationRequest): Set<string> | undefined {
+  let names: Set<string> | undefined;
+  for (const tool of request.tools ?? []) if (tool.custom !== undefined) (names ??= new Set()).add(tool.name);
+  return names;
+}
+
 /** Bytes of client text the request can make a template render. Linear in the request's size. */
 export function renderedBytes(request: GenerationRequest): number {
   let bytes = 0;
+  const custom = customTools(request);
   for (const message of request.messages) {
     bytes += utf8Bytes(message.content) + utf8Bytes(message.name ?? "") + utf8Bytes(message.toolCallId ?? "");
-    for (const call of message.toolCalls ?? []) bytes += utf8Bytes(call.id) + utf8Bytes(call.name) + utf8Bytes(call.arguments);
+    for (const call of message.toolCalls ?? []) {
+      bytes += utf8Bytes(call.id) + utf8Bytes(call.name) + (custom?.has(call.name) === true ? jsonBytes(call.arguments) : utf8Bytes(call.arguments));
+    }
   }
-  for (const tool of request.tools ?? []) bytes += utf8Bytes(tool.name) + utf8Bytes(tool.description ?? "") + jsonBytes(tool.parameters);
+  for (const tool of request.tools ?? []) {
+    bytes += utf8Bytes(tool.name) + utf8Bytes(tool.description ?? "") + jsonBytes(tool.parameters);
+    if (tool.custom?.format.type === "grammar") bytes += utf8Bytes(tool.custom.format.definition);
+  }
   if (request.responseFormat?.type === "json_schema") bytes += jsonBytes(request.responseFormat.schema);
   return bytes + vendorBytes(request);
 }
@@ -82,12 +99,13 @@ export function vendorBytes(request: GenerationRequest): number {
   return bytes;
 }
 
-/** The texts every template renders as they were sent. */
+/** The texts every template renders as they were sent (a custom tool's call input is not: it is JSON-encoded). */
 function verbatimTexts(request: GenerationRequest): string[] {
   const texts: string[] = [];
+  const custom = customTools(request);
   for (const message of request.messages) {
     texts.push(message.content);
-    for (const call of message.toolCalls ?? []) texts.push(call.name, call.arguments);
+    for (const call of message.toolCalls ?? []) texts.push(call.name, custom?.has(call.name) === true ? "" : call.arguments);
   }
   for (const tool of request.tools ?? []) texts.push(tool.name, tool.description ?? "");
   return texts;

@@ -8,7 +8,7 @@
  * A request for `n` > 1 choices gets `n` copies of the answer, their chunks interleaved piece by
  * piece (choice 0's first piece, choice 1's first piece, …), as vLLM sends parallel choices.
  *
- * It counts the chat requests it received and tells whether the client closed a request's
+ * It records the chat requests it received (their bodies) and tells whether the client closed a request's
  * connection before the answer was complete (to check that cancellation reaches the upstream).
  * `/health` answers 200 or 503 as the test switches it; `/v1/models` lists the one model.
  */
@@ -17,8 +17,12 @@ import type net from "node:net";
 
 /** What the server does with one chat request. */
 export type FaultStep =
-  /** A normal answer: `text` pieces as chunks (streamed) or joined (not streamed); `firstTokenDelayMs` after the headers. */
-  | { kind: "complete"; text?: string[]; firstTokenDelayMs?: number; chunkDelayMs?: number }
+  /**
+   * A normal answer: `text` pieces as chunks (streamed) or joined (not streamed); `firstTokenDelayMs` after the headers.
+   * `toolCalls` (streamed only): after the text, each call as OpenAI's deltas (its id and name, then its
+   * `arguments` pieces), finishing `tool_calls`.
+   */
+  | { kind: "complete"; text?: string[]; firstTokenDelayMs?: number; chunkDelayMs?: number; toolCalls?: FaultToolCall[] }
   /** Reads the request and never answers (no headers). */
   | { kind: "hang" }
   /** Streams `afterChunks` content chunks (all choices counted), then destroys the socket (no finish, no `[DONE]`). */
@@ -27,6 +31,9 @@ export type FaultStep =
   | { kind: "status"; status: number; retryAfter?: string; message?: string }
   /** Streams `afterChunks` good chunks, then a chunk that is not JSON, then ends. */
   | { kind: "garbage"; afterChunks?: number };
+
+/** A tool call a scripted answer makes: its function's name and its arguments' pieces. */
+export type FaultToolCall = { name: string; arguments: string[] };
 
 /** A chat request the server received. */
 export type ReceivedRequest = {
@@ -232,13 +239,21 @@ export class FaultUpstream {
       if (position > 0 && step.kind === "complete" && step.chunkDelayMs) await sleep(step.chunkDelayMs);
       await write(JSON.stringify(chunk({ content: piece }, null, index)));
     }
+    const toolCalls = step.kind === "complete" ? (step.toolCalls ?? []) : [];
+    for (const index of indexes) {
+      for (const [callIndex, call] of toolCalls.entries()) {
+        const start = { index: callIndex, id: `call_fault_${callIndex}`, type: "function", function: { name: call.name, arguments: "" } };
+        await write(JSON.stringify(chunk({ tool_calls: [start] }, null, index)));
+        for (const piece of call.arguments) await write(JSON.stringify(chunk({ tool_calls: [{ index: callIndex, function: { arguments: piece } }] }, null, index)));
+      }
+    }
     if (response.destroyed) return;
     if (step.kind === "cut") return endByServer(true);
     if (step.kind === "garbage") {
       await write("{not json at all");
       return endByServer(false);
     }
-    for (const index of indexes) await write(JSON.stringify(chunk({}, finishReason, index)));
+    for (const index of indexes) await write(JSON.stringify(chunk({}, toolCalls.length > 0 && finishReason === "stop" ? "tool_calls" : finishReason, index)));
     const options = body.stream_options as { include_usage?: boolean } | undefined;
     if (options?.include_usage === true) await write(JSON.stringify({ id, object: "chat.completion.chunk", created: 0, model: this.#model, choices: [], usage }));
     await write("[DONE]");

@@ -24,6 +24,7 @@ import {
   type Token,
 } from "node-llama-cpp";
 import type { EngineMessage } from "../engine.ts";
+import { CUSTOM_INPUT_PARAMETER } from "../custom-tools.ts";
 
 export type RenderedPrompt = {
   tokens: Token[];
@@ -48,9 +49,11 @@ function toolResult(content: string): unknown {
  * An assistant message's tool calls become function calls of its model turn, and the `tool`
  * messages that answer them (matched by `tool_call_id`) their results, so the template renders
  * calls and results in its own format. A model turn that ended with tool calls stays open: the
- * assistant's next message (or the generation) continues it, as templates expect.
+ * assistant's next message (or the generation) continues it, as templates expect. A call of a
+ * custom tool (named in `customTools`) carries its raw input, shown as its function's
+ * `{"input": ...}` arguments, the way the model is asked to write them.
  */
-export function toChatHistory(messages: readonly EngineMessage[]): ChatHistoryItem[] {
+export function toChatHistory(messages: readonly EngineMessage[], customTools: ReadonlySet<string> = new Set()): ChatHistoryItem[] {
   const history: ChatHistoryItem[] = [];
   const calls = new Map<string, ChatModelFunctionCall>();
   /** The model turn that ended with function calls, which the next assistant text continues. */
@@ -71,7 +74,8 @@ export function toChatHistory(messages: readonly EngineMessage[]): ChatHistoryIt
         if (message.content.length > 0) turn.response.push(message.content);
         openTurn = undefined;
         for (const call of message.toolCalls ?? []) {
-          const functionCall: ChatModelFunctionCall = { type: "functionCall", name: call.name, params: toolResult(call.arguments), result: undefined };
+          const params = customTools.has(call.name) ? { [CUSTOM_INPUT_PARAMETER]: call.arguments } : toolResult(call.arguments);
+          const functionCall: ChatModelFunctionCall = { type: "functionCall", name: call.name, params, result: undefined };
           calls.set(call.id, functionCall);
           turn.response.push(functionCall);
           openTurn = turn;
@@ -95,15 +99,16 @@ export function toChatHistory(messages: readonly EngineMessage[]): ChatHistoryIt
   return history;
 }
 
-/** Renders the conversation and collects the stop triggers the template defines. */
+/** Renders the conversation and collects the stop triggers the template defines (`customTools`: see `toChatHistory`). */
 export function renderChatPrompt(
   model: LlamaModel,
   wrapper: ChatWrapper,
   messages: readonly EngineMessage[],
   functions?: ChatModelFunctions,
+  customTools?: ReadonlySet<string>,
 ): RenderedPrompt {
   const state = wrapper.generateContextState({
-    chatHistory: toChatHistory(messages),
+    chatHistory: toChatHistory(messages, customTools),
     ...(functions !== undefined ? { availableFunctions: functions, documentFunctionParams: true } : {}),
   });
   const tokens = state.contextText.tokenize(model.tokenizer);

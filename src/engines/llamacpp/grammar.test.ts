@@ -6,7 +6,8 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { ChatMLChatWrapper, GeneralChatWrapper, Llama3_1ChatWrapper, Llama2ChatWrapper, QwenChatWrapper, type ChatWrapper, type Llama } from "node-llama-cpp";
 import { createRuntimeLoader } from "./runtime.ts";
-import { callSyntaxOf, contentFormat, gbnfLiteral, GrammarFactory, grammarRefused, prefixRules, replyGrammarText, toolParametersSchema } from "./grammar.ts";
+import { callSyntaxOf, contentFormat, GrammarFactory, grammarRefused, prefixRules, replyGrammarText, toolParametersSchema } from "./grammar.ts";
+import { gbnfLiteral } from "../grammar/grammar-expression.ts";
 import { SCHEMA_LIMITS, UnsupportedSchemaError } from "./json-schema.ts";
 
 describe("prefixRules", () => {

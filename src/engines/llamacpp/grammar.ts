@@ -10,6 +10,7 @@ import { LlamaText, SpecialTokensText, type ChatWrapper, type GbnfJsonSchema, ty
 import type { ResponseFormat, ToolDefinition } from "../engine.ts";
 import { ApiError } from "../../protocol/errors.ts";
 import { SchemaBudget, toGrammarSchema, UnsupportedSchemaError } from "./json-schema.ts";
+import { gbnfLiteral } from "../grammar/grammar-expression.ts";
 
 /** The literal text a chat template writes around tool calls (node-llama-cpp's `functions.call` settings). */
 export type CallSyntax = {
@@ -71,21 +72,6 @@ export function callSyntaxOf(wrapper: ChatWrapper): CallSyntax {
     betweenCalls: betweenCalls!,
     sectionSuffix: sectionSuffix!,
   };
-}
-
-/** A GBNF string literal. */
-export function gbnfLiteral(text: string): string {
-  let escaped = "";
-  for (const character of text) {
-    const code = character.codePointAt(0)!;
-    if (character === "\\" || character === '"') escaped += `\\${character}`;
-    else if (character === "\n") escaped += "\\n";
-    else if (character === "\r") escaped += "\\r";
-    else if (character === "\t") escaped += "\\t";
-    else if (code < 0x20 || code === 0x7f) escaped += `\\x${code.toString(16).padStart(2, "0")}`;
-    else escaped += character;
-  }
-  return `"${escaped}"`;
 }
 
 /** A GBNF character class that excludes one character. */
@@ -194,8 +180,11 @@ export function contentFormat(format: ResponseFormat | undefined, budget: Schema
   return { type: "json_schema", schema: toGrammarSchema(format.schema, RESPONSE_SCHEMA_PARAM, budget) };
 }
 
-/** A tool whose parameters schema is already translated. */
-export type GrammarTool = { name: string; parameters: GbnfJsonSchema };
+/**
+ * A tool whose parameters schema is already translated; a custom tool's arguments have their
+ * own rules instead (`customRules`, given the rule-name prefix, root `${prefix}root`).
+ */
+export type GrammarTool = { name: string; parameters: GbnfJsonSchema; customRules?: (prefix: string) => string };
 
 /** Creates grammars and keeps the last ones built, by their source text (creation costs ~0.1 s). */
 export class GrammarFactory {
@@ -297,7 +286,7 @@ export async function replyGrammarText(factory: GrammarFactory, options: ReplyGr
   const rules: string[] = [];
   const alternatives: string[] = [];
   for (const [index, tool] of options.tools.entries()) {
-    const argumentsRules = await factory.argumentsRules(tool.parameters, index, `t${index}-`);
+    const argumentsRules = tool.customRules !== undefined ? tool.customRules(`t${index}-`) : await factory.argumentsRules(tool.parameters, index, `t${index}-`);
     if (named !== undefined && tool.name !== named) continue;
     rules.push(argumentsRules);
     alternatives.push(`${gbnfLiteral(tool.name + syntax.paramsPrefix(tool.name))} t${index}-root`);

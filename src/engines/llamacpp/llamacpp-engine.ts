@@ -29,6 +29,7 @@ import { ContextLengthExceededError, InvalidRequestError, ModelNotReadyError } f
 import { renderChatPrompt, type RenderedPrompt } from "./chat-prompt.ts";
 import { GrammarFactory } from "./grammar.ts";
 import { planReply, type ReplyPlan } from "./reply-plan.ts";
+import { CUSTOM_TOOL_CAPABILITIES } from "../custom-tools.ts";
 import { generateChoice, sharePromptPrefix } from "./generate-choice.ts";
 import { DecodeBarrier, type DecodeBarrierStats } from "./decode-barrier.ts";
 import { tokenDescriber, type DescribeToken } from "./token-logprobs.ts";
@@ -43,8 +44,15 @@ import { RuntimeUnavailableError } from "./runtime.ts";
  */
 const MIN_REUSED_PREFIX = 16;
 
-/** Text in, text out, every chat parameter, no vendor fields (node-llama-cpp 3.22 cannot load vision projectors). */
-const LLAMACPP_CAPABILITIES: EngineCapabilities = { supportedParameters: CHAT_PARAMETERS, inputModalities: ["text"], vendorFields: [] };
+/**
+ * Text in, text out, every chat parameter and custom tools with their grammars enforced in any
+ * tool choice, no vendor fields (node-llama-cpp 3.22 cannot load vision projectors).
+ */
+const LLAMACPP_CAPABILITIES: EngineCapabilities = {
+  supportedParameters: [...CHAT_PARAMETERS, ...CUSTOM_TOOL_CAPABILITIES],
+  inputModalities: ["text"],
+  vendorFields: [],
+};
 
 export type LlamaCppEngineOptions = {
   modelId: string;
@@ -265,7 +273,7 @@ export class LlamaCppEngine implements Engine {
     checkRequest(request, loaded.vocabularySize);
     // Throws a 400 for a response format or tool schema the grammar cannot enforce.
     const plan = await planReply(loaded.grammars, loaded.wrapper, request);
-    const prompt = renderChatPrompt(loaded.model, loaded.wrapper, request.messages, plan.functions);
+    const prompt = renderChatPrompt(loaded.model, loaded.wrapper, request.messages, plan.functions, plan.customTools);
     const contextLength = loaded.context.contextSize;
     const promptTokens = prompt.tokens.length;
     const room = contextLength - promptTokens;

@@ -20,6 +20,11 @@
  *   recent releases (refused here: older ones ignore them); `reasoning_effort` turns thinking on
  *   or off.
  * - OpenAI: everything; `reasoning_effort` for reasoning models.
+ *
+ * Grammars (for custom tools' formats, see `custom-tool-plan.ts`): llama-server takes GBNF in
+ * `grammar`; vLLM in `structured_outputs.grammar` (its xgrammar backend reads GBNF; older
+ * releases spelled it `guided_grammar`, which later ones dropped: those are not served grammars
+ * here); SGLang in `ebnf` (xgrammar, GBNF). Ollama and OpenAI's chat completions take none.
  */
 import type { UpstreamKind, VendorField } from "./config-schema.ts";
 import type { GenerationRequest } from "../engine.ts";
@@ -60,6 +65,11 @@ export type Dialect = {
   readonly omitDefaultSampling: boolean;
   /** Vendor fields it spells otherwise (Turnpike's name → the upstream's). */
   readonly vendorFieldNames: Readonly<Partial<Record<VendorField, string>>>;
+  /**
+   * Where it takes a GBNF grammar constraining the whole reply (`structured_outputs` meaning
+   * `structured_outputs.grammar`); undefined: it takes none, so a custom tool's grammar cannot be enforced.
+   */
+  readonly grammarField: "grammar" | "structured_outputs" | "ebnf" | undefined;
 };
 
 const without = (...excluded: RequestParameter[]): RequestParameter[] => ALL_PARAMETERS.filter((parameter) => !excluded.includes(parameter));
@@ -75,6 +85,7 @@ export const DIALECTS: Readonly<Record<UpstreamKind, Dialect>> = {
     timingsPerToken: false,
     omitDefaultSampling: false,
     vendorFieldNames: {},
+    grammarField: "structured_outputs",
   },
   sglang: {
     kind: "sglang",
@@ -86,6 +97,7 @@ export const DIALECTS: Readonly<Record<UpstreamKind, Dialect>> = {
     timingsPerToken: false,
     omitDefaultSampling: false,
     vendorFieldNames: {},
+    grammarField: "ebnf",
   },
   "llama-server": {
     kind: "llama-server",
@@ -97,6 +109,7 @@ export const DIALECTS: Readonly<Record<UpstreamKind, Dialect>> = {
     timingsPerToken: true,
     omitDefaultSampling: false,
     vendorFieldNames: { repetition_penalty: "repeat_penalty" },
+    grammarField: "grammar",
   },
   ollama: {
     kind: "ollama",
@@ -108,6 +121,7 @@ export const DIALECTS: Readonly<Record<UpstreamKind, Dialect>> = {
     timingsPerToken: false,
     omitDefaultSampling: false,
     vendorFieldNames: {},
+    grammarField: undefined,
   },
   openai: {
     kind: "openai",
@@ -119,6 +133,7 @@ export const DIALECTS: Readonly<Record<UpstreamKind, Dialect>> = {
     timingsPerToken: false,
     omitDefaultSampling: true,
     vendorFieldNames: {},
+    grammarField: undefined,
   },
 };
 
@@ -136,6 +151,7 @@ export const COMMON_DIALECT: Dialect = {
   timingsPerToken: false,
   omitDefaultSampling: false,
   vendorFieldNames: {},
+  grammarField: undefined,
 };
 
 /** The dialect of a kind; the common one while the kind is unknown. */
@@ -143,19 +159,25 @@ export function dialectFor(kind: UpstreamKind | undefined): Dialect {
   return kind === undefined ? COMMON_DIALECT : DIALECTS[kind];
 }
 
+/** The upstream servers of a dialect, as refusals name them. */
+export function upstreamsOf(dialect: Dialect): string {
+  return dialect === COMMON_DIALECT ? "this model's upstream servers" : `this model's upstream servers (${dialect.kind})`;
+}
+
 /**
  * Refuses what the upstream's kind cannot honour, naming the parameter (400
  * `unsupported_parameter`): a parameter outside its capability map, a named `tool_choice` where
- * only `auto`/`none`/`required` are understood, or a vendor field it does not take.
+ * only `auto`/`none`/`required` are understood (unless `toolChoiceByGrammar`: a forced custom
+ * tool goes as a grammar, no `tool_choice` sent), or a vendor field it does not take.
  */
-export function checkRequestForDialect(request: GenerationRequest, dialect: Dialect, vendorFields: readonly string[]): void {
-  const where = dialect === COMMON_DIALECT ? "this model's upstream servers" : `this model's upstream servers (${dialect.kind})`;
+export function checkRequestForDialect(request: GenerationRequest, dialect: Dialect, vendorFields: readonly string[], toolChoiceByGrammar = false): void {
+  const where = upstreamsOf(dialect);
   for (const parameter of parametersInUse(request)) {
     if (!dialect.supportedParameters.includes(parameter)) {
       throw new UnsupportedParameterError(`'${parameter}' is not supported by ${where}: they would ignore it. GET /v1/models lists each model's supported parameters.`, parameter);
     }
   }
-  if (typeof request.toolChoice === "object" && !dialect.namedToolChoice) {
+  if (typeof request.toolChoice === "object" && !dialect.namedToolChoice && !toolChoiceByGrammar) {
     throw new UnsupportedParameterError(
       `A 'tool_choice' naming a function is not supported by ${where}; use 'required' (with only that tool in 'tools') instead.`,
       "tool_choice",

@@ -23,7 +23,8 @@ import { promptBound, type PromptBound } from "../prompt-bound.ts";
 import { ContextLengthExceededError, InvalidRequestError, ModelNotReadyError, UnsupportedParameterError } from "../../protocol/errors.ts";
 import { affinityKey } from "./affinity.ts";
 import { detectContextLength } from "./context-length.ts";
-import { checkRequestForDialect, dialectFor } from "./dialects.ts";
+import { checkRequestForDialect, dialectFor, upstreamsOf } from "./dialects.ts";
+import { planCustomTools, withCustomToolCalls } from "./custom-tool-plan.ts";
 import type { UpstreamPool } from "./pool-types.ts";
 import { buildRequestBody, serializeRequestBody } from "./request-body.ts";
 import { upstreamWordsForLog } from "./upstream-errors.ts";
@@ -182,7 +183,8 @@ export class OpenAiCompatibleEngine implements Engine {
   capabilities(): EngineCapabilities {
     const dialect = dialectFor(this.kind);
     return {
-      supportedParameters: dialect.supportedParameters,
+      // Custom tools always (as functions of `input`); their grammars where the kind takes a grammar (and the tool choice forces the tool).
+      supportedParameters: [...dialect.supportedParameters, "custom_tools", ...(dialect.grammarField !== undefined ? ["custom_tool_grammar"] : [])],
       inputModalities: this.#options.inputModalities ?? ["text"],
       vendorFields: this.#options.vendorFields ?? dialect.vendorFields,
     };
@@ -216,7 +218,9 @@ export class OpenAiCompatibleEngine implements Engine {
     const contextLength = this.#readyContext();
     const capabilities = this.capabilities();
     const dialect = dialectFor(this.kind);
-    checkRequestForDialect(request, dialect, capabilities.vendorFields);
+    // Custom tools first: a grammar the kind cannot enforce is refused naming the tool's format.
+    const customTools = planCustomTools(request, dialect, upstreamsOf(dialect));
+    checkRequestForDialect(request, dialect, capabilities.vendorFields, customTools?.mode === "grammar");
     this.#checkTemplateKwargs(request);
     const bound = known ?? this.boundPrompt(request);
     if (bound.atLeast >= contextLength || (request.maxTokens !== undefined && bound.atLeast + request.maxTokens > contextLength)) {
@@ -231,7 +235,7 @@ export class OpenAiCompatibleEngine implements Engine {
     let promptCount: "exact" | "upper-bound" = "upper-bound";
     const model = this.#options.upstream.model ?? this.#options.modelId;
     // The completion's limit goes into the body below, once known.
-    const body = buildRequestBody(request, { dialect, model, maxTokens: 1 });
+    const body = buildRequestBody(request, { dialect, model, maxTokens: 1, ...(customTools !== undefined ? { customTools } : {}) });
     if (request.maxTokens === undefined) {
       // Without max_tokens the completion may use what the context leaves: worth the upstream's
       // exact count (one short round trip) where it has one, as the bound leaves less room.
@@ -255,7 +259,7 @@ export class OpenAiCompatibleEngine implements Engine {
       maxTokens,
       choices: request.choices,
       start: (signal: AbortSignal): RunningGeneration =>
-        startUpstreamGeneration(
+        withCustomToolCalls(startUpstreamGeneration(
           {
             pool: this.#options.pool,
             client: this.#client,
@@ -274,7 +278,7 @@ export class OpenAiCompatibleEngine implements Engine {
             closing: this.#closing.signal,
           },
           signal,
-        ),
+        ), customTools),
     };
   }
 

@@ -7,6 +7,8 @@ import type { EngineContentPart, EngineMessage, GenerationRequest, ResponseForma
 import { VENDOR_FIELDS, type VendorField } from "./config-schema.ts";
 import type { Dialect } from "./dialects.ts";
 import { InvalidRequestError } from "../../protocol/errors.ts";
+import { customToolDescription, customToolParameters, wireToolCall } from "../custom-tools.ts";
+import { grammarBodyFields, type CustomToolPlan } from "./custom-tool-plan.ts";
 
 /** Where the body goes: the upstream's name for the model and the per-choice completion bound. */
 export type RequestTarget = {
@@ -15,6 +17,8 @@ export type RequestTarget = {
   model: string;
   /** Completion tokens each choice may use at most (`PreparedGeneration.maxTokens`). */
   maxTokens: number;
+  /** How the request's custom tools go (`planCustomTools`); undefined when it has none. */
+  customTools?: CustomToolPlan;
 };
 
 type WireContentPart = { type: "text"; text: string } | { type: "image_url"; image_url: { url: string; detail?: string } };
@@ -37,7 +41,8 @@ function wireContent(message: EngineMessage): string | WireContentPart[] {
   return message.content;
 }
 
-function wireMessage(message: EngineMessage): Record<string, unknown> {
+/** `customTools`: the custom tools' names, whose calls carry raw input (sent as `{"input": ...}`). */
+function wireMessage(message: EngineMessage, customTools: ReadonlySet<string>): Record<string, unknown> {
   const name = message.name !== undefined ? { name: message.name } : {};
   switch (message.role) {
     case "tool":
@@ -51,7 +56,7 @@ function wireMessage(message: EngineMessage): Record<string, unknown> {
         // OpenAI's shape for a turn of only calls: content null.
         content: content === "" ? null : content,
         ...name,
-        tool_calls: calls.map((call) => ({ id: call.id, type: "function", function: { name: call.name, arguments: call.arguments } })),
+        tool_calls: calls.map((call) => wireToolCall(call, customTools)).map((call) => ({ id: call.id, type: "function", function: { name: call.name, arguments: call.arguments } })),
       };
     }
     default:
@@ -60,6 +65,11 @@ function wireMessage(message: EngineMessage): Record<string, unknown> {
 }
 
 function wireTool(tool: ToolDefinition): Record<string, unknown> {
+  if (tool.custom !== undefined) {
+    // A function of one string, `input` (its grammar, when it has one, is enforced otherwise or refused: `custom-tool-plan.ts`).
+    const description = customToolDescription(tool);
+    return { type: "function", function: { name: tool.name, ...(description !== "" ? { description } : {}), parameters: customToolParameters() } };
+  }
   return {
     type: "function",
     function: {
@@ -90,11 +100,12 @@ function wireResponseFormat(format: ResponseFormat): Record<string, unknown> {
  * except to OpenAI at its own defaults (its reasoning models refuse them).
  */
 export function buildRequestBody(request: GenerationRequest, target: RequestTarget): Record<string, unknown> {
-  const { dialect } = target;
+  const { dialect, customTools } = target;
   const sampling = request.sampling;
+  const customNames = customTools === undefined ? new Set<string>() : customTools.mode === "functions" ? customTools.names : new Set([customTools.tool]);
   const body: Record<string, unknown> = {
     model: target.model,
-    messages: request.messages.map(wireMessage),
+    messages: request.messages.map((message) => wireMessage(message, customNames)),
     stream: true,
     stream_options: dialect.continuousUsage ? { include_usage: true, continuous_usage_stats: true } : { include_usage: true },
     [dialect.maxTokensField]: target.maxTokens,
@@ -115,13 +126,19 @@ export function buildRequestBody(request: GenerationRequest, target: RequestTarg
     body.logprobs = true;
     if (request.logprobs.top > 0) body.top_logprobs = request.logprobs.top;
   }
-  if (request.tools !== undefined && request.tools.length > 0) {
-    body.tools = request.tools.map(wireTool);
-    if (request.toolChoice !== undefined) body.tool_choice = wireToolChoice(request.toolChoice);
-    // OpenAI's default is true; llama-server's is false: say it always.
-    body.parallel_tool_calls = request.parallelToolCalls ?? true;
+  if (customTools?.mode === "grammar") {
+    // The reply is the forced custom tool's input: its grammar constrains all of it, and no
+    // tools (nor a response format, which a forced call makes moot) go with it.
+    Object.assign(body, grammarBodyFields(dialect, customTools.gbnf));
+  } else {
+    if (request.tools !== undefined && request.tools.length > 0) {
+      body.tools = request.tools.map(wireTool);
+      if (request.toolChoice !== undefined) body.tool_choice = wireToolChoice(request.toolChoice);
+      // OpenAI's default is true; llama-server's is false: say it always.
+      body.parallel_tool_calls = request.parallelToolCalls ?? true;
+    }
+    if (request.responseFormat !== undefined && request.responseFormat.type !== "text") body.response_format = wireResponseFormat(request.responseFormat);
   }
-  if (request.responseFormat !== undefined && request.responseFormat.type !== "text") body.response_format = wireResponseFormat(request.responseFormat);
   // Only vendor fields: nothing the caller passes through may replace the fields above.
   for (const [field, value] of Object.entries(request.vendor ?? {})) {
     if (!(VENDOR_FIELDS as readonly string[]).includes(field) || value === undefined) continue;

@@ -6,7 +6,21 @@
  * Character classes are sets of Unicode code points (llama.cpp's grammar works on code points).
  */
 import { InvalidRequestError, UnsupportedParameterError } from "../../protocol/errors.ts";
-import { gbnfLiteral } from "./grammar.ts";
+
+/** A GBNF string literal. */
+export function gbnfLiteral(text: string): string {
+  let escaped = "";
+  for (const character of text) {
+    const code = character.codePointAt(0)!;
+    if (character === "\\" || character === '"') escaped += `\\${character}`;
+    else if (character === "\n") escaped += "\\n";
+    else if (character === "\r") escaped += "\\r";
+    else if (character === "\t") escaped += "\\t";
+    else if (code < 0x20 || code === 0x7f) escaped += `\\x${code.toString(16).padStart(2, "0")}`;
+    else escaped += character;
+  }
+  return `"${escaped}"`;
+}
 
 /** An inclusive range of code points. */
 export type CodeRange = readonly [first: number, last: number];

@@ -10,7 +10,7 @@ import { modelsDir } from "../../../test/helpers/server.ts";
 import { InvalidGrammarError, UnsupportedGrammarError } from "./grammar-expression.ts";
 import { GrammarRecognizer } from "./grammar-recognizer.ts";
 import { parseRegexGrammar, regexToGbnf } from "./regex-grammar.ts";
-import { createRuntimeLoader } from "./runtime.ts";
+import { createRuntimeLoader } from "../llamacpp/runtime.ts";
 
 /** The GBNF of a regex, with its `root ::= start` line dropped. */
 function ruleOf(pattern: string): string {
