@@ -13,7 +13,7 @@ import type { ChatParameter } from "../../../engines/parameters.ts";
 import type { GenerationOutcome, GenerationRequest } from "../../../protocol/generation.ts";
 import type { Engine, PreparedGeneration } from "../../../engines/engine.ts";
 import type { PromptBound } from "../../../engines/prompt-bound.ts";
-import { ApiError, ShuttingDownError } from "../../../protocol/errors.ts";
+import { ApiError, ShuttingDownError, UnsupportedParameterError } from "../../../protocol/errors.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
 import type { ResponseStreamEvent } from "../../../protocol/responses/events.ts";
 import { ResponseAssembly, completeResponse, streamResponse, type ResponseShape } from "../../../protocol/responses/from-generation.ts";
@@ -44,6 +44,24 @@ const RESPONSES_NAMES: Partial<Record<ChatParameter | string, string>> = {
 };
 
 /**
+ * Refuses custom tools a model's engine cannot serve (`custom_tools` in its capabilities), and
+ * grammar formats it cannot enforce (`custom_tool_grammar`), naming the tool: never an
+ * unconstrained call where the client asked for a grammar. An engine that enforces grammars only
+ * under some tool choices (an upstream: a forced call) refuses the others itself.
+ */
+function checkCustomTools(modelId: string, supported: readonly string[], request: ResponsesRequest): void {
+  for (const [index, tool] of (request.tools ?? []).entries()) {
+    if (tool.type !== "custom") continue;
+    if (!supported.includes("custom_tools")) {
+      throw new UnsupportedParameterError(`Model '${modelId}' does not take custom tools ('${tool.name}'). GET /v1/models lists each model's supported_parameters.`, `tools[${index}]`);
+    }
+    if (tool.format?.type === "grammar" && !supported.includes("custom_tool_grammar")) {
+      throw new UnsupportedParameterError(`Model '${modelId}' cannot enforce the grammar of the custom tool '${tool.name}'. GET /v1/models lists each model's supported_parameters.`, `tools[${index}].format`);
+    }
+  }
+}
+
+/**
  * Validates the body, finds the model and maps the request (with `history`, the items of the
  * responses it continues, oldest first) to the generation core. Cheap: linear in the body and the
  * history, which their caps bound. Throws typed API errors naming the field (`input[3].content`).
@@ -62,6 +80,7 @@ export function parseResponse(catalog: Catalog, body: unknown, history: readonly
   };
   const generationRequest = requestFor(0);
   checkSupported(model.id, capabilities, generationRequest, (parameter) => RESPONSES_NAMES[parameter] ?? parameter);
+  checkCustomTools(model.id, capabilities.supportedParameters, request);
   const customTools = new Set((request.tools ?? []).flatMap((tool) => (tool.type === "custom" ? [tool.name] : [])));
   const echoed = echoedRequestFields(request);
   // The resource names the model as the catalog does.
