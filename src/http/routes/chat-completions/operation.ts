@@ -5,6 +5,7 @@
  * declaration of its documentation (see `http/operation.ts` for routes that fit `defineOperation`).
  */
 import type { ApiOperation } from "../../../protocol/openapi.ts";
+import { GENERATION_ERROR_CODES } from "../../generation/operation-errors.ts";
 import { chatCompletionRequestSchema } from "../../../protocol/chat-completions/request.ts";
 import { chatCompletionChunkSchema, chatCompletionSchema, choiceLogprobsSchema, usageSchema } from "../../../protocol/chat-completions/response.ts";
 
@@ -29,26 +30,8 @@ export const chatCompletionsOperation: ApiOperation = {
   success: { status: 200, description: "A `chat.completion` object, or with `stream` a `text/event-stream` of `chat.completion.chunk` events ending in `data: [DONE]`." },
   response: chatCompletionSchema,
   streamEvent: chatCompletionChunkSchema,
-  errors: [
-    "unsupported_parameter",
-    "model_does_not_support_images",
-    "invalid_image_url",
-    "image_url_not_allowed",
-    "invalid_logit_bias",
-    "context_length_exceeded",
-    "model_not_found",
-    "model_not_allowed",
-    "insufficient_quota",
-    "rate_limit_exceeded",
-    "engine_overloaded",
-    "metering_behind",
-    "model_not_ready",
-    "image_lookup_busy",
-    "upstream_error",
-    "upstream_unavailable",
-    "upstream_timeout",
-    "client_closed_request",
-  ],
+  // The generation core's codes, with the chat dialect's own (a token id outside the vocabulary in `logit_bias`).
+  errors: [...GENERATION_ERROR_CODES, "invalid_logit_bias"],
   schemas: {
     ChatCompletionRequest: chatCompletionRequestSchema,
     ChatCompletion: chatCompletionSchema,

@@ -6,6 +6,7 @@
  */
 import { z } from "zod";
 import type { ApiOperation } from "../../../protocol/openapi.ts";
+import { GENERATION_ERROR_CODES } from "../../generation/operation-errors.ts";
 import { responsesRequestSchema } from "../../../protocol/responses/request.ts";
 import {
   inputTokenCountSchema,
@@ -17,25 +18,6 @@ import {
   responseUsageSchema,
 } from "../../../protocol/responses/schemas.ts";
 
-const GENERATION_ERRORS: ApiOperation["errors"] = [
-  "unsupported_parameter",
-  "model_does_not_support_images",
-  "invalid_image_url",
-  "image_url_not_allowed",
-  "context_length_exceeded",
-  "model_not_found",
-  "model_not_allowed",
-  "insufficient_quota",
-  "rate_limit_exceeded",
-  "engine_overloaded",
-  "metering_behind",
-  "model_not_ready",
-  "image_lookup_busy",
-  "upstream_error",
-  "upstream_unavailable",
-  "upstream_timeout",
-  "client_closed_request",
-];
 
 const schemas = { ResponseResource: responseResourceSchema, ResponseOutputItem: responseOutputItemSchema, ResponseUsage: responseUsageSchema };
 
@@ -55,7 +37,7 @@ export const createResponseOperation: ApiOperation = {
   },
   response: responseResourceSchema,
   streamEvent: responseStreamEventSchema,
-  errors: [...GENERATION_ERRORS, "response_not_found", "stored_response_too_large"],
+  errors: [...GENERATION_ERROR_CODES, "response_not_found", "stored_response_too_large"],
   schemas: { CreateResponseRequest: responsesRequestSchema, ...schemas, ResponseStreamEvent: responseStreamEventSchema },
 };
 
