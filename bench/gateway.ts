@@ -9,14 +9,31 @@
  *   turnpike-metered   Turnpike, a key of an account on a plan: auth, limits, hold, settle, usage record
  *   turnpike-unlimited Turnpike, a key of another account on a plan without RPM/TPM limits: metering alone
  *   turnpike-operator  Turnpike, an operator key: not metered
+ *   baseline-metered, baseline-operator   with --baseline <checkout>: that checkout's Turnpike (an
+ *                      older commit, say), started the same way beside this one, with the same keys
  *
- * Variants take turns within each round (the order rotates every round), for every mode (JSON,
- * SSE) and connection count, so that the machine's load falls on all alike; ratios are taken
- * within a round. A variant that cannot start is reported as unavailable, with its reason.
+ * Variants take turns within each round (the order of variants and of modes rotates every
+ * round), for every mode and connection count, so that the machine's load falls on all alike;
+ * ratios are taken within a round. A variant that cannot start is reported as unavailable, with
+ * its reason. Modes:
+ *
+ *   json, stream                   POST /v1/chat/completions, JSON or SSE
+ *   responses, responses-stream    POST /v1/responses (stored, the default), JSON or SSE: Turnpike
+ *                                  only (it translates them to chat completions for the upstream)
+ *   responses-unstored, responses-stream-unstored   the same with `store: false`
+ *
+ * With a responses mode and its chat mode in one run, the bench prints Turnpike's CPU per
+ * request for /v1/responses over /v1/chat/completions (the issue's goal: ≤ 1.15×).
  *
  *   node bench/gateway.ts [--duration 2] [--warmup 0.5] [--connections 1,16,64] [--rounds 3]
- *     [--modes json,stream] [--variants direct,bare-proxy,portkey,turnpike-metered,turnpike-unlimited,turnpike-operator]
+ *     [--modes json,stream,responses,responses-stream,responses-unstored,responses-stream-unstored]
+ *     [--variants direct,bare-proxy,portkey,turnpike-metered,turnpike-unlimited,turnpike-operator]
  *     [--turnpike-timeout 60] [--database sqlite|postgres://…] [--metered-limits on|off] [--out bench/results/gateway.json]
+ *     [--baseline /path/to/other/checkout]
+ *
+ * With --baseline, the bench prints this checkout's Turnpike CPU per request over the baseline's,
+ * per key and mode, pooled and as the median of the rounds' own ratios: a before/after of a
+ * change measured in the same rounds, seconds apart.
  */
 import fs from "node:fs";
 import os from "node:os";
@@ -24,7 +41,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { request } from "undici";
-import { checkResponse, runLoad, type LoadTarget } from "./gateway/load.ts";
+import { checkResponse, runLoad, type Dialect, type LoadTarget } from "./gateway/load.ts";
 import { freePort, readPortLine, startChild, waitForOk, type Child } from "./gateway/processes.ts";
 import { postgresSchema, SQLITE, startTurnpike, type TurnpikeUnderTest } from "./gateway/turnpike.ts";
 
@@ -45,13 +62,25 @@ const { values: flags } = parseArgs({
     /** `off`: the metered key and its plan have no rate limits either (turnpike-unlimited measures metering alone in every run). */
     "metered-limits": { type: "string", default: "on" },
     out: { type: "string", default: path.join(benchDir, "results", "gateway.json") },
+    /** Another checkout (with its node_modules) whose Turnpike runs beside this one as the baseline-* variants. */
+    baseline: { type: "string" },
   },
 });
 
-const VARIANT_IDS = ["direct", "bare-proxy", "portkey", "turnpike-metered", "turnpike-unlimited", "turnpike-operator"] as const;
+const VARIANT_IDS = ["direct", "bare-proxy", "portkey", "turnpike-metered", "turnpike-unlimited", "turnpike-operator", "baseline-metered", "baseline-operator"] as const;
 type VariantId = (typeof VARIANT_IDS)[number];
-const MODES = ["json", "stream"] as const;
+const MODES = ["json", "stream", "responses", "responses-stream", "responses-unstored", "responses-stream-unstored"] as const;
 type Mode = (typeof MODES)[number];
+/** What a mode sends: where, in which dialect, streamed or not, stored or not (responses). */
+type ModeSpec = { path: string; dialect: Dialect; stream: boolean; store?: boolean; /** The chat-completions mode it is compared with. */ chat: Mode };
+const MODE_SPECS: Record<Mode, ModeSpec> = {
+  json: { path: "/v1/chat/completions", dialect: "chat", stream: false, chat: "json" },
+  stream: { path: "/v1/chat/completions", dialect: "chat", stream: true, chat: "stream" },
+  responses: { path: "/v1/responses", dialect: "responses", stream: false, store: true, chat: "json" },
+  "responses-stream": { path: "/v1/responses", dialect: "responses", stream: true, store: true, chat: "stream" },
+  "responses-unstored": { path: "/v1/responses", dialect: "responses", stream: false, store: false, chat: "json" },
+  "responses-stream-unstored": { path: "/v1/responses", dialect: "responses", stream: true, store: false, chat: "stream" },
+};
 
 function positive(name: string, value: string): number {
   const number = Number(value);
@@ -68,6 +97,8 @@ const modes = flags.modes.split(",").map((value) => value.trim()) as Mode[];
 for (const mode of modes) if (!MODES.includes(mode)) throw new Error(`--modes takes ${MODES.join(",")}, got '${mode}'`);
 const selected = flags.variants.split(",").map((value) => value.trim()) as VariantId[];
 for (const variant of selected) if (!VARIANT_IDS.includes(variant)) throw new Error(`--variants takes ${VARIANT_IDS.join(",")}, got '${variant}'`);
+const baselineRoot = flags.baseline === undefined ? undefined : path.resolve(flags.baseline);
+if (selected.some((variant) => variant.startsWith("baseline")) !== (baselineRoot !== undefined)) throw new Error("the baseline-* variants and --baseline go together");
 
 type Variant = {
   id: VariantId;
@@ -80,14 +111,24 @@ type Variant = {
   unavailable: Partial<Record<Mode, string>>;
 };
 
+/** The same short prompt and 16-token bound in either dialect. */
 function requestBody(mode: Mode): string {
+  const spec = MODE_SPECS[mode];
+  if (spec.dialect === "responses") {
+    const body: Record<string, unknown> = { model: "bench", input: "Say something about foxes.", max_output_tokens: 16 };
+    if (spec.stream) body.stream = true;
+    // Stored is the default: only the unstored modes say so.
+    if (spec.store === false) body.store = false;
+    return JSON.stringify(body);
+  }
   const body: Record<string, unknown> = { model: "bench", messages: [{ role: "user", content: "Say something about foxes." }], max_tokens: 16 };
-  if (mode === "stream") Object.assign(body, { stream: true, stream_options: { include_usage: true } });
+  if (spec.stream) Object.assign(body, { stream: true, stream_options: { include_usage: true } });
   return JSON.stringify(body);
 }
 
 function targetOf(variant: Variant, mode: Mode): LoadTarget {
-  return { origin: variant.origin!, path: "/v1/chat/completions", headers: { "content-type": "application/json", ...variant.headers }, body: requestBody(mode), stream: mode === "stream" };
+  const spec = MODE_SPECS[mode];
+  return { origin: variant.origin!, path: spec.path, headers: { "content-type": "application/json", ...variant.headers }, body: requestBody(mode), stream: spec.stream, dialect: spec.dialect };
 }
 
 /** One request per mode before measuring: a variant that answers wrongly is reported, not timed. */
@@ -97,7 +138,7 @@ async function smokeTest(variant: Variant): Promise<void> {
     const target = targetOf(variant, mode);
     try {
       const response = await request(`${target.origin}${target.path}`, { method: "POST", headers: target.headers, body: target.body, headersTimeout: 10_000, bodyTimeout: 10_000 });
-      const problem = checkResponse(response.statusCode, await response.body.text(), target.stream);
+      const problem = checkResponse(response.statusCode, await response.body.text(), target.stream, target.dialect);
       if (problem !== undefined) variant.unavailable[mode] = problem;
     } catch (error) {
       variant.unavailable[mode] = (error as Error).message;
@@ -129,8 +170,10 @@ type Cell = {
 
 const children: Child[] = [];
 let turnpike: TurnpikeUnderTest | undefined;
+let baseline: TurnpikeUnderTest | undefined;
 async function stopAll(): Promise<void> {
   await turnpike?.cleanup().catch(() => undefined);
+  await baseline?.cleanup().catch(() => undefined);
   await Promise.all(children.map((child) => child.stop().catch(() => undefined)));
 }
 process.once("SIGINT", () => void stopAll().then(() => process.exit(130)));
@@ -139,6 +182,7 @@ const variants = new Map<VariantId, Variant>();
 /** Every measured latency, per `mode/connections/variant`, all rounds together. */
 const latencies: Record<string, number[]> = {};
 let turnpikeFailure: Error | undefined;
+let baselineFailure: Error | undefined;
 let metering: { balanceBefore: number; balanceAfter: number; charged: number; measuredRequests: number } | undefined;
 const cells: Cell[] = [];
 const started = Date.now();
@@ -186,10 +230,21 @@ try {
         const key = id === "turnpike-metered" ? turnpike.meteredKey : id === "turnpike-unlimited" ? turnpike.unlimitedKey : turnpike.operatorKey;
         Object.assign(variant, { origin: turnpike.origin, headers: { authorization: `Bearer ${key}` }, process: turnpike.child });
       }
+      if (id === "baseline-metered" || id === "baseline-operator") {
+        if (baselineFailure !== undefined) throw baselineFailure;
+        baseline ??= await startTurnpike(baselineRoot!, upstreamOrigin, turnpikeTimeoutMs, flags.database === "sqlite" ? SQLITE : await postgresSchema(flags.database), flags["metered-limits"] !== "off");
+        const key = id === "baseline-metered" ? baseline.meteredKey : baseline.operatorKey;
+        Object.assign(variant, { origin: baseline.origin, headers: { authorization: `Bearer ${key}` }, process: baseline.child });
+      }
+      // Only Turnpike speaks the Responses API here: the upstream (and so the proxies in front of it) answers chat completions alone.
+      if (!id.startsWith("turnpike") && !id.startsWith("baseline")) {
+        for (const mode of modes) if (MODE_SPECS[mode].dialect === "responses") variant.unavailable[mode] = "only Turnpike serves /v1/responses here (the upstream answers chat completions)";
+      }
       await smokeTest(variant);
     } catch (error) {
       variant.unavailable = unavailableForAll((error as Error).message);
       if (id.startsWith("turnpike")) turnpikeFailure = error as Error;
+      if (id.startsWith("baseline")) baselineFailure = error as Error;
     }
     for (const [mode, reason] of Object.entries(variant.unavailable)) process.stderr.write(`  ${id} ${mode}: unavailable: ${reason}\n`);
   }
@@ -200,7 +255,9 @@ try {
 
   const balanceBefore = await turnpike?.meteredBalance();
   for (let round = 0; round < rounds; round++) {
-    for (const mode of modes) {
+    // The modes' order rotates too, so that a responses mode and its chat mode take turns at running first.
+    const modeOffset = round % modes.length;
+    for (const mode of [...modes.slice(modeOffset), ...modes.slice(0, modeOffset)]) {
       for (const connections of connectionCounts) {
         const list = measured(mode);
         // Rotate the order each round (and per connection count), so no variant always runs first.
@@ -382,7 +439,7 @@ for (const mode of modes) {
 
 const goals: string[] = [];
 const lowest = Math.min(...connectionCounts);
-for (const mode of modes) {
+for (const mode of modes.filter((candidate) => MODE_SPECS[candidate].dialect === "chat")) {
   for (const id of ["turnpike-metered", "turnpike-operator"] as const) {
     const row = rows.find((candidate) => candidate.mode === mode && candidate.variant === id && candidate.connections === lowest);
     const best = summary.find((entry) => entry.mode === mode && entry.variant === id);
@@ -452,6 +509,92 @@ if (meteringCost.length > 0) {
     }
   }
 }
+// CPU per request of one (variant, mode) over another's, same connections, same run: pooled, and
+// as the median of the rounds' own ratios (each round runs both seconds apart, so a drift in the
+// machine's speed cancels). Used for /v1/responses over /v1/chat/completions (the issue's goal
+// ≤ 1.15×), a stored response over an unstored one, and this checkout over --baseline.
+type CpuComparison = {
+  variant: VariantId;
+  mode: Mode;
+  overVariant: VariantId;
+  over: Mode;
+  connections: number;
+  cpuUsPerRequest: number;
+  overCpuUsPerRequest: number;
+  ratio: number;
+  roundMedianRatio: number | undefined;
+  /** The rounds' ratios, in round order. */
+  roundRatios: number[];
+  addedP50Ms: number | undefined;
+};
+const cpuPerRequest = (cell: Cell | undefined) => (cell === undefined || cell.variantCpuMs === undefined || cell.requests === 0 ? undefined : (cell.variantCpuMs * 1000) / cell.requests);
+function compareCpu(variant: VariantId, mode: Mode, overVariant: VariantId, over: Mode, connections: number): CpuComparison | undefined {
+  const pick = (id: VariantId, of: Mode) => rows.find((row) => row.mode === of && row.connections === connections && row.variant === id && row.unavailable === undefined);
+  const mine = pick(variant, mode);
+  const theirs = pick(overVariant, over);
+  if (mine?.cpuUsPerRequest === undefined || theirs?.cpuUsPerRequest === undefined) return undefined;
+  const roundRatios: number[] = [];
+  for (let round = 0; round < rounds; round++) {
+    const cell = (id: VariantId, of: Mode) => cells.find((candidate) => candidate.round === round && candidate.mode === of && candidate.connections === connections && candidate.variant === id);
+    const on = cpuPerRequest(cell(variant, mode));
+    const off = cpuPerRequest(cell(overVariant, over));
+    if (on !== undefined && off !== undefined && off > 0) roundRatios.push(on / off);
+  }
+  return {
+    variant,
+    mode,
+    overVariant,
+    over,
+    connections,
+    cpuUsPerRequest: mine.cpuUsPerRequest,
+    overCpuUsPerRequest: theirs.cpuUsPerRequest,
+    ratio: mine.cpuUsPerRequest / theirs.cpuUsPerRequest,
+    roundMedianRatio: roundRatios.length === 0 ? undefined : median(roundRatios),
+    roundRatios,
+    addedP50Ms: mine.p50Ms === undefined || theirs.p50Ms === undefined ? undefined : mine.p50Ms - theirs.p50Ms,
+  };
+}
+const describe = (cost: CpuComparison, goal: string) =>
+  `${format(cost.cpuUsPerRequest, 0)} / ${format(cost.overCpuUsPerRequest, 0)} µs = ${format(cost.ratio, 3)}×${goal}; ` +
+  `median of the rounds' ratios ${format(cost.roundMedianRatio, 3)}× (${cost.roundRatios.map((ratio) => ratio.toFixed(2)).join(", ")}); ` +
+  `CPU ${format(cost.cpuUsPerRequest - cost.overCpuUsPerRequest, 0, true)} µs, p50 ${format(cost.addedP50Ms, 2, true)} ms a request`;
+
+const responsesCost: CpuComparison[] = [];
+for (const id of selected.filter((candidate) => candidate.startsWith("turnpike"))) {
+  for (const mode of modes) {
+    const spec = MODE_SPECS[mode];
+    // A responses mode against its chat mode, and a stored one against its unstored twin.
+    const bases: Mode[] = spec.dialect === "responses" ? [spec.chat, ...(spec.store === true ? [`${mode}-unstored` as Mode] : [])] : [];
+    for (const over of bases.filter((base) => modes.includes(base))) {
+      for (const connections of connectionCounts) {
+        const cost = compareCpu(id, mode, id, over, connections);
+        if (cost !== undefined) responsesCost.push(cost);
+      }
+    }
+  }
+}
+if (responsesCost.length > 0) {
+  lines.push("", "Turnpike's CPU per request, /v1/responses over /v1/chat/completions (goal ≤ 1.15×), and a stored response over an unstored one:");
+  for (const cost of responsesCost) {
+    const goal = MODE_SPECS[cost.over].dialect === "chat" ? ` (goal ≤ 1.15×: ${cost.ratio <= 1.15 ? "met" : "NOT met"})` : "";
+    lines.push(`- ${cost.variant}, ${cost.mode} ÷ ${cost.over}, ${cost.connections} conn: ${describe(cost, goal)}`);
+  }
+}
+
+const baselineCost: CpuComparison[] = [];
+for (const [id, base] of [["turnpike-metered", "baseline-metered"], ["turnpike-operator", "baseline-operator"]] as const) {
+  if (!selected.includes(id) || !selected.includes(base)) continue;
+  for (const mode of modes) {
+    for (const connections of connectionCounts) {
+      const cost = compareCpu(id, mode, base, mode, connections);
+      if (cost !== undefined) baselineCost.push(cost);
+    }
+  }
+}
+if (baselineCost.length > 0) {
+  lines.push("", `This checkout's Turnpike CPU per request over the baseline's (${baselineRoot}):`);
+  for (const cost of baselineCost) lines.push(`- ${cost.variant} ÷ ${cost.overVariant}, ${cost.mode}, ${cost.connections} conn: ${describe(cost, "")}`);
+}
 if (metering !== undefined) {
   lines.push(
     "",
@@ -478,6 +621,9 @@ const report = {
   settings: { durationMs, warmupMs, rounds, connections: connectionCounts, modes, variants: selected, maxRequests },
   metering,
   meteringCost,
+  responsesCost,
+  baselineCost,
+  baseline: baselineRoot,
   database: flags.database === "sqlite" ? "sqlite" : "postgres",
   unavailable: Object.fromEntries([...variants.values()].map((variant) => [variant.id, variant.unavailable])),
   rows,

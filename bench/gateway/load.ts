@@ -2,7 +2,7 @@
  * The gateway benchmark's load: a closed loop of `connections` clients over a keep-alive undici
  * `Pool`, each sending its next request as soon as the last one's body has arrived in full
  * (autocannon's model). Bounded by time and by count. Each response is checked: status 200, and
- * the completion's text (JSON) or `finish_reason` and `[DONE]` (SSE).
+ * the completion's text (JSON) or its end and `[DONE]` (SSE), in the target's dialect.
  */
 import { performance } from "node:perf_hooks";
 import { Pool } from "undici";
@@ -14,7 +14,12 @@ export type LoadTarget = {
   headers: Record<string, string>;
   body: string;
   stream: boolean;
+  /** Which API the path speaks, for the check of its answers: chat completions (the default) or responses. */
+  dialect?: Dialect;
 };
+
+/** The wire dialects the load can check: `/v1/chat/completions` and `/v1/responses`. */
+export type Dialect = "chat" | "responses";
 
 export type LoadOptions = {
   connections: number;
@@ -44,11 +49,20 @@ export type LoadResult = {
 const EXPECTED_TEXT = "lazy dog.";
 const REQUEST_TIMEOUT_MS = 10_000;
 
-/** Checks one response; returns a description of what is wrong, or undefined. */
-export function checkResponse(status: number, body: string, stream: boolean): string | undefined {
+/**
+ * Checks one response; returns a description of what is wrong, or undefined. A response of the
+ * Responses API must also be `completed` (JSON), or hold the `response.completed` event (SSE).
+ */
+export function checkResponse(status: number, body: string, stream: boolean, dialect: Dialect = "chat"): string | undefined {
   if (status !== 200) return `status ${status}: ${body.slice(0, 200)}`;
-  if (!stream) return body.includes(EXPECTED_TEXT) ? undefined : `unexpected body: ${body.slice(0, 200)}`;
-  if (!/"finish_reason":\s*"stop"/.test(body)) return `stream without finish_reason "stop": ${body.slice(0, 200)}`;
+  if (!stream) {
+    if (!body.includes(EXPECTED_TEXT)) return `unexpected body: ${body.slice(0, 200)}`;
+    if (dialect === "responses" && !/"status":\s*"completed"/.test(body)) return `response not completed: ${body.slice(0, 200)}`;
+    return undefined;
+  }
+  if (dialect === "responses") {
+    if (!body.includes('"type":"response.completed"')) return `stream without response.completed: ${body.slice(-200)}`;
+  } else if (!/"finish_reason":\s*"stop"/.test(body)) return `stream without finish_reason "stop": ${body.slice(0, 200)}`;
   if (!body.trimEnd().endsWith("data: [DONE]")) return `stream not ended by [DONE]: ${body.slice(-200)}`;
   return undefined;
 }
@@ -58,7 +72,7 @@ async function sendOne(pool: Pool, target: LoadTarget): Promise<string | undefin
   try {
     const response = await pool.request({ path: target.path, method: "POST", headers: target.headers, body: target.body });
     const body = await response.body.text();
-    return checkResponse(response.statusCode, body, target.stream);
+    return checkResponse(response.statusCode, body, target.stream, target.dialect);
   } catch (error) {
     return `${(error as Error).name}: ${(error as Error).message}`;
   }
