@@ -3,7 +3,7 @@
  * in-process Turnpike whose model entry is `{ upstream: { kind: "llama-server" } }`. A response
  * says what the same chat completion says (the same text at temperature 0, the same usage, from
  * llama-server's own counts), its stream follows the specification's event grammar and ends with
- * what `GET` returns, a forced function call comes back as a `function_call` item, and a metered
+ * what `GET` returns, a forced custom tool's grammar is enforced by llama-server's own grammar option, and a metered
  * key is billed exactly from llama-server's usage. Skipped outside CI when llama-server is not
  * built (see helpers/llama-server.ts).
  */
@@ -102,19 +102,31 @@ describe("the Responses API through llama-server", { skip: skipWithoutLlamaServe
     assert.deepEqual(checkEventGrammar(events, { finalResource: stored }), []);
   });
 
-  it("answers a forced function call with a function_call item whose arguments parse", async () => {
-    const response = await turnpike.client.responses.create({
-      model: MODEL,
-      input: "What is the weather in Paris?",
-      tools: [{ type: "function", name: "get_weather", strict: true, parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"], additionalProperties: false } }],
-      tool_choice: "required",
-      temperature: 0,
-      max_output_tokens: 64,
-    });
-    const call = response.output.find((item) => item.type === "function_call");
-    assert.ok(call !== undefined && call.type === "function_call", JSON.stringify(response.output));
-    assert.equal(call.name, "get_weather");
-    assert.equal(typeof (JSON.parse(call.arguments) as { city: unknown }).city, "string");
+  it("answers a forced custom tool with a custom_tool_call whose input matches its grammar, enforced by llama-server's own grammar option", async () => {
+    const pattern = "[A-Z][a-z]{2,9}( [A-Z][a-z]{2,9})?";
+    for (const stream of [false, true]) {
+      const body = {
+        model: MODEL,
+        input: "Which city is the story in?",
+        tools: [{ type: "custom", name: "set_city", description: "Names the city.", format: { type: "grammar", syntax: "regex", definition: pattern } }],
+        tool_choice: { type: "custom", name: "set_city" },
+        temperature: 0.8,
+        max_output_tokens: 64,
+        stream,
+      };
+      const response = await fetch(`${turnpike.baseURL}/responses`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${turnpike.key}`, "content-type": "application/json" },
+        body: JSON.stringify(body),
+      });
+      assert.equal(response.status, 200, await response.clone().text());
+      const resource = stream ? ((await sseEvents(response)).events.at(-1) as { response: Record<string, unknown> }).response : ((await response.json()) as Record<string, unknown>);
+      const output = resource.output as Array<{ type: string; name?: string; input?: string }>;
+      const call = output.find((item) => item.type === "custom_tool_call");
+      assert.ok(call !== undefined, JSON.stringify(output));
+      assert.equal(call.name, "set_city");
+      assert.match(call.input!, new RegExp(`^(?:${pattern})$`), `${stream ? "streamed" : "whole"}: ${JSON.stringify(call.input)}`);
+    }
   });
 
   it("bills a metered key exactly from llama-server's usage", async () => {
