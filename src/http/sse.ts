@@ -54,6 +54,13 @@ export class SseWriter {
     this.#write(`data: ${JSON.stringify(payload)}\n\n`);
   }
 
+  /** Sends several events (named or not) in one write: a few small events cost one system call, not one each. */
+  many(events: ReadonlyArray<readonly [name: string | undefined, payload: unknown]>): void {
+    let text = "";
+    for (const [name, payload] of events) text += name === undefined ? `data: ${JSON.stringify(payload)}\n\n` : `event: ${name}\ndata: ${JSON.stringify(payload)}\n\n`;
+    if (text !== "") this.#write(text);
+  }
+
   /** Sends one named event (`event: name`) with a JSON payload; `name` is the caller's own constant, never client text. */
   event(name: string, payload: unknown): void {
     this.#write(`event: ${name}\ndata: ${JSON.stringify(payload)}\n\n`);

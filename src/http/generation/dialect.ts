@@ -52,8 +52,11 @@ export type WireDialect<Shape, Reply, Event> = {
   parse(catalog: Catalog, body: unknown): ParsedGeneration<Shape>;
   /** Runs a non-streamed request's parts to their end: the reply and how it ended. */
   complete(shape: Shape, generation: GenerationOutput): Promise<{ reply: Reply; outcome: GenerationOutcome }>;
-  /** The stream's events, from the generation's parts; fills `outcome` once every choice finished. */
-  stream(shape: Shape, generation: GenerationOutput, outcome: { value?: GenerationOutcome }): AsyncIterable<Event>;
+  /**
+   * The stream's events, from the generation's parts; fills `outcome` once every choice finished.
+   * A batch (an array) is the events of one part, written to the client together.
+   */
+  stream(shape: Shape, generation: GenerationOutput, outcome: { value?: GenerationOutcome }): AsyncIterable<Event | readonly Event[]>;
   /**
    * Called once the request is settled (billed), however it ended, before the client hears the
    * end (`endStream`, or the reply returned): where a dialect keeps what it answered (a stored

@@ -202,12 +202,15 @@ export async function runStream<Shape, Event>(
   try {
     await generation.admitted;
     admitted = true;
-    for await (const event of dialect.stream(input.job.shape, generation, outcome)) {
+    for await (const batch of dialect.stream(input.job.shape, generation, outcome)) {
       const checkpoint = input.admission.beforeDelivery(generation.usage().completionTokens);
       if (checkpoint !== undefined) await untilAborted(checkpoint, cut.signal);
-      const name = dialect.eventName?.(event);
-      if (name === undefined) sink.data(event);
-      else sink.event(name, event);
+      if (Array.isArray(batch)) sink.many((batch as readonly unknown[]).map((event) => [dialect.eventName?.(event as never), event] as const));
+      else {
+        const name = dialect.eventName?.(batch as never);
+        if (name === undefined) sink.data(batch);
+        else sink.event(name, batch);
+      }
       if (!sink.congested) continue;
       if ((await sink.waitForRoom(dependencies.stallTimeoutMs, cut.signal)) !== "stalled") continue;
       stalled = true;

@@ -6,6 +6,8 @@ export type ChunkSink = {
   data(payload: unknown): void;
   /** One named event with a JSON payload (`event: name` then `data: {…}`), as the Responses API streams. */
   event(name: string, payload: unknown): void;
+  /** Several events (each named or not) in one write to the socket: what one generation part made. */
+  many(events: ReadonlyArray<readonly [name: string | undefined, payload: unknown]>): void;
   /** Ends with `data: [DONE]`. */
   done(): void;
   /** Ends without `[DONE]` (after an error event, or a dialect that has no terminator line). */

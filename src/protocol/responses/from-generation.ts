@@ -254,13 +254,16 @@ export async function completeResponse(assembly: ResponseAssembly, generation: G
 /**
  * The stream's events from the generation's parts: `response.created` and `response.in_progress`
  * first, then each item's events. The terminal event is the caller's (written once the response
- * is settled and stored). Fills `outcome` once the generation finished.
+ * is settled and stored). The events of one part come as one batch. Fills `outcome` once the generation finished.
  */
-export async function* streamResponse(assembly: ResponseAssembly, generation: GenerationOutput, outcome: { value?: GenerationOutcome }): AsyncGenerator<ResponseStreamEvent> {
-  yield assembly.number({ type: "response.created", response: assembly.resource({ status: "in_progress" }) });
-  yield assembly.number({ type: "response.in_progress", response: assembly.resource({ status: "in_progress" }) });
+export async function* streamResponse(assembly: ResponseAssembly, generation: GenerationOutput, outcome: { value?: GenerationOutcome }): AsyncGenerator<ResponseStreamEvent | ResponseStreamEvent[]> {
+  const started = assembly.resource({ status: "in_progress" });
+  yield [assembly.number({ type: "response.created", response: started }), assembly.number({ type: "response.in_progress", response: started })];
   for await (const part of generation.parts) {
-    for (const event of assembly.push(part)) yield assembly.number(event);
+    const events = assembly.push(part);
+    // One part's events (an item, its part and its first delta) leave together.
+    if (events.length === 1) yield assembly.number(events[0]!);
+    else if (events.length > 1) yield events.map((event) => assembly.number(event));
   }
   outcome.value = { finishReason: assembly.finishReason ?? "cancelled", usage: generation.usage() };
 }

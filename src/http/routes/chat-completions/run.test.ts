@@ -35,6 +35,9 @@ class MemorySink implements ChunkSink {
   event(_name: string, payload: unknown): void {
     this.events.push(payload);
   }
+  many(events: ReadonlyArray<readonly [string | undefined, unknown]>): void {
+    for (const [, payload] of events) this.events.push(payload);
+  }
   done(): void {
     this.ending = "done";
   }
