@@ -429,33 +429,35 @@ export class ResponseStore<Resource extends object = Record<string, unknown>, It
     // One order for every node's batches, so two batches never wait on each other's row locks in a cycle.
     const sorted = rows.toSorted((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
     const refused = new Map<string, Error>();
-    await this.#database.transaction().execute(async (transaction) => {
-      for (const group of byBytes(sorted, STATEMENT_BYTES)) {
-        for (const chunk of statementChunks(group)) {
-          const result = await transaction
-            .insertInto("responses")
-            .values(chunk)
-            .onConflict((conflict) =>
-              conflict
-                .column("id")
-                .doUpdateSet((update) => ({
-                  status: update.ref("excluded.status"),
-                  updated_at: update.ref("excluded.updated_at"),
-                  size_bytes: update.ref("excluded.size_bytes"),
-                  input_items: update.ref("excluded.input_items"),
-                  response: update.ref("excluded.response"),
-                }))
-                // Only the owner's row: an id of another account's is never overwritten.
-                .where((expression) => expression(expression.ref("responses.account_id"), "is not distinct from", expression.ref("excluded.account_id"))),
-            )
-            .executeTakeFirst();
-          if (Number(result.numInsertedOrUpdatedRows) === chunk.length) continue;
-          const owners = await transaction.selectFrom("responses").select(["id", "account_id"]).where("id", "in", chunk.map((row) => row.id)).execute();
-          const ownerOf = new Map(owners.map((owner) => [owner.id, owner.account_id]));
-          for (const row of chunk) if (ownerOf.get(row.id) !== row.account_id) refused.set(row.id, new ResponseIdTakenError(row.id));
-        }
+    const chunks = byBytes(sorted, STATEMENT_BYTES).flatMap((group) => statementChunks(group));
+    const writeChunks = async (executor: Kysely<Database>) => {
+      for (const chunk of chunks) {
+        const result = await executor
+          .insertInto("responses")
+          .values(chunk)
+          .onConflict((conflict) =>
+            conflict
+              .column("id")
+              .doUpdateSet((update) => ({
+                status: update.ref("excluded.status"),
+                updated_at: update.ref("excluded.updated_at"),
+                size_bytes: update.ref("excluded.size_bytes"),
+                input_items: update.ref("excluded.input_items"),
+                response: update.ref("excluded.response"),
+              }))
+              // Only the owner's row: an id of another account's is never overwritten.
+              .where((expression) => expression(expression.ref("responses.account_id"), "is not distinct from", expression.ref("excluded.account_id"))),
+          )
+          .executeTakeFirst();
+        if (Number(result.numInsertedOrUpdatedRows) === chunk.length) continue;
+        const owners = await executor.selectFrom("responses").select(["id", "account_id"]).where("id", "in", chunk.map((row) => row.id)).execute();
+        const ownerOf = new Map(owners.map((owner) => [owner.id, owner.account_id]));
+        for (const row of chunk) if (ownerOf.get(row.id) !== row.account_id) refused.set(row.id, new ResponseIdTakenError(row.id));
       }
-    });
+    };
+    // One statement is atomic on its own: a transaction (two more statements) only for a batch that takes several.
+    if (chunks.length === 1) await writeChunks(this.#database);
+    else await this.#database.transaction().execute(writeChunks);
     this.#commits++;
     return refused;
   }

@@ -28,8 +28,8 @@ export const migration0012Responses: Migration = {
       .addColumn("input_items", "text", (column) => column.notNull())
       .addColumn("response", "text", (column) => column.notNull())
       .execute();
-    // An account's responses (deleting or listing them); a lookup by id alone is the primary key's.
-    await database.schema.createIndex("responses_account").on("responses").columns(["account_id", "id"]).execute();
+    // Every lookup is by id (the primary key), the account checked on the row: no index by account,
+    // which would cost every save a third B-tree write (nothing lists an account's responses yet).
     // The sweeper's `expires_at <= now`.
     await database.schema.createIndex("responses_expires").on("responses").column("expires_at").execute();
   },
