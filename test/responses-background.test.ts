@@ -204,12 +204,60 @@ describe("background responses", { timeout: 60_000 }, () => {
     for (const holder of holders) assert.equal((await settled(busyKey, holder.body.id)).status, "completed");
   });
 
-  it("refuses background with stream, and with store: false, before anything runs or is stored", async () => {
+  it("streams its events while it runs, and runs on to completed when the streaming client goes away", async () => {
+    const { accountId, key } = await meteredKey(database, "funded");
+    const gate = new WatchedGate();
+    steps = [...words(2), { gate }, ...words(4, 2)];
+    const controller = new AbortController();
+    const response = await fetch(`${server.baseURL}/responses`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
+      body: JSON.stringify({ model: "fake", input: "Tell me a story.", background: true, stream: true, max_output_tokens: 100 }),
+      signal: controller.signal,
+    });
+    assert.equal(response.status, 200);
+    assert.match(response.headers.get("content-type") ?? "", /^text\/event-stream/);
+    // Read until the first two words arrived, then leave.
+    const reader = response.body!.getReader();
+    let text = "";
+    while (!text.includes(" w1")) {
+      const { value, done } = await reader.read();
+      assert.ok(done !== true, "the stream ended before the words");
+      text += new TextDecoder().decode(value);
+    }
+    const created = JSON.parse(text.split("\n").find((line) => line.startsWith("data: ") && line.includes('"response.created"'))!.slice(6)) as { response: { id: string; background: boolean } };
+    assert.equal(created.response.background, true);
+    await gate.reached;
+    controller.abort();
+    await delay(100);
+    gate.release();
+    const done = await settled(key, created.response.id);
+    assert.equal(done.status, "completed", "the client's leaving did not stop it");
+    assert.equal(done.output[0].content[0].text, " w0 w1 w2 w3 w4 w5");
+    const { records } = await billedExactly(database, accountId, CREDIT, pricing, 1);
+    assert.equal(records[0]!.completion_tokens, 6);
+  });
+
+  it("streams a background response to its end like any stream, its last event what GET returns", async () => {
+    const { key } = await meteredKey(database, "funded");
+    steps = words(3);
+    const response = await fetch(`${server.baseURL}/responses`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
+      body: JSON.stringify({ model: "fake", input: "Tell me a story.", background: true, stream: true, max_output_tokens: 100 }),
+    });
+    const events = (await response.text())
+      .split("\n")
+      .filter((line) => line.startsWith("data: ") && line !== "data: [DONE]")
+      .map((line) => JSON.parse(line.slice(6)) as { type: string; response?: { id: string } });
+    const terminal = events.at(-1)!;
+    assert.equal(terminal.type, "response.completed");
+    assert.deepEqual((await get(key, terminal.response!.id)).body, terminal.response);
+  });
+
+  it("refuses background with store: false before anything runs or is stored", async () => {
     const { accountId, key } = await meteredKey(database, "funded");
     const prepared = engine.prepared;
-    const streamed = await create(key, { background: true, stream: true });
-    assert.equal(streamed.status, 400, streamed.text);
-    assert.equal(streamed.body.error.param, "stream");
     const unstored = await create(key, { background: true, store: false });
     assert.equal(unstored.status, 400, unstored.text);
     assert.equal(unstored.body.error.param, "store");

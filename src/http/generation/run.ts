@@ -48,6 +48,12 @@ export type RunInput<Shape> = AdmittedGeneration<Shape> & {
   keyId: string | undefined;
   /** `performance.now()` when the request arrived. */
   startedAt: number;
+  /**
+   * The generation runs to its end whatever its stream's client does (a background response
+   * streamed): a client that stops reading is dropped, not the generation. Unset: a stalled
+   * client cuts the request.
+   */
+  detached?: boolean;
 };
 
 type End = { outcome: GenerationOutcome | undefined; status: number };
@@ -202,7 +208,10 @@ export async function runStream<Shape, Event>(
   try {
     await generation.admitted;
     admitted = true;
+    /** A detached run's client was dropped: the generation goes on, writing nothing. */
+    let dropped = false;
     for await (const batch of dialect.stream(input.job.shape, generation, outcome)) {
+      if (dropped) continue;
       const checkpoint = input.admission.beforeDelivery(generation.usage().completionTokens);
       if (checkpoint !== undefined) await untilAborted(checkpoint, cut.signal);
       if (Array.isArray(batch)) sink.many((batch as readonly unknown[]).map((event) => [dialect.eventName?.(event as never), event] as const));
@@ -213,6 +222,13 @@ export async function runStream<Shape, Event>(
       }
       if (!sink.congested) continue;
       if ((await sink.waitForRoom(dependencies.stallTimeoutMs, cut.signal)) !== "stalled") continue;
+      if (input.detached === true) {
+        // Its client stopped reading: drop it, and generate on (nothing is written to a dropped sink).
+        dependencies.logger.warn({ stall_timeout_s: dependencies.stallTimeoutMs / 1000 }, "stream client dropped: it stopped reading; the generation goes on");
+        sink.destroy();
+        dropped = true;
+        continue;
+      }
       stalled = true;
       cut.abort(new Error("the client stopped reading"));
       break;
@@ -221,6 +237,8 @@ export async function runStream<Shape, Event>(
     if (stalled) {
       dependencies.logger.warn({ stall_timeout_s: dependencies.stallTimeoutMs / 1000, buffered_bytes: sink.buffered }, "stream cut: the client stopped reading");
       sink.destroy();
+    } else if (dropped) {
+      // Its client was dropped: nobody to hear the last words (the settled hook still keeps the answer).
     } else if (cut.signal.aborted && reason instanceof ShuttingDownError) {
       ending = { kind: "failed", error: reason, outcome: outcome.value };
     } else {

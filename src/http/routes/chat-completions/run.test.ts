@@ -280,6 +280,19 @@ describe("runCompletion and runStream", () => {
     assert.ok(Number(record.completion_tokens) >= 1 && Number(record.completion_tokens) < 4, `generation stopped early (${record.completion_tokens})`);
   });
 
+  it("drops a detached stream's client that stopped reading, and generates on to the end, billed whole", async () => {
+    scripts = [{ steps: [{ text: "a" }, { text: "b" }, { text: "c" }, { text: "d" }] }];
+    const key = await funded();
+    const input = await admitted(key, { stream: true });
+    const sink = new MemorySink(2);
+    await runStream(dependencies, { ...input, detached: true }, () => sink);
+    assert.equal(sink.ending, "destroy", "the client was dropped");
+    assert.equal(sink.events.length, 2, "nothing was written after it was dropped");
+    const record = await recordOf(input.requestId);
+    assert.equal(record.status, 200, "the generation was not cut");
+    assert.equal(Number(record.completion_tokens), 4, "every token generated and billed");
+  });
+
   it("releases the hold uncharged when the engine's queue refuses the request before it starts", async () => {
     const gate = new FakeGate();
     scripts = [{ steps: [{ text: "x" }, { gate }] }];

@@ -81,18 +81,14 @@ type BackgroundRun = {
 };
 
 /**
- * Refuses, before anything is admitted, the combinations a background response cannot serve:
- * `stream: true` (a background response runs without a client to stream to: poll it with `GET`)
- * and `store: false` (its only answer is the stored row). Looked up on the raw body: a malformed
- * one is refused by the schema as usual.
+ * Refuses, before anything is admitted, the combination a background response cannot serve:
+ * `store: false` (its only answer for a client that left is the stored row). Looked up on the raw
+ * body: a malformed one is refused by the schema as usual.
  */
 function refuseUnservedBackground(body: unknown): void {
   if (typeof body !== "object" || body === null) return;
   const fields = body as Record<string, unknown>;
   if (fields.background !== true) return;
-  if (fields.stream === true) {
-    throw new InvalidRequestError("A background response cannot be streamed: create it with 'stream: false' and poll GET /v1/responses/{id} until it ends.", "stream");
-  }
   if (fields.store === false) throw new InvalidRequestError("A background response is always stored (it is read back with GET /v1/responses/{id}): leave 'store' unset or true.", "store");
 }
 
@@ -151,7 +147,13 @@ export function registerResponsesRoutes(app: FastifyInstance, options: Responses
       });
 
   /** Runs a background response to its end without a client: admitted, held and billed like any request. */
-  const runInBackground = (request: FastifyRequest, job: ResponseJob, input: Parameters<typeof runCompletion<ResponseJob, ResponseResource>>[2]) => {
+  const runInBackground = (
+    request: FastifyRequest,
+    job: ResponseJob,
+    input: Parameters<typeof runCompletion<ResponseJob, ResponseResource>>[2],
+    /** Streams its events while it runs (`stream: true`) instead of running silently; the client may leave. */
+    run: (input: Parameters<typeof runCompletion<ResponseJob, ResponseResource>>[2]) => Promise<unknown> = (detached) => runCompletion(serving.runDependencies(request), responsesDialect, detached),
+  ): Promise<void> => {
     const id = job.assembly.shape.id;
     const key = request.apiKey!;
     /** Deleted (here or on another node): nothing more is saved, or the row would come back. */
@@ -185,7 +187,7 @@ export function registerResponsesRoutes(app: FastifyInstance, options: Responses
     const heartbeat = setInterval(progress, heartbeatMs);
     poll.unref();
     heartbeat.unref();
-    const ended = runCompletion(serving.runDependencies(request), responsesDialect, input)
+    const ended = run(input)
       .then(
         () => undefined,
         async (error: unknown) => {
@@ -203,6 +205,7 @@ export function registerResponsesRoutes(app: FastifyInstance, options: Responses
         running.delete(id);
       });
     running.set(id, { cut: input.cut, job, ended, forget });
+    return ended;
   };
 
   app.post("/v1/responses", { onRequest: serving.onRequest }, async function createResponse(request, reply) {
@@ -229,8 +232,25 @@ export function registerResponsesRoutes(app: FastifyInstance, options: Responses
         await admitted.admission.settle({ usage: null, status: 500, finishReason: null, latencyMs: performance.now() - startedAt }).catch(() => undefined);
         throw error;
       }
-      runInBackground(request, job, { ...admitted, cut, keyId: key.id, startedAt });
-      return queued;
+      const input = { ...admitted, cut, keyId: key.id, startedAt, detached: true };
+      if (!admitted.job.stream) {
+        void runInBackground(request, job, input);
+        return queued;
+      }
+      // Streamed while it runs; the client's going away (or not reading) stops the stream, never the response.
+      let refused: unknown;
+      await runInBackground(request, job, input, (detached) =>
+        runStream(serving.runDependencies(request), responsesDialect, detached, () => {
+          reply.hijack();
+          return new SseWriter(reply.raw, reply.getHeaders());
+        }).catch((error: unknown) => {
+          // Refused before it started (a full queue): stored failed by the runner; the client hears the error.
+          refused = error;
+          throw error;
+        }),
+      );
+      if (refused !== undefined) throw refused;
+      return undefined;
     }
     const input = { ...admitted, cut: abortOnDisconnect(reply, options.shutdownSignal), keyId: key.id, startedAt };
     const dependencies = serving.runDependencies(request);
