@@ -6,19 +6,16 @@
  * was released uncharged.
  */
 import assert from "node:assert/strict";
-import fs from "node:fs";
-import path from "node:path";
 import { describe, it } from "node:test";
 import { setTimeout as delay } from "node:timers/promises";
 import { openStore } from "../src/store/open.ts";
 import { checkLedger } from "../src/billing/ledger.ts";
 import { costOf } from "../src/protocol/price.ts";
 import { freshPostgresSchema } from "./helpers/databases.ts";
-import { modelsDir, temporaryDirectory } from "./helpers/server.ts";
-import { runCli, startServeProcess } from "./helpers/process.ts";
-import { carriesContent, forEachSseEvent } from "./helpers/crash-streams.ts";
+import { temporaryDirectory } from "./helpers/server.ts";
+import { startServeProcess } from "./helpers/process.ts";
+import { carriesContent, forEachSseEvent, startFundedNode } from "./helpers/crash-streams.ts";
 
-const randomModel = path.join(modelsDir, "llama-2-tiny-random.gguf");
 /** One credit a token, prompt or completion. */
 const pricing = { prompt: 1_000_000, cached_prompt: 1_000_000, completion: 1_000_000 };
 const STREAMS = 20;
@@ -41,26 +38,16 @@ for (const backend of ["sqlite", "postgres"] as const) {
       // On PostgreSQL every stream is metered from a credit lease; on SQLite each from its own hold (20 streams are not a busy key).
       const metering = postgres === undefined ? ["--lease-above", "1000"] : ["--lease-above", "0"];
       try {
-        const configFile = path.join(dataDir, "turnpike.json");
-        fs.writeFileSync(
-          configFile,
-          JSON.stringify({
-            models: [{ id: "random", path: randomModel, pricing }],
-            plans: [{ id: "big", name: "Big", price: { amount: 100, currency: "usd" }, credit: CREDIT }],
-          }),
-        );
-        const serve = ["--config", configFile, "--data-dir", dataDir, "--parallel", String(STREAMS), "--context-size", "4096", ...metering, ...store];
-        const first = await startServeProcess(serve);
-        const cli = async (args: string[]) => {
-          const result = await runCli([...args, "--data-dir", dataDir, ...store]);
-          assert.equal(result.code, 0, result.stderr);
-          return result.stdout;
-        };
-        const email = `crash-${backend}@example.com`;
-        const account = JSON.parse(await cli(["accounts", "create", "--email", email, "--json"])) as { id: string };
-        await cli(["plans", "grant", "--account", email, "--plan", "big", "--config", configFile]);
-        const key = JSON.parse(await cli(["keys", "create", "--account", email, "--json"])) as { key: string };
-        for (let attempt = 0; attempt < 200 && (await fetch(`${first.url}/ready`)).status !== 200; attempt++) await delay(50);
+        const { first, accountId, key: funded, serve } = await startFundedNode({
+          dataDir,
+          store,
+          pricing,
+          credit: CREDIT,
+          email: `crash-${backend}@example.com`,
+          serveArgs: ["--parallel", String(STREAMS), ...metering],
+        });
+        const account = { id: accountId };
+        const key = { key: funded };
 
         const delivered = Array.from({ length: STREAMS }, () => 0);
         const started = performance.now();

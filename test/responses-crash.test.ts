@@ -6,18 +6,16 @@
  * row's last save is moved back by that much after the kill, as the clock would have.
  */
 import assert from "node:assert/strict";
-import fs from "node:fs";
-import path from "node:path";
 import { describe, it } from "node:test";
 import { setTimeout as delay } from "node:timers/promises";
 import { BACKGROUND_STALE_MS } from "../src/http/routes/responses/route.ts";
 import { openStore } from "../src/store/open.ts";
 import { backends, freshPostgresSchema } from "./helpers/databases.ts";
 import { billedExactly } from "./helpers/metered.ts";
-import { runCli, startServeProcess } from "./helpers/process.ts";
-import { modelsDir, temporaryDirectory } from "./helpers/server.ts";
+import { startFundedNode } from "./helpers/crash-streams.ts";
+import { startServeProcess } from "./helpers/process.ts";
+import { temporaryDirectory } from "./helpers/server.ts";
 
-const randomModel = path.join(modelsDir, "llama-2-tiny-random.gguf");
 const pricing = { prompt: 1_000_000, cached_prompt: 1_000_000, completion: 1_000_000 };
 const CREDIT = 10_000_000;
 const MAX_OUTPUT_TOKENS = 3500;
@@ -29,26 +27,9 @@ for (const backend of backends) {
       const postgres = backend === "postgres" ? await freshPostgresSchema() : undefined;
       const store = postgres === undefined ? [] : ["--database-url", postgres.url];
       try {
-        const configFile = path.join(dataDir, "turnpike.json");
-        fs.writeFileSync(
-          configFile,
-          JSON.stringify({
-            models: [{ id: "random", path: randomModel, pricing }],
-            plans: [{ id: "big", name: "Big", price: { amount: 100, currency: "usd" }, credit: CREDIT }],
-          }),
-        );
-        const serve = ["--config", configFile, "--data-dir", dataDir, "--parallel", "2", "--context-size", "4096", ...store];
-        const first = await startServeProcess(serve);
-        const cli = async (args: string[]) => {
-          const result = await runCli([...args, "--data-dir", dataDir, ...store]);
-          assert.equal(result.code, 0, result.stderr);
-          return result.stdout;
-        };
-        const email = `crash-${backend}@example.com`;
-        const account = JSON.parse(await cli(["accounts", "create", "--email", email, "--json"])) as { id: string };
-        await cli(["plans", "grant", "--account", email, "--plan", "big", "--config", configFile]);
-        const key = JSON.parse(await cli(["keys", "create", "--account", email, "--json"])) as { key: string };
-        for (let attempt = 0; attempt < 200 && (await fetch(`${first.url}/ready`)).status !== 200; attempt++) await delay(50);
+        const { first, accountId, key: funded, serve } = await startFundedNode({ dataDir, store, pricing, credit: CREDIT, email: `crash-${backend}@example.com`, serveArgs: ["--parallel", "2"] });
+        const account = { id: accountId };
+        const key = { key: funded };
         const headers = { "content-type": "application/json", authorization: `Bearer ${key.key}` };
 
         const created = await fetch(`${first.url}/v1/responses`, {

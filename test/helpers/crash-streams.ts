@@ -3,9 +3,14 @@
  * content chunks (tokens) each delivered, and whether it got `[DONE]`; and an upstream that
  * streams at its own pace, so that timing is the upstream's, not the gateway's CPU's.
  */
+import assert from "node:assert/strict";
+import fs from "node:fs";
 import type http from "node:http";
+import path from "node:path";
 import { setTimeout as delay } from "node:timers/promises";
 import { FaultUpstream } from "./fault-upstream.ts";
+import { runCli, startServeProcess, type ServeProcess } from "./process.ts";
+import { modelsDir } from "./server.ts";
 
 /** One request as its client saw it. */
 export type Seen = {
@@ -114,3 +119,51 @@ export async function pacedUpstream(paceMs: number): Promise<FaultUpstream> {
   });
 }
 
+
+/** A `turnpike serve` process on the random tiny model, with an account on a big plan and its key, made with the CLI as an operator would. */
+export type FundedNode = {
+  first: ServeProcess;
+  /** Runs the CLI on the same data directory and database; fails the test unless it exits 0. */
+  cli: (args: string[]) => Promise<string>;
+  accountId: string;
+  key: string;
+  configFile: string;
+  /** The arguments it was served with: a second node (after the crash) takes the same. */
+  serve: string[];
+};
+
+/**
+ * Starts a node for a crash test: `turnpike serve` with a config of the random tiny model at
+ * `pricing` and a plan of `credit`, `serveArgs` after the defaults (`--database-url` is added from
+ * `store`), an account granted that plan and a key of it; resolves once the node is ready.
+ */
+export async function startFundedNode(options: {
+  dataDir: string;
+  /** `--database-url <url>` for PostgreSQL; empty for SQLite. */
+  store: string[];
+  pricing: Record<string, number>;
+  credit: number;
+  email: string;
+  serveArgs: string[];
+}): Promise<FundedNode> {
+  const configFile = path.join(options.dataDir, "turnpike.json");
+  fs.writeFileSync(
+    configFile,
+    JSON.stringify({
+      models: [{ id: "random", path: path.join(modelsDir, "llama-2-tiny-random.gguf"), pricing: options.pricing }],
+      plans: [{ id: "big", name: "Big", price: { amount: 100, currency: "usd" }, credit: options.credit }],
+    }),
+  );
+  const serve = ["--config", configFile, "--data-dir", options.dataDir, "--context-size", "4096", ...options.serveArgs, ...options.store];
+  const first = await startServeProcess(serve);
+  const cli = async (args: string[]) => {
+    const result = await runCli([...args, "--data-dir", options.dataDir, ...options.store]);
+    assert.equal(result.code, 0, result.stderr);
+    return result.stdout;
+  };
+  const account = JSON.parse(await cli(["accounts", "create", "--email", options.email, "--json"])) as { id: string };
+  await cli(["plans", "grant", "--account", options.email, "--plan", "big", "--config", configFile]);
+  const key = JSON.parse(await cli(["keys", "create", "--account", options.email, "--json"])) as { key: string };
+  for (let attempt = 0; attempt < 200 && (await fetch(`${first.url}/ready`)).status !== 200; attempt++) await delay(50);
+  return { first, cli, accountId: account.id, key: key.key, configFile, serve };
+}
