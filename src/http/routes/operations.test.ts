@@ -90,7 +90,7 @@ test("writes each named schema once, in components, and refers to it: every requ
   const named = new Set<unknown>([...Object.values(REQUEST_SCHEMAS), ...Object.values(ANSWER_SCHEMAS)]);
   for (const operation of API_OPERATIONS) {
     for (const schema of [operation.body, operation.response, operation.streamEvent]) {
-      if (schema !== undefined) assert.ok(named.has(schema), `${operation.method} ${operation.path}: name its schema in api-schemas.ts`);
+      if (schema !== undefined) assert.ok(named.has(schema), `${operation.method} ${operation.path}: name its schema in the operation's schemas`);
     }
     const content = document.paths[operation.path][operation.method].responses[String(operation.success.status)].content;
     if (operation.response !== undefined) assert.match(content["application/json"].schema.$ref, /^#\/components\/schemas\//);

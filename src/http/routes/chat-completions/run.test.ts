@@ -1,5 +1,5 @@
 /**
- * The chat request's lifecycle (`run.ts`) and the part → chunk assembly (`assemble.ts`), driven by
+ * The chat request's lifecycle (`run.ts`, over the shared `http/generation/run.ts`) and the part → chunk assembly (`protocol/chat-completions/from-generation.ts`), driven by
  * the scripted fake engine with the real admission, metering and limits on SQLite: what the
  * client receives, what is billed and with which status, for every way a request can end.
  */
