@@ -14,7 +14,7 @@
  * a template may write them again more compactly: only JSON padded with whitespace, escapes or
  * zeros renders much shorter.
  */
-import type { GenerationRequest } from "./engine.ts";
+import type { GenerationRequest } from "../protocol/generation.ts";
 
 /** Template bytes a message may add besides its own text (role markers, separators). */
 export const MESSAGE_OVERHEAD_BYTES = 32;

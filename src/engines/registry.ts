@@ -3,36 +3,15 @@
  * `upstream` → a pool of OpenAI-compatible servers. The one place that knows every engine kind;
  * `main.ts` and the catalog see only the `Engine` interface.
  */
-import type { Llama } from "node-llama-cpp";
-import type { Engine, EngineStatus } from "./engine.ts";
+import type { Engine } from "./engine.ts";
 import type { LlamaCppModelOptions } from "./llamacpp/config-schema.ts";
 import { LlamaCppEngine } from "./llamacpp/llamacpp-engine.ts";
-import type { DownloadProgress, HuggingFaceHub } from "./llamacpp/model-file.ts";
 import type { UpstreamModelOptions } from "./openai-compatible/config-schema.ts";
 import { createUpstreamEngine } from "./openai-compatible/create.ts";
-import type { MemberOutcome } from "./openai-compatible/pool-types.ts";
 
-/** What every engine may need from the process: settings, the shared llama.cpp runtime, logs. */
-export type EngineEnvironment = {
-  dataDir: string;
-  /** The shared llama.cpp runtime (loaded once per process, on first use). */
-  llama: () => Promise<Llama>;
-  /** Defaults for embedded models. */
-  contextSize: number;
-  parallel: number;
-  queueSize: number;
-  threads: number;
-  /** Upstream API keys by the variable an entry names (`api_key_env`), read once with the settings; never logged. */
-  upstreamApiKeys: Readonly<Record<string, string>>;
-  /** Where `hf:` sources are downloaded from, and the token sent with them. */
-  hub: HuggingFaceHub;
-  onProgress: (modelId: string, progress: DownloadProgress) => void;
-  onStatus: (modelId: string, status: EngineStatus, source: string | undefined) => void;
-  /** Operator-facing events of upstream pools (a member down, an upstream refusing our key). */
-  onUpstreamEvent: (modelId: string, level: "info" | "warn" | "error", message: string, fields: Record<string, unknown>) => void;
-  /** How each request to an upstream member ended (for per-member metrics). */
-  onUpstreamOutcome: (modelId: string, memberId: string, outcome: MemberOutcome) => void;
-};
+// What every engine may need from the process lives in `environment.ts`, which the engines import without a circle.
+export type { EngineEnvironment } from "./environment.ts";
+import type { EngineEnvironment } from "./environment.ts";
 
 /**
  * A model entry as the engines read it: its id, what it reads, and each engine's own options

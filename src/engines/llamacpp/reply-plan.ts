@@ -4,15 +4,16 @@
  * (plain content, or content and tool calls).
  */
 import type { ChatModelFunctions, ChatWrapper, GbnfJsonSchema, LlamaGrammar } from "node-llama-cpp";
-import type { GenerationRequest, StreamPart } from "../engine.ts";
+import type { GenerationRequest } from "../engine.ts";
 import { CUSTOM_INPUT_PARAMETER, CustomCallDecoder, customToolDescription, customToolNames } from "../custom-tools.ts";
 import { customArgumentsRules, parseCustomFormat } from "./json-string-grammar.ts";
 import { callSyntaxOf, contentFormat, replyGrammarText, RESPONSE_SCHEMA_PARAM, toolParametersSchema, type GrammarFactory, type GrammarTool } from "./grammar.ts";
 import { SchemaBudget } from "./json-schema.ts";
 import { ToolCallParser } from "./tool-call-parser.ts";
 
-/** A stream part before it is given its choice's index. */
-export type ReplyPart = StreamPart extends infer Part ? (Part extends { type: "finish" } ? never : Part extends unknown ? Omit<Part, "choice"> : never) : never;
+// A stream part before it is given its choice's index: in `reply-part.ts`, which the readers import without a circle.
+import type { ReplyPart } from "./reply-part.ts";
+export type { ReplyPart } from "./reply-part.ts";
 
 /** Turns the reply's text into stream parts. */
 export type ReplyReader = {

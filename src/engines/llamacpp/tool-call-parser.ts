@@ -5,7 +5,7 @@
  * parser only has to find the boundaries; it never needs to backtrack.
  */
 import { randomBytes } from "node:crypto";
-import type { ReplyPart } from "./reply-plan.ts";
+import type { ReplyPart } from "./reply-part.ts";
 import { callsStart, type CallSyntax } from "./grammar.ts";
 
 type State =

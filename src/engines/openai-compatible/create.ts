@@ -3,7 +3,7 @@
  * read from the environment variable the entry names (never logged), and the engine over them.
  */
 import type { Engine } from "../engine.ts";
-import type { EngineEnvironment } from "../registry.ts";
+import type { EngineEnvironment } from "../environment.ts";
 import type { UpstreamModelEntry } from "./config-schema.ts";
 import { OpenAiCompatibleEngine } from "./openai-compatible-engine.ts";
 import { createUpstreamPool, poolOptionsFromEntry } from "./pool.ts";
