@@ -8,6 +8,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { FakeEngine } from "../src/engines/fake/fake-engine.ts";
+import { UpstreamError } from "../src/protocol/errors.ts";
 import { checkEventGrammar, responseResourceSchema, responseStreamEventSchema } from "./helpers/responses-schemas.ts";
 import { parseSse } from "./helpers/sse-events.ts";
 import { startTestServer, storiesChatmlModel, storiesModel, type TestServer } from "./helpers/server.ts";
@@ -18,7 +19,9 @@ before(async () => {
   // stories260K never stops by itself at temperature 0 (it loops), so a response that completes
   // with text is the fake engine's: it ends its script with a stop.
   const fake = new FakeEngine({ script: () => [{ steps: [{ text: "Once" }, { text: " upon" }, { text: " a time." }], finish: "stop" }] });
-  test = await startTestServer({ flags: { models: [storiesModel, `chatml=${storiesChatmlModel}`, "fake=fake.gguf"] }, engines: { fake } });
+  // Fails after two words: an upstream that broke mid-answer.
+  const breaks = new FakeEngine({ script: () => [{ steps: [{ text: "Once" }, { text: " upon" }, { fail: new UpstreamError() }] }] });
+  test = await startTestServer({ flags: { models: [storiesModel, `chatml=${storiesChatmlModel}`, "fake=fake.gguf", "breaks=breaks.gguf"] }, engines: { fake, breaks } });
 });
 after(async () => {
   await test?.close();
@@ -95,6 +98,21 @@ describe("raw SSE, event by event against the spec", () => {
     assert.equal(resource.output[0].content[0].text, text);
     assert.equal(resource.output[0].status, "completed");
     assert.deepEqual(resource.usage, terminal.response.usage);
+  });
+
+  it("ends a stream that fails after content with error and response.failed, the open item incomplete as GET stores it", async () => {
+    const events = await streamChecked({ model: "breaks", input: "Tell me a story.", max_output_tokens: 16 });
+    assert.deepEqual(
+      events.slice(-4).map((event) => event.type),
+      ["response.content_part.done", "response.output_item.done", "error", "response.failed"],
+    );
+    assert.equal(ofType(events, "error")[0]!.error.code, "upstream_error");
+    assert.equal(ofType(events, "response.output_item.done")[0]!.item.status, "incomplete");
+    const failed = events.at(-1)!.response;
+    assert.equal(failed.status, "failed");
+    assert.equal(failed.error.code, "upstream_error");
+    assert.equal(failed.output[0].status, "incomplete", "the item the failure left open ended incomplete");
+    assert.equal(failed.output[0].content[0].text, "Once upon");
   });
 
   it("cuts at max_output_tokens: response.incomplete, reason max_output_tokens, the item incomplete", async () => {

@@ -10,6 +10,12 @@ import { performance } from "node:perf_hooks";
 /** How a wait for the client to read ended: it read (`drained`), it went (`closed`), it did not read in time (`stalled`), or the caller gave up (`aborted`). */
 export type RoomState = "drained" | "closed" | "stalled" | "aborted";
 
+/** One event's text: its name line when it has one, its JSON `data` line, the blank line that ends it. */
+function eventText(name: string | undefined, payload: unknown): string {
+  const data = `data: ${JSON.stringify(payload)}\n\n`;
+  return name === undefined ? data : `event: ${name}\n${data}`;
+}
+
 export class SseWriter {
   readonly #response: ServerResponse;
   #lastWriteAt = performance.now();
@@ -51,19 +57,19 @@ export class SseWriter {
 
   /** Sends one event with a JSON payload. */
   data(payload: unknown): void {
-    this.#write(`data: ${JSON.stringify(payload)}\n\n`);
+    this.#write(eventText(undefined, payload));
   }
 
   /** Sends several events (named or not) in one write: a few small events cost one system call, not one each. */
   many(events: ReadonlyArray<readonly [name: string | undefined, payload: unknown]>): void {
     let text = "";
-    for (const [name, payload] of events) text += name === undefined ? `data: ${JSON.stringify(payload)}\n\n` : `event: ${name}\ndata: ${JSON.stringify(payload)}\n\n`;
+    for (const [name, payload] of events) text += eventText(name, payload);
     if (text !== "") this.#write(text);
   }
 
   /** Sends one named event (`event: name`) with a JSON payload; `name` is the caller's own constant, never client text. */
   event(name: string, payload: unknown): void {
-    this.#write(`event: ${name}\ndata: ${JSON.stringify(payload)}\n\n`);
+    this.#write(eventText(name, payload));
   }
 
   /**

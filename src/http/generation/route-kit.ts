@@ -35,7 +35,7 @@ export type GenerationRouteOptions = {
 };
 
 /** Aborts when the client closes the connection before the response was finished. */
-export function abortOnDisconnect(reply: FastifyReply, shutdownSignal: AbortSignal): AbortController {
+function abortOnDisconnect(reply: FastifyReply, shutdownSignal: AbortSignal): AbortController {
   const controller = new AbortController();
   const onClose = () => {
     if (!reply.raw.writableFinished) controller.abort(new Error("client disconnected"));
@@ -65,9 +65,23 @@ export type GenerationServing = {
   admit<Shape>(request: FastifyRequest, reply: FastifyReply, parse: WireDialect<Shape, unknown, unknown>["parse"]): Promise<AdmittedGeneration<Shape>>;
   /** The run's dependencies, with the request's logger. */
   runDependencies(request: FastifyRequest): RunDependencies;
+  /**
+   * Runs an admitted request and replies: JSON, or SSE once the generation started (a refusal
+   * before is an ordinary error response). A client that goes away cuts it.
+   */
+  answer<Shape, Reply, Event>(request: FastifyRequest, reply: FastifyReply, dialect: WireDialect<Shape, Reply, Event>, admitted: AdmittedGeneration<Shape>, startedAt: number): Promise<Reply | undefined>;
   /** Admits, runs and replies: JSON, or SSE once the generation started (a refusal before is an ordinary error response). */
   serve<Shape, Reply, Event>(request: FastifyRequest, reply: FastifyReply, dialect: WireDialect<Shape, Reply, Event>): Promise<Reply | undefined>;
 };
+
+/**
+ * Takes the reply over for a stream: called once the generation started, so that a refusal
+ * before (a full queue) is still an ordinary error response.
+ */
+export function openSse(reply: FastifyReply): SseWriter {
+  reply.hijack();
+  return new SseWriter(reply.raw, reply.getHeaders());
+}
 
 export function generationServing(options: GenerationRouteOptions): GenerationServing {
   /** Requests counted against the requests-per-minute limits on their headers: admission counts them no more. */
@@ -121,22 +135,21 @@ export function generationServing(options: GenerationRouteOptions): GenerationSe
     keepAliveIntervalMs: options.keepAliveIntervalMs,
     stallTimeoutMs: options.stallTimeoutMs,
   });
+  const answer: GenerationServing["answer"] = async (request, reply, dialect, admitted, startedAt) => {
+    const input = { ...admitted, cut: abortOnDisconnect(reply, options.shutdownSignal), keyId: request.apiKey?.id, startedAt };
+    const dependencies = runDependencies(request);
+    if (!admitted.job.stream) return runCompletion(dependencies, dialect, input);
+    await runStream(dependencies, dialect, input, () => openSse(reply));
+    return undefined;
+  };
   return {
     onRequest: [options.authenticate, refuseUnpaidLargeBody],
     admit,
     runDependencies,
+    answer,
     async serve(request, reply, dialect) {
       const startedAt = performance.now();
-      const admitted = await admit(request, reply, dialect.parse);
-      const input = { ...admitted, cut: abortOnDisconnect(reply, options.shutdownSignal), keyId: request.apiKey?.id, startedAt };
-      const dependencies = runDependencies(request);
-      if (!admitted.job.stream) return runCompletion(dependencies, dialect, input);
-      await runStream(dependencies, dialect, input, () => {
-        // Once the generation started: a refusal before (a full queue) is still an ordinary error response.
-        reply.hijack();
-        return new SseWriter(reply.raw, reply.getHeaders());
-      });
-      return undefined;
+      return answer(request, reply, dialect, await admit(request, reply, dialect.parse), startedAt);
     },
   };
 }

@@ -138,9 +138,9 @@ export class ResponseAssembly {
     return this.#closeOpen("incomplete");
   }
 
-  /** The output items so far (the open one as it stands). */
-  output(): OutputItem[] {
-    return this.#open === undefined ? [...this.#items] : [...this.#items, this.#snapshot(this.#open, "in_progress")];
+  /** The output items so far; the open one as it stands, in `openStatus` (`incomplete` once the response ended). */
+  output(openStatus: "in_progress" | "incomplete" = "in_progress"): OutputItem[] {
+    return this.#open === undefined ? [...this.#items] : [...this.#items, this.#snapshot(this.#open, openStatus)];
   }
 
   /** The whole resource in a state (`in_progress` while it runs; a final status with its usage once it ended). */
@@ -149,7 +149,8 @@ export class ResponseAssembly {
       id: this.shape.id,
       createdAt: this.shape.createdAt,
       status: state.status,
-      output: this.output(),
+      // An item still open when the response ended (a failure, a cut) ended incomplete, as the stream's last events say.
+      output: this.output(state.status === "queued" || state.status === "in_progress" ? "in_progress" : "incomplete"),
       ...(state.usage !== undefined ? { usage: usageOf(state.usage) } : {}),
       ...(state.error !== undefined ? { error: state.error } : {}),
       ...(state.incompleteReason !== undefined ? { incompleteReason: state.incompleteReason } : {}),

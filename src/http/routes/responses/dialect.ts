@@ -28,7 +28,7 @@ import type { ParsedGeneration, WireDialect } from "../../generation/dialect.ts"
 export type ResponseJob = {
   assembly: ResponseAssembly;
   request: ResponsesRequest;
-  /** The request's own input items, each with its id: what `input_items` lists. */
+  /** The request's own input items, each with its id: what `input_items` lists (empty for a response not kept). */
   inputItems: StoredInputItem[];
   /** Keeps the final resource (a stored response); absent for `store: false`. Set by the route once the key is known. */
   keep?: (resource: ResponseResource) => Promise<void>;
@@ -93,7 +93,8 @@ export function parseResponse(catalog: Catalog, body: unknown, history: readonly
     stream: request.stream === true,
     request: generationRequest,
     imageUrls: imageUrlsOf(request),
-    shape: { assembly, request, inputItems: itemsOf(request) },
+    // Items get their ids (random bytes each) only for a response that is kept.
+    shape: { assembly, request, inputItems: request.store === false ? [] : itemsOf(request) },
     prepare: (bound) => preparePrompt(model.engine, generationRequest, bound, assembly.shape, truncation),
   };
 }
@@ -201,13 +202,16 @@ export const responsesDialect: WireDialect<ResponseJob, ResponseResource, Respon
   endStream(job, sink, ending) {
     const assembly = job.assembly;
     if (ending.kind === "failed") {
-      // The items left open end incomplete; then the error and the failed response, never a normal end.
-      for (const event of assembly.close()) sink.event(event.type, assembly.number(event));
+      // The items left open end incomplete; then the error and the failed response, never a normal end; `[DONE]` last, as every Open Responses stream ends.
       const error = errorBody(ending.error).error;
       const failed = job.final?.status === "failed" ? job.final : assembly.finalResource(ending.outcome, { code: error.code, message: error.message });
-      sink.event("error", assembly.number({ type: "error", error: { type: error.type, code: error.code, message: error.message, param: error.param } }));
-      sink.event("response.failed", assembly.number({ type: "response.failed", response: failed }));
-      sink.end();
+      const events = [
+        ...assembly.close(),
+        { type: "error" as const, error: { type: error.type, code: error.code, message: error.message, param: error.param } },
+        { type: "response.failed" as const, response: failed },
+      ].map((event) => assembly.number(event));
+      sink.many(events.map((event) => [event.type, event] as const));
+      sink.done();
       return;
     }
     const resource = finalOf(job, ending.outcome, undefined);

@@ -23,8 +23,7 @@ import {
   StoredResponseTooLargeError,
   type ResponseStore,
 } from "../../../responses/store.ts";
-import { SseWriter } from "../../sse.ts";
-import { abortOnDisconnect, generationServing, type GenerationRouteOptions } from "../../generation/route-kit.ts";
+import { generationServing, openSse, type GenerationRouteOptions } from "../../generation/route-kit.ts";
 import { runCompletion, runStream } from "../../generation/run.ts";
 import { parseResponse, responseErrorOf, responsesDialect, type ResponseJob } from "./dialect.ts";
 
@@ -240,10 +239,7 @@ export function registerResponsesRoutes(app: FastifyInstance, options: Responses
       // Streamed while it runs; the client's going away (or not reading) stops the stream, never the response.
       let refused: unknown;
       await runInBackground(request, job, input, (detached) =>
-        runStream(serving.runDependencies(request), responsesDialect, detached, () => {
-          reply.hijack();
-          return new SseWriter(reply.raw, reply.getHeaders());
-        }).catch((error: unknown) => {
+        runStream(serving.runDependencies(request), responsesDialect, detached, () => openSse(reply)).catch((error: unknown) => {
           // Refused before it started (a full queue): stored failed by the runner; the client hears the error.
           refused = error;
           throw error;
@@ -252,14 +248,7 @@ export function registerResponsesRoutes(app: FastifyInstance, options: Responses
       if (refused !== undefined) throw refused;
       return undefined;
     }
-    const input = { ...admitted, cut: abortOnDisconnect(reply, options.shutdownSignal), keyId: key.id, startedAt };
-    const dependencies = serving.runDependencies(request);
-    if (!admitted.job.stream) return runCompletion(dependencies, responsesDialect, input);
-    await runStream(dependencies, responsesDialect, input, () => {
-      reply.hijack();
-      return new SseWriter(reply.raw, reply.getHeaders());
-    });
-    return undefined;
+    return serving.answer(request, reply, responsesDialect, admitted, startedAt);
   });
 
   app.post("/v1/responses/input_tokens", { onRequest: serving.onRequest }, async function countInputTokens(request) {
