@@ -149,7 +149,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
   let plans = await listPlans(database);
   const nodeId = await registerNode(database);
   /** The Responses API's stored responses: kept `responses_retention_days` from their creation. */
-  const responses: StoredResponses = new ResponseStore(database, { retentionSeconds: settings.responses_retention_days * 24 * 60 * 60 });
+  const responses: StoredResponses = new ResponseStore(database, { retentionSeconds: settings.responses_retention_days * 24 * 60 * 60, commitWindowMs: settings.responses_commit_window });
   /** Releases holds of dead nodes (e.g. a previous process killed mid-stream), expired credit and expired stored responses; fails background responses of dead nodes. */
   const sweep = async () => {
     await heartbeat(database, nodeId);

@@ -63,7 +63,11 @@ for (const backend of backends) {
     });
 
     const clientOf = (key: string) => new OpenAI({ baseURL: server.baseURL, apiKey: key, maxRetries: 0 });
-    const storedOf = (accountId: string) => database.selectFrom("responses").select(["id", "status"]).where("account_id", "=", accountId).execute();
+    /** The account's rows in the database, once the node wrote what it holds (a finished response waits for the commit window). */
+    const storedOf = async (accountId: string) => {
+      await server.server.responses.drain();
+      return database.selectFrom("responses").select(["id", "status"]).where("account_id", "=", accountId).execute();
+    };
 
     it("bills a response exactly, as the same chat completion is, cached prompt tokens at the cached price", async () => {
       const chatKey = await meteredKey(database, "funded");

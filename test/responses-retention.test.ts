@@ -35,6 +35,8 @@ describe("stored responses past their retention", { timeout: 60_000 }, () => {
   it("reads as gone once past its retention, and is swept; a younger one stays", async () => {
     const old = await create();
     const young = await create();
+    // Written once the commit window closed.
+    await server.server.responses.drain();
     const stored = await database.selectFrom("responses").select(["id", "created_at", "expires_at"]).where("id", "=", old.body.id).executeTakeFirstOrThrow();
     assert.equal(Number(stored.expires_at) - Number(stored.created_at), 30 * DAY_MS, "kept the retention setting's 30 days");
     // Made 30 days and a second ago.

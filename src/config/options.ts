@@ -301,6 +301,14 @@ export const serveOptions = {
     default: 30,
     description: "stored Responses API responses (store: true) are kept this many days from their creation, then the sweeper deletes them (at least 1); each is at most 8 MiB",
   }),
+  responses_commit_window: option({
+    flag: "--responses-commit-window <ms>",
+    env: "TURNPIKE_RESPONSES_COMMIT_WINDOW",
+    kind: "integer",
+    schema: z.number().int().min(0).max(1000),
+    default: 10,
+    description: "a finished response is stored in a group commit shared with the saves of this many milliseconds, off the response path (0: at once); another node may find it that much later",
+  }),
   credit_value: option({
     flag: "--credit-value <currency:amount>",
     env: "TURNPIKE_CREDIT_VALUE",

@@ -400,5 +400,98 @@ for (const backend of backends) {
       assert.equal((await responses.get(owner, alive.id))!.status, "in_progress");
       assert.equal(await responses.failStale(staleMs, "gone"), 0, "a failed one is failed once");
     });
+
+    describe("deferred saves (the commit window)", () => {
+      /** A store whose window stays open until the test ends it (`drain`), or a save that may not wait does. */
+      let windowed: ResponseStore;
+      before(() => {
+        windowed = new ResponseStore(store.database, { now: time.now, commitWindowMs: 1000 });
+      });
+      const inDatabase = async (id: string) => (await store.database.selectFrom("responses").select("id").where("id", "=", id).executeTakeFirst()) !== undefined;
+
+      it("keeps deferred saves in memory for the window: this node reads them, only for their account, and one commit writes them all", async () => {
+        const commits = windowed.commits;
+        const rows = Array.from({ length: 5 }, () => record({ accountId: "acct_window", createdAt: time.now() }));
+        const saved = rows.map((row) => windowed.save(row, { deferred: true }));
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        assert.equal(windowed.pending, 5, "still waiting for the window");
+        for (const row of rows) {
+          assert.equal(await inDatabase(row.id), false, "not written yet");
+          const read = await windowed.get("acct_window", row.id);
+          assert.deepEqual(read?.response, row.response, "read from memory");
+          assert.equal(read?.cancelRequested, false);
+          assert.equal(await windowed.get("acct_other", row.id), undefined, "never another account's");
+          assert.equal(await windowed.get(null, row.id), undefined, "nor the operator's");
+          assert.deepEqual((await windowed.inputItems("acct_window", row.id))?.data, row.inputItems.toReversed());
+          assert.equal(await windowed.inputItems("acct_other", row.id), undefined);
+        }
+        await windowed.drain();
+        await Promise.all(saved);
+        assert.equal(windowed.commits - commits, 1, "drain wrote them in one commit");
+        for (const row of rows) assert.ok(await inDatabase(row.id));
+        assert.equal(windowed.pending, 0);
+      });
+
+      it("closes the window when it ends on its own, and at once for a save that may not wait", async () => {
+        const short = new ResponseStore(store.database, { now: time.now, commitWindowMs: 20 });
+        const row = record({ accountId: "acct_window", createdAt: time.now() });
+        const started = performance.now();
+        await short.save(row, { deferred: true });
+        assert.ok(performance.now() - started >= 15, "waited for the window");
+        assert.ok(await inDatabase(row.id));
+        const deferred = record({ accountId: "acct_window", createdAt: time.now() });
+        const urgent = record({ accountId: "acct_window", createdAt: time.now(), background: true, status: "queued" });
+        const commits = windowed.commits;
+        const deferredSaved = windowed.save(deferred, { deferred: true });
+        await windowed.save(urgent);
+        await deferredSaved;
+        assert.equal(windowed.commits - commits, 1, "the waiting deferred save went with the urgent one");
+        assert.ok(await inDatabase(deferred.id));
+      });
+
+      it("rebuilds a chain whose newest links are not written yet, and refuses another account's", async () => {
+        const first = record({ accountId: "acct_chain", createdAt: time.now() });
+        await windowed.save(first);
+        const second = record({ accountId: "acct_chain", createdAt: time.now(), previousResponseId: first.id });
+        const third = record({ accountId: "acct_chain", createdAt: time.now(), previousResponseId: second.id });
+        const saved = [windowed.save(second, { deferred: true }), windowed.save(third, { deferred: true })];
+        const chain = await windowed.chain("acct_chain", third.id, { maxResponses: 10 });
+        assert.deepEqual(chain?.map((link) => link.id), [first.id, second.id, third.id], "oldest first, across memory and the database");
+        assert.deepEqual((await windowed.chain("acct_chain", second.id, { maxResponses: 10 }))?.map((link) => link.id), [first.id, second.id]);
+        await assert.rejects(windowed.chain("acct_chain", third.id, { maxResponses: 2 }), ResponseChainTooLongError);
+        await assert.rejects(windowed.chain("acct_chain", third.id, { maxResponses: 1 }), ResponseChainTooLongError);
+        assert.equal(await windowed.chain("acct_other", third.id, { maxResponses: 10 }), undefined);
+        // A deferred response continuing another account's, or a deleted one, is a broken chain.
+        const orphan = record({ accountId: "acct_chain", createdAt: time.now(), previousResponseId: "resp_missing" });
+        const orphanSaved = windowed.save(orphan, { deferred: true });
+        await assert.rejects(windowed.chain("acct_chain", orphan.id, { maxResponses: 10 }), (error: unknown) => error instanceof BrokenResponseChainError && error.missingId === "resp_missing" && error.responseId === orphan.id);
+        await windowed.drain();
+        await Promise.all([...saved, orphanSaved]);
+        assert.deepEqual((await windowed.chain("acct_chain", third.id, { maxResponses: 10 }))?.map((link) => link.id), [first.id, second.id, third.id], "the same once written");
+      });
+
+      it("deletes a response not written yet for good: it is written first, so no later commit brings it back", async () => {
+        const row = record({ accountId: "acct_window", createdAt: time.now() });
+        const saved = windowed.save(row, { deferred: true });
+        assert.equal(await windowed.delete("acct_other", row.id), false, "not another account's to delete");
+        assert.equal(await windowed.delete("acct_window", row.id), true);
+        await saved;
+        await windowed.drain();
+        assert.equal(await windowed.get("acct_window", row.id), undefined);
+        assert.equal(await inDatabase(row.id), false);
+      });
+
+      it("answers a failed commit's deferred saves with its error and stops reading them from memory", async () => {
+        const faults = new QueryFaults(store.database);
+        const failing = new ResponseStore(faults.database, { now: time.now, commitWindowMs: 1000 });
+        const row = record({ accountId: "acct_window", createdAt: time.now() });
+        faults.failAt(/^insert into "responses"/i);
+        const saved = failing.save(row, { deferred: true });
+        assert.ok(await failing.get("acct_window", row.id), "in memory while it waits");
+        await failing.drain();
+        await assert.rejects(saved);
+        assert.equal(await failing.get("acct_window", row.id), undefined, "not there: the commit failed");
+      });
+    });
   });
 }

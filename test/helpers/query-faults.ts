@@ -5,7 +5,7 @@
  * `failAt` fails the first matching query before it is sent, as a cut connection would.
  * Works through a Kysely plugin on the same pool (`faults.database`), on SQLite and PostgreSQL.
  */
-import type { Kysely, KyselyPlugin, PluginTransformQueryArgs, PluginTransformResultArgs, QueryId, QueryResult, RootOperationNode, UnknownRow } from "kysely";
+import type { CompiledQuery, Kysely, KyselyPlugin, PluginTransformQueryArgs, PluginTransformResultArgs, QueryId, QueryResult, RootOperationNode, UnknownRow } from "kysely";
 import type { Database } from "../../src/store/schema.ts";
 
 type Fault = { match: RegExp; kind: "pause" | "fail"; reached: PromiseWithResolvers<void>; release: PromiseWithResolvers<void> };
@@ -29,7 +29,23 @@ export class QueryFaults {
         return args.result;
       },
     };
-    this.database = database.withPlugin(plugin);
+    const withFaults = database.withPlugin(plugin);
+    // A query the caller compiled itself (`executeQuery(CompiledQuery.raw(…))`, as the response
+    // store's upsert is) never passes a plugin's `transformQuery`: its SQL is matched here.
+    // (Outside transactions: a transaction's executor is its own.)
+    this.database = new Proxy(withFaults, {
+      get: (target, property) => {
+        if (property !== "executeQuery") {
+          // Kysely's methods read private fields: they run on the instance itself, not the proxy.
+          const value: unknown = Reflect.get(target, property, target);
+          return typeof value === "function" ? value.bind(target) : value;
+        }
+        return (query: CompiledQuery | { compile(): CompiledQuery }, ...rest: unknown[]) => {
+          if (!("compile" in query) && query.queryId !== undefined) this.#onQuery(query.query, query.queryId, query.sql);
+          return (target.executeQuery as (...args: unknown[]) => unknown)(query, ...rest);
+        };
+      },
+    });
   }
 
   /** Holds the next query matching `match` once it ran, until `release()`. */
@@ -46,9 +62,9 @@ export class QueryFaults {
     return { reached: fault.reached.promise };
   }
 
-  #onQuery(node: RootOperationNode, queryId: QueryId): RootOperationNode {
+  #onQuery(node: RootOperationNode, queryId: QueryId, compiled?: string): RootOperationNode {
     if (this.#faults.length === 0) return node;
-    const text = this.#base.getExecutor().compileQuery(node, queryId).sql;
+    const text = compiled ?? this.#base.getExecutor().compileQuery(node, queryId).sql;
     const fault = this.#faults.find((candidate) => candidate.match.test(text));
     if (fault === undefined) return node;
     this.#faults = this.#faults.filter((candidate) => candidate !== fault);

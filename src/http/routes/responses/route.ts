@@ -4,8 +4,10 @@
  * request's input tokens. Creation is the Responses dialect (`dialect.ts`) over the generation
  * core's shared admission, run and settlement (`http/generation/`): the same order of cheap
  * refusals, holds, leases, limits and checkpoints as chat completions. A stored response is one
- * group-committed write (`ResponseStore.save`), made when the response is settled and before
- * the client hears its end, so any node's `GET` and `previous_response_id` find it.
+ * group-committed write (`ResponseStore.save`, deferred: it shares a commit with the saves of the
+ * next few milliseconds, off the response path), made when the response is settled; this node
+ * reads it from memory until it is written, and another node's read that misses it looks again
+ * once it would be (`afterCommitWindow`). A background response's states are written at once.
  */
 import { cheapBound } from "../../generation/cheap-bound.ts";
 import type { FastifyInstance, FastifyRequest, onRequestHookHandler } from "fastify";
@@ -97,6 +99,23 @@ function ownerOf(key: ApiKeyRecord): string | null {
 }
 
 /**
+ * `read`'s answer; when it finds nothing (undefined, or a chain with a link missing), it reads
+ * again once another node's deferred save of a response that just ended would be written
+ * (`ResponseStore.visibleWithinMs`): a client continuing or reading on another node right after
+ * its answer still finds it. Only a miss waits, and it costs a timer, not work.
+ */
+async function afterCommitWindow<T>(responses: StoredResponses, read: () => Promise<T | undefined>): Promise<T | undefined> {
+  try {
+    const found = await read();
+    if (found !== undefined) return found;
+  } catch (error) {
+    if (!(error instanceof BrokenResponseChainError)) throw error;
+  }
+  await delay(responses.visibleWithinMs);
+  return read();
+}
+
+/**
  * The conversation `previous_response_id` continues, oldest first: each stored response's input
  * items, then its output. Another account's id, or one never stored, is a 404 naming the field.
  */
@@ -104,7 +123,7 @@ async function historyOf(responses: StoredResponses, key: ApiKeyRecord, body: un
   const previous = typeof body === "object" && body !== null ? (body as Record<string, unknown>).previous_response_id : undefined;
   if (typeof previous !== "string" || previous === "" || previous.length > 128) return [];
   try {
-    const chain = await responses.chain(ownerOf(key), previous, { maxResponses: MAX_CHAIN_RESPONSES });
+    const chain = await afterCommitWindow(responses, () => responses.chain(ownerOf(key), previous, { maxResponses: MAX_CHAIN_RESPONSES }));
     if (chain === undefined) throw new ResponseNotFoundError(previous, "previous_response_id");
     return chain.flatMap((stored) => [...stored.inputItems, ...stored.response.output]);
   } catch (error) {
@@ -123,10 +142,11 @@ export function registerResponsesRoutes(app: FastifyInstance, options: Responses
   const running = new Map<string, BackgroundRun>();
   const heartbeatMs = options.heartbeatMs ?? BACKGROUND_HEARTBEAT_MS;
 
-  /** The row of a response in a state. */
-  const keep = (key: ApiKeyRecord, job: ResponseJob, resource: ResponseResource) =>
+  /** The row of a response in a state (`deferred`: it may wait for the commit window, see `ResponseStore.save`). */
+  const keep = (key: ApiKeyRecord, job: ResponseJob, resource: ResponseResource, deferred = false) =>
     responses
-      .save({
+      .save(
+        {
         id: resource.id,
         accountId: ownerOf(key),
         keyId: key.id,
@@ -137,7 +157,9 @@ export function registerResponsesRoutes(app: FastifyInstance, options: Responses
         background: resource.background,
         inputItems: job.inputItems,
         response: resource,
-      })
+        },
+        { deferred },
+      )
       .catch((error: unknown) => {
         if (error instanceof StoredResponseTooLargeError) {
           throw new ApiError(`The response is ${error.sizeBytes} bytes with its input, more than the ${error.maxBytes} a stored response may hold; send it with 'store: false'.`, "stored_response_too_large", { param: "store" });
@@ -214,7 +236,15 @@ export function registerResponsesRoutes(app: FastifyInstance, options: Responses
     const history = await historyOf(responses, key, request.body);
     const admitted = await serving.admit(request, reply, (catalog, body) => parseResponse(catalog, body, history));
     const job = admitted.job.shape;
-    if (job.request.store !== false) job.keep = (resource) => keep(key, job, resource);
+    if (job.request.store !== false && job.request.background !== true) {
+      // The finished response joins the next group commit; its client need not wait for it. This
+      // node reads it from memory until it is written; another node's read that misses it waits for it (`historyOf`).
+      job.keep = (resource) => {
+        keep(key, job, resource, true).catch((error: unknown) => request.log.error({ err: error, response_id: resource.id }, "could not store a response"));
+        return Promise.resolve();
+      };
+    }
+    if (job.request.background === true) job.keep = (resource) => keep(key, job, resource);
     if (job.request.background === true) {
       // Runs on after this reply: only a shutdown or a cancel cuts it, never the client's going away.
       const cut = new AbortController();
@@ -268,7 +298,8 @@ export function registerResponsesRoutes(app: FastifyInstance, options: Responses
 
   const stored = async (request: FastifyRequest) => {
     const { id } = parseWithSchema(idParams, request.params);
-    const found = await responses.get(ownerOf(request.apiKey!), id);
+    const owner = ownerOf(request.apiKey!);
+    const found = await afterCommitWindow(responses, () => responses.get(owner, id));
     if (found === undefined) throw new ResponseNotFoundError(id, null);
     return found;
   };
@@ -293,7 +324,8 @@ export function registerResponsesRoutes(app: FastifyInstance, options: Responses
     const { id } = parseWithSchema(idParams, request.params);
     const query = parseWithSchema(inputItemsQuery, request.query ?? {});
     try {
-      const page = await responses.inputItems(ownerOf(request.apiKey!), id, query);
+      const owner = ownerOf(request.apiKey!);
+      const page = await afterCommitWindow(responses, () => responses.inputItems(owner, id, query));
       if (page === undefined) throw new ResponseNotFoundError(id, null);
       return page;
     } catch (error) {
