@@ -51,8 +51,9 @@ export type EngineTraits = {
    * `stop`: a string the greedy reply to the contract's request (with `longRequest`) surely
    * writes within 40 tokens. `reported`: whether the engine can tell which stop string ended a
    * choice; one that cannot (an upstream whose kind does not say) must name none, never guess.
+   * `choices`: how many choices the case asks for (default 2; 1 for a kind that takes one only).
    */
-  stopSequence: { stop: string; reported: boolean };
+  stopSequence: { stop: string; reported: boolean; choices?: number };
 };
 
 /** A stop string no reply writes. */
@@ -155,21 +156,21 @@ function withEngineFrom(makeEngine: () => Promise<EngineUnderTest>): WithEngine 
 }
 
 /**
- * Two choices asked to stop at the engine's stop string (and at one never written) both end
+ * Two choices (or `choices`) asked to stop at the engine's stop string (and at one never written) all end
  * `stop` before it, naming it when the engine can tell (only then); asked only for the one never
  * written, the same reply goes on past that place and no finish names a stop string.
  */
 async function reportsStopSequence(withEngine: WithEngine, traits: Pick<EngineTraits, "longRequest" | "stopSequence">): Promise<void> {
   await withEngine(async (engine) => {
-    const { stop, reported } = traits.stopSequence;
+    const { stop, reported, choices = 2 } = traits.stopSequence;
     const long = (overrides: Partial<GenerationRequest> = {}) => contractRequest({ ...traits.longRequest, ...overrides });
     const sampling = long().sampling;
     /** Each choice's text and finish, for `stops`. */
     const reply = async (stops: string[]) => {
-      const generation = (await engine.prepare(long({ choices: 2, maxTokens: 40, sampling: { ...sampling, stop: stops } }))).start(new AbortController().signal);
+      const generation = (await engine.prepare(long({ choices, maxTokens: 40, sampling: { ...sampling, stop: stops } }))).start(new AbortController().signal);
       const parts = await collect(generation);
-      const finishes = assertFinishes(parts, 2, generation);
-      const texts = [0, 1].map((choice) => parts.map((part) => (part.type === "text-delta" && part.choice === choice ? part.text : "")).join(""));
+      const finishes = assertFinishes(parts, choices, generation);
+      const texts = finishes.map(({ choice }) => parts.map((part) => (part.type === "text-delta" && part.choice === choice ? part.text : "")).join(""));
       await untilIdle(engine);
       return finishes.map((finish, choice) => ({ finish, text: texts[choice]! }));
     };
