@@ -170,8 +170,14 @@ export type StreamPart =
   | { type: "tool-call-start"; choice: number; index: number; id: string; name: string }
   /** More of the call's arguments (JSON text); the deltas of one call concatenate to its arguments. */
   | { type: "tool-call-delta"; choice: number; index: number; argumentsDelta: string }
-  /** `usage`: this choice's tokens (the prompt counted once per request: see `RunningGeneration.usage`). */
-  | { type: "finish"; choice: number; reason: EngineFinishReason; usage: TokenUsage };
+  /**
+   * `usage`: this choice's tokens (the prompt counted once per request: see `RunningGeneration.usage`).
+   * `stopSequence`: the stop sequence (one of the request's `sampling.stop`, as sent) that ended
+   * this choice; only with reason `stop`, and absent when the choice ended on the model's own
+   * end-of-generation token or for another reason, or when the engine cannot tell (an upstream
+   * whose kind does not say: see `DIALECTS` in `engines/openai-compatible/dialects.ts`).
+   */
+  | { type: "finish"; choice: number; reason: EngineFinishReason; usage: TokenUsage; stopSequence?: string };
 
 export type TokenUsage = {
   promptTokens: number;
@@ -202,9 +208,11 @@ export type GenerationOutput = {
 
 /**
  * How a generation ended, for billing and logs: `cancelled` if any choice was cut short, else
- * the first choice's reason; and its usage with the usage's source.
+ * the first choice's reason; and its usage with the usage's source. `stopSequence`: the first
+ * choice's `finish` part's, where the dialect's answer names it (Anthropic's `stop_sequence`);
+ * only with `finishReason` `stop`.
  */
-export type GenerationOutcome = { finishReason: EngineFinishReason; usage: GenerationUsage };
+export type GenerationOutcome = { finishReason: EngineFinishReason; usage: GenerationUsage; stopSequence?: string };
 
 /** The request's finish reason: `cancelled` if any choice was cut short (or never finished), else the first choice's. */
 export function overallFinishReason(reasons: ReadonlyArray<EngineFinishReason | undefined>): EngineFinishReason {

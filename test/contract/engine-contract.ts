@@ -9,7 +9,8 @@
  * the truth about prompt, limit and choices; a reply's parts end with one `finish` per choice;
  * `n` choices interleave; a cut (abort, a consumer that stops, a close) ends every choice
  * `cancelled` with usage final at what was generated; a full queue refuses at `start`,
- * synchronously; slots come back however a generation ends.
+ * synchronously; slots come back however a generation ends; a choice that a stop string ended
+ * says which (or, from an engine that cannot tell, says none rather than guess).
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
@@ -46,7 +47,17 @@ export type EngineTraits = {
    * cut mid-way (e.g. a banned end-of-text token for a real model that could stop after a word).
    */
   longRequest?: Partial<GenerationRequest>;
+  /**
+   * `stop`: a string the greedy reply to the contract's request (with `longRequest`) surely
+   * writes within 40 tokens. `reported`: whether the engine can tell which stop string ended a
+   * choice; one that cannot (an upstream whose kind does not say) must name none, never guess.
+   * `choices`: how many choices the case asks for (default 2; 1 for a kind that takes one only).
+   */
+  stopSequence: { stop: string; reported: boolean; choices?: number };
 };
+
+/** A stop string no reply writes. */
+const NEVER_WRITTEN = "\u0007never\u0007";
 
 /** A plain chat request: greedy, 8 tokens, one choice; `overrides` on top. */
 export function contractRequest(overrides: Partial<GenerationRequest> = {}): GenerationRequest {
@@ -127,15 +138,12 @@ async function untilIdle(engine: Engine): Promise<void> {
   assertIdle(engine);
 }
 
-/**
- * Registers the contract's cases for the engine `makeEngine` makes (a fresh one per case, not
- * yet open: the cases open it).
- */
-export function engineContract(name: string, makeEngine: () => Promise<EngineUnderTest>, traits: EngineTraits): void {
-  const long = (overrides: Partial<GenerationRequest> = {}) => contractRequest({ ...traits.longRequest, ...overrides });
+/** Runs `body` on a fresh engine, opened unless `open` is false; always frees it. */
+type WithEngine = (body: (engine: Engine) => Promise<void>, open?: boolean) => Promise<void>;
 
-  /** Runs `body` on a fresh engine, opened unless `open` is false; always frees it. */
-  async function withEngine(body: (engine: Engine) => Promise<void>, open = true): Promise<void> {
+/** `WithEngine` over the engines `makeEngine` makes. */
+function withEngineFrom(makeEngine: () => Promise<EngineUnderTest>): WithEngine {
+  return async (body, open = true) => {
     const made = await makeEngine();
     try {
       if (open) await made.engine.open();
@@ -144,7 +152,61 @@ export function engineContract(name: string, makeEngine: () => Promise<EngineUnd
       await made.engine.close();
       await made.close();
     }
-  }
+  };
+}
+
+/**
+ * Two choices (or `choices`) asked to stop at the engine's stop string (and at one never written) all end
+ * `stop` before it, naming it when the engine can tell (only then); asked only for the one never
+ * written, the same reply goes on past that place and no finish names a stop string.
+ */
+async function reportsStopSequence(withEngine: WithEngine, traits: Pick<EngineTraits, "longRequest" | "stopSequence">): Promise<void> {
+  await withEngine(async (engine) => {
+    const { stop, reported, choices = 2 } = traits.stopSequence;
+    const long = (overrides: Partial<GenerationRequest> = {}) => contractRequest({ ...traits.longRequest, ...overrides });
+    const sampling = long().sampling;
+    /** Each choice's text and finish, for `stops`. */
+    const reply = async (stops: string[]) => {
+      const generation = (await engine.prepare(long({ choices, maxTokens: 40, sampling: { ...sampling, stop: stops } }))).start(new AbortController().signal);
+      const parts = await collect(generation);
+      const finishes = assertFinishes(parts, choices, generation);
+      const texts = finishes.map(({ choice }) => parts.map((part) => (part.type === "text-delta" && part.choice === choice ? part.text : "")).join(""));
+      await untilIdle(engine);
+      return finishes.map((finish, choice) => ({ finish, text: texts[choice]! }));
+    };
+    const stopped = await reply([NEVER_WRITTEN, stop]);
+    for (const { finish, text } of stopped) {
+      assert.equal(finish.reason, "stop", `choice ${finish.choice} ends on ${JSON.stringify(stop)}: ${JSON.stringify(text)}`);
+      if (reported) assert.equal(finish.stopSequence, stop, `choice ${finish.choice} names the stop string met, as it was asked for`);
+      else assert.ok(!("stopSequence" in finish), `an engine that cannot tell names none: ${JSON.stringify(finish)}`);
+      assert.ok(!text.includes(stop), `nothing of the stop string is sent: ${JSON.stringify(text)}`);
+    }
+    // Asked for stop strings that it never writes: the same reply, longer, and no choice names one.
+    for (const [choice, { finish, text }] of (await reply([NEVER_WRITTEN])).entries()) {
+      assert.ok(!("stopSequence" in finish), `no stop string ended choice ${choice}: ${JSON.stringify(finish)}`);
+      assert.ok(text.startsWith(stopped[choice]!.text + stop), `the reply went on where the stop string cut it: ${JSON.stringify(text)}`);
+    }
+  });
+}
+
+/**
+ * Registers only the stop sequence case, for an engine set up otherwise than its contract's
+ * (an upstream of another kind: each kind says the stop string met in its own field, or not at all).
+ */
+export function stopSequenceContract(name: string, makeEngine: () => Promise<EngineUnderTest>, traits: Pick<EngineTraits, "longRequest" | "stopSequence">): void {
+  describe(`engine contract: ${name}`, () => {
+    it("reports the stop sequence that ended a choice", () => reportsStopSequence(withEngineFrom(makeEngine), traits));
+  });
+}
+
+/**
+ * Registers the contract's cases for the engine `makeEngine` makes (a fresh one per case, not
+ * yet open: the cases open it).
+ */
+export function engineContract(name: string, makeEngine: () => Promise<EngineUnderTest>, traits: EngineTraits): void {
+  const long = (overrides: Partial<GenerationRequest> = {}) => contractRequest({ ...traits.longRequest, ...overrides });
+
+  const withEngine = withEngineFrom(makeEngine);
 
   describe(`engine contract: ${name}`, () => {
     it("is loading until open, then ready with its context length, and refuses work once closed", async () => {
@@ -203,6 +265,7 @@ export function engineContract(name: string, makeEngine: () => Promise<EngineUnd
         assert.ok(parts.some(carriesTokens), "something was generated");
         const [finish] = assertFinishes(parts, 1, generation);
         assert.ok(finish!.reason === "stop" || finish!.reason === "length", `a whole reply ends stop or length: ${finish!.reason}`);
+        assert.equal(finish!.stopSequence, undefined, "no stop string was asked for: none ended it");
         const usage = generation.usage();
         assert.equal(usage.source, traits.usageSource);
         assert.ok(usage.completionTokens >= 1 && usage.completionTokens <= prepared.maxTokens);
@@ -255,6 +318,8 @@ export function engineContract(name: string, makeEngine: () => Promise<EngineUnd
         });
       });
     }
+
+    it("reports the stop sequence that ended a choice", () => reportsStopSequence(withEngine, traits));
 
     it("stops when the consumer stops reading, with usage final and its slot back", async () => {
       await withEngine(async (engine) => {

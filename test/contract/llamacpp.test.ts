@@ -35,5 +35,7 @@ engineContract(
     cutUsageSource: "counted",
     promptCount: "exact",
     longRequest: { sampling: { temperature: 0, topP: 1, frequencyPenalty: 0, presencePenalty: 0, stop: [], logitBias: new Map([[END_OF_TEXT, -100]]) } },
+    // The greedy reply begins "is an amazing for a while. All the …".
+    stopSequence: { stop: ".", reported: true },
   },
 );

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { request } from "undici";
-import { FaultUpstream } from "./fault-upstream.ts";
+import { answerOf, FAULT_END_OF_TEXT_ID, FaultUpstream } from "./fault-upstream.ts";
 
 const chat = (stream: boolean) => ({ model: "fault-model", messages: [{ role: "user", content: "hi" }], stream, stream_options: stream ? { include_usage: true } : undefined });
 
@@ -85,4 +85,42 @@ describe("FaultUpstream", () => {
     assert.equal((await request(`${upstream.origin}/health`)).statusCode, 503);
     upstream.healthy = true;
   });
+});
+
+describe("FaultUpstream's stop strings", () => {
+  it("cuts an answer before the first stop string met, over pieces too, within max_tokens", () => {
+    const story = ["Once", " upon", " a", " time"];
+    assert.deepEqual(answerOf(story, undefined, []), { pieces: story, generated: 4, finishReason: "stop" });
+    assert.deepEqual(answerOf(story, 2, []), { pieces: ["Once", " upon"], generated: 2, finishReason: "length" });
+    assert.deepEqual(answerOf(story, undefined, [" a", "time"]), { pieces: ["Once", " upon"], generated: 3, finishReason: "stop", stopMet: " a" });
+    // Met across two pieces: the first piece's part of it is held back too.
+    assert.deepEqual(answerOf(story, undefined, ["on a"]), { pieces: ["Once", " up"], generated: 3, finishReason: "stop", stopMet: "on a" });
+    // Whichever comes first: the limit here.
+    assert.deepEqual(answerOf(story, 2, [" time"]), { pieces: ["Once", " upon"], generated: 2, finishReason: "length" });
+  });
+
+  const choicesOf = (text: string) =>
+    text
+      .split("\n\n")
+      .filter((event) => event.startsWith("data: {"))
+      .flatMap((event) => (JSON.parse(event.slice(6)) as { choices: Record<string, unknown>[] }).choices);
+  const finishOf = (text: string) => choicesOf(text).find((choice) => choice.finish_reason !== null);
+  const contentOf = (text: string) => choicesOf(text).map((choice) => (choice.delta as { content?: string }).content ?? "").join("");
+
+  for (const [field, ownEnd] of [["stop_reason", null], ["matched_stop", FAULT_END_OF_TEXT_ID]] as const) {
+    it(`names the stop string met in ${field}, streamed and not; an answer that ends otherwise says ${String(ownEnd)}`, async () => {
+      const upstream = await FaultUpstream.start({ stopField: field });
+      try {
+        const stopped = await post(upstream, { ...chat(true), stop: ["!", "zzz"] });
+        assert.equal(contentOf(stopped.text), "Hello there", "the stop string is not sent");
+        assert.deepEqual(finishOf(stopped.text), { index: 0, delta: {}, logprobs: null, finish_reason: "stop", [field]: "!" });
+        const whole = JSON.parse((await post(upstream, { ...chat(false), stop: "!" })).text) as { choices: Record<string, unknown>[] };
+        assert.equal(whole.choices[0]!.message && (whole.choices[0]!.message as { content: string }).content, "Hello there");
+        assert.equal(whole.choices[0]![field], "!");
+        assert.equal(finishOf((await post(upstream, chat(true))).text)?.[field], ownEnd);
+      } finally {
+        await upstream.close();
+      }
+    });
+  }
 });

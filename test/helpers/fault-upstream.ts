@@ -7,6 +7,9 @@
  *
  * A request for `n` > 1 choices gets `n` copies of the answer, their chunks interleaved piece by
  * piece (choice 0's first piece, choice 1's first piece, …), as vLLM sends parallel choices.
+ * Asked to (`honourStop`, `stopField`), it ends an answer at the first of the request's `stop`
+ * strings met and names it on the finishing chunk, as vLLM (`stop_reason`) and SGLang
+ * (`matched_stop`) do.
  *
  * It records the chat requests it received (their bodies) and tells whether the client closed a request's
  * connection before the answer was complete (to check that cancellation reaches the upstream).
@@ -64,7 +67,22 @@ export type FaultUpstreamOptions = {
    * finishing `length` when that cut the answer, as a real server does (default: the whole text).
    */
   honourMaxTokens?: boolean;
+  /**
+   * Ends the answer before the first of the request's `stop` strings its text meets (which is
+   * not sent, nor anything after it), finishing `stop`, as a real server does (default: `stop`
+   * is ignored). Implied by `stopField`.
+   */
+  honourStop?: boolean;
+  /**
+   * The field of each finishing choice that says why it stopped, as one kind does: vLLM's
+   * `stop_reason` (the stop string met, else null) or SGLang's `matched_stop` (the stop string
+   * met, else the id of the end-of-text token that ended it, a number). Default: none (OpenAI, Ollama, llama-server).
+   */
+  stopField?: "stop_reason" | "matched_stop";
 };
+
+/** SGLang's `matched_stop` for a reply its model ended itself: the end-of-text token's id (Qwen's, as recorded). */
+export const FAULT_END_OF_TEXT_ID = 151645;
 
 const DEFAULT_TEXT = ["Hello", " there", "!"];
 const PROMPT_TOKENS = 7;
@@ -199,11 +217,18 @@ export class FaultUpstream {
     const id = `chatcmpl-fault-${this.requests.length}`;
     const whole = (step.kind === "complete" ? step.text : undefined) ?? this.#options.text ?? DEFAULT_TEXT;
     const limit = this.#options.honourMaxTokens === true ? (body.max_completion_tokens ?? body.max_tokens) : undefined;
-    const text = typeof limit === "number" && limit < whole.length ? whole.slice(0, limit) : whole;
-    const finishReason = text.length < whole.length ? "length" : "stop";
+    const stops = this.#options.honourStop === true || this.#options.stopField !== undefined ? stopsOf(body.stop) : [];
+    const { pieces: text, generated, finishReason, stopMet } = answerOf(whole, typeof limit === "number" ? limit : undefined, stops);
+    /** The finishing choice's `stopField`, when the server says one. */
+    const stopFields = (reason: string): Record<string, unknown> => {
+      const field = this.#options.stopField;
+      if (field === undefined) return {};
+      if (reason !== "stop") return { [field]: null };
+      return { [field]: stopMet ?? (field === "matched_stop" ? FAULT_END_OF_TEXT_ID : null) };
+    };
     const choices = typeof body.n === "number" && Number.isInteger(body.n) && body.n > 1 ? body.n : 1;
     const indexes = Array.from({ length: choices }, (_, index) => index);
-    const completionTokens = text.length * choices;
+    const completionTokens = generated * choices;
     const usage = { prompt_tokens: PROMPT_TOKENS, completion_tokens: completionTokens, total_tokens: PROMPT_TOKENS + completionTokens };
     if (body.stream !== true) {
       if (step.kind === "complete" && step.firstTokenDelayMs) await sleep(step.firstTokenDelayMs);
@@ -214,7 +239,7 @@ export class FaultUpstream {
         object: "chat.completion",
         created: 0,
         model: this.#model,
-        choices: indexes.map((index) => ({ index, message: { role: "assistant", content: text.join("") }, logprobs: null, finish_reason: finishReason })),
+        choices: indexes.map((index) => ({ index, message: { role: "assistant", content: text.join("") }, logprobs: null, finish_reason: finishReason, ...stopFields(finishReason) })),
         usage,
       });
     }
@@ -225,7 +250,7 @@ export class FaultUpstream {
       object: "chat.completion.chunk",
       created: 0,
       model: this.#model,
-      choices: [{ index, delta, logprobs: null, finish_reason: finishReason }],
+      choices: [{ index, delta, logprobs: null, finish_reason: finishReason, ...(finishReason !== null ? stopFields(finishReason) : {}) }],
     });
     const write = (data: string) => new Promise<void>((resolve) => (response.destroyed ? resolve() : response.write(`data: ${data}\n\n`, () => resolve())));
     for (const index of indexes) await write(JSON.stringify(chunk({ role: "assistant", content: "" }, null, index)));
@@ -259,6 +284,40 @@ export class FaultUpstream {
     await write("[DONE]");
     endByServer(false);
   }
+}
+
+/** The request's stop strings (`stop` is a string or an array of them). */
+function stopsOf(stop: unknown): string[] {
+  const given = typeof stop === "string" ? [stop] : Array.isArray(stop) ? stop : [];
+  return given.filter((item): item is string => typeof item === "string" && item !== "");
+}
+
+/**
+ * What a server answers with `whole`'s pieces (one token each): at most `limit` of them, and
+ * only the text before the first of `stops` met (held back over pieces, as servers hold back a
+ * partial stop string). `generated`: the pieces the model made (a stop string's among them).
+ */
+export function answerOf(whole: readonly string[], limit: number | undefined, stops: readonly string[]): { pieces: string[]; generated: number; finishReason: "stop" | "length"; stopMet?: string } {
+  let joined = "";
+  for (let count = 0; count < whole.length; count++) {
+    if (limit !== undefined && count >= limit) return { pieces: whole.slice(0, count), generated: count, finishReason: "length" };
+    joined += whole[count];
+    let met: { index: number; stop: string } | undefined;
+    for (const stop of stops) {
+      const index = joined.indexOf(stop);
+      if (index !== -1 && (met === undefined || index < met.index)) met = { index, stop };
+    }
+    if (met === undefined) continue;
+    const pieces: string[] = [];
+    let left = met.index;
+    for (const piece of whole.slice(0, count + 1)) {
+      if (left <= 0) break;
+      pieces.push(piece.slice(0, left));
+      left -= piece.length;
+    }
+    return { pieces, generated: count + 1, finishReason: "stop", stopMet: met.stop };
+  }
+  return { pieces: [...whole], generated: whole.length, finishReason: "stop" };
 }
 
 function readBody(request: http.IncomingMessage): Promise<string> {

@@ -35,6 +35,12 @@ export type ScriptStep =
   | { text: string; logprobs?: TokenLogprob[] }
   | { reasoning: string }
   | { toolCall: { id: string; name: string; arguments: string[] } }
+  /**
+   * The model writes `stopSequence` here (one token): when the request's `stop` holds it, the
+   * choice ends there, as a real engine's does, with reason `stop` and a `finish` naming it (the
+   * text is not sent); otherwise it is a text delta like any other and the script goes on.
+   */
+  | { stopSequence: string }
   | { waitMs: number }
   /** Waits until `release()` is called on the script's gate (for tests that act mid-stream). */
   | { gate: FakeGate }
@@ -199,7 +205,7 @@ export class FakeEngine implements Engine {
           if (extra === undefined) break;
           leases.push(extra);
         }
-        const choiceParts = (choice: number) => runScript(scripts[Math.min(choice, scripts.length - 1)]!, choice, counts[choice]!, promptTokens, maxTokens, stop);
+        const choiceParts = (choice: number) => runScript(scripts[Math.min(choice, scripts.length - 1)]!, choice, counts[choice]!, promptTokens, maxTokens, request.sampling.stop, stop);
         let nextChoice = 0;
         /** The choices running now, one per slot held: each gives a part in turn. */
         const lanes = leases.map((lease) => ({ lease, parts: nextChoice < request.choices ? choiceParts(nextChoice++) : undefined }));
@@ -240,16 +246,21 @@ export class FakeEngine implements Engine {
   }
 }
 
-/** One choice's script as parts, ending with its `finish`; counts its tokens into `count` as they are made. */
+/**
+ * One choice's script as parts, ending with its `finish`; counts its tokens into `count` as they
+ * are made. `stops`: the request's stop sequences (a `stopSequence` step among them ends the choice).
+ */
 async function* runScript(
   script: ChoiceScript,
   choice: number,
   count: { completion: number; reasoning: number },
   promptTokens: number,
   maxTokens: number,
+  stops: readonly string[],
   signal: AbortSignal,
 ): AsyncGenerator<StreamPart> {
   let reason: "stop" | "length" | "tool_calls" | "content_filter" | "cancelled" = script.finish ?? "stop";
+  let stopSequence: string | undefined;
   let toolIndex = 0;
   for (const step of script.steps) {
     if (signal.aborted) {
@@ -263,6 +274,14 @@ async function* runScript(
     if ("text" in step) {
       count.completion++;
       yield step.logprobs === undefined ? { type: "text-delta", choice, text: step.text } : { type: "text-delta", choice, text: step.text, logprobs: step.logprobs };
+    } else if ("stopSequence" in step) {
+      count.completion++;
+      if (stops.includes(step.stopSequence)) {
+        reason = "stop";
+        stopSequence = step.stopSequence;
+        break;
+      }
+      yield { type: "text-delta", choice, text: step.stopSequence };
     } else if ("reasoning" in step) {
       count.completion++;
       count.reasoning++;
@@ -286,5 +305,6 @@ async function* runScript(
     }
   }
   if (signal.aborted) reason = "cancelled";
-  yield { type: "finish", choice, reason, usage: { promptTokens, cachedPromptTokens: 0, completionTokens: count.completion } };
+  const usage = { promptTokens, cachedPromptTokens: 0, completionTokens: count.completion };
+  yield reason === "stop" && stopSequence !== undefined ? { type: "finish", choice, reason, usage, stopSequence } : { type: "finish", choice, reason, usage };
 }

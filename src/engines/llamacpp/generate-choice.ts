@@ -2,7 +2,8 @@
  * One choice of a chat completion on one context sequence: reuse the cached prompt prefix,
  * evaluate the rest, sample token by token (temperature, top-p, seed, penalties, logit bias),
  * turn tokens into text deltas (stop sequences held back), attach log probabilities when asked,
- * and end with a `finish` part that carries the exact usage. Cancellation is checked after every token.
+ * and end with a `finish` part that carries the exact usage and the request's stop sequence that
+ * ended it, if one did. Cancellation is checked after every token.
  */
 import { randomInt, randomUUID } from "node:crypto";
 import fs from "node:fs/promises";
@@ -60,6 +61,17 @@ export function toTokenBias(model: LlamaModel, logitBias: ReadonlyMap<number, nu
 }
 
 /**
+ * node-llama-cpp's `topK` for the request's `top_k` vendor field: the K likeliest tokens only, 0
+ * or less for no truncation (the whole vocabulary; vLLM spells that -1, llama.cpp 0). Without the
+ * field nothing is given, so node-llama-cpp's own default (40) applies, as it always has here.
+ */
+export function topKOption(request: GenerationRequest): { topK?: number } {
+  const topK = request.vendor?.top_k;
+  if (typeof topK !== "number" || !Number.isFinite(topK)) return {};
+  return { topK: Math.max(0, Math.floor(topK)) };
+}
+
+/**
  * The sampling options for one choice. OpenAI's penalties map onto llama.cpp's penalties sampler
  * with the multiplicative repeat penalty off (1): each token that appeared in the last
  * `PENALTY_WINDOW_TOKENS` generated tokens has `presence_penalty` subtracted from its logit once
@@ -73,6 +85,7 @@ function evaluateOptions(input: ChoiceInput, generated: readonly Token[]): Seque
     temperature: sampling.temperature,
     // Always given: node-llama-cpp's own default is 0.95, OpenAI's (and ours) 1, no truncation.
     topP: sampling.topP,
+    ...topKOption(input.request),
     seed: choiceSeed(sampling.seed, input.choice),
     // Each choice walks the grammar on its own.
     grammarEvaluationState: input.plan.grammar && new LlamaGrammarEvaluationState({ model: input.model, grammar: input.plan.grammar }),
@@ -191,7 +204,9 @@ export async function* generateChoice(input: ChoiceInput): AsyncGenerator<Stream
     if (text.stopped) reason = "stop";
     if (reason === "stop" && reply.calls > 0) reason = "tool_calls";
   }
-  yield { type: "finish", choice, reason, usage: { ...usage } };
+  // Named only when one of the request's own stop strings ended it (not the template's end-of-turn text).
+  const stopSequence = reason === "stop" && text.stoppedBy !== undefined && request.sampling.stop.includes(text.stoppedBy) ? text.stoppedBy : undefined;
+  yield { type: "finish", choice, reason, usage: { ...usage }, ...(stopSequence !== undefined ? { stopSequence } : {}) };
 }
 
 /**

@@ -1,7 +1,8 @@
 /**
  * The embedded engine on a real model (llama-2-tiny-random, which never ends on its own):
- * an aborted generation stops within a token or two and frees its slot; a file that is not
- * a GGUF leaves the model unavailable with a message an operator can act on.
+ * an aborted generation stops within a token or two and frees its slot; the `top_k` vendor field
+ * truncates sampling; a file that is not a GGUF leaves the model unavailable with a message an
+ * operator can act on.
  */
 import assert from "node:assert/strict";
 import fs from "node:fs";
@@ -12,6 +13,7 @@ import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { StreamPart } from "../engine.ts";
 import { LlamaCppEngine } from "./llamacpp-engine.ts";
+import { topKOption } from "./generate-choice.ts";
 import { createRuntimeLoader } from "./runtime.ts";
 import { loadTestEngine, sharedModel } from "./test-engine.ts";
 
@@ -77,6 +79,27 @@ describe("the llama.cpp engine", () => {
     for await (const part of next.parts) if (part.type === "finish") reason = part.reason;
     assert.equal(reason, "length");
     assert.equal(next.usage().completionTokens, 5);
+  });
+
+  it("honours top_k: with 1, sampling hot at any seed writes the greedy reply; without it, not", async () => {
+    assert.ok(engine.capabilities().vendorFields.includes("top_k"), "top_k is a vendor field the engine takes");
+    const reply = async (temperature: number, seed: number, vendor?: Record<string, unknown>) => {
+      const generation = (await engine.prepare({ ...request, sampling: { ...request.sampling, temperature, seed }, maxTokens: 16, ...(vendor !== undefined ? { vendor } : {}) })).start(new AbortController().signal);
+      let text = "";
+      for await (const part of generation.parts) if (part.type === "text-delta") text += part.text;
+      return text;
+    };
+    const greedy = await reply(0, 1);
+    assert.ok(greedy.length > 0);
+    for (const seed of [1, 2, 3]) assert.equal(await reply(1.5, seed, { top_k: 1 }), greedy, `seed ${seed}: only the likeliest token is ever sampled`);
+    // The same seeds without it sample from more than the likeliest token (this model's top tokens are close).
+    const unrestricted: string[] = [];
+    for (const seed of [1, 2, 3]) unrestricted.push(await reply(1.5, seed));
+    assert.ok(unrestricted.some((text) => text !== greedy), `without top_k the hot replies differ from the greedy one: ${JSON.stringify(unrestricted)}`);
+    // 0 or less is no truncation (llama.cpp's 0, vLLM's -1); without the field node-llama-cpp's default stands.
+    assert.deepEqual(topKOption({ ...request, vendor: { top_k: -1 } }), { topK: 0 });
+    assert.deepEqual(topKOption({ ...request, vendor: { top_k: 5 } }), { topK: 5 });
+    assert.deepEqual(topKOption(request), {});
   });
 
   it("keeps nothing of a finished generation (no listener left on a never-aborted signal)", async () => {

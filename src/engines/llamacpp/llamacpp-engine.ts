@@ -45,13 +45,14 @@ import { RuntimeUnavailableError } from "./runtime.ts";
 const MIN_REUSED_PREFIX = 16;
 
 /**
- * Text in, text out, every chat parameter and custom tools with their grammars enforced in any
- * tool choice, no vendor fields (node-llama-cpp 3.22 cannot load vision projectors).
+ * Text in (node-llama-cpp 3.22 cannot load vision projectors), text out, every chat parameter and
+ * custom tools with their grammars enforced in any tool choice; of the vendor fields, `top_k`
+ * (node-llama-cpp's own `topK` sampler: see `topKOption`).
  */
 const LLAMACPP_CAPABILITIES: EngineCapabilities = {
   supportedParameters: [...CHAT_PARAMETERS, ...CUSTOM_TOOL_CAPABILITIES],
   inputModalities: ["text"],
-  vendorFields: [],
+  vendorFields: ["top_k"],
 };
 
 export type LlamaCppEngineOptions = {

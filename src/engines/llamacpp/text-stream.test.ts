@@ -121,6 +121,7 @@ describe("TextStream", () => {
     const result = run([1, 2, 3, 4], ["!", " world", ","]);
     assert.equal(result.text, "Hello");
     assert.equal(result.stream.stopped, true);
+    assert.equal(result.stream.stoppedBy, ",", "the stop sequence met is the earliest in the text");
   });
 
   it("lets an earlier short stop win over a longer one still being held", () => {
@@ -128,6 +129,17 @@ describe("TextStream", () => {
     const result = run([1, 5, 6, 7], [" END", "EN"]);
     assert.equal(result.text, "Hello ");
     assert.equal(result.stoppedAt, 2);
+    assert.equal(result.stream.stoppedBy, "EN");
+  });
+
+  it("names the stop sequence that ended it, as given (split over tokens too); none when none did", () => {
+    assert.equal(run([1, 5, 6, 7, 8], [" END"]).stream.stoppedBy, " END");
+    assert.equal(run([13, 20, 21, 3], ["é"]).stream.stoppedBy, "é");
+    // Two met at one place in one token: the first given wins.
+    assert.equal(run([1, 3], [" wor", " w"]).stream.stoppedBy, " wor");
+    assert.equal(run([1, 3], [" w", " wor"]).stream.stoppedBy, " w");
+    assert.equal(run([1, 2, 3, 4], ["zzz"]).stream.stoppedBy, undefined);
+    assert.equal(run([1, 5, 6, 9], [" END"]).stream.stoppedBy, undefined, "a held prefix that diverged ended nothing");
   });
 
   it("holds a two-byte character split over two tokens until it is complete", () => {

@@ -28,6 +28,8 @@ export class TextStream {
   /** Text decoded but held back because it may be the start of a stop sequence. */
   #held = "";
   #stopped = false;
+  /** The stop sequence found, once `stopped`. */
+  #stoppedBy: string | undefined;
   /** Characters decoded so far (sent, held back, or cut at a stop sequence). */
   #produced = 0;
 
@@ -39,6 +41,11 @@ export class TextStream {
 
   get stopped(): boolean {
     return this.#stopped;
+  }
+
+  /** The stop sequence that ended the stream (as given, the earliest in the text), once `stopped`. */
+  get stoppedBy(): string | undefined {
+    return this.#stoppedBy;
   }
 
   /**
@@ -72,10 +79,10 @@ export class TextStream {
     }
     this.#held = "";
     // A stop sequence may still complete inside the flushed tail.
-    const cut = this.#findStop(text);
-    if (cut !== -1) {
-      this.#stopped = true;
-      return text.slice(0, cut);
+    const found = this.#findStop(text);
+    if (found !== undefined) {
+      this.#stop(found.stop);
+      return text.slice(0, found.index);
     }
     return text;
   }
@@ -87,23 +94,28 @@ export class TextStream {
 
   #accept(text: string): TextStreamStep {
     const buffer = this.#held + text;
-    const cut = this.#findStop(buffer);
-    if (cut !== -1) {
+    const found = this.#findStop(buffer);
+    if (found !== undefined) {
       this.#held = "";
-      this.#stopped = true;
-      return { text: buffer.slice(0, cut), stopped: true };
+      this.#stop(found.stop);
+      return { text: buffer.slice(0, found.index), stopped: true };
     }
     const keep = this.#partialStopSuffix(buffer);
     this.#held = buffer.slice(buffer.length - keep);
     return { text: buffer.slice(0, buffer.length - keep), stopped: false };
   }
 
-  /** Index of the earliest stop sequence in `text`, or -1. */
-  #findStop(text: string): number {
-    let earliest = -1;
+  #stop(stop: string): void {
+    this.#stopped = true;
+    this.#stoppedBy = stop;
+  }
+
+  /** The earliest stop sequence in `text` and where it starts (at a tie, the first given); undefined when none is. */
+  #findStop(text: string): { index: number; stop: string } | undefined {
+    let earliest: { index: number; stop: string } | undefined;
     for (const stop of this.#stops) {
       const index = text.indexOf(stop);
-      if (index !== -1 && (earliest === -1 || index < earliest)) earliest = index;
+      if (index !== -1 && (earliest === undefined || index < earliest.index)) earliest = { index, stop };
     }
     return earliest;
   }

@@ -79,6 +79,57 @@ test("cancel ends unfinished choices as cancelled with what was counted; finishe
   assert.deepEqual(chunks.usage(), { source: "estimated", promptTokens: 50, cachedPromptTokens: 0, completionTokens: 3 });
 });
 
+/** The finishes a stream of `chunks` ends with, read for a kind whose finishing chunks name the stop string in `field`. */
+function finishesOf(field: "stop_reason" | "matched_stop" | undefined, stop: string[], chunks: unknown[], choices = 1) {
+  const reader = new ChunkReader({ choices, promptTokens: 50, logprobs: false, ...(field !== undefined ? { stopSequenceField: field, stop } : {}) });
+  for (const chunk of chunks) reader.read(chunk);
+  return reader.end().map((part) => (part.type === "finish" ? { choice: part.choice, reason: part.reason, stopSequence: part.stopSequence } : part));
+}
+
+test("vLLM's stop_reason names the stop string that ended a choice; a token id, null or another kind's field names none", () => {
+  const stop = ["\n\n", "THE END"];
+  const text = delta({ content: "Once" });
+  assert.deepEqual(finishesOf("stop_reason", stop, [text, delta({}, { finish_reason: "stop", stop_reason: "THE END" })]), [{ choice: 0, reason: "stop", stopSequence: "THE END" }]);
+  // A stop token's id, or null for the model's own end of text.
+  assert.deepEqual(finishesOf("stop_reason", stop, [text, delta({}, { finish_reason: "stop", stop_reason: 128009 })]), [{ choice: 0, reason: "stop", stopSequence: undefined }]);
+  assert.deepEqual(finishesOf("stop_reason", stop, [text, delta({}, { finish_reason: "stop", stop_reason: null })]), [{ choice: 0, reason: "stop", stopSequence: undefined }]);
+  // Not one of the request's stop strings: not repeated.
+  assert.deepEqual(finishesOf("stop_reason", stop, [text, delta({}, { finish_reason: "stop", stop_reason: "</s>" })]), [{ choice: 0, reason: "stop", stopSequence: undefined }]);
+  // Only a `stop` names one.
+  assert.deepEqual(finishesOf("stop_reason", stop, [text, delta({}, { finish_reason: "length", stop_reason: "THE END" })]), [{ choice: 0, reason: "length", stopSequence: undefined }]);
+  // A kind that does not say (llama-server, Ollama, OpenAI): whatever a chunk carries, no finish names one.
+  assert.deepEqual(finishesOf(undefined, stop, [text, delta({}, { finish_reason: "stop", stop_reason: "THE END", matched_stop: "THE END" })]), [{ choice: 0, reason: "stop", stopSequence: undefined }]);
+  assert.deepEqual(finishesOf("matched_stop", stop, [text, delta({}, { finish_reason: "stop", stop_reason: "THE END" })]), [{ choice: 0, reason: "stop", stopSequence: undefined }]);
+});
+
+test("SGLang's matched_stop names the stop string that ended each choice; its end-of-text token id names none", () => {
+  const finishes = finishesOf(
+    "matched_stop",
+    ["."],
+    [
+      { choices: [{ index: 0, delta: { content: "a" } }, { index: 1, delta: { content: "b" } }] },
+      { choices: [{ index: 1, delta: { content: "" }, finish_reason: "stop", matched_stop: "." }] },
+      { choices: [{ index: 0, delta: { content: "" }, finish_reason: "stop", matched_stop: 151645 }] },
+    ],
+    2,
+  );
+  assert.deepEqual(finishes, [
+    { choice: 0, reason: "stop", stopSequence: undefined },
+    { choice: 1, reason: "stop", stopSequence: "." },
+  ]);
+});
+
+test("a choice that finished on a stop string keeps it when the rest is cancelled; the finish has no stopSequence key otherwise", () => {
+  const chunks = new ChunkReader({ choices: 2, promptTokens: 50, logprobs: false, stopSequenceField: "stop_reason", stop: ["!"] });
+  chunks.read({ choices: [{ index: 0, delta: { content: "a" } }, { index: 1, delta: { content: "b" }, finish_reason: "stop", stop_reason: "!" }] });
+  const [first, second] = chunks.cancel();
+  assert.ok(first?.type === "finish" && second?.type === "finish");
+  assert.equal(first.reason, "cancelled");
+  assert.ok(!("stopSequence" in first), "no key where there is nothing to say");
+  assert.equal(second.reason, "stop");
+  assert.equal(second.stopSequence, "!");
+});
+
 test("usage on the finishing chunk (older llama-server) is the final count", () => {
   const chunks = reader();
   chunks.read(delta({ content: "hi" }));

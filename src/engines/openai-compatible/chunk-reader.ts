@@ -12,6 +12,9 @@
  * - Log probabilities may lack `bytes` (null): they are the UTF-8 bytes of the token's text.
  * - Usage comes as a last chunk with `choices: []`, on every chunk (vLLM's continuous usage), on
  *   the finishing chunk (older llama-server), or never (a cut stream).
+ * - The stop string that ended a choice comes, from the kinds that say it, on the finishing chunk
+ *   (vLLM's `stop_reason`, SGLang's `matched_stop`: see `stopSequenceField` in `dialects.ts`); a
+ *   finish names it only when it is one of the request's stop strings.
  *
  * Usage is what the upstream reported at the end (`upstream`); else, for a stream cut short, the
  * larger of the last running count it reported and what this reader counted (`estimated`: a chunk
@@ -50,6 +53,10 @@ export type ChunkReaderOptions = {
   logprobs: boolean;
   /** Makes ids for tool calls that came without one. */
   newCallId?: () => string;
+  /** The field of a finishing choice naming the stop string met (the kind's `stopSequenceField`); undefined: none is read. */
+  stopSequenceField?: "stop_reason" | "matched_stop";
+  /** The request's stop strings: the only values of that field a finish repeats. */
+  stop?: readonly string[];
 };
 
 type CallState = { id: string; name: string | undefined; upstreamIndex: number | undefined; started: boolean; pending: string };
@@ -57,6 +64,8 @@ type CallState = { id: string; name: string | undefined; upstreamIndex: number |
 type ChoiceState = {
   calls: CallState[];
   reason: EngineFinishReason | undefined;
+  /** The request's stop string the upstream said ended the choice (only with reason `stop`). */
+  stopSequence: string | undefined;
   /** Tokens counted from what was seen (estimate). */
   counted: number;
 };
@@ -153,7 +162,7 @@ export class ChunkReader {
 
   constructor(options: ChunkReaderOptions) {
     this.#options = options;
-    this.#choices = Array.from({ length: options.choices }, () => ({ calls: [], reason: undefined, counted: 0 }));
+    this.#choices = Array.from({ length: options.choices }, () => ({ calls: [], reason: undefined, stopSequence: undefined, counted: 0 }));
   }
 
   /** Whether any part was given out (the client may have seen it: the request can no longer be retried). */
@@ -198,7 +207,7 @@ export class ChunkReader {
 
   #readChoice(wire: unknown): StreamPart[] {
     if (typeof wire !== "object" || wire === null) return [];
-    const record = wire as { index?: unknown; delta?: unknown; finish_reason?: unknown; logprobs?: unknown };
+    const record = wire as { index?: unknown; delta?: unknown; finish_reason?: unknown; logprobs?: unknown; stop_reason?: unknown; matched_stop?: unknown };
     const index = record.index === undefined || record.index === null ? 0 : record.index;
     if (typeof index !== "number" || !Number.isInteger(index) || index < 0 || index >= this.#options.choices) {
       throw new UpstreamProtocolError(`The upstream sent a chunk for choice ${String(index)}; ${this.#options.choices} were asked for.`);
@@ -237,8 +246,18 @@ export class ChunkReader {
     if (reason !== undefined && state.reason === undefined) {
       parts.push(...this.#flushCalls(index, state));
       state.reason = reason;
+      if (reason === "stop") state.stopSequence = this.#stopSequence(record);
     }
     return parts;
+  }
+
+  /** The request's stop string a finishing choice names in the kind's field, if it names one. */
+  #stopSequence(record: { stop_reason?: unknown; matched_stop?: unknown }): string | undefined {
+    const field = this.#options.stopSequenceField;
+    if (field === undefined) return undefined;
+    const value = record[field];
+    // A number is a stop token's id (the end of text among them): no stop string.
+    return typeof value === "string" && (this.#options.stop ?? []).includes(value) ? value : undefined;
   }
 
   /** Finds the call a tool-call delta continues, or starts a new one. */
@@ -320,7 +339,9 @@ export class ChunkReader {
     const shares = shareOut(total.completionTokens, this.#choices.map((state) => state.counted));
     return this.#choices.flatMap((state, choice): StreamPart[] => {
       const usage: TokenUsage = { promptTokens: total.promptTokens, cachedPromptTokens: total.cachedPromptTokens, completionTokens: shares[choice]! };
-      return [...this.#flushCalls(choice, state), { type: "finish", choice, reason: reasonOf(state), usage }];
+      const reason = reasonOf(state);
+      const stopSequence = reason === "stop" ? state.stopSequence : undefined;
+      return [...this.#flushCalls(choice, state), { type: "finish", choice, reason, usage, ...(stopSequence !== undefined ? { stopSequence } : {}) }];
     });
   }
 

@@ -107,7 +107,10 @@ export class GrammarReplyCall {
       case "finish": {
         if (part.reason === "cancelled" && !this.#started.has(part.choice)) return [part];
         const start = this.#start(part.choice);
-        return [...start, part.reason === "stop" ? { ...part, reason: "tool_calls" } : part];
+        if (part.reason !== "stop") return [...start, part];
+        // The reply is the call: it ends `tool_calls`, naming no stop sequence (those end only a `stop`).
+        const { stopSequence: _, ...call } = part;
+        return [...start, { ...call, reason: "tool_calls" }];
       }
       // A tool call cannot come (no tools were sent); anything else (reasoning) passes.
       default:

@@ -21,6 +21,21 @@
  *   or off.
  * - OpenAI: everything; `reasoning_effort` for reasoning models.
  *
+ * Which stop sequence ended a choice (`stopSequenceField`; Anthropic's `stop_sequence` needs it),
+ * read on the choice's finishing chunk and kept only when it is one of the request's `stop`
+ * strings (anything else, a token id above all, leaves the finish without one):
+ * - vLLM: `stop_reason` on each choice, streamed and not: the stop string met, a stop token's id
+ *   (a number), or null for the model's own end of text (its protocol: "The stop string or token
+ *   id that caused the completion to stop, None if the completion finished for some other reason
+ *   including encountering the EOS token").
+ * - SGLang: `matched_stop` on each choice, streamed and not: the stop string met, or the token id
+ *   that ended it (its end-of-text token too: `matched_stop: 151645` in `sglang-text.sse`).
+ * - llama-server: nothing. Its chat completions' finish chunk is `{"finish_reason":"stop",
+ *   "index":0,"delta":{}}` whether a stop string or end of text ended the reply
+ *   (`llama-server-stop-sequence.sse`; in its source `stopping_word` goes only into the native
+ *   `/completion` answer and its Anthropic `/v1/messages` one).
+ * - Ollama and OpenAI: nothing (`finish_reason: "stop"` either way).
+ *
  * Grammars (for custom tools' formats, see `custom-tool-plan.ts`): llama-server takes GBNF in
  * `grammar`; vLLM in `structured_outputs.grammar` (its xgrammar backend reads GBNF; older
  * releases spelled it `guided_grammar`, which later ones dropped: those are not served grammars
@@ -70,6 +85,11 @@ export type Dialect = {
    * `structured_outputs.grammar`); undefined: it takes none, so a custom tool's grammar cannot be enforced.
    */
   readonly grammarField: "grammar" | "structured_outputs" | "ebnf" | undefined;
+  /**
+   * The field of a finishing choice that names the stop string that ended it (see the file's
+   * comment); undefined: the kind does not say, so no finish names one.
+   */
+  readonly stopSequenceField: "stop_reason" | "matched_stop" | undefined;
 };
 
 const without = (...excluded: RequestParameter[]): RequestParameter[] => ALL_PARAMETERS.filter((parameter) => !excluded.includes(parameter));
@@ -86,6 +106,7 @@ export const DIALECTS: Readonly<Record<UpstreamKind, Dialect>> = {
     omitDefaultSampling: false,
     vendorFieldNames: {},
     grammarField: "structured_outputs",
+    stopSequenceField: "stop_reason",
   },
   sglang: {
     kind: "sglang",
@@ -98,6 +119,7 @@ export const DIALECTS: Readonly<Record<UpstreamKind, Dialect>> = {
     omitDefaultSampling: false,
     vendorFieldNames: {},
     grammarField: "ebnf",
+    stopSequenceField: "matched_stop",
   },
   "llama-server": {
     kind: "llama-server",
@@ -110,6 +132,7 @@ export const DIALECTS: Readonly<Record<UpstreamKind, Dialect>> = {
     omitDefaultSampling: false,
     vendorFieldNames: { repetition_penalty: "repeat_penalty" },
     grammarField: "grammar",
+    stopSequenceField: undefined,
   },
   ollama: {
     kind: "ollama",
@@ -122,6 +145,7 @@ export const DIALECTS: Readonly<Record<UpstreamKind, Dialect>> = {
     omitDefaultSampling: false,
     vendorFieldNames: {},
     grammarField: undefined,
+    stopSequenceField: undefined,
   },
   openai: {
     kind: "openai",
@@ -134,6 +158,7 @@ export const DIALECTS: Readonly<Record<UpstreamKind, Dialect>> = {
     omitDefaultSampling: true,
     vendorFieldNames: {},
     grammarField: undefined,
+    stopSequenceField: undefined,
   },
 };
 
@@ -152,6 +177,7 @@ export const COMMON_DIALECT: Dialect = {
   omitDefaultSampling: false,
   vendorFieldNames: {},
   grammarField: undefined,
+  stopSequenceField: undefined,
 };
 
 /** The dialect of a kind; the common one while the kind is unknown. */

@@ -11,7 +11,9 @@ import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { GenerationUsage, StreamPart } from "../engine.ts";
 import { decodeServerSentEvents, SseProtocolError } from "./sse-decoder.ts";
-import { ChunkReader, readServerSentEvent, UpstreamProtocolError, UpstreamStreamError } from "./chunk-reader.ts";
+import { ChunkReader, readServerSentEvent, UpstreamProtocolError, UpstreamStreamError, type ChunkReaderOptions } from "./chunk-reader.ts";
+import { DIALECTS } from "./dialects.ts";
+import type { UpstreamKind } from "./config-schema.ts";
 import { classifyStreamError } from "./upstream-errors.ts";
 
 const FIXTURES = join(import.meta.dirname, "__fixtures__");
@@ -45,11 +47,11 @@ async function* bytesOf(text: string): AsyncGenerator<Uint8Array> {
   for (let start = 0, size = 7; start < bytes.length; start += size, size = (size * 5) % 61 + 3) yield bytes.slice(start, start + size);
 }
 
-/** What the engine would make of a recorded stream. */
-async function run(text: string): Promise<{ summary: Summary; parts: StreamPart[] }> {
+/** What the engine would make of a recorded stream; `options`: more of the reader's (a kind's stop sequence field). */
+async function run(text: string, options: Partial<ChunkReaderOptions> = {}): Promise<{ summary: Summary; parts: StreamPart[] }> {
   const meta = metaOf(text);
   const ids = [...(meta.newCallIds ?? [])];
-  const reader = new ChunkReader({ choices: meta.choices, promptTokens: meta.promptTokens, logprobs: meta.logprobs, newCallId: () => ids.shift() ?? "call_made_up" });
+  const reader = new ChunkReader({ choices: meta.choices, promptTokens: meta.promptTokens, logprobs: meta.logprobs, newCallId: () => ids.shift() ?? "call_made_up", ...options });
   const parts: StreamPart[] = [];
   let ending = "cut";
   try {
@@ -270,4 +272,23 @@ test("the streams recorded from a real llama-server read whole: each choice fini
       assert.equal(summary.usage.completionTokens, reported.completion_tokens, file);
     }
   }
+});
+
+test("no recorded stream names a stop string: llama-server's says nothing of the one it met, SGLang's end-of-text id is none", async () => {
+  const index = JSON.parse(readFileSync(join(FIXTURES, "llama-server-index.json"), "utf8")) as { cases: { file: string; request: { body: { stop?: string[] } } }[] };
+  const kinds = Object.keys(DIALECTS) as UpstreamKind[];
+  let stopped = 0;
+  for (const file of fixtureFiles) {
+    const kind = kinds.find((candidate) => file.startsWith(`${candidate}-`))!;
+    const field = DIALECTS[kind].stopSequenceField;
+    const stop = index.cases.find((entry) => entry.file === file)?.request.body.stop ?? [];
+    const text = readFileSync(join(FIXTURES, file), "utf8");
+    const { parts } = await run(text, { ...(field !== undefined ? { stopSequenceField: field } : {}), stop });
+    for (const part of parts) {
+      if (part.type !== "finish") continue;
+      assert.equal(part.stopSequence, undefined, `${file}: choice ${part.choice}`);
+      if (stop.length > 0 && part.reason === "stop") stopped++;
+    }
+  }
+  assert.equal(stopped, 1, "llama-server-stop-sequence.sse ended on its stop string 'cat', and said only `stop`");
 });

@@ -267,6 +267,7 @@ export class OpenAiCompatibleEngine implements Engine {
             choices: request.choices,
             promptTokens,
             logprobs: request.logprobs !== undefined,
+            ...(dialect.stopSequenceField !== undefined ? { stopSequenceField: dialect.stopSequenceField, stop: request.sampling.stop } : {}),
             buffered: request.buffered === true,
             affinity,
             maxAttempts: this.#options.upstream.max_attempts,

@@ -42,6 +42,10 @@ export type UpstreamGenerationOptions = {
   /** The prompt bound `prepare` gave (the estimate's prompt when the upstream never says). */
   promptTokens: number;
   logprobs: boolean;
+  /** The kind's field naming the stop string that ended a choice (`Dialect.stopSequenceField`); undefined: it says none. */
+  stopSequenceField?: "stop_reason" | "matched_stop";
+  /** The request's stop strings (the only ones a finish may name). */
+  stop?: readonly string[];
   /** The caller sends nothing before the reply is whole: parts are held per attempt, and a failure mid-answer is retried. */
   buffered: boolean;
   /** The pool's affinity key for this request's prefix. */
@@ -125,7 +129,13 @@ function releasing(lease: PoolLease): (outcome: MemberOutcome) => void {
 export function startUpstreamGeneration(options: UpstreamGenerationOptions, signal: AbortSignal): RunningGeneration {
   const stop = AbortSignal.any([signal, options.closing]);
   const tried = new Set<string>();
-  const newReader = () => new ChunkReader({ choices: options.choices, promptTokens: options.promptTokens, logprobs: options.logprobs });
+  const newReader = () =>
+    new ChunkReader({
+      choices: options.choices,
+      promptTokens: options.promptTokens,
+      logprobs: options.logprobs,
+      ...(options.stopSequenceField !== undefined ? { stopSequenceField: options.stopSequenceField, stop: options.stop ?? [] } : {}),
+    });
   let reader = newReader();
   let sent = false;
   let consumed = false;
