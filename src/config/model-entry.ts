@@ -39,7 +39,7 @@ export const modelEntrySchema = z
     path: ["input_modalities"],
   })
   .refine((entry) => entry.upstream !== undefined || entry.vendor_fields === undefined || entry.vendor_fields.length === 0, {
-    message: "vendor fields pass through to upstream engines only; the embedded llama.cpp engine takes none",
+    message: "vendor_fields is for upstream engines, whose fields pass through as sent; the embedded llama.cpp engine takes top_k (node-llama-cpp's own sampler) and no other vendor field",
     path: ["vendor_fields"],
   })
   .refine((entry) => entry.chat_template_kwargs === undefined || (entry.upstream !== undefined && (entry.vendor_fields === undefined || entry.vendor_fields.includes("chat_template_kwargs"))), {
