@@ -105,6 +105,12 @@ export type GenerationRequest = {
    * The most completion tokens the caller allows; undefined means "as many as fit the context".
    */
   maxTokens?: number;
+  /**
+   * `maxTokens` is a ceiling, not a demand: the engine lowers it to what the context leaves after
+   * the prompt instead of refusing the request (Anthropic's `max_tokens`, which clients such as
+   * Claude Code set far above a small model's context). A prompt that leaves no room is still refused.
+   */
+  fitMaxTokens?: boolean;
   /** Undefined: free text. */
   responseFormat?: ResponseFormat;
   /** Undefined or empty: no tools. */
@@ -170,8 +176,13 @@ export type StreamPart =
   | { type: "tool-call-start"; choice: number; index: number; id: string; name: string }
   /** More of the call's arguments (JSON text); the deltas of one call concatenate to its arguments. */
   | { type: "tool-call-delta"; choice: number; index: number; argumentsDelta: string }
-  /** `usage`: this choice's tokens (the prompt counted once per request: see `RunningGeneration.usage`). */
-  | { type: "finish"; choice: number; reason: EngineFinishReason; usage: TokenUsage };
+  /**
+   * `usage`: this choice's tokens (the prompt counted once per request: see `RunningGeneration.usage`).
+   * `stopSequence`: the stop sequence (from the request's `stop`) that ended this choice; absent
+   * when it ended on the model's own end-of-generation token or for another reason, or when the
+   * engine cannot tell.
+   */
+  | { type: "finish"; choice: number; reason: EngineFinishReason; usage: TokenUsage; stopSequence?: string };
 
 export type TokenUsage = {
   promptTokens: number;
