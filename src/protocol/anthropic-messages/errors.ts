@@ -49,11 +49,16 @@ function typeOfStatus(status: number): AnthropicErrorType {
   return status >= 500 ? "api_error" : "invalid_request_error";
 }
 
-/** An `ApiError` as Anthropic answers it (headers such as `retry-after` kept). */
+/**
+ * An `ApiError` as Anthropic answers it (headers such as `retry-after` kept). Anthropic's body has
+ * no `param`: the field is named at the head of the message (`messages[0].content[1]: …`), as
+ * Anthropic's own messages do, unless the message quotes it already.
+ */
 export function anthropicErrorOf(error: ApiError): AnthropicError {
   const special = BY_CODE[error.code];
   const status = special?.status ?? error.status;
-  return { status, type: special?.type ?? typeOfStatus(status), message: `${special?.prefix ?? ""}${error.message}`, headers: error.headers };
+  const named = error.param !== null && !error.message.includes(error.param) ? `${error.param}: ${error.message}` : error.message;
+  return { status, type: special?.type ?? typeOfStatus(status), message: `${special?.prefix ?? ""}${named}`, headers: error.headers };
 }
 
 /** The error body (and a stream's `error` event). */

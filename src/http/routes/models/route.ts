@@ -3,7 +3,7 @@
  * request carrying `anthropic-version` (Claude Code's model discovery, the Anthropic SDKs'
  * `models.list`) is answered in Anthropic's shape, a page at a time.
  */
-import type { FastifyInstance, FastifyRequest, onRequestHookHandler } from "fastify";
+import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from "fastify";
 import { z } from "zod";
 import { describeModel, type Catalog, type CatalogModel } from "../../../catalog/catalog.ts";
 import {
@@ -30,14 +30,18 @@ function anthropicModelOf(model: CatalogModel): AnthropicModel {
 
 /** Anthropic's paging: `limit` (1 to 1000, 20 by default), after or before an id. Ignored in OpenAI's shape. */
 const anthropicPageQuery = z.object({
-  limit: z.coerce.number().int().min(1).max(1000).optional().describe("With `anthropic-version`: models per page, 1 to 1000 (default 20)."),
+  limit: z
+    .string()
+    .regex(/^([1-9]\d{0,2}|1000)$/, { error: "Expected a number from 1 to 1000." })
+    .optional()
+    .describe("With `anthropic-version`: models per page, 1 to 1000 (default 20)."),
   after_id: z.string().max(256).optional().describe("With `anthropic-version`: the page after this model id."),
   before_id: z.string().max(256).optional().describe("With `anthropic-version`: the page before this model id."),
 });
 
 /** One page of the catalog in Anthropic's shape (an id not in the catalog pages from the start or the end). */
 function anthropicPage(models: readonly CatalogModel[], query: z.output<typeof anthropicPageQuery>): AnthropicModelList {
-  const limit = query.limit ?? 20;
+  const limit = query.limit === undefined ? 20 : Number(query.limit);
   let start = 0;
   let end = models.length;
   if (query.after_id !== undefined) start = models.findIndex((model) => model.id === query.after_id) + 1;
@@ -63,11 +67,12 @@ export const listModelsOperation = defineOperation({
   query: anthropicPageQuery,
   example: { limit: "20" },
   success: { status: 200, description: "A list of `model` objects (with `anthropic-version`: Anthropic's page of models)." },
-  response: z.union([modelListSchema, anthropicModelListSchema]),
+  // OpenAI's list; Anthropic's (`AnthropicModelList`) to `anthropic-version`.
+  response: modelListSchema,
   errors: [],
   schemas: { Model: modelObjectSchema, ModelList: modelListSchema, AnthropicModel: anthropicModelSchema, AnthropicModelList: anthropicModelListSchema },
-  async handler(call, options: ModelsRouteOptions): Promise<ModelList | AnthropicModelList> {
-    if (speaksAnthropic(call.request)) return anthropicPage(options.catalog.list(), call.query());
+  async handler(call, options: ModelsRouteOptions): Promise<ModelList | FastifyReply> {
+    if (speaksAnthropic(call.request)) return call.reply.send(anthropicPage(options.catalog.list(), call.query()));
     return { object: "list", data: options.catalog.list().map(describeModel) };
   },
 });
@@ -81,13 +86,13 @@ export const retrieveModelOperation = defineOperation({
   summary: "One model of the catalog (in Anthropic's shape with an `anthropic-version` header).",
   auth: "key",
   success: { status: 200, description: "A `model` object." },
-  response: z.union([modelObjectSchema, anthropicModelSchema]),
+  response: modelObjectSchema,
   errors: ["model_not_found"],
   schemas: { Model: modelObjectSchema, AnthropicModel: anthropicModelSchema },
-  async handler({ params, request }, options: ModelsRouteOptions): Promise<ModelObject | AnthropicModel> {
+  async handler({ params, request, reply }, options: ModelsRouteOptions): Promise<ModelObject | FastifyReply> {
     // Fastify has decoded the path already (`%2F` included): decoding again broke ids holding `%`.
     const model = options.catalog.get(params.id);
-    return speaksAnthropic(request) ? anthropicModelOf(model) : describeModel(model);
+    return speaksAnthropic(request) ? reply.send(anthropicModelOf(model)) : describeModel(model);
   },
 });
 
