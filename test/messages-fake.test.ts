@@ -124,6 +124,24 @@ describe("Messages shapes on the fake engine", () => {
     assert.ok(failed instanceof Anthropic.APIError, String(failed));
   });
 
+  it("validates a large body (Claude Code's, with its tools and system prompt) in the body worker, refusing a bad one in Anthropic's shape", async () => {
+    const system = [{ type: "text", text: "You are an agent. ".repeat(20_000), cache_control: { type: "ephemeral" } }];
+    const tools = Array.from({ length: 20 }, (_, index) => ({ name: `tool_${index}`, description: "A tool.", input_schema: { type: "object", properties: { path: { type: "string" } } } }));
+    const body = { model: "fake", max_tokens: 32_000, system, tools, metadata: { user_id: "user_abc_account__session_123" }, messages: [{ role: "user", content: "Hi" }] };
+    assert.ok(JSON.stringify(body).length > 300 * 1024);
+    const answered = await postJson(`${server.url}/v1/messages?beta=true`, body, { ...headers(server.key), "anthropic-beta": "claude-code-20250219,interleaved-thinking-2025-05-14" });
+    assert.equal(answered.status, 200, answered.text);
+    assert.ok(messageSchema.safeParse(answered.body).success, answered.text);
+    const counted = await postJson(`${server.url}/v1/messages/count_tokens?beta=true`, { model: "fake", system, tools, messages: [{ role: "user", content: "Hi" }] }, headers(server.key));
+    assert.equal(counted.status, 200, counted.text);
+    assert.equal(counted.body.input_tokens, answered.body.usage.input_tokens + answered.body.usage.cache_read_input_tokens);
+    const refused = await postJson(`${server.url}/v1/messages`, { ...body, max_tokens: undefined }, headers(server.key));
+    assert.equal(refused.status, 400, refused.text);
+    assert.equal(refused.body.type, "error");
+    assert.equal(refused.body.error.type, "invalid_request_error");
+    assert.match(refused.body.error.message, /max_tokens/);
+  });
+
   it("answers a full queue with 529 overloaded_error and retry-after (the SDK's OverloadedError)", async () => {
     const running = client.messages.create({ model: "narrow", max_tokens: 10, messages: [{ role: "user", content: "Hi" }] });
     // Wait until the first request holds the only slot.
