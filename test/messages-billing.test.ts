@@ -19,6 +19,9 @@ import { backends, freshPostgresSchema } from "./helpers/databases.ts";
 import { billedExactly, costOfUsage, meteredKey } from "./helpers/metered.ts";
 import { startTestServer, storiesModel, temporaryDirectory, type TestServer } from "./helpers/server.ts";
 
+/** Greedy sampling (`temperature` 0): the Messages API takes it, though the newest SDK types no longer list it. */
+const GREEDY: object = { temperature: 0 };
+
 const pricing = { prompt: 1_000_000, cached_prompt: 500_000, completion: 2_000_000 };
 const CREDIT = 1_000_000;
 /** Enough for a prompt and what a 1,024-token context leaves (2 credits a completion token), far from 32,000 completion tokens. */
@@ -80,7 +83,7 @@ for (const backend of backends) {
       );
       await billedExactly(database, chatKey.accountId, CREDIT, pricing, 1);
       // The same prompt again: its prefix is in the engine's cache now.
-      const message = await clientOf(messagesKey.key).messages.create({ model: "story", max_tokens: 24, temperature: 0, messages: [{ role: "user", content: prompt }] });
+      const message = await clientOf(messagesKey.key).messages.create({ model: "story", max_tokens: 24, ...GREEDY, messages: [{ role: "user", content: prompt }] });
       const { records, balance } = await billedExactly(database, messagesKey.accountId, CREDIT, pricing, 1);
       const usage = message.usage;
       assert.ok((usage.cache_read_input_tokens ?? 0) > 0, "the repeated prompt was read from the cache");
@@ -94,7 +97,7 @@ for (const backend of backends) {
 
     it("bills a streamed message exactly, by its final usage", async () => {
       const { accountId, key } = await meteredKey(database, "funded");
-      const final = await clientOf(key).messages.stream({ model: "story", max_tokens: 24, temperature: 0, messages: [{ role: "user", content: `A streamed story ${backend}` }] }).finalMessage();
+      const final = await clientOf(key).messages.stream({ model: "story", max_tokens: 24, ...GREEDY, messages: [{ role: "user", content: `A streamed story ${backend}` }] }).finalMessage();
       const { records, balance } = await billedExactly(database, accountId, CREDIT, pricing, 1);
       assert.equal(records[0]!.completion_tokens, final.usage.output_tokens);
       assert.equal(records[0]!.prompt_tokens, final.usage.input_tokens + (final.usage.cache_read_input_tokens ?? 0));

@@ -13,6 +13,9 @@ import { checkMessageStream, errorBodySchema, messageSchema } from "./helpers/me
 import { parseSse } from "./helpers/sse-events.ts";
 import { postJson, startTestServer, type TestServer } from "./helpers/server.ts";
 
+/** Greedy sampling (`temperature` 0): the Messages API takes it, though the newest SDK types no longer list it. */
+const GREEDY: object = { temperature: 0 };
+
 type Params = Anthropic.MessageCreateParamsNonStreaming;
 type Message = Anthropic.Message;
 
@@ -78,7 +81,8 @@ async function create(params: Params, stream: boolean): Promise<Message> {
 
 /** The prompt's tokens, as `count_tokens` counts them for `params`. */
 async function counted(params: Params): Promise<number> {
-  const { max_tokens: _max, stop_sequences: _stop, temperature: _temperature, ...prompt } = params;
+  const { max_tokens: _max, stop_sequences: _stop, ...prompt } = params as Params & { temperature?: number };
+  delete prompt.temperature;
   return (await client.messages.countTokens(prompt as Anthropic.MessageCountTokensParams)).input_tokens;
 }
 
@@ -96,7 +100,7 @@ describe("messages.create and messages.stream on stories260K", () => {
     const mode = stream ? "streamed" : "not streamed";
 
     it(`answers a text prompt (${mode}): Anthropic's message, the max_tokens stop, the prompt counted exactly as count_tokens counts it`, async () => {
-      const params: Params = { model: "stories260K", max_tokens: 16, temperature: 0, messages: [{ role: "user", content: "Once upon a time" }] };
+      const params: Params = { model: "stories260K", max_tokens: 16, ...GREEDY, messages: [{ role: "user", content: "Once upon a time" }] };
       const message = await create(params, stream);
       assert.equal(message.type, "message");
       assert.equal(message.role, "assistant");
@@ -114,7 +118,7 @@ describe("messages.create and messages.stream on stories260K", () => {
       const params: Params = {
         model: "stories260K",
         max_tokens: 12,
-        temperature: 0,
+        ...GREEDY,
         system: [
           { type: "text", text: "You tell stories.", cache_control: { type: "ephemeral" } },
           { type: "text", text: "Short ones." },
@@ -133,7 +137,7 @@ describe("messages.create and messages.stream on stories260K", () => {
     });
 
     it(`calls the tool tool_choice forces, its input a JSON object (${mode})`, async () => {
-      const message = await create({ model: "stories260K", max_tokens: 200, temperature: 0, tools: [weather], tool_choice: { type: "tool", name: "get_weather" }, messages: [{ role: "user", content: "Weather in Paris?" }] }, stream);
+      const message = await create({ model: "stories260K", max_tokens: 200, ...GREEDY, tools: [weather], tool_choice: { type: "tool", name: "get_weather" }, messages: [{ role: "user", content: "Weather in Paris?" }] }, stream);
       assert.equal(message.stop_reason, "tool_use");
       const uses = message.content.filter((block) => block.type === "tool_use");
       assert.equal(uses.length, 1);
@@ -147,7 +151,7 @@ describe("messages.create and messages.stream on stories260K", () => {
       const params: Params = {
         model: "stories260K",
         max_tokens: 12,
-        temperature: 0,
+        ...GREEDY,
         tools: [weather],
         messages: [
           { role: "user", content: "Weather in Paris?" },
@@ -161,11 +165,11 @@ describe("messages.create and messages.stream on stories260K", () => {
     });
 
     it(`stops at a stop sequence, which the text does not hold (${mode})`, async () => {
-      const free = await create({ model: "stories260K", max_tokens: 40, temperature: 0, messages: [{ role: "user", content: "Once upon a time" }] }, false);
+      const free = await create({ model: "stories260K", max_tokens: 40, ...GREEDY, messages: [{ role: "user", content: "Once upon a time" }] }, false);
       // A word the model writes at temperature 0, after its first token.
       const word = textOf(free).split(/\s+/).filter((candidate) => candidate.length >= 3).at(1)!;
       assert.ok(word !== undefined, textOf(free));
-      const message = await create({ model: "stories260K", max_tokens: 40, temperature: 0, stop_sequences: [word], messages: [{ role: "user", content: "Once upon a time" }] }, stream);
+      const message = await create({ model: "stories260K", max_tokens: 40, ...GREEDY, stop_sequences: [word], messages: [{ role: "user", content: "Once upon a time" }] }, stream);
       assert.ok(!textOf(message).includes(word), `${JSON.stringify(textOf(message))} holds ${word}`);
       assert.ok(message.usage.output_tokens < 40);
       // `stop_sequence` once the engine says which sequence it met; never a guess before.
