@@ -32,6 +32,7 @@ import { apiKeyAuth } from "./middleware/api-key-auth/api-key-auth.ts";
 import { accountAuth, accountIdOf, type SessionResolver } from "./middleware/account-auth/account-auth.ts";
 import { registerChatCompletionsRoute } from "./routes/chat-completions/route.ts";
 import { registerResponsesRoutes, type StoredResponses } from "./routes/responses/route.ts";
+import { registerMessagesRoutes } from "./routes/messages/route.ts";
 import { registerModelsRoutes } from "./routes/models/route.ts";
 import { registerHealthRoutes } from "./routes/health/route.ts";
 import fastifyCookie from "@fastify/cookie";
@@ -208,12 +209,14 @@ export function buildApp(options: AppOptions): App {
   });
 
   const authenticate = apiKeyAuth({ database: options.database });
+  // Anthropic's clients send the key as `x-api-key`: the Messages routes and the model list take it too.
+  const authenticateAnthropic = apiKeyAuth({ database: options.database, xApiKey: true });
   const authenticateAccount = accountAuth({ database: options.database, sessions: options.sessions });
   server.register(fastifyCookie);
   registerHealthRoutes(server, { catalog: options.catalog, isClosing: () => closing });
   registerMetricsRoute(server, options.metrics, options.metricsRoute);
   registerOpenApiRoute(server, { operations: API_OPERATIONS });
-  registerModelsRoutes(server, { catalog: options.catalog, authenticate });
+  registerModelsRoutes(server, { catalog: options.catalog, authenticate: authenticateAnthropic });
   const generationOptions = {
     catalog: options.catalog,
     authenticate,
@@ -226,6 +229,7 @@ export function buildApp(options: AppOptions): App {
     ...(options.imageUrls !== undefined ? { imageUrls: options.imageUrls } : {}),
   };
   registerChatCompletionsRoute(server, generationOptions);
+  registerMessagesRoutes(server, { ...generationOptions, authenticate: authenticateAnthropic });
   if (options.responses !== undefined) registerResponsesRoutes(server, { ...generationOptions, responses: options.responses });
 
   registerUsageRoutes(server, { database: options.database, authenticate: authenticateAccount, creditValue: options.creditValue ?? null });

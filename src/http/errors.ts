@@ -11,6 +11,21 @@ import { ERROR_CATALOG, type ErrorCode } from "../protocol/error-catalog.ts";
 import { isDatabaseFailure, isStoreError } from "../store/errors.ts";
 import { SECURITY_HEADERS } from "./middleware/security-headers/security-headers.ts";
 
+/**
+ * How a route writes its errors, when not as OpenAI does (`toBody`): its status, headers and body
+ * for an error (Anthropic's shape on `/v1/messages`). A route picks it in its options
+ * (`config: { errorFormat }`), so that the errors of its hooks (the key, the body parser) come out
+ * in its shape too: every error still leaves through `handleError`.
+ */
+export type ErrorFormat = (error: ApiError, requestId: string) => { status: number; headers: Record<string, string>; body: unknown };
+
+declare module "fastify" {
+  interface FastifyContextConfig {
+    /** The route's error shape (see `ErrorFormat`); OpenAI's when absent. */
+    errorFormat?: ErrorFormat;
+  }
+}
+
 /** Fastify error codes whose messages are safe and useful to the client. */
 const clientErrorMessages: Record<string, string> = {
   FST_ERR_CTP_EMPTY_JSON_BODY: "The request body is empty; send a JSON object.",
@@ -105,5 +120,11 @@ export function handleError(error: unknown, request: FastifyRequest, reply: Fast
   const apiError = toApiError(error);
   if (apiError instanceof DatabaseUnavailableError) request.log.warn({ err: error }, "database unavailable");
   else if (apiError.status >= 500 && !(error instanceof ApiError)) request.log.error({ err: error }, "unhandled error");
+  const format = (request.routeOptions.config as { errorFormat?: ErrorFormat } | undefined)?.errorFormat;
+  if (format !== undefined) {
+    const answer = format(apiError, request.id);
+    void reply.code(answer.status).headers(answer.headers).send(answer.body);
+    return;
+  }
   void reply.code(apiError.status).headers(apiError.headers).send(apiError.toBody());
 }

@@ -120,14 +120,19 @@ export class SseWriter {
    * a slot, during a long prompt evaluation, or while text is held back. `text` says which.
    * Returns a function that stops it.
    */
-  keepAlive(idleMs: number, text: () => string): () => void {
-    const timer = setInterval(() => this.pulse(idleMs, text()), Math.max(1, Math.floor(idleMs / 2)));
+  keepAlive(idleMs: number, text: () => string, event?: () => readonly [name: string, payload: unknown] | undefined): () => void {
+    const timer = setInterval(() => this.pulse(idleMs, text(), performance.now(), event?.()), Math.max(1, Math.floor(idleMs / 2)));
     return () => clearInterval(timer);
   }
 
-  /** One keep-alive check at time `at`: a comment if nothing was written for `idleMs`. */
-  pulse(idleMs: number, text: string, at = performance.now()): void {
-    if (at - this.#lastWriteAt >= idleMs) this.comment(text);
+  /**
+   * One keep-alive check at time `at`: if nothing was written for `idleMs`, a comment, or `event`
+   * when given (a dialect's `ping`; skipped while congested, as a comment is).
+   */
+  pulse(idleMs: number, text: string, at = performance.now(), event?: readonly [name: string, payload: unknown]): void {
+    if (at - this.#lastWriteAt < idleMs) return;
+    if (event === undefined) this.comment(text);
+    else if (!this.congested) this.event(event[0], event[1]);
   }
 
   /** Sends `data: [DONE]` and ends the response. */

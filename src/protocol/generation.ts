@@ -105,6 +105,12 @@ export type GenerationRequest = {
    * The most completion tokens the caller allows; undefined means "as many as fit the context".
    */
   maxTokens?: number;
+  /**
+   * `maxTokens` is a ceiling, not a demand: the engine lowers it to what the context leaves after
+   * the prompt instead of refusing the request (Anthropic's `max_tokens`, which clients such as
+   * Claude Code set far above a small model's context). A prompt that leaves no room is still refused.
+   */
+  fitMaxTokens?: boolean;
   /** Undefined: free text. */
   responseFormat?: ResponseFormat;
   /** Undefined or empty: no tools. */

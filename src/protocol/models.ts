@@ -44,7 +44,27 @@ export const modelObjectSchema = z.object({
 export type ModelObject = z.infer<typeof modelObjectSchema>;
 
 /** The endpoints every generation model is served through: one per wire dialect of the generation core. */
-export const GENERATION_ENDPOINTS = ["/v1/chat/completions", "/v1/responses"] as const;
+export const GENERATION_ENDPOINTS = ["/v1/chat/completions", "/v1/responses", "/v1/messages"] as const;
 
 export const modelListSchema = z.object({ object: z.literal("list"), data: z.array(modelObjectSchema) });
 export type ModelList = z.infer<typeof modelListSchema>;
+
+/** A model as Anthropic's `GET /v1/models` lists it (answered to a request carrying `anthropic-version`). */
+export const anthropicModelSchema = z.object({
+  type: z.literal("model"),
+  id: z.string(),
+  /** The catalog's id: Turnpike's models have no other name. */
+  display_name: z.string(),
+  /** RFC 3339. */
+  created_at: z.string(),
+});
+export type AnthropicModel = z.infer<typeof anthropicModelSchema>;
+
+/** Anthropic's page of models: `first_id` and `last_id` page on with `after_id` / `before_id`. */
+export const anthropicModelListSchema = z.object({
+  data: z.array(anthropicModelSchema),
+  has_more: z.boolean(),
+  first_id: z.string().nullable(),
+  last_id: z.string().nullable(),
+});
+export type AnthropicModelList = z.infer<typeof anthropicModelListSchema>;

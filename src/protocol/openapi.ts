@@ -25,7 +25,7 @@ export type ApiOperation = {
   method: "get" | "post" | "patch" | "delete";
   /** OpenAPI's path form: `/api/keys/{id}`. */
   path: string;
-  tag: "Chat" | "Responses" | "Models" | "Auth" | "Account" | "Keys" | "Usage" | "Billing" | "Admin" | "Service";
+  tag: "Chat" | "Responses" | "Anthropic Messages" | "Models" | "Auth" | "Account" | "Keys" | "Usage" | "Billing" | "Admin" | "Service";
   summary: string;
   auth: OperationAuth;
   /** The JSON body's schema, when the route takes one. */
@@ -45,6 +45,11 @@ export type ApiOperation = {
   streamEvent?: z.ZodType;
   /** Codes this operation answers itself, beyond those of its auth and its body. */
   errors: ErrorCode[];
+  /**
+   * Errors in another shape than OpenAI's (Anthropic's on `/v1/messages`): the component schema
+   * of their body (named in `schemas`), and the status each code is answered with there.
+   */
+  errorShape?: { schema: string; statusOf: (code: ErrorCode) => number };
   /**
    * The names `components.schemas` gives its schemas: its body, its answer (and stream event),
    * and the parts inside them that other schemas share (a plan, a model, a key). The body's name
@@ -195,8 +200,9 @@ function responsesOf(operation: ApiOperation, answers: Components): Json {
   };
   for (const answer of success.alsoAnswered ?? []) responses[String(answer.status)] = { description: answer.description, content: successContentOf(operation, answers) };
   const byStatus = new Map<number, ErrorCode[]>();
+  const shape = operation.errorShape;
   for (const code of errorCodesOf(operation)) {
-    const status = ERROR_CATALOG[code].status;
+    const status = shape?.statusOf(code) ?? ERROR_CATALOG[code].status;
     byStatus.set(status, [...(byStatus.get(status) ?? []), code]);
   }
   for (const [status, codes] of [...byStatus].sort(([first], [second]) => first - second)) {
@@ -204,12 +210,14 @@ function responsesOf(operation: ApiOperation, answers: Components): Json {
       description: codes.map((code) => `\`${code}\`: ${ERROR_CATALOG[code].meaning}`).join("\n\n"),
       content: {
         "application/json": {
-          schema: {
-            allOf: [{ $ref: "#/components/schemas/ErrorResponse" }, { type: "object", properties: { error: { type: "object", properties: { code: { enum: codes } } } } }],
-          },
+          schema:
+            shape !== undefined
+              ? { $ref: COMPONENT_PREFIX + shape.schema }
+              : { allOf: [{ $ref: "#/components/schemas/ErrorResponse" }, { type: "object", properties: { error: { type: "object", properties: { code: { enum: codes } } } } }] },
         },
       },
       "x-error-codes": codes,
+      ...(shape !== undefined ? { "x-error-shape": shape.schema } : {}),
     };
   }
   return responses;
@@ -224,7 +232,8 @@ function shareErrorResponses(paths: Record<string, Json>): Record<string, Json> 
   const uses = new Map<string, number>();
   const nameOf = (status: string, response: Json): string | undefined => {
     const codes = response["x-error-codes"] as string[] | undefined;
-    return codes === undefined ? undefined : `Error${status}.${codes.join(".")}`;
+    const shape = (response["x-error-shape"] as string | undefined) ?? "Error";
+    return codes === undefined ? undefined : `${shape}${status}.${codes.join(".")}`;
   };
   const everyResponse = Object.values(paths).flatMap((item) => Object.values(item).flatMap((operation) => Object.entries((operation as Json).responses as Record<string, Json>).map(([status, response]) => ({ responses: (operation as Json).responses as Json, status, response }))));
   for (const { status, response } of everyResponse) {
@@ -265,6 +274,7 @@ function operationObject(operation: ApiOperation, requests: Components, answers:
 const TAG_DESCRIPTIONS: Record<ApiOperation["tag"], string> = {
   Chat: "OpenAI's Chat Completions.",
   Responses: "The Responses API (Open Responses): create responses, and read, continue, cancel and delete the stored ones.",
+  "Anthropic Messages": "Anthropic's Messages API, for Claude Code and the Anthropic SDKs: the key as `x-api-key` (or `Authorization: Bearer`), errors in Anthropic's shape.",
   Models: "The catalog.",
   Auth: "Console accounts and sessions.",
   Account: "The signed-in account.",

@@ -166,7 +166,8 @@ export class FakeEngine implements Engine {
     this.#checkReady();
     if (this.prepareFailure !== undefined) throw this.prepareFailure;
     const promptTokens = fakePromptTokens(request);
-    const maxTokens = request.maxTokens ?? (this.#options.contextLength ?? 2048) - promptTokens;
+    const room = (this.#options.contextLength ?? 2048) - promptTokens;
+    const maxTokens = request.maxTokens === undefined ? room : request.fitMaxTokens === true ? Math.min(request.maxTokens, Math.max(1, room)) : request.maxTokens;
     return { promptTokens, promptCount: "exact", maxTokens, choices: request.choices, start: (signal) => this.#start(request, promptTokens, maxTokens, signal) };
   }
 

@@ -278,15 +278,17 @@ export class LlamaCppEngine implements Engine {
     const contextLength = loaded.context.contextSize;
     const promptTokens = prompt.tokens.length;
     const room = contextLength - promptTokens;
-    if (room < 1 || (request.maxTokens !== undefined && request.maxTokens > room)) {
-      const asked = request.maxTokens === undefined ? "" : `, ${request.maxTokens} in the completion`;
+    // A ceiling (`fitMaxTokens`) is lowered to the room the prompt leaves; a demand is refused past it.
+    const limit = request.maxTokens !== undefined && request.fitMaxTokens === true ? Math.min(request.maxTokens, Math.max(1, room)) : request.maxTokens;
+    if (room < 1 || (limit !== undefined && limit > room)) {
+      const asked = limit === undefined ? "" : `, ${limit} in the completion`;
       throw new ContextLengthExceededError(
         `This model's maximum context length is ${contextLength} tokens. However, you requested ` +
-          `${promptTokens + (request.maxTokens ?? 1)} tokens (${promptTokens} in the messages${asked}). ` +
+          `${promptTokens + (limit ?? 1)} tokens (${promptTokens} in the messages${asked}). ` +
           "Please reduce the length of the messages or the completion.",
       );
     }
-    const maxTokens = request.maxTokens ?? room;
+    const maxTokens = limit ?? room;
     return {
       promptTokens,
       promptCount: "exact",

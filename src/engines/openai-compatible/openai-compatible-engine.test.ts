@@ -382,6 +382,22 @@ test("without max_tokens the prompt is counted exactly by the upstream where it 
   await engine.close();
 });
 
+test("a max_tokens ceiling (fitMaxTokens) is lowered to what the exact count leaves, and kept where the bound leaves room for it", async () => {
+  const server = await upstream((request, response) => {
+    response.writeHead(200, { "content-type": "application/json" });
+    response.end(JSON.stringify(request.url === "/tokenize" ? { count: 7, max_model_len: 4096, tokens: [1, 2, 3, 4, 5, 6, 7] } : {}));
+  });
+  const { engine } = await engineOver([server.url]);
+  const lowered = await engine.prepare(request({ maxTokens: 32_000, fitMaxTokens: true }));
+  assert.equal(lowered.promptCount, "exact", "counted: the bound may not leave room for the ceiling");
+  assert.equal(lowered.maxTokens, 4096 - 7);
+  const kept = await engine.prepare(request({ maxTokens: 16, fitMaxTokens: true }));
+  assert.equal(kept.maxTokens, 16);
+  assert.equal(server.requests.length, 1, "a ceiling the bound leaves room for needs no count");
+  await assert.rejects(engine.prepare(request({ maxTokens: 32_000 })), ContextLengthExceededError, "a demand past the context is still refused");
+  await engine.close();
+});
+
 test("prepare refuses what the kind would ignore, naming the parameter", async () => {
   const server = await upstream((_request, response) => sse(response, helloStream));
   const { engine } = await engineOver([server.url], { kind: "ollama" });

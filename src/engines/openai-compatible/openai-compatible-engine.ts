@@ -223,7 +223,9 @@ export class OpenAiCompatibleEngine implements Engine {
     checkRequestForDialect(request, dialect, capabilities.vendorFields, customTools?.mode === "grammar");
     this.#checkTemplateKwargs(request);
     const bound = known ?? this.boundPrompt(request);
-    if (bound.atLeast >= contextLength || (request.maxTokens !== undefined && bound.atLeast + request.maxTokens > contextLength)) {
+    // A ceiling (`fitMaxTokens`) is lowered below to the room the prompt leaves; a demand is refused past it.
+    const ceiling = request.fitMaxTokens === true ? request.maxTokens : undefined;
+    if (bound.atLeast >= contextLength || (ceiling === undefined && request.maxTokens !== undefined && bound.atLeast + request.maxTokens > contextLength)) {
       const asked = request.maxTokens === undefined ? "" : ` and ${request.maxTokens} in the completion`;
       throw new ContextLengthExceededError(
         `This model's maximum context length is ${contextLength} tokens. However, your messages are at least ${bound.atLeast} tokens${asked}. ` +
@@ -236,9 +238,10 @@ export class OpenAiCompatibleEngine implements Engine {
     const model = this.#options.upstream.model ?? this.#options.modelId;
     // The completion's limit goes into the body below, once known.
     const body = buildRequestBody(request, { dialect, model, maxTokens: 1, ...(customTools !== undefined ? { customTools } : {}) });
-    if (request.maxTokens === undefined) {
-      // Without max_tokens the completion may use what the context leaves: worth the upstream's
-      // exact count (one short round trip) where it has one, as the bound leaves less room.
+    if (request.maxTokens === undefined || (ceiling !== undefined && promptTokens + ceiling > contextLength)) {
+      // Without max_tokens (or with a ceiling the bound may not leave room for) the completion may
+      // use what the context leaves: worth the upstream's exact count (one short round trip) where
+      // it has one, as the bound leaves less room.
       const exact = await this.#countPrompt(model, body, request);
       if (exact !== undefined && exact >= contextLength) {
         throw new ContextLengthExceededError(`This model's maximum context length is ${contextLength} tokens. However, your messages are ${exact} tokens. Please reduce the length of the messages.`);
@@ -248,7 +251,8 @@ export class OpenAiCompatibleEngine implements Engine {
         promptCount = "exact";
       }
     }
-    const maxTokens = request.maxTokens ?? Math.max(1, contextLength - promptTokens);
+    const room = Math.max(1, contextLength - promptTokens);
+    const maxTokens = request.maxTokens === undefined ? room : ceiling !== undefined ? Math.min(ceiling, room) : request.maxTokens;
     body[dialect.maxTokensField] = maxTokens;
     // Written now, once: a body that cannot be written is this request's 400, before any member is tried.
     const text = serializeRequestBody(body);

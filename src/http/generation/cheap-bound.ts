@@ -24,7 +24,9 @@ export type CheapBound = {
 /**
  * Lower bounds of what `prepare` will count, from the engine's bounds on the prompt. With
  * `max_tokens` given, each choice reserves it; without, each reserves what the context leaves
- * after the prompt, which is least for the longest prompt that still fits.
+ * after the prompt, which is least for the longest prompt that still fits. A `max_tokens` the
+ * engine fits to the context (`fitMaxTokens`: Anthropic's) reserves the smaller of the two, so an
+ * account with little credit can still run a small request that asks for 32,000 tokens.
  * Throws `ModelNotReadyError` (503) when the model is not ready.
  */
 export function cheapBound(parsed: Pick<ParsedGeneration<unknown>, "request" | "model">): CheapBound {
@@ -33,6 +35,15 @@ export function cheapBound(parsed: Pick<ParsedGeneration<unknown>, "request" | "
   const contextLength = model.engine.info()?.contextLength;
   let perChoice: number;
   let promptForLimits = bound.atLeast;
+  if (request.maxTokens !== undefined && request.fitMaxTokens === true && contextLength !== undefined) {
+    // A ceiling the engine lowers to the room the prompt leaves: least for the longest prompt that
+    // still fits (the completion), and for the shortest (prompt + completion, for rate limits).
+    const longest = Math.max(bound.atLeast, Math.min(bound.atMost, contextLength - 1));
+    perChoice = Math.min(request.maxTokens, Math.max(1, contextLength - longest));
+    const completionTokens = perChoice * request.choices;
+    const tokens = bound.atLeast + Math.min(request.maxTokens, Math.max(1, contextLength - bound.atLeast)) * request.choices;
+    return { promptTokens: bound.atLeast, completionTokens, tokens, prompt: bound };
+  }
   if (request.maxTokens !== undefined) perChoice = request.maxTokens;
   else if (contextLength === undefined) perChoice = 1;
   else {

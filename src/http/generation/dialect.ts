@@ -66,6 +66,11 @@ export type WireDialect<Shape, Reply, Event> = {
   settled?(shape: Shape, end: { outcome: GenerationOutcome | undefined; failure: unknown; status: number }): Promise<void>;
   /** The SSE event name of a stream event (`event: response.created`); undefined: a plain `data:` event, as chat completions stream. */
   eventName?(event: Event): string | undefined;
+  /**
+   * The stream's keep-alive once its first event went out: this event (Anthropic's `ping`)
+   * instead of a comment line. Before the first event, and for a dialect without one, a comment.
+   */
+  keepAliveEvent?: { name: string; payload: Event };
   /** Writes the stream's last words and ends it; called once the request is settled. */
   endStream(shape: Shape, sink: ChunkSink, ending: StreamEnding): void | Promise<void>;
 };

@@ -199,7 +199,14 @@ export async function runStream<Shape, Event>(
   const sink = openSink();
   const { cut } = input;
   let admitted = false;
-  const stopKeepAlive = sink.keepAlive(dependencies.keepAliveIntervalMs, () => (admitted ? "generating" : "waiting for a slot"));
+  /** The first event went out: a dialect's keep-alive event (Anthropic's `ping`) may follow it. */
+  let delivered = false;
+  const keepAliveEvent = dialect.keepAliveEvent;
+  const stopKeepAlive = sink.keepAlive(
+    dependencies.keepAliveIntervalMs,
+    () => (admitted ? "generating" : "waiting for a slot"),
+    keepAliveEvent === undefined ? undefined : () => (delivered ? [keepAliveEvent.name, keepAliveEvent.payload] : undefined),
+  );
   const outcome: { value?: GenerationOutcome } = {};
   let failure: unknown;
   let stalled = false;
@@ -220,6 +227,7 @@ export async function runStream<Shape, Event>(
         if (name === undefined) sink.data(batch);
         else sink.event(name, batch);
       }
+      delivered = true;
       if (!sink.congested) continue;
       if ((await sink.waitForRoom(dependencies.stallTimeoutMs, cut.signal)) !== "stalled") continue;
       if (input.detached === true) {

@@ -19,6 +19,9 @@ export type ChunkSink = {
   /** Bytes sent and not yet read by the client. */
   readonly buffered: number;
   waitForRoom(stallMs: number, signal?: AbortSignal): Promise<RoomState>;
-  /** Sends keep-alive comments while nothing else is sent; returns the stop. */
-  keepAlive(idleMs: number, text: () => string): () => void;
+  /**
+   * Sends keep-alive comments while nothing else is sent, or the event `event` gives when it gives
+   * one (a dialect's `ping`); returns the stop.
+   */
+  keepAlive(idleMs: number, text: () => string, event?: () => readonly [name: string, payload: unknown] | undefined): () => void;
 };

@@ -82,7 +82,7 @@ const id = bounded(RESPONSES_LIMITS.id);
  * A string or an array: the array's issues keep their own path (`input[3].content[1].text`),
  * which a `z.union` of the two would fold into one issue at the union's place.
  */
-function stringOr<Element extends z.ZodType>(string: z.ZodString, array: z.ZodArray<Element>, error: string) {
+export function stringOr<Element extends z.ZodType>(string: z.ZodString, array: z.ZodArray<Element>, error: string) {
   return z.unknown().transform((value, context): string | Array<z.output<Element>> => {
     const schema = typeof value === "string" ? string : Array.isArray(value) ? array : undefined;
     if (schema === undefined) {

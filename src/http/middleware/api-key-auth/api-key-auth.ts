@@ -1,5 +1,5 @@
 /**
- * `Authorization: Bearer <key>` for the `/v1` routes. Missing, unknown, revoked or expired keys
+ * `Authorization: Bearer <key>` for the `/v1` routes (and `x-api-key` where Anthropic's clients call). Missing, unknown, revoked or expired keys
  * get 401 `invalid_api_key`; neither the error nor the logs ever hold the presented key.
  */
 import type { FastifyRequest, onRequestHookHandler } from "fastify";
@@ -19,16 +19,31 @@ declare module "fastify" {
 /** How often `last_used_at` is written for one key. */
 const TOUCH_INTERVAL_MS = 60_000;
 
-export type ApiKeyAuthOptions = { database: Kysely<Database> };
+export type ApiKeyAuthOptions = {
+  database: Kysely<Database>;
+  /**
+   * Also take the key as `x-api-key` (what the Anthropic SDKs and Claude Code send), before
+   * `Authorization: Bearer`: on the Anthropic routes and the model list.
+   */
+  xApiKey?: boolean;
+};
+
+/** The `x-api-key` header's key, when there is one. */
+function xApiKeyOf(request: FastifyRequest): string | undefined {
+  const header = request.headers["x-api-key"];
+  const value = (Array.isArray(header) ? header[0] : header)?.trim();
+  return value === undefined || value === "" ? undefined : value;
+}
 
 /** An `onRequest` hook: it reads only the headers, so a refused key's body is never parsed. */
 export function apiKeyAuth(options: ApiKeyAuthOptions): onRequestHookHandler {
   const lastTouched = new Map<string, number>();
+  const missing = options.xApiKey === true
+    ? "You didn't provide an API key. Pass it in the 'x-api-key' header, or as 'Authorization: Bearer <key>'."
+    : "You didn't provide an API key. Pass it in the Authorization header: 'Authorization: Bearer <key>'.";
   return async function authenticateApiKey(request: FastifyRequest) {
-    const presented = bearerToken(request);
-    if (presented === undefined) {
-      throw new InvalidApiKeyError("You didn't provide an API key. Pass it in the Authorization header: 'Authorization: Bearer <key>'.");
-    }
+    const presented = (options.xApiKey === true ? xApiKeyOf(request) : undefined) ?? bearerToken(request);
+    if (presented === undefined) throw new InvalidApiKeyError(missing);
     const check = await verifyApiKey(options.database, presented);
     if (!check.ok) {
       request.log.info({ reason: check.reason }, "api key refused");
