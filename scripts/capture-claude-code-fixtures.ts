@@ -8,7 +8,7 @@
  *
  *   node_modules/.bin/node scripts/capture-claude-code-fixtures.ts --claude /tmp/cc/node_modules/.bin/claude \
  *     [--out test/fixtures/claude-code] [--model claude-sonnet-4-5] [--prompt "say hi"] [--case say-hi] \
- *     [--tool-first] [--env NAME=value ...] [--args "--extra cli-args"]
+ *     [--tool-first] [--env NAME=value ...] [--args="--extra cli-args"]
  *
  * Writes `<case>-NN-<method>-<path>.json` per request ({ method, path, query, headers, body }) and
  * `<case>-index.json` (the CLI's version, its arguments and extra environment, exit code,
