@@ -5,7 +5,8 @@
  * Bearer). An HTTP recorder between the two keeps every exchange, and each is checked: answered
  * 200, in Anthropic's shape (a message, a stream in the Messages event grammar with its `event:`
  * lines, count_tokens, the models list), nothing refused or misparsed; Claude Code's own report
- * (`--output-format json`) must show the scripted answer and the usage Turnpike sent.
+ * (`--output-format json`) must show the scripted answer and the usage Turnpike sent. Its
+ * `/context` command, run headless, measures its prompt with count_tokens.
  *
  * The model is the scripted fake engine with a large context: Claude Code's prompt (its system
  * prompt and a dozen tool schemas, about 50 KB; see test/fixtures/claude-code/) leaves a tiny
@@ -328,22 +329,31 @@ describe("Claude Code against Turnpike", { skip }, () => {
   }
 
   /**
-   * Runs a prompt and checks every exchange it made; returns them with the messages they got.
-   * Claude Code's report must show a success, the given answer, and the usage Turnpike sent.
+   * Runs a prompt and checks every exchange it made (all in shape, none refused), and that Claude
+   * Code reports a success; returns the run and the exchanges with the messages they got.
    */
-  async function runChecked(prompt: string, auth: "x-api-key" | "bearer" = "x-api-key") {
+  async function runExchanges(prompt: string, auth: "x-api-key" | "bearer" = "x-api-key") {
     const first = recorder.exchanges.length;
     const run = await runClaude(prompt, auth);
     const exchanges = recorder.exchanges.slice(first);
     const checked = exchanges.map((exchange) => ({ exchange, ...exchangeProblems(exchange) }));
     const problems = checked.flatMap((entry) => entry.problems);
     assert.deepEqual(problems, [], `Claude Code's exchanges with Turnpike (stderr: ${run.stderr.slice(0, 1000)})`);
-    const messages = checked.filter((entry) => entry.exchange.method === "POST" && entry.exchange.path.split("?")[0] === "/v1/messages");
-    assert.ok(messages.length > 0, "Claude Code asked for a message");
     assert.equal(run.exitCode, 0, `claude exited ${run.exitCode}: ${run.stdout.slice(0, 1000)} ${run.stderr.slice(0, 1000)}`);
     assert.ok(run.report !== undefined, `--output-format json printed JSON: ${run.stdout.slice(0, 500)}`);
     assert.equal(run.report.is_error, false, JSON.stringify(run.report).slice(0, 1000));
-    assert.equal(run.report.result, ANSWER, "Claude Code read the answer's text whole");
+    return { run, checked };
+  }
+
+  /**
+   * Runs a prompt that asks the model (`runExchanges`' checks, and at least one message); Claude
+   * Code's report must show the scripted answer and the usage Turnpike sent.
+   */
+  async function runChecked(prompt: string, auth: "x-api-key" | "bearer" = "x-api-key") {
+    const { run, checked } = await runExchanges(prompt, auth);
+    const messages = checked.filter((entry) => entry.exchange.method === "POST" && entry.exchange.path.split("?")[0] === "/v1/messages");
+    assert.ok(messages.length > 0, "Claude Code asked for a message");
+    assert.equal(run.report?.result, ANSWER, "Claude Code read the answer's text whole");
     // Claude Code adds up each turn's usage: what it read must be what Turnpike sent.
     const sent = { input_tokens: 0, output_tokens: 0, cache_read_input_tokens: 0, cache_creation_input_tokens: 0 };
     for (const { message } of messages) for (const field of Object.keys(sent) as Array<keyof typeof sent>) sent[field] += message?.usage?.[field] ?? 0;
@@ -383,5 +393,14 @@ describe("Claude Code against Turnpike", { skip }, () => {
     assert.notEqual(result?.is_error, true, JSON.stringify(result));
     assert.match(JSON.stringify(result?.content), /Foxes are small omnivores/);
     assert.equal(answered.message?.stop_reason, "end_turn");
+  });
+
+  it("counts tokens for /context: every count_tokens request Claude Code sends is answered", async () => {
+    // /context measures each part of its prompt with POST /v1/messages/count_tokens (two dozen
+    // requests: one message, `tools` empty or holding one tool), asking the model nothing.
+    const { run, checked } = await runExchanges("/context");
+    const counts = checked.filter((entry) => entry.exchange.path.split("?")[0] === "/v1/messages/count_tokens");
+    assert.ok(counts.length > 0, "Claude Code counted tokens");
+    assert.match(String(run.report?.result), /Context Usage/);
   });
 });
