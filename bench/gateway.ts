@@ -21,12 +21,15 @@
  *   responses, responses-stream    POST /v1/responses (stored, the default), JSON or SSE: Turnpike
  *                                  only (it translates them to chat completions for the upstream)
  *   responses-unstored, responses-stream-unstored   the same with `store: false`
+ *   messages, messages-stream      POST /v1/messages (Anthropic's Messages API, `x-api-key` and
+ *                                  `anthropic-version`), JSON or SSE: Turnpike only (it translates
+ *                                  them to chat completions for the upstream)
  *
- * With a responses mode and its chat mode in one run, the bench prints Turnpike's CPU per
- * request for /v1/responses over /v1/chat/completions (the issue's goal: ≤ 1.15×).
+ * With a responses or messages mode and its chat mode in one run, the bench prints Turnpike's CPU
+ * per request for /v1/responses (or /v1/messages) over /v1/chat/completions (the issues' goal: ≤ 1.15×).
  *
  *   node bench/gateway.ts [--duration 2] [--warmup 0.5] [--connections 1,16,64] [--rounds 3]
- *     [--modes json,stream,responses,responses-stream,responses-unstored,responses-stream-unstored]
+ *     [--modes json,stream,responses,responses-stream,responses-unstored,responses-stream-unstored,messages,messages-stream]
  *     [--variants direct,bare-proxy,portkey,turnpike-metered,turnpike-unlimited,turnpike-operator]
  *     [--turnpike-timeout 60] [--database sqlite|postgres://…] [--metered-limits on|off] [--out bench/results/gateway.json]
  *     [--baseline /path/to/other/checkout]
@@ -69,7 +72,7 @@ const { values: flags } = parseArgs({
 
 const VARIANT_IDS = ["direct", "bare-proxy", "portkey", "turnpike-metered", "turnpike-unlimited", "turnpike-operator", "baseline-metered", "baseline-operator"] as const;
 type VariantId = (typeof VARIANT_IDS)[number];
-const MODES = ["json", "stream", "responses", "responses-stream", "responses-unstored", "responses-stream-unstored"] as const;
+const MODES = ["json", "stream", "responses", "responses-stream", "responses-unstored", "responses-stream-unstored", "messages", "messages-stream"] as const;
 type Mode = (typeof MODES)[number];
 /** What a mode sends: where, in which dialect, streamed or not, stored or not (responses). */
 type ModeSpec = { path: string; dialect: Dialect; stream: boolean; store?: boolean; /** The chat-completions mode it is compared with. */ chat: Mode };
@@ -80,7 +83,11 @@ const MODE_SPECS: Record<Mode, ModeSpec> = {
   "responses-stream": { path: "/v1/responses", dialect: "responses", stream: true, store: true, chat: "stream" },
   "responses-unstored": { path: "/v1/responses", dialect: "responses", stream: false, store: false, chat: "json" },
   "responses-stream-unstored": { path: "/v1/responses", dialect: "responses", stream: true, store: false, chat: "stream" },
+  messages: { path: "/v1/messages", dialect: "messages", stream: false, chat: "json" },
+  "messages-stream": { path: "/v1/messages", dialect: "messages", stream: true, chat: "stream" },
 };
+/** The Messages API's version header, as the Anthropic SDKs and Claude Code send it. */
+const ANTHROPIC_VERSION = "2023-06-01";
 
 function positive(name: string, value: string): number {
   const number = Number(value);
@@ -105,15 +112,22 @@ type Variant = {
   /** Where requests go and with which headers (the body is the mode's). */
   origin?: string;
   headers?: Record<string, string>;
+  /** Turnpike's key, sent as `x-api-key` in the messages modes (as Anthropic's clients send it) instead of `headers`' Bearer. */
+  apiKey?: string;
   /** The process whose CPU is the variant's own (the upstream's for `direct`). */
   process?: Child;
   /** Why it is not measured, per mode or for all. */
   unavailable: Partial<Record<Mode, string>>;
 };
 
-/** The same short prompt and 16-token bound in either dialect. */
+/** The same short prompt and 16-token bound in every dialect. */
 function requestBody(mode: Mode): string {
   const spec = MODE_SPECS[mode];
+  if (spec.dialect === "messages") {
+    const body: Record<string, unknown> = { model: "bench", max_tokens: 16, messages: [{ role: "user", content: "Say something about foxes." }] };
+    if (spec.stream) body.stream = true;
+    return JSON.stringify(body);
+  }
   if (spec.dialect === "responses") {
     const body: Record<string, unknown> = { model: "bench", input: "Say something about foxes.", max_output_tokens: 16 };
     if (spec.stream) body.stream = true;
@@ -128,7 +142,8 @@ function requestBody(mode: Mode): string {
 
 function targetOf(variant: Variant, mode: Mode): LoadTarget {
   const spec = MODE_SPECS[mode];
-  return { origin: variant.origin!, path: spec.path, headers: { "content-type": "application/json", ...variant.headers }, body: requestBody(mode), stream: spec.stream, dialect: spec.dialect };
+  const headers = spec.dialect === "messages" ? { "x-api-key": variant.apiKey ?? "", "anthropic-version": ANTHROPIC_VERSION } : variant.headers;
+  return { origin: variant.origin!, path: spec.path, headers: { "content-type": "application/json", ...headers }, body: requestBody(mode), stream: spec.stream, dialect: spec.dialect };
 }
 
 /** One request per mode before measuring: a variant that answers wrongly is reported, not timed. */
@@ -228,17 +243,17 @@ try {
         if (turnpikeFailure !== undefined) throw turnpikeFailure;
         turnpike ??= await startTurnpike(root, upstreamOrigin, turnpikeTimeoutMs, flags.database === "sqlite" ? SQLITE : await postgresSchema(flags.database), flags["metered-limits"] !== "off");
         const key = id === "turnpike-metered" ? turnpike.meteredKey : id === "turnpike-unlimited" ? turnpike.unlimitedKey : turnpike.operatorKey;
-        Object.assign(variant, { origin: turnpike.origin, headers: { authorization: `Bearer ${key}` }, process: turnpike.child });
+        Object.assign(variant, { origin: turnpike.origin, headers: { authorization: `Bearer ${key}` }, apiKey: key, process: turnpike.child });
       }
       if (id === "baseline-metered" || id === "baseline-operator") {
         if (baselineFailure !== undefined) throw baselineFailure;
         baseline ??= await startTurnpike(baselineRoot!, upstreamOrigin, turnpikeTimeoutMs, flags.database === "sqlite" ? SQLITE : await postgresSchema(flags.database), flags["metered-limits"] !== "off");
         const key = id === "baseline-metered" ? baseline.meteredKey : baseline.operatorKey;
-        Object.assign(variant, { origin: baseline.origin, headers: { authorization: `Bearer ${key}` }, process: baseline.child });
+        Object.assign(variant, { origin: baseline.origin, headers: { authorization: `Bearer ${key}` }, apiKey: key, process: baseline.child });
       }
-      // Only Turnpike speaks the Responses API here: the upstream (and so the proxies in front of it) answers chat completions alone.
+      // Only Turnpike speaks the Responses and Messages APIs here: the upstream (and so the proxies in front of it) answers chat completions alone.
       if (!id.startsWith("turnpike") && !id.startsWith("baseline")) {
-        for (const mode of modes) if (MODE_SPECS[mode].dialect === "responses") variant.unavailable[mode] = "only Turnpike serves /v1/responses here (the upstream answers chat completions)";
+        for (const mode of modes) if (MODE_SPECS[mode].dialect !== "chat") variant.unavailable[mode] = `only Turnpike serves ${MODE_SPECS[mode].path} here (the upstream answers chat completions)`;
       }
       await smokeTest(variant);
     } catch (error) {
@@ -255,7 +270,7 @@ try {
 
   const balanceBefore = await turnpike?.meteredBalance();
   for (let round = 0; round < rounds; round++) {
-    // The modes' order rotates too, so that a responses mode and its chat mode take turns at running first.
+    // The modes' order rotates too, so that a responses or messages mode and its chat mode take turns at running first.
     const modeOffset = round % modes.length;
     for (const mode of [...modes.slice(modeOffset), ...modes.slice(0, modeOffset)]) {
       for (const connections of connectionCounts) {
@@ -511,8 +526,8 @@ if (meteringCost.length > 0) {
 }
 // CPU per request of one (variant, mode) over another's, same connections, same run: pooled, and
 // as the median of the rounds' own ratios (each round runs both seconds apart, so a drift in the
-// machine's speed cancels). Used for /v1/responses over /v1/chat/completions (the issue's goal
-// ≤ 1.15×), a stored response over an unstored one, and this checkout over --baseline.
+// machine's speed cancels). Used for /v1/responses and /v1/messages over /v1/chat/completions
+// (the issues' goal ≤ 1.15×), a stored response over an unstored one, and this checkout over --baseline.
 type CpuComparison = {
   variant: VariantId;
   mode: Mode;
@@ -581,6 +596,22 @@ if (responsesCost.length > 0) {
   }
 }
 
+const messagesCost: CpuComparison[] = [];
+for (const id of selected.filter((candidate) => candidate.startsWith("turnpike"))) {
+  for (const mode of modes.filter((candidate) => MODE_SPECS[candidate].dialect === "messages")) {
+    const over = MODE_SPECS[mode].chat;
+    if (!modes.includes(over)) continue;
+    for (const connections of connectionCounts) {
+      const cost = compareCpu(id, mode, id, over, connections);
+      if (cost !== undefined) messagesCost.push(cost);
+    }
+  }
+}
+if (messagesCost.length > 0) {
+  lines.push("", "Turnpike's CPU per request, /v1/messages over /v1/chat/completions (goal ≤ 1.15×):");
+  for (const cost of messagesCost) lines.push(`- ${cost.variant}, ${cost.mode} ÷ ${cost.over}, ${cost.connections} conn: ${describe(cost, ` (goal ≤ 1.15×: ${cost.ratio <= 1.15 ? "met" : "NOT met"})`)}`);
+}
+
 const baselineCost: CpuComparison[] = [];
 for (const [id, base] of [["turnpike-metered", "baseline-metered"], ["turnpike-operator", "baseline-operator"]] as const) {
   if (!selected.includes(id) || !selected.includes(base)) continue;
@@ -622,6 +653,7 @@ const report = {
   metering,
   meteringCost,
   responsesCost,
+  messagesCost,
   baselineCost,
   baseline: baselineRoot,
   database: flags.database === "sqlite" ? "sqlite" : "postgres",

@@ -2,7 +2,8 @@
  * The gateway benchmark's load: a closed loop of `connections` clients over a keep-alive undici
  * `Pool`, each sending its next request as soon as the last one's body has arrived in full
  * (autocannon's model). Bounded by time and by count. Each response is checked: status 200, and
- * the completion's text (JSON) or its end and `[DONE]` (SSE), in the target's dialect.
+ * the completion's text (JSON) or its end (`[DONE]`, or `message_stop` for messages) (SSE), in
+ * the target's dialect.
  */
 import { performance } from "node:perf_hooks";
 import { Pool } from "undici";
@@ -14,12 +15,12 @@ export type LoadTarget = {
   headers: Record<string, string>;
   body: string;
   stream: boolean;
-  /** Which API the path speaks, for the check of its answers: chat completions (the default) or responses. */
+  /** Which API the path speaks, for the check of its answers: chat completions (the default), responses or messages. */
   dialect?: Dialect;
 };
 
-/** The wire dialects the load can check: `/v1/chat/completions` and `/v1/responses`. */
-export type Dialect = "chat" | "responses";
+/** The wire dialects the load can check: `/v1/chat/completions`, `/v1/responses` and Anthropic's `/v1/messages`. */
+export type Dialect = "chat" | "responses" | "messages";
 
 export type LoadOptions = {
   connections: number;
@@ -51,13 +52,23 @@ const REQUEST_TIMEOUT_MS = 10_000;
 
 /**
  * Checks one response; returns a description of what is wrong, or undefined. A response of the
- * Responses API must also be `completed` (JSON), or hold the `response.completed` event (SSE).
+ * Responses API must also be `completed` (JSON), or hold the `response.completed` event (SSE); a
+ * message of the Messages API must be `type` `message` (JSON), or a stream that stops at
+ * `end_turn` and ends with the `message_stop` event (Anthropic's streams have no `[DONE]`).
  */
 export function checkResponse(status: number, body: string, stream: boolean, dialect: Dialect = "chat"): string | undefined {
   if (status !== 200) return `status ${status}: ${body.slice(0, 200)}`;
   if (!stream) {
     if (!body.includes(EXPECTED_TEXT)) return `unexpected body: ${body.slice(0, 200)}`;
     if (dialect === "responses" && !/"status":\s*"completed"/.test(body)) return `response not completed: ${body.slice(0, 200)}`;
+    if (dialect === "messages" && !/"type":\s*"message"/.test(body)) return `not a message: ${body.slice(0, 200)}`;
+    return undefined;
+  }
+  if (dialect === "messages") {
+    if (!/"stop_reason":\s*"end_turn"/.test(body)) return `stream without stop_reason "end_turn": ${body.slice(-300)}`;
+    const trimmed = body.trimEnd();
+    const lastEvent = trimmed.slice(trimmed.lastIndexOf("\n\n") + 1).trimStart();
+    if (!lastEvent.startsWith("event: message_stop\n")) return `stream not ended by message_stop: ${body.slice(-200)}`;
     return undefined;
   }
   if (dialect === "responses") {

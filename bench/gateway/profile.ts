@@ -2,7 +2,7 @@
  * Profiles Turnpike as the gateway bench runs it: the zero-latency upstream, Turnpike in its own
  * process with a V8 CPU profile, one key's load for a few seconds; prints where Turnpike's CPU
  * went (self time by function, the top entries) and leaves the `.cpuprofile` for Chrome DevTools.
- *   node bench/gateway/profile.ts [--key operator|metered|unlimited] [--stream] [--responses [--unstored]] [--connections 16] [--seconds 8] [--database sqlite|postgres://…]
+ *   node bench/gateway/profile.ts [--key operator|metered|unlimited] [--stream] [--responses [--unstored] | --messages] [--connections 16] [--seconds 8] [--database sqlite|postgres://…]
  */
 import fs from "node:fs";
 import os from "node:os";
@@ -20,6 +20,8 @@ const { values } = parseArgs({
     /** `POST /v1/responses` (stored unless `--unstored`) instead of chat completions. */
     responses: { type: "boolean", default: false },
     unstored: { type: "boolean", default: false },
+    /** `POST /v1/messages` (Anthropic's Messages API, the key as `x-api-key`) instead of chat completions. */
+    messages: { type: "boolean", default: false },
     connections: { type: "string", default: "16" },
     seconds: { type: "string", default: "8" },
     top: { type: "string", default: "40" },
@@ -35,16 +37,21 @@ const upstreamOrigin = `http://127.0.0.1:${await readPortLine(upstream, 15_000)}
 const turnpike = await startTurnpike(root, upstreamOrigin, 60_000, values.database === "sqlite" ? SQLITE : await postgresSchema(values.database));
 try {
   const stream = values.stream;
+  const key = values.key === "metered" ? turnpike.meteredKey : values.key === "unlimited" ? turnpike.unlimitedKey : turnpike.operatorKey;
   const result = await runLoad(
     {
       origin: turnpike.origin,
-      path: values.responses ? "/v1/responses" : "/v1/chat/completions",
-      headers: { authorization: `Bearer ${values.key === "metered" ? turnpike.meteredKey : values.key === "unlimited" ? turnpike.unlimitedKey : turnpike.operatorKey}`, "content-type": "application/json" },
-      body: values.responses
-        ? JSON.stringify({ model: "bench", input: "Say something.", max_output_tokens: 16, stream, ...(values.unstored ? { store: false } : {}) })
-        : JSON.stringify({ model: "bench", messages: [{ role: "user", content: "Say something." }], max_tokens: 16, stream, ...(stream ? { stream_options: { include_usage: true } } : {}) }),
+      path: values.messages ? "/v1/messages" : values.responses ? "/v1/responses" : "/v1/chat/completions",
+      headers: values.messages
+        ? { "x-api-key": key, "anthropic-version": "2023-06-01", "content-type": "application/json" }
+        : { authorization: `Bearer ${key}`, "content-type": "application/json" },
+      body: values.messages
+        ? JSON.stringify({ model: "bench", max_tokens: 16, messages: [{ role: "user", content: "Say something." }], ...(stream ? { stream } : {}) })
+        : values.responses
+          ? JSON.stringify({ model: "bench", input: "Say something.", max_output_tokens: 16, stream, ...(values.unstored ? { store: false } : {}) })
+          : JSON.stringify({ model: "bench", messages: [{ role: "user", content: "Say something." }], max_tokens: 16, stream, ...(stream ? { stream_options: { include_usage: true } } : {}) }),
       stream,
-      ...(values.responses ? { dialect: "responses" as const } : {}),
+      ...(values.messages ? { dialect: "messages" as const } : values.responses ? { dialect: "responses" as const } : {}),
     },
     { connections: Number(values.connections), warmupMs: 1000, durationMs: Number(values.seconds) * 1000, maxRequests: 1_000_000 },
   );
