@@ -45,11 +45,9 @@ function findClaudeCode(): { command: string[] } | { missing: string } {
   return { command: [bin] };
 }
 
-/** Why the suite cannot run yet; `false` once `POST /v1/messages` is on main. */
-const routeMissing = "…until /v1/messages lands (the messages-core branch): Claude Code sends nothing but POST /v1/messages" as string | false;
-// Looked for only when the suite can run (CI fails loudly on a missing CLI, not on a missing route).
-const claudeCode = routeMissing === false ? findClaudeCode() : { missing: routeMissing };
-const skip = routeMissing !== false ? routeMissing : "missing" in claudeCode ? claudeCode.missing : false;
+// CI fails loudly on a missing CLI; elsewhere the suite is skipped with the reason.
+const claudeCode = findClaudeCode();
+const skip = "missing" in claudeCode ? claudeCode.missing : false;
 
 const MODEL = "turnpike-fake";
 const ANSWER = "Your notes say that foxes are small omnivores.";

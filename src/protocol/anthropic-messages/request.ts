@@ -130,11 +130,13 @@ const contentBlock = z.discriminatedUnion("type", [textBlock, imageBlock, toolUs
 const BLOCKS_OF_ROLE: Record<string, ReadonlySet<string>> = {
   user: new Set(["text", "image", "tool_result"]),
   assistant: new Set(["text", "tool_use", "thinking", "redacted_thinking"]),
+  // Claude Code (2.1.x) sends instructions in the conversation as `system` messages for models it does not know.
+  system: new Set(["text"]),
 };
 
 const message = z
   .object({
-    role: z.enum(["user", "assistant"], { error: "Expected a 'role' of 'user' or 'assistant' (the system prompt goes in 'system')." }),
+    role: z.enum(["user", "assistant", "system"], { error: "Expected a 'role' of 'user' or 'assistant' (or 'system', for instructions in the conversation; the system prompt goes in 'system')." }),
     content: stringOr(text, z.array(contentBlock).max(MESSAGES_LIMITS.contentBlocks), `Expected a string or an array of up to ${MESSAGES_LIMITS.contentBlocks} content blocks.`),
   })
   .check((context) => {

@@ -36,7 +36,8 @@ const weather = { name: "get_weather", description: "The weather", input_schema:
 describe("the Messages request schema", () => {
   it("requires max_tokens, and messages of user and assistant turns", () => {
     assert.equal(refusal(() => parseWithSchema(messagesRequestSchema, { model: "tiny", messages: [{ role: "user", content: "Hi" }] })).param, "max_tokens");
-    assert.equal(refusal(() => parse({ messages: [{ role: "system", content: "Hi" }] })).param, "messages[0].role");
+    assert.equal(refusal(() => parse({ messages: [{ role: "tool", content: "Hi" }] })).param, "messages[0].role");
+    assert.equal(refusal(() => parse({ messages: [{ role: "system", content: [{ type: "image", source: { type: "url", url: "https://example.com/a.png" } }] }] })).param, "messages[0].content[0].type");
     assert.equal(refusal(() => parse({ messages: [] })).param, "messages");
   });
 
@@ -139,6 +140,31 @@ describe("toGenerationRequest", () => {
     assert.deepEqual(failed.messages.at(-1), { role: "tool", content: "Error: no such city", toolCallId: "toolu_2" });
     const orphan = refusal(() => toGenerationRequest(parse({ messages: [{ role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_9", content: "x" }] }] }), TEXT_ONLY));
     assert.equal(orphan.param, "messages[0].content[0].tool_use_id");
+  });
+
+  it("keeps a system message of the conversation where it stands, as Claude Code sends them", () => {
+    const request = toGenerationRequest(
+      parse({
+        system: "Be brief.",
+        messages: [
+          { role: "user", content: "Hi" },
+          { role: "system", content: [{ type: "text", text: "Reply in French.", cache_control: { type: "ephemeral" } }, { type: "text", text: "Be kind." }] },
+          { role: "assistant", content: "Bonjour" },
+          { role: "system", content: "Now in English." },
+        ],
+      }),
+      TEXT_ONLY,
+    );
+    assert.deepEqual(
+      request.messages.map((message) => [message.role, message.content]),
+      [
+        ["system", "Be brief."],
+        ["user", "Hi"],
+        ["system", "Reply in French.\n\nBe kind."],
+        ["assistant", "Bonjour"],
+        ["system", "Now in English."],
+      ],
+    );
   });
 
   it("maps tool choices: tool names it, none keeps the tools uncalled", () => {

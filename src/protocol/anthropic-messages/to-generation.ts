@@ -79,6 +79,11 @@ function toEngineMessages(request: PromptFields, inputs: ModelInputs): EngineMes
   const calledIds = new Set<string>();
   request.messages.forEach((message, index) => {
     const blocks: ContentBlockParam[] = typeof message.content === "string" ? [{ type: "text", text: message.content }] : message.content;
+    if (message.role === "system") {
+      // Instructions in the conversation (the schema lets only text blocks through): a system message where it stands, as chat completions place one.
+      messages.push({ role: "system", content: blocks.map((block) => (block.type === "text" ? block.text : "")).join("\n\n") });
+      return;
+    }
     let pending = emptyPending();
     const flushUser = () => {
       const user = userMessage(pending);
