@@ -35,10 +35,18 @@ const gate = new FakeGate();
 const engine = new FakeEngine({ script: (request) => [SCRIPTS[firstText(request)] ?? { steps: [{ text: "Hello" }] }], cachedPromptTokens: 4 });
 const narrow = new FakeEngine({ capacity: 1, queueSize: 0, script: () => [{ steps: [{ gate }, { text: "done" }] }] });
 const headers = (key: string) => ({ "x-api-key": key, "anthropic-version": "2023-06-01" });
+/** The affinity key of each request the `recording` model got (what an upstream pool routes by). */
+const affinityKeys: Array<string | undefined> = [];
+const recording = new FakeEngine({
+  script: (request) => {
+    affinityKeys.push(request.affinityKey);
+    return [{ steps: [{ text: "ok" }] }];
+  },
+});
 
 before(async () => {
   // A keep-alive of 0.2 s: the slow script's 0.7 s pause gets pings.
-  server = await startTestServer({ engines: { fake: engine, narrow }, flags: { keep_alive_interval: "0.2" } });
+  server = await startTestServer({ engines: { fake: engine, narrow, recording }, flags: { keep_alive_interval: "0.2" } });
   client = new Anthropic({ baseURL: server.url, apiKey: server.key, maxRetries: 0 });
 });
 after(async () => {
@@ -140,6 +148,28 @@ describe("Messages shapes on the fake engine", () => {
     assert.equal(refused.body.type, "error");
     assert.equal(refused.body.error.type, "invalid_request_error");
     assert.match(refused.body.error.message, /max_tokens/);
+  });
+
+  it("routes by the first cache_control breakpoint: turns repeating its prefix share one affinity key, another prefix gets another", async () => {
+    const system = [
+      { type: "text" as const, text: "billing header" },
+      { type: "text" as const, text: "You are a coding agent.", cache_control: { type: "ephemeral" as const } },
+    ];
+    const ask = (systemBlocks: typeof system, messages: Anthropic.MessageParam[]) => client.messages.create({ model: "recording", max_tokens: 16, system: systemBlocks, messages });
+    affinityKeys.length = 0;
+    await ask(system, [{ role: "user", content: [{ type: "text", text: "Fix the bug.", cache_control: { type: "ephemeral" } }] }]);
+    await ask(system, [
+      { role: "user", content: "Fix the bug." },
+      { role: "assistant", content: "Done." },
+      { role: "user", content: [{ type: "text", text: "Now the tests.", cache_control: { type: "ephemeral" } }] },
+    ]);
+    await ask([{ type: "text", text: "billing header" }, { type: "text", text: "You are a poet.", cache_control: { type: "ephemeral" } }], [{ role: "user", content: "Fix the bug." }]);
+    await ask([{ type: "text", text: "No breakpoint." }], [{ role: "user", content: "Hi" }]);
+    const [first, second, other, none] = affinityKeys;
+    assert.match(first ?? "", /^cache_control:[0-9a-f]{64}$/);
+    assert.equal(second, first, "the next turn repeats the prefix up to the first breakpoint");
+    assert.notEqual(other, first);
+    assert.equal(none, undefined, "no breakpoint: the pool's own prefix affinity");
   });
 
   it("answers a full queue with 529 overloaded_error and retry-after (the SDK's OverloadedError)", async () => {

@@ -9,7 +9,7 @@ import { ApiError } from "../errors.ts";
 import { parseWithSchema } from "../parse.ts";
 import { anthropicErrorOf } from "./errors.ts";
 import { countTokensRequestSchema, messagesRequestSchema, type MessagesRequest } from "./request.ts";
-import { effortOfBudget, imageUrlsOf, toGenerationRequest } from "./to-generation.ts";
+import { cachedPrefixOf, effortOfBudget, imageUrlsOf, toGenerationRequest } from "./to-generation.ts";
 
 const TEXT_ONLY = { images: false, vendorFields: [] };
 const VISION = { images: true, vendorFields: [] };
@@ -165,6 +165,21 @@ describe("toGenerationRequest", () => {
         ["system", "Now in English."],
       ],
     );
+  });
+
+  it("finds the content up to the first cache_control breakpoint, in Anthropic's cache order", () => {
+    const system = [
+      { type: "text" as const, text: "billing header" },
+      { type: "text" as const, text: "You are Claude Code.", cache_control: { type: "ephemeral" } },
+    ];
+    const turn = (text: string) => parse({ system, tools: [{ ...weather, cache_control: undefined }], messages: [{ role: "user", content: [{ type: "text", text, cache_control: { type: "ephemeral" } }] }] });
+    const first = cachedPrefixOf(turn("Hi"));
+    assert.deepEqual(first, [{ ...weather, cache_control: undefined }, "billing header", "You are Claude Code."], "up to the system block with the breakpoint");
+    assert.deepEqual(cachedPrefixOf(turn("Another conversation")), first, "the same prefix whatever follows it");
+    assert.deepEqual(cachedPrefixOf(parse({ tools: [weather], messages: [{ role: "user", content: "Hi" }] })), [weather], "a tool's breakpoint");
+    const inMessages = cachedPrefixOf(parse({ system: "Be brief.", messages: [{ role: "user", content: "Hi" }, { role: "assistant", content: "Hello" }, { role: "user", content: [{ type: "text", text: "More", cache_control: { type: "ephemeral" } }] }] }));
+    assert.deepEqual(inMessages, ["Be brief.", ["user", "Hi"], ["assistant", "Hello"], ["user", { type: "text", text: "More", cache_control: { type: "ephemeral" } }]]);
+    assert.equal(cachedPrefixOf(parse({ system: "Be brief.", messages: [{ role: "user", content: "Hi" }] })), undefined, "no breakpoint: the pool's own prefix affinity");
   });
 
   it("maps tool choices: tool names it, none keeps the tools uncalled", () => {

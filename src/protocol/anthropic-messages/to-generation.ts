@@ -205,6 +205,38 @@ export function toGenerationRequest(request: MessagesRequest | CountTokensReques
   };
 }
 
+/**
+ * What the request asks to be cached first: its content, in Anthropic's cache order (tools, then
+ * `system`, then the messages), up to and including the first block carrying `cache_control`;
+ * undefined without a breakpoint. The first breakpoint is the prefix every turn of a
+ * conversation repeats (later ones move as it grows), so requests sharing it are sent to the
+ * upstream member that holds it (`GenerationRequest.affinityKey`).
+ */
+export function cachedPrefixOf(request: PromptFields & { tools?: MessagesRequest["tools"] }): unknown[] | undefined {
+  const prefix: unknown[] = [];
+  for (const tool of request.tools ?? []) {
+    prefix.push(tool);
+    if (tool.cache_control != null) return prefix;
+  }
+  if (request.system !== undefined && typeof request.system !== "string") {
+    for (const block of request.system) {
+      prefix.push(block.text);
+      if (block.cache_control != null) return prefix;
+    }
+  } else prefix.push(request.system ?? null);
+  for (const message of request.messages) {
+    if (typeof message.content === "string") {
+      prefix.push([message.role, message.content]);
+      continue;
+    }
+    for (const block of message.content) {
+      prefix.push([message.role, block]);
+      if ("cache_control" in block && block.cache_control != null) return prefix;
+    }
+  }
+  return undefined;
+}
+
 /** Every image block's URL (a data URL for base64), with its param (`messages[2].content[1].source`). */
 export function imageUrlsOf(request: PromptFields): ImageUrlPart[] {
   const found: ImageUrlPart[] = [];

@@ -7,6 +7,7 @@
  * request's `max_tokens` to the context (`fitMaxTokens`): Claude Code asks for 32,000 tokens or
  * more whatever the model, and a small model's context leaves less.
  */
+import { createHash } from "node:crypto";
 import type { Catalog, CatalogModel } from "../../../catalog/catalog.ts";
 import type { PreparedGeneration } from "../../../engines/engine.ts";
 import { checkSupported } from "../../../engines/parameters.ts";
@@ -15,7 +16,7 @@ import { anthropicErrorBody, anthropicErrorOf } from "../../../protocol/anthropi
 import { completeMessage, MessageAssembly, streamMessage } from "../../../protocol/anthropic-messages/from-generation.ts";
 import { newMessageId, type Message, type MessageStreamEvent } from "../../../protocol/anthropic-messages/message.ts";
 import { countTokensRequestSchema, messagesRequestSchema, type CountTokensRequest, type MessagesRequest } from "../../../protocol/anthropic-messages/request.ts";
-import { imageUrlsOf, MESSAGES_PARAMETER_NAMES, toGenerationRequest } from "../../../protocol/anthropic-messages/to-generation.ts";
+import { cachedPrefixOf, imageUrlsOf, MESSAGES_PARAMETER_NAMES, toGenerationRequest } from "../../../protocol/anthropic-messages/to-generation.ts";
 import { ApiError } from "../../../protocol/errors.ts";
 import type { GenerationRequest } from "../../../protocol/generation.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
@@ -70,6 +71,9 @@ export function parseMessages(catalog: Catalog, body: unknown): ParsedGeneration
   // A large body was validated already, off the event loop, by the body worker.
   const request = validatedInWorker(body) ? (body as MessagesRequest) : parseWithSchema(messagesRequestSchema, body);
   const { model, generation } = mapMessages(catalog, request);
+  // `cache_control` breakpoints: requests repeating the first one's prefix go to the upstream member holding it.
+  const cached = cachedPrefixOf(request);
+  if (cached !== undefined) generation.affinityKey = `cache_control:${createHash("sha256").update(JSON.stringify(cached)).digest("hex")}`;
   const stream = request.stream === true;
   if (!stream) generation.buffered = true;
   const assembly = new MessageAssembly({ id: newMessageId(), model: model.id });
