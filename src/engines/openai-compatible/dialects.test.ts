@@ -2,7 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { GenerationRequest } from "../engine.ts";
 import { UnsupportedParameterError } from "../../protocol/errors.ts";
-import { checkRequestForDialect, COMMON_DIALECT, DIALECTS, dialectFor, parametersInUse } from "./dialects.ts";
+import { checkRequestForDialect, COMMON_DIALECT, DIALECTS, dialectFor, namesTheOnlyTool, parametersInUse } from "./dialects.ts";
 
 function request(overrides: Partial<GenerationRequest> = {}, sampling: Partial<GenerationRequest["sampling"]> = {}): GenerationRequest {
   return {
@@ -41,12 +41,22 @@ test("Ollama refuses what it would ignore, naming the parameter", () => {
   }
 });
 
-test("llama-server refuses n > 1 and a named tool_choice; vLLM takes both", () => {
+test("llama-server refuses n > 1 and a named tool_choice among several tools; vLLM takes both", () => {
   assert.throws(() => checkRequestForDialect(request({ choices: 3 }), DIALECTS["llama-server"], []), (error: unknown) => error instanceof UnsupportedParameterError && error.param === "n");
-  const named = request({ tools: [{ name: "f" }], toolChoice: { name: "f" } });
+  const named = request({ tools: [{ name: "f" }, { name: "g" }], toolChoice: { name: "f" } });
   assert.throws(() => checkRequestForDialect(named, DIALECTS["llama-server"], []), (error: unknown) => error instanceof UnsupportedParameterError && error.param === "tool_choice");
   checkRequestForDialect(named, DIALECTS.vllm, []);
   checkRequestForDialect(request({ choices: 3 }), DIALECTS.vllm, []);
+});
+
+test("llama-server takes a tool_choice naming the only tool (it goes as required, which asks the same)", () => {
+  const only = request({ tools: [{ name: "f" }], toolChoice: { name: "f" } });
+  assert.ok(namesTheOnlyTool(only));
+  checkRequestForDialect(only, DIALECTS["llama-server"], []);
+  const other = request({ tools: [{ name: "f" }], toolChoice: { name: "g" } });
+  assert.ok(!namesTheOnlyTool(other));
+  assert.throws(() => checkRequestForDialect(other, DIALECTS["llama-server"], []), (error: unknown) => error instanceof UnsupportedParameterError && error.param === "tool_choice");
+  assert.ok(!namesTheOnlyTool(request({ tools: [{ name: "f" }], toolChoice: "required" })));
 });
 
 test("vendor fields outside the allowed list are refused", () => {

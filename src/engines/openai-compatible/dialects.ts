@@ -12,7 +12,8 @@
  * - SGLang: the same fields and extras; whether it honours `parallel_tool_calls: false` depends
  *   on the tool parser, so that value is refused.
  * - llama-server: OpenAI fields with logprobs and `logit_bias`, tools (with `--jinja`) whose
- *   `tool_choice` is `auto`, `none` or `required` (a named choice is refused), one choice only
+ *   `tool_choice` is `auto`, `none` or `required` (a named choice is refused, but for one naming
+ *   the only tool, sent as `required`), one choice only
  *   (`n` > 1 is refused); extras `top_k`, `min_p`, `chat_template_kwargs`, and `repeat_penalty`
  *   (Turnpike's `repetition_penalty`, renamed on the way).
  * - Ollama (`/v1`): temperature, top_p, penalties, seed, stop, response_format, tools; it
@@ -191,10 +192,20 @@ export function upstreamsOf(dialect: Dialect): string {
 }
 
 /**
+ * Whether `tool_choice` names the request's only tool: then `required` asks the same (call it),
+ * which kinds without a named choice (llama-server) understand. The Messages API's `tool_choice:
+ * {type: "tool"}` with one tool, the usual way to force a call, is this.
+ */
+export function namesTheOnlyTool(request: Pick<GenerationRequest, "tools" | "toolChoice">): boolean {
+  return typeof request.toolChoice === "object" && request.tools?.length === 1 && request.tools[0]!.name === request.toolChoice.name;
+}
+
+/**
  * Refuses what the upstream's kind cannot honour, naming the parameter (400
  * `unsupported_parameter`): a parameter outside its capability map, a named `tool_choice` where
  * only `auto`/`none`/`required` are understood (unless `toolChoiceByGrammar`: a forced custom
- * tool goes as a grammar, no `tool_choice` sent), or a vendor field it does not take.
+ * tool goes as a grammar, no `tool_choice` sent; or it names the only tool, sent as `required`),
+ * or a vendor field it does not take.
  */
 export function checkRequestForDialect(request: GenerationRequest, dialect: Dialect, vendorFields: readonly string[], toolChoiceByGrammar = false): void {
   const where = upstreamsOf(dialect);
@@ -203,7 +214,7 @@ export function checkRequestForDialect(request: GenerationRequest, dialect: Dial
       throw new UnsupportedParameterError(`'${parameter}' is not supported by ${where}: they would ignore it. GET /v1/models lists each model's supported parameters.`, parameter);
     }
   }
-  if (typeof request.toolChoice === "object" && !dialect.namedToolChoice && !toolChoiceByGrammar) {
+  if (typeof request.toolChoice === "object" && !dialect.namedToolChoice && !toolChoiceByGrammar && !namesTheOnlyTool(request)) {
     throw new UnsupportedParameterError(
       `A 'tool_choice' naming a function is not supported by ${where}; use 'required' (with only that tool in 'tools') instead.`,
       "tool_choice",

@@ -81,6 +81,10 @@ test("tool calls, tool results, tools with strict, tool_choice and parallel_tool
   assert.deepEqual(body.tools, [{ type: "function", function: { name: "weather", description: "Gets the weather", parameters: { type: "object" }, strict: true } }]);
   assert.deepEqual(body.tool_choice, { type: "function", function: { name: "weather" } });
   assert.equal(body.parallel_tool_calls, false);
+  // llama-server takes no named choice: naming the only tool is `required`.
+  const llama = buildRequestBody(request, { dialect: DIALECTS["llama-server"], model: "m", maxTokens: 1 });
+  assert.equal(llama.tool_choice, "required");
+  assert.deepEqual(llama.tools, body.tools);
 });
 
 test("sampling, n, logprobs, logit_bias, response_format and vendor fields (renamed for llama-server)", () => {

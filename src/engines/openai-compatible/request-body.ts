@@ -81,8 +81,10 @@ function wireTool(tool: ToolDefinition): Record<string, unknown> {
   };
 }
 
-function wireToolChoice(choice: ToolChoice): unknown {
-  return typeof choice === "string" ? choice : { type: "function", function: { name: choice.name } };
+/** A named choice goes as `required` to a kind without named choices (only when it names the only tool: `checkRequestForDialect` refuses the rest). */
+function wireToolChoice(choice: ToolChoice, dialect: Dialect): unknown {
+  if (typeof choice === "string") return choice;
+  return dialect.namedToolChoice ? { type: "function", function: { name: choice.name } } : "required";
 }
 
 function wireResponseFormat(format: ResponseFormat): Record<string, unknown> {
@@ -133,7 +135,7 @@ export function buildRequestBody(request: GenerationRequest, target: RequestTarg
   } else {
     if (request.tools !== undefined && request.tools.length > 0) {
       body.tools = request.tools.map(wireTool);
-      if (request.toolChoice !== undefined) body.tool_choice = wireToolChoice(request.toolChoice);
+      if (request.toolChoice !== undefined) body.tool_choice = wireToolChoice(request.toolChoice, dialect);
       // OpenAI's default is true; llama-server's is false: say it always.
       body.parallel_tool_calls = request.parallelToolCalls ?? true;
     }
