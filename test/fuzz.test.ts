@@ -10,7 +10,7 @@
  * (`chat_template_kwargs` of any shape, `top_k`, ...) to a free model served by the scripted fake
  * upstream, whose one member must still be healthy at the end (issue 19 row 2).
  *
- * It asserts: no 5xx, every error in the OpenAI shape (`error.message`, `error.type`,
+ * It asserts: no 5xx, every error in the OpenAI shape (Anthropic's on `/v1/messages`) (`error.message`, `error.type`,
  * `error.code` strings, `error.param` a string or null), and `/health` answering throughout.
  * Replay a failure with `TURNPIKE_FUZZ_SEED=<seed from the test name>`.
  */
@@ -28,6 +28,7 @@ import { findPlan } from "../src/billing/plans-store.ts";
 import { openStore } from "../src/store/open.ts";
 import type { Database } from "../src/store/schema.ts";
 import { FaultUpstream } from "./helpers/fault-upstream.ts";
+import { errorBodySchema, streamEventSchemas } from "./helpers/messages-schemas.ts";
 import { startTestServer, storiesModel, temporaryDirectory, type TestServer } from "./helpers/server.ts";
 
 const SEED = Number(process.env.TURNPIKE_FUZZ_SEED ?? Math.floor(Math.random() * 2 ** 31));
@@ -535,14 +536,23 @@ async function send(baseUrl: string, request: Request): Promise<Outcome> {
 }
 
 /** Why an answer breaks the rules, or null when it keeps them. */
-function problemWith(outcome: Outcome): string | null {
+/**
+ * What is wrong with an answer, or null. `path`: the request's; the Anthropic Messages routes
+ * (`/v1/messages…`) answer in Anthropic's error shape (their clients' SDKs read no other), every
+ * other route in OpenAI's.
+ */
+function problemWith(outcome: Outcome, path: string): string | null {
+  const anthropic = path.startsWith("/v1/messages");
   if (outcome.status >= 500) {
     const code = /"code":"([^"]*)"/.exec(outcome.text)?.[1];
-    // Documented 503s: a full wait queue (a burst of valid requests), payments not configured.
-    if (!(outcome.status === 503 && (code === "engine_overloaded" || code === "payments_not_configured"))) return `status ${outcome.status}`;
+    // Documented 503s: a full wait queue (a burst of valid requests), payments not configured; Anthropic's overloaded 529.
+    const documented = outcome.status === 503 && (code === "engine_overloaded" || code === "payments_not_configured");
+    const overloaded = anthropic && outcome.status === 529 && /"type":"overloaded_error"/.test(outcome.text);
+    if (!documented && !overloaded) return `status ${outcome.status}`;
   }
   if (outcome.status === 0) return "no answer";
   const shaped = (payload: unknown): boolean => {
+    if (anthropic) return errorBodySchema.safeParse(payload).success || streamEventSchemas.error.safeParse(payload).success;
     const error = (payload as { error?: Record<string, unknown> } | null)?.error;
     return (
       typeof error === "object" &&
@@ -555,7 +565,7 @@ function problemWith(outcome: Outcome): string | null {
   };
   if (outcome.status >= 400) {
     try {
-      if (!shaped(JSON.parse(outcome.text))) return "error not in the OpenAI shape";
+      if (!shaped(JSON.parse(outcome.text))) return `error not in the ${anthropic ? "Anthropic" : "OpenAI"} shape`;
     } catch {
       return "error body is not JSON";
     }
@@ -564,7 +574,7 @@ function problemWith(outcome: Outcome): string | null {
     for (const line of outcome.text.split("\n")) {
       if (!line.startsWith("data: {") || !line.includes('"error"')) continue;
       const payload = JSON.parse(line.slice(6)) as Record<string, unknown>;
-      if ("error" in payload && !shaped(payload)) return "stream error not in the OpenAI shape";
+      if ("error" in payload && !shaped(payload)) return `stream error not in the ${anthropic ? "Anthropic" : "OpenAI"} shape`;
     }
   }
   return null;
@@ -608,7 +618,7 @@ after(async () => {
   await upstream?.close();
 });
 
-it(`answers ${REQUESTS} fuzzed requests without a 5xx, every error OpenAI-shaped, /health answering throughout (seed ${SEED})`, async () => {
+it(`answers ${REQUESTS} fuzzed requests without a 5xx, every error in its route's shape (OpenAI's; Anthropic's on /v1/messages), /health answering throughout (seed ${SEED})`, async () => {
   const routes = registeredRoutes(test.server.app.server.printRoutes({ commonPrefix: false })).filter(
     (route) => (route.path.startsWith("/api/") || route.path.startsWith("/v1/")) && route.path !== "/v1/chat/completions",
   );
@@ -658,7 +668,7 @@ it(`answers ${REQUESTS} fuzzed requests without a 5xx, every error OpenAI-shaped
       const label = "raw" in item ? "raw" : item.request.label;
       const spent = timeSpent.get(label) ?? { count: 0, ms: 0 };
       timeSpent.set(label, { count: spent.count + 1, ms: spent.ms + performance.now() - requestStarted });
-      const problem = problemWith(outcome);
+      const problem = problemWith(outcome, "raw" in item ? (/^\S+ (\S+)/.exec(item.raw)?.[1] ?? "") : item.request.path);
       if (problem === null) continue;
       // One example of each kind of failure (route, problem, status, code), and how often it came.
       const kind = `${problem} on ${label} → ${outcome.status} ${/"code":"([^"]*)"/.exec(outcome.text)?.[1] ?? ""}`;
@@ -724,10 +734,11 @@ it("answers bodies nested too deep on every route, small and large, with or with
           if (route.path.includes("nope")) continue;
           outcome = { status: 0, text: String(error), contentType: "" };
         }
-        const problem = problemWith(outcome);
+        const problem = problemWith(outcome, request.path);
         if (problem !== null) problems.push(`${route.method} ${request.path} (${body.length} bytes, ${authorization === undefined ? "no key" : "a key"}): ${problem} ${outcome.text.slice(0, 200)}`);
-        // A body the route parses is refused for its depth, whatever else is wrong with it.
-        if (outcome.status === 400 && !/"code":"json_too_deep"/.test(outcome.text)) problems.push(`${route.method} ${request.path}: a 400 other than json_too_deep: ${outcome.text.slice(0, 200)}`);
+        // A body the route parses is refused for its depth, whatever else is wrong with it (Anthropic's body has no code: its message says it).
+        const tooDeep = /"code":"json_too_deep"/.test(outcome.text) || (request.path.startsWith("/v1/messages") && /more than 128 levels deep/.test(outcome.text));
+        if (outcome.status === 400 && !tooDeep) problems.push(`${route.method} ${request.path}: a 400 other than json_too_deep: ${outcome.text.slice(0, 200)}`);
       }
     }
   }
