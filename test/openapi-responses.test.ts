@@ -238,6 +238,26 @@ describe("the answers /openapi.json documents", () => {
     await call(operator, "get", `/v1/responses/${created.id}`, { route: "/v1/responses/{id}", status: 404 });
   });
 
+  it("answers the Anthropic Messages API as documented: a message, its stream's events, a token count and an Anthropic error", async () => {
+    const ask = { model: "story", max_tokens: 16, system: "Tell a story.", messages: [{ role: "user", content: "Once upon a time" }] };
+    const message = await call(operator, "post", "/v1/messages", { body: ask });
+    assert.equal(message.type, "message");
+    const response = await fetch(`${priced.url}/v1/messages`, {
+      method: "POST",
+      headers: { "x-api-key": priced.key, "anthropic-version": "2023-06-01", "content-type": "application/json" },
+      body: JSON.stringify({ ...ask, stream: true }),
+    });
+    assert.equal(response.status, 200);
+    const { events } = await readSse(response);
+    const streamed = events.map((event) => JSON.parse(event));
+    assert.equal(streamed.at(-1).type, "message_stop");
+    for (const event of streamed) conforms("post", "/v1/messages", 200, event, { contentType: "text/event-stream" });
+    const counted = await call(operator, "post", "/v1/messages/count_tokens", { body: { model: "story", messages: ask.messages, system: ask.system } });
+    assert.equal(counted.input_tokens, message.usage.input_tokens + (message.usage.cache_read_input_tokens ?? 0));
+    const unknown = await call(operator, "post", "/v1/messages", { body: { ...ask, model: "nope" }, status: 404 });
+    assert.equal(unknown.type, "error");
+  });
+
   it("answers usage without money fields on a server without a credit value", async () => {
     const client = new ConsoleClient(plain.url, { authorization: `Bearer ${plain.key}` });
     await call(client, "post", "/v1/chat/completions", { body: { model: plain.server.catalog.list()[0]!.id, messages: [{ role: "user", content: "Hi" }], max_tokens: 2 }, from: plainDocument });
