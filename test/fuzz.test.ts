@@ -545,8 +545,9 @@ function problemWith(outcome: Outcome, path: string): string | null {
   const anthropic = path.startsWith("/v1/messages");
   if (outcome.status >= 500) {
     const code = /"code":"([^"]*)"/.exec(outcome.text)?.[1];
-    // Documented 503s: a full wait queue (a burst of valid requests), payments not configured; Anthropic's overloaded 529.
-    const documented = outcome.status === 503 && (code === "engine_overloaded" || code === "payments_not_configured");
+    // Documented 503s: a full wait queue (a burst of valid requests), a full parse queue (a burst of large bodies, issue 19
+    // row 4: the fuzz's own workers share one key), payments not configured; Anthropic's overloaded 529.
+    const documented = outcome.status === 503 && (code === "engine_overloaded" || code === "server_busy" || code === "payments_not_configured");
     const overloaded = anthropic && outcome.status === 529 && /"type":"overloaded_error"/.test(outcome.text);
     if (!documented && !overloaded) return `status ${outcome.status}`;
   }
