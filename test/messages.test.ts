@@ -9,85 +9,33 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import Anthropic from "@anthropic-ai/sdk";
-import { checkMessageStream, errorBodySchema, messageSchema } from "./helpers/messages-schemas.ts";
-import { parseSse } from "./helpers/sse-events.ts";
+import { assertValidMessage, checkedMessagesClient, countParamsOf, GREEDY, promptOf, textOf, type CheckedMessagesClient, type Message, type Params } from "./helpers/messages-client.ts";
+import { errorBodySchema } from "./helpers/messages-schemas.ts";
 import { postJson, startTestServer, type TestServer } from "./helpers/server.ts";
 
-/** Greedy sampling (`temperature` 0): the Messages API takes it, though the newest SDK types no longer list it. */
-const GREEDY: object = { temperature: 0 };
-
-type Params = Anthropic.MessageCreateParamsNonStreaming;
-type Message = Anthropic.Message;
-
 let test: TestServer;
-/** The raw text of each stream the SDK read, in order. */
-const rawStreams: string[] = [];
+let checked: CheckedMessagesClient;
 let client: Anthropic;
-
-/** `fetch`, keeping a copy of each event stream's bytes. */
-const teeFetch: typeof fetch = async (input, init) => {
-  const response = await fetch(input, init);
-  if (!response.headers.get("content-type")?.startsWith("text/event-stream") || response.body === null) return response;
-  const [forClient, forTest] = response.body.tee();
-  const index = rawStreams.push("") - 1;
-  void new Response(forTest).text().then((text) => {
-    rawStreams[index] = text;
-  });
-  return new Response(forClient, { status: response.status, headers: response.headers });
-};
 
 before(async () => {
   test = await startTestServer({});
-  client = new Anthropic({ baseURL: test.url, apiKey: test.key, maxRetries: 0, timeout: 120_000, fetch: teeFetch });
+  checked = checkedMessagesClient(test.url, test.key);
+  client = checked.client;
 });
 after(async () => {
   await test?.close();
 });
 
-function assertValidMessage(message: unknown): void {
-  const parsed = messageSchema.safeParse(message);
-  assert.ok(parsed.success, parsed.success ? "" : JSON.stringify(parsed.error.issues.slice(0, 3)));
-}
-
-/** The message as the server sent it (the SDK adds `parsed_output` to a stream's final message, and fields it did not get as undefined). */
-function wire(message: Message): Record<string, unknown> {
-  const { parsed_output: _parsed, ...rest } = JSON.parse(JSON.stringify(message)) as Message & { parsed_output?: unknown };
-  return rest;
-}
-
 /**
  * Creates a message streamed or not. A stream is read by the SDK (`finalMessage()`) and, raw, by
- * the grammar check; both must agree.
+ * the grammar check; both must agree (`helpers/messages-client.ts`).
  */
-async function create(params: Params, stream: boolean): Promise<Message> {
-  if (!stream) {
-    const message = await client.messages.create(params);
-    assertValidMessage(message);
-    return message;
-  }
-  const before = rawStreams.length;
-  const final = await client.messages.stream(params).finalMessage();
-  assert.equal(rawStreams.length, before + 1);
-  // The copy finishes reading as the SDK's does.
-  for (let wait = 0; wait < 100 && rawStreams[before] === ""; wait++) await new Promise((resolve) => setTimeout(resolve, 10));
-  const raw = rawStreams[before]!;
-  assert.ok(!raw.includes("[DONE]"), "no [DONE]");
-  const { problems, replayed } = checkMessageStream(parseSse(raw));
-  assert.deepEqual(problems, []);
-  assertValidMessage(replayed!.message);
-  assert.deepEqual(wire(final), replayed!.message, "finalMessage() is what the events replay to");
-  return final;
-}
+const create = (params: Params, stream: boolean): Promise<Message> => checked.create(params, stream);
 
 /** The prompt's tokens, as `count_tokens` counts them for `params`. */
 async function counted(params: Params): Promise<number> {
-  const { max_tokens: _max, stop_sequences: _stop, ...prompt } = params as Params & { temperature?: number };
-  delete prompt.temperature;
-  return (await client.messages.countTokens(prompt as Anthropic.MessageCountTokensParams)).input_tokens;
+  return (await client.messages.countTokens(countParamsOf(params))).input_tokens;
 }
-
-const textOf = (message: Message) => message.content.flatMap((block) => (block.type === "text" ? [block.text] : [])).join("");
-const promptOf = (message: Message) => message.usage.input_tokens + (message.usage.cache_read_input_tokens ?? 0) + (message.usage.cache_creation_input_tokens ?? 0);
 
 const weather: Anthropic.Tool = {
   name: "get_weather",

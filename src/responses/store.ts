@@ -128,10 +128,9 @@ type Waiter = { resolve: () => void; reject: (error: unknown) => void };
 type Row = Insertable<ResponseTable> & { id: string; size_bytes: number };
 /**
  * The saves of one response waiting for the next commit: only the latest row is written.
- * `deferred`: every save of it so far may wait for the commit window; `since`: when the first
- * did (`performance.now()`).
+ * `since`: when the first was made (`performance.now()`), where its commit window starts.
  */
-type Pending = { row: Row; waiters: Waiter[]; deferred: boolean; since: number };
+type Pending = { row: Row; waiters: Waiter[]; since: number };
 
 /** The columns a save writes, in the order of its statement's parameters. */
 const COLUMNS = [
@@ -247,12 +246,11 @@ export class ResponseStore<Resource extends object = Record<string, unknown>, It
     };
     return new Promise<void>((resolve, reject) => {
       const pending = this.#pending.get(row.id);
-      if (pending === undefined) this.#pending.set(row.id, { row, waiters: [{ resolve, reject }], deferred, since: performance.now() });
+      if (pending === undefined) this.#pending.set(row.id, { row, waiters: [{ resolve, reject }], since: performance.now() });
       else {
         // Saved again before the last save was written: the newer state is the one to write.
         pending.row = row;
         pending.waiters.push({ resolve, reject });
-        pending.deferred &&= deferred;
       }
       if (deferred) this.#unwritten.set(row.id, row);
       else this.#unwritten.delete(row.id);
