@@ -267,6 +267,9 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
         ? {}
         : { moneyPricing: { currency: creditValue.currency, perMillionTokens: moneyPrices({ prompt: pricing.prompt, cached_prompt: pricing.cachedPrompt, completion: pricing.completion }, creditValue) } }),
       outputModalities: ["text"],
+      ...(entry.serves === undefined ? {} : { serves: entry.serves }),
+      ...(entry.pricing?.embeddings === undefined ? {} : { embeddingsPrice: entry.pricing.embeddings }),
+      ...(entry.embeddings?.matryoshka === undefined ? {} : { matryoshka: entry.embeddings.matryoshka }),
     };
   });
   const catalog = new Catalog(models);

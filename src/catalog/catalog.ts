@@ -3,9 +3,9 @@
  * `/v1/models` and the console read it; the chat route finds engines through it.
  */
 import type { Engine, EngineMember, EngineStatus } from "../engines/engine.ts";
-import { ModelNotFoundError } from "../protocol/errors.ts";
-import type { ModelObject, MoneyPrices } from "../protocol/models.ts";
-import { GENERATION_ENDPOINTS } from "../protocol/models.ts";
+import { EndpointNotServedError, ModelNotFoundError } from "../protocol/errors.ts";
+import type { ModelObject, ModelService, MoneyPrices } from "../protocol/models.ts";
+import { SERVICE_ENDPOINTS } from "../protocol/models.ts";
 import type { Pricing } from "../protocol/price.ts";
 
 /** Credit units per million tokens (the type lives with the price formula). */
@@ -23,7 +23,34 @@ export type CatalogModel = {
   /** The same prices in money, when the operator set what a credit is worth (`credit_value`). */
   moneyPricing?: { currency: string; perMillionTokens: MoneyPrices };
   outputModalities: readonly string[];
+  /** What the entry declares it serves (`serves`); undefined: what the engine says. */
+  serves?: readonly ModelService[];
+  /** An embedding's input tokens are priced at this (credit units per million) instead of `pricing.prompt`. */
+  embeddingsPrice?: number;
+  /** The `dimensions` an embeddings request may ask for below the full length (Matryoshka); undefined: only the full length. */
+  matryoshka?: true | readonly number[];
 };
+
+/** What a model serves: its entry's `serves`, else its engine's, else chat and completions. */
+export function servicesOf(model: CatalogModel): readonly ModelService[] {
+  return model.serves ?? model.engine.capabilities().services ?? DEFAULT_SERVICES;
+}
+
+const DEFAULT_SERVICES: readonly ModelService[] = ["chat", "completions"];
+
+/** What a service is called in a refusal. */
+const SERVICE_NAMES: Record<ModelService, string> = { chat: "chat", completions: "text completions", embeddings: "embeddings" };
+
+/**
+ * Refuses (400 `model_does_not_support_endpoint`) a request to an endpoint its model does not
+ * serve, naming the model and what it serves: checked at parse, before anything else runs.
+ */
+export function requireService(model: CatalogModel, service: ModelService): void {
+  const services = servicesOf(model);
+  if (services.includes(service)) return;
+  const serves = services.map((each) => `${SERVICE_NAMES[each]} (${SERVICE_ENDPOINTS[each].join(", ")})`).join("; ");
+  throw new EndpointNotServedError(`Model '${model.id}' does not serve ${SERVICE_NAMES[service]}: it serves ${serves}.`);
+}
 
 
 export const FREE: Pricing = { prompt: 0, cachedPrompt: 0, completion: 0 };
@@ -96,7 +123,7 @@ export function describeModel(model: CatalogModel): ModelObject {
       ...(model.moneyPricing === undefined ? {} : { currency: model.moneyPricing.currency, money: { ...model.moneyPricing.perMillionTokens } }),
     },
     supported_parameters: [...capabilities.supportedParameters, ...capabilities.vendorFields],
-    endpoints: [...GENERATION_ENDPOINTS],
+    endpoints: servicesOf(model).flatMap((service) => SERVICE_ENDPOINTS[service]),
     status: statusText(model.engine.status(), model.engine.members()),
   };
 }

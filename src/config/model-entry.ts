@@ -6,6 +6,7 @@
  * checks across engines (exactly one source; images and vendor fields for upstreams only).
  */
 import { z } from "zod";
+import { MODEL_SERVICES } from "../protocol/models.ts";
 import { llamaCppModelOptionsSchema } from "../engines/llamacpp/config-schema.ts";
 import { upstreamModelOptionsSchema } from "../engines/openai-compatible/config-schema.ts";
 
@@ -14,6 +15,8 @@ export const pricingSchema = z.object({
   prompt: z.number().int().min(0).default(0),
   cached_prompt: z.number().int().min(0).optional(),
   completion: z.number().int().min(0).default(0),
+  /** The price of an embedding's input tokens, where it differs from `prompt` (an entry can price embeddings alone). */
+  embeddings: z.number().int().min(0).optional(),
 });
 
 const modelIdPattern = /^[A-Za-z0-9][A-Za-z0-9._:@/-]*$/;
@@ -29,6 +32,32 @@ export const modelEntrySchema = z
     pricing: pricingSchema.optional(),
     /** What the model reads (`/v1/models` `modalities.input`); default `["text"]`. */
     input_modalities: z.array(z.enum(["text", "image"])).min(1).optional(),
+    /**
+     * What the model serves (`chat`, `completions`, `embeddings`); default: what its engine says
+     * (a GGUF with a pooling type or an embedding architecture serves `embeddings`; other models
+     * `chat` and `completions`). Declaring `embeddings` beside `chat` turns embeddings on for a chat model.
+     */
+    serves: z.array(z.enum(MODEL_SERVICES)).min(1).optional(),
+    /** Embeddings options: the vector's length (for an upstream, until it answered once) and the lengths `dimensions` may ask for. */
+    embeddings: z
+      .object({
+        /** The model's own vector length. */
+        dimensions: z.number().int().min(1).max(65_536).optional(),
+        /**
+         * Matryoshka-trained: a request's `dimensions` truncates the vector and renormalises it. `true`:
+         * any length from 1 to the full one; a list: only those lengths. Absent: `dimensions` is refused
+         * unless it equals the full length.
+         */
+        matryoshka: z.union([z.literal(true), z.array(z.number().int().min(1)).min(1)]).optional(),
+      })
+      .strict()
+      .optional(),
+    /**
+     * The fill-in-the-middle tokens, as text, for an upstream model whose server builds no FIM
+     * prompt itself (vLLM, SGLang): `<|fim_prefix|>` etc. A GGUF's own FIM tokens are read from the
+     * file; a llama-server member uses its `/infill`.
+     */
+    fim: z.object({ prefix: z.string().min(1), suffix: z.string().min(1), middle: z.string().min(1) }).strict().optional(),
   })
   .refine((entry) => [entry.path, entry.hf, entry.upstream].filter((source) => source !== undefined).length === 1, {
     message: "needs exactly one of 'path' (a local GGUF file), 'hf' (hf:owner/repo/file.gguf) or 'upstream' (OpenAI-compatible servers)",

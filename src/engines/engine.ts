@@ -9,9 +9,10 @@
  */
 
 import type { PromptBound } from "./prompt-bound.ts";
+import type { ModelService } from "../protocol/models.ts";
 
 // The generation request and its parts live with the wire formats that map to them.
-import type { GenerationRequest, GenerationUsage, StreamPart } from "../protocol/generation.ts";
+import type { GenerationRequest, GenerationUsage, StreamPart, UsageSource } from "../protocol/generation.ts";
 export type {
   EngineMessage,
   ToolCall,
@@ -22,6 +23,8 @@ export type {
   ResponseFormat,
   EngineContentPart,
   EngineImage,
+  CompletionPrompt,
+  TextCompletion,
   SamplingOptions,
   GenerationRequest,
   EngineFinishReason,
@@ -85,6 +88,16 @@ export { CHAT_PARAMETERS, type ChatParameter } from "./parameters.ts";
 
 /** What a model served by an engine can do, for `/v1/models` and the request checks. */
 export type EngineCapabilities = {
+  /**
+   * What it serves (`chat`, `completions`, `embeddings`), as the engine knows it once open (an
+   * embedding GGUF: `embeddings` only); the model entry's `serves` overrides it. Undefined until
+   * known: chat and completions.
+   */
+  services?: readonly ModelService[];
+  /** Fill-in-the-middle (a legacy completion's `suffix`): the model has FIM tokens (or its entry names them). */
+  fillInTheMiddle?: boolean;
+  /** For a model that serves embeddings: the vector's length, once known. */
+  embeddingDimensions?: number;
   /** Request parameters it honours (a request using another gets a 400 naming it). */
   supportedParameters: readonly string[];
   /** What it reads besides text. */
@@ -109,6 +122,36 @@ export type EngineMember = {
    * the sequences in them (÷ batches: how many streams share one), the tokens (prompts included).
    */
   batching?: { batches: number; sequences: number; tokens: number };
+};
+
+/** One input of an embeddings request: text, or token ids of the model's vocabulary. */
+export type EmbeddingInput = { text: string } | { tokens: number[] };
+
+export type EmbeddingRequest = {
+  inputs: EmbeddingInput[];
+  /** An input longer than the model's context is cut to fit (from its end) instead of refused. */
+  truncate: boolean;
+  /** Passed to an upstream as OpenAI's `user`. */
+  user?: string;
+};
+
+/** An embeddings request tokenized and checked, not yet run: `promptTokens` bounds what it costs. */
+export type PreparedEmbeddings = {
+  /** Every input's tokens, summed: exact, or an upper bound (see `promptCount`). */
+  readonly promptTokens: number;
+  readonly promptCount: "exact" | "upper-bound";
+  /**
+   * Runs it: one vector per input, in the inputs' order, each of the model's full length and
+   * L2-normalised (the caller truncates to `dimensions` and normalises again). Throws
+   * `EngineOverloadedError` at once when the queue is full; rejects with the signal's reason when aborted.
+   */
+  run(signal: AbortSignal): Promise<EmbeddingsResult>;
+};
+
+export type EmbeddingsResult = {
+  vectors: Float32Array[];
+  /** Tokens embedded, all inputs summed (what is billed). */
+  usage: { promptTokens: number; source: UsageSource };
 };
 
 export interface Engine {
@@ -136,6 +179,17 @@ export interface Engine {
    * Throws `ModelNotReadyError` when the engine is not ready.
    */
   boundPrompt(request: GenerationRequest): PromptBound;
+  /**
+   * Tokenizes and checks an embeddings request (each input within the context, or cut to it with
+   * `truncate`; token ids in the vocabulary). Throws `ModelNotReadyError`, `ContextLengthExceededError`
+   * (naming the input's index) or `InvalidRequestError`. Absent: the engine cannot embed.
+   */
+  prepareEmbeddings?(request: EmbeddingRequest): Promise<PreparedEmbeddings>;
+  /**
+   * Bounds on an embeddings request's tokens without tokenizing (as `boundPrompt`): for the cheap
+   * refusals (rate limits, quota) before `prepareEmbeddings`. Present exactly when `prepareEmbeddings` is.
+   */
+  boundEmbeddings?(request: EmbeddingRequest): PromptBound;
   /** Frees the model; running generations are aborted. */
   close(): Promise<void>;
 }

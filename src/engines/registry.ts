@@ -4,6 +4,7 @@
  * `main.ts` and the catalog see only the `Engine` interface.
  */
 import type { Engine } from "./engine.ts";
+import type { ModelService } from "../protocol/models.ts";
 import type { LlamaCppModelOptions } from "./llamacpp/config-schema.ts";
 import { LlamaCppEngine } from "./llamacpp/llamacpp-engine.ts";
 import type { UpstreamModelOptions } from "./openai-compatible/config-schema.ts";
@@ -22,6 +23,12 @@ export type EngineEntry = LlamaCppModelOptions &
     id: string;
     /** What the model reads; default text only. */
     input_modalities?: readonly ("text" | "image")[];
+    /** What the entry declares it serves (`chat`, `completions`, `embeddings`); default: what the engine finds. */
+    serves?: readonly ModelService[];
+    /** The entry's embeddings options (the vector's length). */
+    embeddings?: { dimensions?: number };
+    /** The FIM tokens as text, for an upstream whose server builds no FIM prompt (vLLM, SGLang). */
+    fim?: { prefix: string; suffix: string; middle: string };
   };
 
 /** The engine for a model entry, not yet open (`open()` loads it or reaches its upstreams). */

@@ -36,6 +36,7 @@ export const ERROR_CATALOG = {
   missing_required_parameter: { status: 400, type: "invalid_request_error", meaning: "a required field is absent (`param` names it)" },
   invalid_type: { status: 400, type: "invalid_request_error", meaning: "a field has the wrong JSON type (`param` names it)" },
   unsupported_parameter: { status: 400, type: "invalid_request_error", meaning: "a field this release does not serve yet, or a JSON Schema keyword the grammar cannot enforce (`param` is its path)" },
+  model_does_not_support_endpoint: { status: 400, type: "invalid_request_error", meaning: "the model does not serve this endpoint (an embedding model asked for a completion, a chat model for embeddings): the message names the model and what it serves, as `/v1/models` lists them in `endpoints`" },
   model_does_not_support_images: { status: 400, type: "invalid_request_error", meaning: "an image content part sent to a text-only model (`param` names the part)" },
   invalid_image_url: { status: 400, type: "invalid_request_error", meaning: "an image part that is neither an http(s) URL nor a base64 data URL of a PNG, JPEG, GIF or WebP image" },
   image_url_not_allowed: { status: 400, type: "invalid_request_error", meaning: "an image URL the server's `--image-urls` policy refuses: a private, loopback, link-local or other non-public host (or one that does not resolve), plain http, or any URL where only data URLs are taken (`param` names the part's `url`)" },

@@ -61,6 +61,13 @@ export class UnsupportedParameterError extends ApiError {
 }
 
 /** 400: prompt + requested completion do not fit the model's context window. */
+/** A request to an endpoint its model does not serve (400 `model_does_not_support_endpoint`, `param` `model`). */
+export class EndpointNotServedError extends ApiError {
+  constructor(message: string) {
+    super(message, "model_does_not_support_endpoint", { param: "model" });
+  }
+}
+
 export class ContextLengthExceededError extends ApiError {
   constructor(message: string) {
     super(message, "context_length_exceeded", { param: "messages" });

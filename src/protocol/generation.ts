@@ -98,8 +98,29 @@ export type SamplingOptions = {
 export const VENDOR_FIELDS = ["top_k", "min_p", "repetition_penalty", "reasoning_effort", "chat_template_kwargs"] as const;
 export type VendorField = (typeof VENDOR_FIELDS)[number];
 
+/** A legacy completion's prompt: text, or token ids of the model's vocabulary. */
+export type CompletionPrompt = { text: string } | { tokens: number[] };
+
+/**
+ * A legacy text completion (`/v1/completions`): the prompts as sent, no chat template. Choice
+ * `c` of the request continues prompt `floor(c / n)` (OpenAI's order: every prompt's `n` choices
+ * together), so `GenerationRequest.choices` is `prompts.length × n`; each prompt's tokens count once.
+ */
+export type TextCompletion = {
+  prompts: CompletionPrompt[];
+  /** Choices per prompt (OpenAI's `n`). */
+  n: number;
+  /** Fill-in-the-middle: the text after the completion (the prompt is the text before). Only for a model with FIM tokens. */
+  suffix?: string;
+  /** The prompt's text comes back before the completion's (OpenAI's `echo`). */
+  echo?: boolean;
+};
+
 export type GenerationRequest = {
+  /** Empty for a text completion (`completion`). */
   messages: EngineMessage[];
+  /** Set for a legacy text completion: its prompts are rendered as they are, in place of `messages`. */
+  completion?: TextCompletion;
   sampling: SamplingOptions;
   /**
    * The most completion tokens the caller allows; undefined means "as many as fit the context".

@@ -5,7 +5,7 @@
  */
 import { validatedInWorker } from "../../json-body/json-body-parser.ts";
 import { pooledRandomBytes } from "../../../store/random.ts";
-import type { Catalog } from "../../../catalog/catalog.ts";
+import { requireService, type Catalog } from "../../../catalog/catalog.ts";
 import { checkSupported } from "../../../engines/parameters.ts";
 import { chatCompletionRequestSchema, type ChatCompletionRequest } from "../../../protocol/chat-completions/request.ts";
 import type { ChatCompletion, ChatCompletionChunk } from "../../../protocol/chat-completions/response.ts";
@@ -26,6 +26,7 @@ export function parseChatCompletion(catalog: Catalog, body: unknown): ParsedGene
   // A large body was validated already, off the event loop, by the body worker.
   const request = validatedInWorker(body) ? (body as ChatCompletionRequest) : parseWithSchema(chatCompletionRequestSchema, body);
   const model = catalog.get(request.model);
+  requireService(model, "chat");
   rejectUnsupported(request);
   const capabilities = model.engine.capabilities();
   const generationRequest = toGenerationRequest(request, { images: capabilities.inputModalities.includes("image") });

@@ -8,7 +8,7 @@
  * more whatever the model, and a small model's context leaves less.
  */
 import { createHash } from "node:crypto";
-import type { Catalog, CatalogModel } from "../../../catalog/catalog.ts";
+import { requireService, type Catalog, type CatalogModel } from "../../../catalog/catalog.ts";
 import type { PreparedGeneration } from "../../../engines/engine.ts";
 import { checkSupported } from "../../../engines/parameters.ts";
 import type { PromptBound } from "../../../engines/prompt-bound.ts";
@@ -49,6 +49,7 @@ export function inMessagesSpelling(error: unknown): unknown {
 /** The model, its inputs, and the generation request of a validated creation or token count (refusing what the model cannot honour). */
 export function mapMessages(catalog: Catalog, request: MessagesRequest | CountTokensRequest): { model: CatalogModel; generation: GenerationRequest } {
   const model = catalog.get(request.model);
+  requireService(model, "chat");
   const capabilities = model.engine.capabilities();
   const generation = toGenerationRequest(request, { images: capabilities.inputModalities.includes("image"), vendorFields: capabilities.vendorFields });
   checkSupported(model.id, capabilities, generation, (parameter) => MESSAGES_PARAMETER_NAMES[parameter] ?? parameter);

@@ -7,7 +7,7 @@
  * Its prompt is prepared by its own step (`preparePrompt`): `truncation: "auto"` fits it to the
  * context, and the engine's refusals name fields as the Responses API spells them.
  */
-import type { Catalog } from "../../../catalog/catalog.ts";
+import { requireService, type Catalog } from "../../../catalog/catalog.ts";
 import { checkSupported } from "../../../engines/parameters.ts";
 import type { ChatParameter } from "../../../engines/parameters.ts";
 import type { GenerationOutcome, GenerationRequest } from "../../../protocol/generation.ts";
@@ -70,6 +70,7 @@ export function parseResponse(catalog: Catalog, body: unknown, history: readonly
   // A large body was validated already, off the event loop, by the body worker.
   const request = validatedInWorker(body) ? (body as ResponsesRequest) : parseWithSchema(responsesRequestSchema, body);
   const model = catalog.get(request.model);
+  requireService(model, "chat");
   const capabilities = model.engine.capabilities();
   const inputs = { images: capabilities.inputModalities.includes("image") };
   const requestFor = (dropItems: number): GenerationRequest => {
