@@ -48,7 +48,8 @@ export function parametersInUse(request: GenerationRequest): ChatParameter[] {
   if (sampling.logitBias !== undefined && sampling.logitBias.size > 0) used.push("logit_bias");
   if (request.logprobs !== undefined) used.push("logprobs");
   if (request.logprobs !== undefined && request.logprobs.top > 0) used.push("top_logprobs");
-  if (request.choices > 1) used.push("n");
+  // A text completion's choices are its prompts × `n`: several prompts ask nothing of `n`.
+  if ((request.completion?.n ?? request.choices) > 1) used.push("n");
   if (sampling.stop.length > 0) used.push("stop");
   if (sampling.seed !== undefined) used.push("seed");
   if (request.responseFormat !== undefined && request.responseFormat.type !== "text") used.push("response_format");

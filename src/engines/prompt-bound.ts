@@ -14,7 +14,7 @@
  * a template may write them again more compactly: only JSON padded with whitespace, escapes or
  * zeros renders much shorter.
  */
-import type { GenerationRequest } from "../protocol/generation.ts";
+import type { GenerationRequest, TextCompletion } from "../protocol/generation.ts";
 
 /** Template bytes a message may add besides its own text (role markers, separators). */
 export const MESSAGE_OVERHEAD_BYTES = 32;
@@ -170,6 +170,7 @@ export function overheadBytes(request: GenerationRequest): number {
  * "at least `enough` tokens?" matters, `atLeast` stops growing once it gets there.
  */
 export function promptBound(request: GenerationRequest, spans: number | TokenSpans, enough: number = Number.POSITIVE_INFINITY): PromptBound {
+  if (request.completion !== undefined) return sumOf(completionPromptBounds(request.completion, spans, enough), vendorBytes(request));
   const { longest, asciiLongest } = typeof spans === "number" ? { longest: spans, asciiLongest: undefined } : spans;
   const bytes = renderedBytes(request);
   const texts = verbatimTexts(request);
@@ -178,4 +179,46 @@ export function promptBound(request: GenerationRequest, spans: number | TokenSpa
   const fine = asciiLongest === undefined || coarse >= enough ? 0 : tokenFloor(texts, { longest, asciiLongest }, enough);
   const atLeast = Math.max(coarse, fine);
   return { bytes, verbatimBytes: verbatim, atLeast, atMost: bytes + overheadBytes(request) };
+}
+
+/**
+ * Tokens a text completion's prompt may hold besides its own text: a BOS and an EOS, or a
+ * fill-in-the-middle layout's BOS, prefix, suffix and middle tokens.
+ */
+export const COMPLETION_OVERHEAD_TOKENS = 4;
+
+/**
+ * The bounds of each prompt of a text completion (each runs in its own sequence, so the context
+ * bounds each alone; the request's bound is their sum). A token prompt counts its ids exactly; a
+ * text prompt its text, as chat counts message text. A fill-in-the-middle prompt may be cut to fit
+ * (llama-server's `/infill` keeps the prefix's end and the suffix's start), so its text gives no
+ * lower bound beyond the layout's tokens; its upper bound counts the prefix and the suffix whole.
+ */
+export function completionPromptBounds(completion: TextCompletion, spans: number | TokenSpans, enough: number = Number.POSITIVE_INFINITY): PromptBound[] {
+  const { longest, asciiLongest } = typeof spans === "number" ? { longest: spans, asciiLongest: undefined } : spans;
+  const fim = completion.suffix !== undefined;
+  const suffixBytes = fim ? utf8Bytes(completion.suffix!) : 0;
+  return completion.prompts.map((prompt): PromptBound => {
+    if ("tokens" in prompt) {
+      const count = prompt.tokens.length;
+      return { atLeast: fim ? 3 : count, atMost: count + COMPLETION_OVERHEAD_TOKENS + suffixBytes, bytes: suffixBytes, verbatimBytes: 0 };
+    }
+    const bytes = utf8Bytes(prompt.text) + suffixBytes;
+    if (fim) return { atLeast: 3, atMost: bytes + COMPLETION_OVERHEAD_TOKENS, bytes, verbatimBytes: 0 };
+    const coarse = Math.ceil(bytes / Math.max(1, longest));
+    const fine = asciiLongest === undefined || coarse >= enough ? 0 : tokenFloor([prompt.text], { longest, asciiLongest }, enough);
+    return { atLeast: Math.max(coarse, fine), atMost: bytes + COMPLETION_OVERHEAD_TOKENS, bytes, verbatimBytes: bytes };
+  });
+}
+
+/** The bound of several prompts together (vendor fields counted once, in `atMost` and `bytes`). */
+function sumOf(bounds: readonly PromptBound[], extraBytes: number): PromptBound {
+  const total: PromptBound = { atLeast: 0, atMost: extraBytes, bytes: extraBytes, verbatimBytes: 0 };
+  for (const bound of bounds) {
+    total.atLeast += bound.atLeast;
+    total.atMost += bound.atMost;
+    total.bytes += bound.bytes;
+    total.verbatimBytes += bound.verbatimBytes;
+  }
+  return total;
 }

@@ -31,6 +31,7 @@ import { requestIdFrom, requestIdHeader } from "./middleware/request-id/request-
 import { apiKeyAuth } from "./middleware/api-key-auth/api-key-auth.ts";
 import { accountAuth, accountIdOf, type SessionResolver } from "./middleware/account-auth/account-auth.ts";
 import { registerChatCompletionsRoute } from "./routes/chat-completions/route.ts";
+import { registerCompletionsRoute } from "./routes/completions/route.ts";
 import { registerResponsesRoutes, type StoredResponses } from "./routes/responses/route.ts";
 import { registerMessagesRoutes } from "./routes/messages/route.ts";
 import { registerModelsRoutes } from "./routes/models/route.ts";
@@ -229,6 +230,7 @@ export function buildApp(options: AppOptions): App {
     ...(options.imageUrls !== undefined ? { imageUrls: options.imageUrls } : {}),
   };
   registerChatCompletionsRoute(server, generationOptions);
+  registerCompletionsRoute(server, generationOptions);
   registerMessagesRoutes(server, { ...generationOptions, authenticate: authenticateAnthropic });
   if (options.responses !== undefined) registerResponsesRoutes(server, { ...generationOptions, responses: options.responses });
 

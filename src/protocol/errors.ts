@@ -69,8 +69,9 @@ export class EndpointNotServedError extends ApiError {
 }
 
 export class ContextLengthExceededError extends ApiError {
-  constructor(message: string) {
-    super(message, "context_length_exceeded", { param: "messages" });
+  /** `param`: the field that is too long (`messages`; a text completion's `prompt`). */
+  constructor(message: string, param = "messages") {
+    super(message, "context_length_exceeded", { param });
   }
 }
 

@@ -25,7 +25,7 @@ export type ApiOperation = {
   method: "get" | "post" | "patch" | "delete";
   /** OpenAPI's path form: `/api/keys/{id}`. */
   path: string;
-  tag: "Chat" | "Responses" | "Anthropic Messages" | "Models" | "Auth" | "Account" | "Keys" | "Usage" | "Billing" | "Admin" | "Service";
+  tag: "Chat" | "Completions" | "Responses" | "Anthropic Messages" | "Models" | "Auth" | "Account" | "Keys" | "Usage" | "Billing" | "Admin" | "Service";
   summary: string;
   auth: OperationAuth;
   /** The JSON body's schema, when the route takes one. */
@@ -273,6 +273,7 @@ function operationObject(operation: ApiOperation, requests: Components, answers:
 
 const TAG_DESCRIPTIONS: Record<ApiOperation["tag"], string> = {
   Chat: "OpenAI's Chat Completions.",
+  Completions: "OpenAI's legacy text completions, with fill-in-the-middle (`suffix`) on models that have FIM tokens.",
   Responses: "The Responses API (Open Responses): create responses, and read, continue, cancel and delete the stored ones.",
   "Anthropic Messages": "Anthropic's Messages API, for Claude Code and the Anthropic SDKs: the key as `x-api-key` (or `Authorization: Bearer`), errors in Anthropic's shape.",
   Models: "The catalog.",

@@ -30,6 +30,8 @@ export type ChoiceInput = {
   plan: ReplyPlan;
   /** The choice's index: seeds and parts carry it. */
   choice: number;
+  /** Text given out before the generated text (a text completion's `echo`: its prompt). */
+  echo?: string;
   maxTokens: number;
   signal: AbortSignal;
   describeToken: DescribeToken;
@@ -141,6 +143,7 @@ export async function* generateChoice(input: ChoiceInput): AsyncGenerator<Stream
     return out;
   };
 
+  if (input.echo !== undefined && input.echo !== "") yield { type: "text-delta", choice, text: input.echo };
   let reason: EngineFinishReason = "length";
   // From here to the end of the loop, every decode this sequence queues is one the next batch waits for.
   input.stepper.start();

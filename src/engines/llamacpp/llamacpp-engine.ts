@@ -23,10 +23,11 @@ import {
   type TokenUsage,
 } from "../engine.ts";
 import { SlotQueue } from "../slot-queue.ts";
-import { promptBound, type PromptBound, type TokenSpans } from "../prompt-bound.ts";
+import { completionPromptBounds, promptBound, type PromptBound, type TokenSpans } from "../prompt-bound.ts";
 import { runChoices } from "../run-choices.ts";
 import { ContextLengthExceededError, InvalidRequestError, ModelNotReadyError } from "../../protocol/errors.ts";
 import { renderChatPrompt, type RenderedPrompt } from "./chat-prompt.ts";
+import { fimTokens, renderCompletionPrompts, type RenderedCompletionPrompt } from "./completion-prompt.ts";
 import { GrammarFactory } from "./grammar.ts";
 import { planReply, type ReplyPlan } from "./reply-plan.ts";
 import { CUSTOM_TOOL_CAPABILITIES } from "../custom-tools.ts";
@@ -54,6 +55,9 @@ const LLAMACPP_CAPABILITIES: EngineCapabilities = {
   inputModalities: ["text"],
   vendorFields: ["top_k"],
 };
+
+/** The same, for a model with fill-in-the-middle tokens (a text completion's `suffix`). */
+const LLAMACPP_FIM_CAPABILITIES: EngineCapabilities = { ...LLAMACPP_CAPABILITIES, fillInTheMiddle: true };
 
 export type LlamaCppEngineOptions = {
   modelId: string;
@@ -89,6 +93,8 @@ type Loaded = {
   tokenSpans: Required<TokenSpans>;
   /** Made on first use of log probabilities. */
   describeToken?: DescribeToken;
+  /** The model has fill-in-the-middle prefix, suffix and middle tokens. */
+  fillInTheMiddle: boolean;
 };
 
 /** The vocabulary's token pieces as the GGUF stores them (`<0xE2>` for byte tokens), when it has them. */
@@ -183,7 +189,8 @@ export class LlamaCppEngine implements Engine {
   }
 
   capabilities(): EngineCapabilities {
-    return LLAMACPP_CAPABILITIES;
+    // Fill-in-the-middle once the model is known to have its three FIM tokens.
+    return this.#loaded?.fillInTheMiddle === true ? LLAMACPP_FIM_CAPABILITIES : LLAMACPP_CAPABILITIES;
   }
 
   /** One member, this process: its slots busy, waiting, and whether the model is loaded. */
@@ -237,6 +244,7 @@ export class LlamaCppEngine implements Engine {
         queue: new SlotQueue(sequences, options.queueSize),
         sequenceIndex: new Map(sequences.map((sequence, index) => [sequence, index])),
         ...measureVocabulary(model),
+        fillInTheMiddle: fimTokens(model) !== undefined,
       };
       this.#setStatus({ state: "ready" });
     } catch (error) {
@@ -270,22 +278,30 @@ export class LlamaCppEngine implements Engine {
     // Cheapest first: nothing the client sent is rendered, tokenized or compiled before it is
     // known to fit. Then schema translation (within its work budget) and grammars, then the
     // template and the tokenizer.
-    refuseHopelessPrompt(request, loaded.context.contextSize, loaded.tokenSpans, bound);
+    if (request.completion === undefined) refuseHopelessPrompt(request, loaded.context.contextSize, loaded.tokenSpans, bound);
+    else refuseHopelessCompletion(request, loaded.context.contextSize, loaded.tokenSpans);
     checkRequest(request, loaded.vocabularySize);
     // Throws a 400 for a response format or tool schema the grammar cannot enforce.
     const plan = await planReply(loaded.grammars, loaded.wrapper, request);
-    const prompt = renderChatPrompt(loaded.model, loaded.wrapper, request.messages, plan.functions, plan.customTools);
+    // A chat's one prompt, rendered with the template; a text completion's prompts as they are.
+    const prompts: Array<RenderedPrompt | RenderedCompletionPrompt> =
+      request.completion === undefined
+        ? [renderChatPrompt(loaded.model, loaded.wrapper, request.messages, plan.functions, plan.customTools)]
+        : renderCompletionPrompts(loaded.model, request.completion, loaded.vocabularySize);
     const contextLength = loaded.context.contextSize;
-    const promptTokens = prompt.tokens.length;
-    const room = contextLength - promptTokens;
+    // Each prompt counts once, however many choices continue it; each runs in its own sequence, so the longest must fit.
+    const promptTokens = prompts.reduce((sum, prompt) => sum + prompt.tokens.length, 0);
+    const longest = Math.max(...prompts.map((prompt) => prompt.tokens.length));
+    const room = contextLength - longest;
     // A ceiling (`fitMaxTokens`) is lowered to the room the prompt leaves; a demand is refused past it.
     const limit = request.maxTokens !== undefined && request.fitMaxTokens === true ? Math.min(request.maxTokens, Math.max(1, room)) : request.maxTokens;
     if (room < 1 || (limit !== undefined && limit > room)) {
       const asked = limit === undefined ? "" : `, ${limit} in the completion`;
       throw new ContextLengthExceededError(
         `This model's maximum context length is ${contextLength} tokens. However, you requested ` +
-          `${promptTokens + (limit ?? 1)} tokens (${promptTokens} in the messages${asked}). ` +
-          "Please reduce the length of the messages or the completion.",
+          `${longest + (limit ?? 1)} tokens (${longest} in the ${request.completion === undefined ? "messages" : "prompt"}${asked}). ` +
+          `Please reduce the length of the ${request.completion === undefined ? "messages" : "prompt"} or the completion.`,
+        request.completion === undefined ? "messages" : "prompt",
       );
     }
     const maxTokens = limit ?? room;
@@ -294,7 +310,7 @@ export class LlamaCppEngine implements Engine {
       promptCount: "exact",
       maxTokens,
       choices: request.choices,
-      start: (signal) => this.#start(loaded, prompt, plan, request, maxTokens, signal),
+      start: (signal) => this.#start(loaded, prompts, plan, request, maxTokens, signal),
     };
   }
 
@@ -315,7 +331,12 @@ export class LlamaCppEngine implements Engine {
     }
   }
 
-  #start(loaded: Loaded, prompt: RenderedPrompt, plan: ReplyPlan, request: GenerationRequest, maxTokens: number, signal: AbortSignal): RunningGeneration {
+  #start(loaded: Loaded, prompts: ReadonlyArray<RenderedPrompt | RenderedCompletionPrompt>, plan: ReplyPlan, request: GenerationRequest, maxTokens: number, signal: AbortSignal): RunningGeneration {
+    // Choice c continues prompt floor(c / n) (a chat has one prompt).
+    const perPrompt = request.completion?.n ?? request.choices;
+    const promptOf = (choice: number) => prompts[Math.min(prompts.length - 1, Math.floor(choice / perPrompt))]!;
+    const prompt = prompts[0]!;
+    const promptTokens = prompts.reduce((sum, each) => sum + each.tokens.length, 0);
     // Throws EngineOverloadedError synchronously when the queue is full.
     const stop = AbortSignal.any([signal, this.#closing.signal]);
     // Prefer the free sequence that already holds the longest prefix of this prompt, when that saves
@@ -341,8 +362,8 @@ export class LlamaCppEngine implements Engine {
       return lease;
     });
     guarded.catch(() => {});
-    const choiceUsages: TokenUsage[] = Array.from({ length: request.choices }, () => ({
-      promptTokens: prompt.tokens.length,
+    const choiceUsages: TokenUsage[] = Array.from({ length: request.choices }, (_, choice) => ({
+      promptTokens: promptOf(choice).tokens.length,
       cachedPromptTokens: 0,
       completionTokens: 0,
     }));
@@ -362,7 +383,7 @@ export class LlamaCppEngine implements Engine {
           if (extra === undefined) break;
           leases.push(extra);
         }
-        if (leases.length > 1) {
+        if (leases.length > 1 && prompts.length === 1) {
           // Parallel choices evaluate the prompt once between them, where it is long enough to pay.
           try {
             sharedCached = await sharePromptPrefix(
@@ -380,7 +401,8 @@ export class LlamaCppEngine implements Engine {
           return Object.assign(generateChoice({
             model: loaded.model,
             sequence,
-            prompt,
+            prompt: promptOf(choice),
+            ...(request.completion?.echo === true ? { echo: (promptOf(choice) as RenderedCompletionPrompt).echo } : {}),
             request,
             plan,
             choice,
@@ -394,12 +416,12 @@ export class LlamaCppEngine implements Engine {
         });
       },
     };
-    // The prompt counts once (as OpenAI bills `n`), its cached part as the first choice found it;
+    // Each prompt counts once (as OpenAI bills `n`), its cached part as its first choice found it;
     // not at all for a request that never got a slot (cut while it waited): nothing was evaluated.
     const usage = (): GenerationUsage => ({
       source: "counted",
-      promptTokens: started ? prompt.tokens.length : 0,
-      cachedPromptTokens: sharedCached ?? choiceUsages[0]!.cachedPromptTokens,
+      promptTokens: started ? promptTokens : 0,
+      cachedPromptTokens: sharedCached ?? prompts.reduce((sum, _, index) => sum + choiceUsages[index * perPrompt]!.cachedPromptTokens, 0),
       completionTokens: choiceUsages.reduce((sum, choice) => sum + choice.completionTokens, 0),
     });
     // Callers that only read `parts` never look at `admitted`: its rejection (a request cut while
@@ -426,6 +448,21 @@ export class LlamaCppEngine implements Engine {
     await loaded.context.dispose();
     await loaded.model.dispose();
   }
+}
+
+/**
+ * A text completion's `refuseHopelessPrompt`: each prompt runs in its own sequence, so each alone
+ * must be able to fit the context (their sum may not).
+ */
+function refuseHopelessCompletion(request: GenerationRequest, contextLength: number, spans: Required<TokenSpans>): void {
+  const bounds = completionPromptBounds(request.completion!, spans, contextLength);
+  const index = bounds.findIndex((bound) => bound.atLeast >= contextLength);
+  if (index < 0) return;
+  const param = bounds.length > 1 ? `prompt[${index}]` : "prompt";
+  throw new ContextLengthExceededError(
+    `This model's maximum context length is ${contextLength} tokens. However, '${param}' is at least ${bounds[index]!.atLeast} tokens. Please reduce the length of the prompt.`,
+    param,
+  );
 }
 
 function batchingOf(stats: DecodeBarrierStats): EngineMember["batching"] {

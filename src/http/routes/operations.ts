@@ -13,6 +13,7 @@ import { AUTH_OPERATIONS } from "./auth/route.ts";
 import { billingHistoryOperation } from "./billing-history/route.ts";
 import { ADMIN_PLAN_OPERATIONS, BILLING_OPERATIONS } from "./billing/route.ts";
 import { chatCompletionsOperation } from "./chat-completions/operation.ts";
+import { completionsOperation } from "./completions/operation.ts";
 import { RESPONSES_OPERATIONS } from "./responses/operation.ts";
 import { MESSAGES_OPERATIONS } from "./messages/operation.ts";
 import { healthOperation, readyOperation } from "./health/route.ts";
@@ -27,6 +28,7 @@ import { recentRequestsOperation, usageOperation } from "./usage/route.ts";
 
 export const API_OPERATIONS: readonly ApiOperation[] = [
   chatCompletionsOperation,
+  completionsOperation,
   ...RESPONSES_OPERATIONS,
   ...MESSAGES_OPERATIONS,
   listModelsOperation,

@@ -148,7 +148,7 @@ function toToolOptions(request: ChatCompletionRequest): Pick<GenerationRequest, 
 }
 
 /** `logit_bias` as token id → bias; keys must be token ids, values -100..100 (400 `logit_bias` otherwise). */
-function toLogitBias(logitBias: Record<string, number> | null | undefined): Map<number, number> | undefined {
+export function toLogitBias(logitBias: Record<string, number> | null | undefined): Map<number, number> | undefined {
   if (logitBias == null) return undefined;
   const biases = new Map<number, number>();
   for (const [key, value] of Object.entries(logitBias)) {
