@@ -389,7 +389,7 @@ export function shareOut(total: number, counted: readonly number[]): number[] {
  * `error` (pings, vendor extras) are skipped; anything else must be a JSON chunk. Throws what
  * `ChunkReader.read` throws, and `UpstreamProtocolError` for data that is not JSON.
  */
-export function readServerSentEvent(reader: ChunkReader, event: ServerSentEvent): { done: boolean; parts: StreamPart[] } {
+export function readServerSentEvent(reader: ChunkReader, event: ServerSentEvent, asChatChunk: (chunk: unknown) => unknown = (chunk) => chunk): { done: boolean; parts: StreamPart[] } {
   if (event.data === "[DONE]") return { done: true, parts: [] };
   if (event.event !== undefined && event.event !== "message" && event.event !== "error") return { done: false, parts: [] };
   let payload: unknown;
@@ -398,5 +398,5 @@ export function readServerSentEvent(reader: ChunkReader, event: ServerSentEvent)
   } catch {
     throw new UpstreamProtocolError("The upstream sent a chunk that is not JSON.");
   }
-  return { done: false, parts: reader.read(payload) };
+  return { done: false, parts: reader.read(asChatChunk(payload)) };
 }

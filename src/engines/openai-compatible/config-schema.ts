@@ -88,4 +88,6 @@ export type UpstreamModelEntry = Omit<UpstreamModelOptions, "upstream"> & {
   upstream: UpstreamEntry;
   /** What the model reads; default text only. */
   input_modalities?: readonly ("text" | "image")[];
+  /** The fill-in-the-middle token texts, for kinds that build no FIM prompt (vLLM, SGLang). */
+  fim?: { prefix: string; suffix: string; middle: string };
 };

@@ -18,8 +18,10 @@ import type {
   GenerationRequest,
   PreparedGeneration,
   RunningGeneration,
+  TextCompletion,
 } from "../engine.ts";
-import { promptBound, type PromptBound } from "../prompt-bound.ts";
+import { completionPromptBounds, promptBound, type PromptBound } from "../prompt-bound.ts";
+import { buildCompletionBody, checkCompletionForKind, completionWire, servesFillInTheMiddle, withEcho, type FimTokenTexts } from "./completion-request.ts";
 import { ContextLengthExceededError, InvalidRequestError, ModelNotReadyError, UnsupportedParameterError } from "../../protocol/errors.ts";
 import { affinityKey } from "./affinity.ts";
 import { detectContextLength } from "./context-length.ts";
@@ -30,7 +32,7 @@ import { buildRequestBody, serializeRequestBody } from "./request-body.ts";
 import { upstreamWordsForLog } from "./upstream-errors.ts";
 import { UpstreamClient } from "./upstream-client.ts";
 import { startUpstreamGeneration, type UpstreamEventSink } from "./upstream-generation.ts";
-import { memberUrl, normalizeBaseUrl } from "./upstream-url.ts";
+import { memberUrl, normalizeBaseUrl, serverRoot } from "./upstream-url.ts";
 import { countPromptTokens, countsPromptsExactly } from "./tokenize.ts";
 
 /**
@@ -60,6 +62,8 @@ export type OpenAiCompatibleEngineOptions = {
   chatTemplateKwargs?: Readonly<Record<string, TemplateKwargType>>;
   /** The bearer token (from `api_key_env`); never logged. */
   apiKey?: string;
+  /** The entry's fill-in-the-middle token texts (`fim`), for kinds that build no FIM prompt themselves (vLLM, SGLang). */
+  fim?: FimTokenTexts;
   pool: UpstreamPool;
   /** HTTP to the members; default: a keep-alive agent built from the entry. */
   client?: UpstreamClient;
@@ -187,6 +191,7 @@ export class OpenAiCompatibleEngine implements Engine {
       supportedParameters: [...dialect.supportedParameters, "custom_tools", ...(dialect.grammarField !== undefined ? ["custom_tool_grammar"] : [])],
       inputModalities: this.#options.inputModalities ?? ["text"],
       vendorFields: this.#options.vendorFields ?? dialect.vendorFields,
+      ...(servesFillInTheMiddle(this.kind, this.#options.fim) ? { fillInTheMiddle: true } : {}),
     };
   }
 
@@ -215,6 +220,7 @@ export class OpenAiCompatibleEngine implements Engine {
   }
 
   async prepare(request: GenerationRequest, known?: PromptBound): Promise<PreparedGeneration> {
+    if (request.completion !== undefined) return this.#prepareCompletion(request, request.completion);
     const contextLength = this.#readyContext();
     const capabilities = this.capabilities();
     const dialect = dialectFor(this.kind);
@@ -284,6 +290,74 @@ export class OpenAiCompatibleEngine implements Engine {
           },
           signal,
         ), customTools),
+    };
+  }
+
+  /**
+   * A text completion (see `completion-request.ts`): checked against the kind, each prompt bounded
+   * against the context on its own (each is its own sequence upstream), the prompt tokens an upper
+   * bound until the upstream reports them.
+   */
+  async #prepareCompletion(request: GenerationRequest, completion: TextCompletion): Promise<PreparedGeneration> {
+    const contextLength = this.#readyContext();
+    const dialect = dialectFor(this.kind);
+    const capabilities = this.capabilities();
+    checkRequestForDialect(request, dialect, capabilities.vendorFields);
+    if (completion.suffix !== undefined && capabilities.fillInTheMiddle !== true) {
+      throw new UnsupportedParameterError(`Model '${this.#options.modelId}' cannot fill in the middle: 'suffix' needs a model with fill-in-the-middle tokens.`, "suffix");
+    }
+    const wire = completionWire(completion, this.kind);
+    checkCompletionForKind(completion, wire, upstreamsOf(dialect));
+    const maxTokens = request.maxTokens ?? 16;
+    const bounds = completionPromptBounds(completion, LONGEST_TOKEN_BYTES, contextLength);
+    const several = bounds.length > 1;
+    bounds.forEach((bound, index) => {
+      if (bound.atLeast + maxTokens <= contextLength) return;
+      const param = several ? `prompt[${index}]` : "prompt";
+      throw new ContextLengthExceededError(
+        `This model's maximum context length is ${contextLength} tokens. However, '${param}' is at least ${bound.atLeast} tokens and ${maxTokens} were asked for in the completion. Please reduce the length of the prompt or the completion.`,
+        param,
+      );
+    });
+    // The upstream refuses a prompt over its context, so none it serves is longer than this.
+    const promptTokens = bounds.reduce((sum, bound) => sum + Math.min(bound.atMost, contextLength - 1), 0);
+    const model = this.#options.upstream.model ?? this.#options.modelId;
+    const body = buildCompletionBody(request, { dialect, model, maxTokens, wire, ...(this.#options.fim !== undefined ? { fim: this.#options.fim } : {}) });
+    const text = serializeRequestBody(body);
+    const first = completion.prompts[0]!;
+    const affinity = affinityKey({ ...request, messages: [{ role: "user", content: "text" in first ? first.text : first.tokens.slice(0, 256).join(",") }] });
+    const endpoint = { wire, url: (baseUrl: string) => (wire === "infill" ? `${serverRoot(baseUrl)}/infill` : `${baseUrl.replace(/\/+$/, "")}/completions`) };
+    return {
+      promptTokens,
+      promptCount: "upper-bound",
+      maxTokens,
+      choices: request.choices,
+      start: (signal: AbortSignal): RunningGeneration =>
+        withEcho(
+          startUpstreamGeneration(
+            {
+              pool: this.#options.pool,
+              client: this.#client,
+              body: text,
+              endpoint,
+              choices: request.choices,
+              promptTokens,
+              logprobs: request.logprobs !== undefined,
+              ...(dialect.stopSequenceField !== undefined && wire !== "infill" ? { stopSequenceField: dialect.stopSequenceField, stop: request.sampling.stop } : {}),
+              buffered: request.buffered === true,
+              affinity,
+              maxAttempts: this.#options.upstream.max_attempts,
+              firstTokenTimeoutMs: this.#options.upstream.first_token_timeout * 1000,
+              idleTimeoutMs: this.#options.upstream.idle_timeout * 1000,
+              readUsageAfterLeave: !dialect.continuousUsage && !dialect.timingsPerToken,
+              secrets: this.#options.apiKey !== undefined && this.#options.apiKey !== "" ? [this.#options.apiKey] : [],
+              onEvent: (level, message, fields) => this.#options.onEvent?.(level, message, fields),
+              closing: this.#closing.signal,
+            },
+            signal,
+          ),
+          completion,
+        ),
     };
   }
 

@@ -121,7 +121,12 @@ export class UpstreamClient {
    * gave no answer, `UpstreamRequestError` when the request could not be sent for a reason of ours.
    */
   async postChatCompletion(baseUrl: string, body: string, signal: AbortSignal): Promise<UpstreamResponse> {
-    return this.#send(`${baseUrl.replace(/\/+$/, "")}/chat/completions`, { method: "POST", headers: this.#headers(false), body }, signal, true);
+    return this.postGeneration(`${baseUrl.replace(/\/+$/, "")}/chat/completions`, body, signal);
+  }
+
+  /** POSTs a generation body to `url` (a text completion's `/completions` or `/infill`), failing as `postChatCompletion` does. */
+  async postGeneration(url: string, body: string, signal: AbortSignal): Promise<UpstreamResponse> {
+    return this.#send(url, { method: "POST", headers: this.#headers(false), body }, signal, true);
   }
 
   /** GETs (or POSTs `body` to) a JSON endpoint for probes; undefined on any failure or non-2xx answer. */

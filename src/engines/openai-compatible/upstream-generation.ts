@@ -20,6 +20,8 @@
 import type { GenerationUsage, RunningGeneration, StreamPart } from "../engine.ts";
 import { ApiError, InternalServerError, UpstreamError, UpstreamTimeoutError } from "../../protocol/errors.ts";
 import type { MemberOutcome, PoolLease, UpstreamPool } from "./pool-types.ts";
+import { asChatChunk } from "./completion-chunks.ts";
+import type { UpstreamWire } from "./completion-request.ts";
 import { ChunkReader, readServerSentEvent, UpstreamProtocolError, UpstreamStreamError } from "./chunk-reader.ts";
 import { decodeServerSentEvents, SseProtocolError } from "./sse-decoder.ts";
 import { classifyHttpError, classifyStreamError, midStreamFailure, type UpstreamVerdict } from "./upstream-errors.ts";
@@ -38,6 +40,11 @@ export type UpstreamGenerationOptions = {
   client: UpstreamClient;
   /** The request body as JSON text, written when the request was prepared (see `serializeRequestBody`). */
   body: string;
+  /**
+   * Where a text completion goes (`completion-request.ts`): its endpoint's URL from the member's
+   * base URL, and how its chunks read. Absent: the member's `/chat/completions`.
+   */
+  endpoint?: { url: (baseUrl: string) => string; wire: UpstreamWire };
   choices: number;
   /** The prompt bound `prepare` gave (the estimate's prompt when the upstream never says). */
   promptTokens: number;
@@ -137,6 +144,8 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
       ...(options.stopSequenceField !== undefined ? { stopSequenceField: options.stopSequenceField, stop: options.stop ?? [] } : {}),
     });
   let reader = newReader();
+  const wire = options.endpoint?.wire;
+  const toChatChunk = wire === undefined ? undefined : (chunk: unknown) => asChatChunk(wire, chunk);
   let sent = false;
   let consumed = false;
 
@@ -205,7 +214,11 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
     try {
       arm("first-token");
       sent = true;
-      const response = await options.client.postChatCompletion(lease.member.baseUrl, options.body, controller.signal);
+      const endpoint = options.endpoint;
+      const response =
+        endpoint === undefined
+          ? await options.client.postChatCompletion(lease.member.baseUrl, options.body, controller.signal)
+          : await options.client.postGeneration(endpoint.url(lease.member.baseUrl), options.body, controller.signal);
       if (response.status < 200 || response.status >= 300) {
         const verdict = classifyHttpError(response.status, await readErrorBody(response.body), response.headers, options.secrets);
         release(verdict.outcome);
@@ -216,7 +229,7 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
       for await (const event of decodeServerSentEvents(bounded(response.body))) {
         // What follows [DONE] is drained, not read, so the connection can be kept.
         if (done) continue;
-        const read = readServerSentEvent(reader, event);
+        const read = readServerSentEvent(reader, event, toChatChunk);
         if (read.done) {
           done = true;
           continue;
