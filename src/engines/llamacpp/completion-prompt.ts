@@ -45,9 +45,16 @@ function checkTokens(tokens: readonly number[], vocabularySize: number, param: s
   }
 }
 
-/** The text of a prompt, for `echo` (a token prompt's, detokenized without its special tokens). */
+/**
+ * The text of a prompt, for `echo`: a token prompt's detokenized without its special tokens, a
+ * leading BOS left out first (so that a SentencePiece first word loses the space the tokenizer
+ * added before it, as the text it came from had none).
+ */
 function echoOf(model: LlamaModel, prompt: CompletionPrompt): string {
-  return "text" in prompt ? prompt.text : model.detokenize(prompt.tokens as Token[], false);
+  if ("text" in prompt) return prompt.text;
+  const bos = model.tokens.bos;
+  const tokens = bos !== null && prompt.tokens[0] === bos ? prompt.tokens.slice(1) : prompt.tokens;
+  return model.detokenize(tokens as Token[], false);
 }
 
 /** A plain prompt's tokens, as llama-server's `/v1/completions` makes them. */

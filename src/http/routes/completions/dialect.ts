@@ -37,6 +37,12 @@ export function parseCompletion(catalog: Catalog, body: unknown): ParsedGenerati
       "suffix",
     );
   }
+  if (request.echo === true && request.logprobs != null) {
+    throw new UnsupportedParameterError(
+      "'echo' together with 'logprobs' is not supported: it asks for the prompt tokens' log probabilities, which Turnpike does not compute. Send one of them, or two requests.",
+      "echo",
+    );
+  }
   const generation = toCompletionGeneration(request);
   checkSupported(model.id, capabilities, generation, (parameter) => (parameter === "top_logprobs" ? "logprobs" : parameter));
   if (request.stream !== true) generation.buffered = true;
