@@ -203,8 +203,9 @@ describe("POST /v1/completions", { timeout: 120_000 }, () => {
     assert.equal(completion.usage!.prompt_tokens, fimTokens);
     const chunks = await chunksOf(await server.client.completions.create({ ...request, stream: true }));
     assert.equal(chunks.map((chunk) => chunk.choices[0]?.text ?? "").join(""), text);
-    const models = await server.client.models.list();
-    assert.ok(models.data.some((model) => model.id === "story-fim"));
+    const models = (await server.client.models.list()).data as unknown as Array<{ id: string; supported_parameters: string[] }>;
+    assert.ok(models.find((model) => model.id === "story-fim")!.supported_parameters.includes("suffix"), "/v1/models says it fills in the middle");
+    assert.ok(!models.find((model) => model.id === "story")!.supported_parameters.includes("suffix"));
   });
 
   it("refuses a suffix on a model without FIM tokens, naming suffix", async () => {

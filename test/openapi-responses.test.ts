@@ -166,6 +166,28 @@ describe("the answers /openapi.json documents", () => {
     }
   });
 
+  it("answers text completions as documented: JSON with legacy logprobs, a refusal, and every chunk of a stream", async () => {
+    const request = { model: "story", prompt: ["Once upon a time", "The dog"], max_tokens: 6 };
+    const completion = await call(operator, "post", "/v1/completions", { body: request });
+    assert.equal(completion.object, "text_completion");
+    const withLogprobs = await call(operator, "post", "/v1/completions", { body: { ...request, n: 2, logprobs: 2, echo: false } });
+    assert.equal(withLogprobs.choices.length, 4);
+    assert.ok(withLogprobs.choices[0].logprobs.tokens.length > 0);
+    await call(operator, "post", "/v1/completions", { body: { ...request, suffix: "the end" }, status: 400 });
+    const response = await fetch(`${priced.baseURL}/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${priced.key}`, "content-type": "application/json" },
+      body: JSON.stringify({ ...request, stream: true, stream_options: { include_usage: true }, logprobs: 1, echo: false }),
+    });
+    assert.equal(response.status, 200);
+    const { events } = await readSse(response);
+    assert.equal(events.at(-1), "[DONE]");
+    const chunks = events.slice(0, -1).map((event) => JSON.parse(event));
+    assert.ok(chunks.length >= 3, `${chunks.length} chunks`);
+    for (const chunk of chunks) conforms("post", "/v1/completions", 200, chunk, { contentType: "text/event-stream" });
+    assert.equal(chunks.at(-1).usage.total_tokens > 0, true);
+  });
+
   it("answers plans, codes, redemption and grants as documented", async () => {
     await call(alice, "get", "/api/plans");
     await call(admin, "get", "/api/admin/plans");

@@ -122,7 +122,8 @@ export function describeModel(model: CatalogModel): ModelObject {
       completion: model.pricing.completion,
       ...(model.moneyPricing === undefined ? {} : { currency: model.moneyPricing.currency, money: { ...model.moneyPricing.perMillionTokens } }),
     },
-    supported_parameters: [...capabilities.supportedParameters, ...capabilities.vendorFields],
+    // A text completion's `suffix` where the model fills in the middle.
+    supported_parameters: [...capabilities.supportedParameters, ...capabilities.vendorFields, ...(capabilities.fillInTheMiddle === true ? ["suffix"] : [])],
     endpoints: servicesOf(model).flatMap((service) => SERVICE_ENDPOINTS[service]),
     status: statusText(model.engine.status(), model.engine.members()),
   };
