@@ -240,6 +240,12 @@ describe("POST /v1/completions", { timeout: 120_000 }, () => {
     const context = await refusal(server.client.completions.create({ model: "story", prompt: "Once upon a time", max_tokens: 600 }));
     assert.equal(context.code, "context_length_exceeded");
     assert.equal(context.param, "prompt");
+    // A large body (validated in the body worker): 40,000 token ids, far past the 512-token context, refused before any work.
+    const large = await refusal(server.client.completions.create({ model: "story", prompt: [1, ...Array.from({ length: 40_000 }, () => 300)] }));
+    assert.equal(large.code, "context_length_exceeded");
+    assert.equal(large.param, "prompt");
+    const several = await refusal(server.client.completions.create({ model: "story", prompt: [[1, 300], Array.from({ length: 40_000 }, () => 300)] }));
+    assert.equal(several.param, "prompt[1]", "each prompt is bounded on its own: the one too long is named");
   });
 
   it("is billed as chat is: every prompt's tokens once at the prompt price, every choice's completion tokens", async () => {
