@@ -4,7 +4,8 @@
  *
  * - `/v1/completions` (vLLM, SGLang, llama-server, OpenAI): `choices[].text` becomes the delta's
  *   content, the legacy log probabilities (`tokens`, `token_logprobs`, `top_logprobs` as
- *   `{token: logprob}`) become chat's `logprobs.content`; usage and the rest pass as they are.
+ *   `{token: logprob}`) become chat's `logprobs.content` (llama-server sends that shape already);
+ *   usage and the rest pass as they are.
  * - llama-server's native `/infill` stream: `{content, stop, stop_type, tokens_evaluated,
  *   tokens_predicted, timings, completion_probabilities}` becomes one choice's delta; its last
  *   chunk (`stop: true`) finishes it (`stop_type` `limit` is `length`) and carries the usage.
@@ -17,6 +18,8 @@ const isObject = (value: unknown): value is Json => typeof value === "object" &&
 
 /** Legacy log probabilities → chat's `{content: [{token, logprob, top_logprobs}]}`. */
 function chatLogprobs(legacy: unknown): Json | undefined {
+  // llama-server's `/v1/completions` sends chat's shape already.
+  if (isObject(legacy) && Array.isArray(legacy.content)) return legacy;
   if (!isObject(legacy) || !Array.isArray(legacy.tokens)) return undefined;
   const logprobs = Array.isArray(legacy.token_logprobs) ? legacy.token_logprobs : [];
   const tops = Array.isArray(legacy.top_logprobs) ? legacy.top_logprobs : [];
