@@ -71,6 +71,22 @@ describe("text completions agree with llama-server", { skip: skipWithoutLlamaSer
     }
   });
 
+  it("answers several prompts in one request as each alone, in index order, embedded and through the member, JSON and streamed", async () => {
+    const alone = await Promise.all(PROMPTS.map((prompt) => post(`${plain.url}/v1/completions`, { prompt, max_tokens: 16, temperature: 0 })));
+    const expected = alone.map((answer) => answer.choices[0].text as string);
+    for (const model of ["story", "llama-story"]) {
+      const completion = await turnpike.client.completions.create({ model, prompt: PROMPTS, max_tokens: 16, temperature: 0 });
+      assert.deepEqual(completion.choices.map((choice) => choice.index), [0, 1, 2]);
+      assert.deepEqual(completion.choices.map((choice) => choice.text), expected, model);
+      assert.equal(completion.usage!.prompt_tokens, alone.reduce((sum, answer) => sum + (answer.usage.prompt_tokens as number), 0), `${model}: each prompt counted once`);
+      const texts = ["", "", ""];
+      for await (const chunk of await turnpike.client.completions.create({ model, prompt: PROMPTS, max_tokens: 16, temperature: 0, stream: true })) {
+        for (const choice of chunk.choices) texts[choice.index] += choice.text;
+      }
+      assert.deepEqual(texts, expected, `${model}, streamed`);
+    }
+  });
+
   it("fills in the middle at temperature 0 exactly as llama-server's /infill does, embedded and through the member", async () => {
     for (const [index, prompt] of PROMPTS.entries()) {
       const suffix = SUFFIXES[index]!;

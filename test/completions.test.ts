@@ -186,6 +186,14 @@ describe("POST /v1/completions", { timeout: 120_000 }, () => {
     }
   });
 
+  it("keeps the leading space of the first generated token, in the text and in its log probability", async () => {
+    const completion = await server.client.completions.create({ model: "story", prompt: "The little dog ran to the park. He saw", max_tokens: 4, temperature: 0, logprobs: 0 });
+    const choice = completion.choices[0]!;
+    assert.match(choice.text, /^ \w/, JSON.stringify(choice.text));
+    assert.equal(choice.logprobs!.tokens!.join(""), choice.text);
+    assert.equal(Object.keys(choice.logprobs!.top_logprobs![0]!).length, 1, "logprobs 0: the sampled token alone");
+  });
+
   it("ends at a stop sequence, without it", async () => {
     const completion = await server.client.completions.create({ model: "story", prompt: "Once upon a time", max_tokens: 32, temperature: 0, stop: [" girl"] });
     assert.equal(completion.choices[0]!.text, ", there was a little");

@@ -32,6 +32,12 @@ export type ChoiceInput = {
   choice: number;
   /** Text given out before the generated text (a text completion's `echo`: its prompt). */
   echo?: string;
+  /**
+   * Tokens the first generated token is read after, for its text and its log probability's
+   * (a text completion: its first token keeps its leading space, as llama-server sends it).
+   * Absent: the first token is read alone (a chat reply drops the space it starts with).
+   */
+  textContext?: readonly Token[];
   maxTokens: number;
   signal: AbortSignal;
   describeToken: DescribeToken;
@@ -115,7 +121,7 @@ export async function* generateChoice(input: ChoiceInput): AsyncGenerator<Stream
   const generated: Token[] = [];
   const detokenize = (tokens: readonly number[], lastTokens: readonly number[]) =>
     model.detokenize(tokens as Token[], plan.specialTokensAsText, lastTokens as Token[]);
-  const text = new TextStream(detokenize, [...request.sampling.stop, ...prompt.stopTexts]);
+  const text = new TextStream(detokenize, [...request.sampling.stop, ...prompt.stopTexts], input.textContext);
   const reply = plan.reader();
   const logprobs = request.logprobs === undefined ? undefined : new ChoiceLogprobs(input.describeToken, request.logprobs.top);
   /** Characters of reply text read so far (logprobs go out with the content delta that carries their token's text). */
@@ -167,7 +173,7 @@ export async function* generateChoice(input: ChoiceInput): AsyncGenerator<Stream
         if (result.done === true) break;
         const output = result.value;
         const token = output.token;
-        const lastTokens = generated.slice(-LOGPROB_CONTEXT_TOKENS);
+        const lastTokens = generated.length === 0 && input.textContext !== undefined ? input.textContext.slice(-LOGPROB_CONTEXT_TOKENS) : generated.slice(-LOGPROB_CONTEXT_TOKENS);
         generated.push(token);
         usage.completionTokens = generated.length;
         if (model.isEogToken(token) || prompt.stopTokens.has(token)) {

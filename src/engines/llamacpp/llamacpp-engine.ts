@@ -95,6 +95,12 @@ type Loaded = {
   describeToken?: DescribeToken;
   /** The model has fill-in-the-middle prefix, suffix and middle tokens. */
   fillInTheMiddle: boolean;
+  /**
+   * A plain word's tokens: what a text completion's first token is read after, so that it keeps
+   * its leading space (llama-server sends each token's own piece; read alone, a SentencePiece
+   * token drops it). The prompt's own last tokens would not do: a FIM prompt ends with a control token.
+   */
+  textAnchor: Token[];
 };
 
 /** The vocabulary's token pieces as the GGUF stores them (`<0xE2>` for byte tokens), when it has them. */
@@ -245,6 +251,7 @@ export class LlamaCppEngine implements Engine {
         sequenceIndex: new Map(sequences.map((sequence, index) => [sequence, index])),
         ...measureVocabulary(model),
         fillInTheMiddle: fimTokens(model) !== undefined,
+        textAnchor: model.tokenize("a", false),
       };
       this.#setStatus({ state: "ready" });
     } catch (error) {
@@ -403,6 +410,7 @@ export class LlamaCppEngine implements Engine {
             sequence,
             prompt: promptOf(choice),
             ...(request.completion?.echo === true ? { echo: (promptOf(choice) as RenderedCompletionPrompt).echo } : {}),
+            ...(request.completion !== undefined ? { textContext: loaded.textAnchor } : {}),
             request,
             plan,
             choice,

@@ -33,8 +33,13 @@ export class TextStream {
   /** Characters decoded so far (sent, held back, or cut at a stop sequence). */
   #produced = 0;
 
-  constructor(detokenize: Detokenize, stops: readonly string[]) {
+  /**
+   * `context`: tokens the first token is read after (never sent): a text completion's first token
+   * keeps the leading space a SentencePiece tokenizer drops from text that starts with it.
+   */
+  constructor(detokenize: Detokenize, stops: readonly string[], context: readonly number[] = []) {
     this.#detokenize = detokenize;
+    this.#decoded = context.slice(-CONTEXT_TOKENS);
     this.#stops = stops.filter((stop) => stop.length > 0);
     this.#longestStop = Math.max(0, ...this.#stops.map((stop) => stop.length));
   }

@@ -326,7 +326,8 @@ export class OpenAiCompatibleEngine implements Engine {
     const text = serializeRequestBody(body);
     const first = completion.prompts[0]!;
     const affinity = affinityKey({ ...request, messages: [{ role: "user", content: "text" in first ? first.text : first.tokens.slice(0, 256).join(",") }] });
-    const endpoint = { wire, url: (baseUrl: string) => (wire === "infill" ? `${serverRoot(baseUrl)}/infill` : `${baseUrl.replace(/\/+$/, "")}/completions`) };
+    // llama-server runs several prompts as one task each, each finishing with its own usage.
+    const endpoint = { wire, perTaskUsage: this.kind === "llama-server", url: (baseUrl: string) => (wire === "infill" ? `${serverRoot(baseUrl)}/infill` : `${baseUrl.replace(/\/+$/, "")}/completions`) };
     return {
       promptTokens,
       promptCount: "upper-bound",

@@ -20,7 +20,7 @@
 import type { GenerationUsage, RunningGeneration, StreamPart } from "../engine.ts";
 import { ApiError, InternalServerError, UpstreamError, UpstreamTimeoutError } from "../../protocol/errors.ts";
 import type { MemberOutcome, PoolLease, UpstreamPool } from "./pool-types.ts";
-import { asChatChunk } from "./completion-chunks.ts";
+import { chatChunksOf } from "./completion-chunks.ts";
 import type { UpstreamWire } from "./completion-request.ts";
 import { ChunkReader, readServerSentEvent, UpstreamProtocolError, UpstreamStreamError } from "./chunk-reader.ts";
 import { decodeServerSentEvents, SseProtocolError } from "./sse-decoder.ts";
@@ -44,7 +44,7 @@ export type UpstreamGenerationOptions = {
    * Where a text completion goes (`completion-request.ts`): its endpoint's URL from the member's
    * base URL, and how its chunks read. Absent: the member's `/chat/completions`.
    */
-  endpoint?: { url: (baseUrl: string) => string; wire: UpstreamWire };
+  endpoint?: { url: (baseUrl: string) => string; wire: UpstreamWire; perTaskUsage?: boolean };
   choices: number;
   /** The prompt bound `prepare` gave (the estimate's prompt when the upstream never says). */
   promptTokens: number;
@@ -144,8 +144,6 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
       ...(options.stopSequenceField !== undefined ? { stopSequenceField: options.stopSequenceField, stop: options.stop ?? [] } : {}),
     });
   let reader = newReader();
-  const wire = options.endpoint?.wire;
-  const toChatChunk = wire === undefined ? undefined : (chunk: unknown) => asChatChunk(wire, chunk);
   let sent = false;
   let consumed = false;
 
@@ -172,6 +170,7 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
     const release = releasing(lease);
     const member = lease.member.id;
     reader = newReader();
+    const toChatChunk = options.endpoint === undefined ? undefined : chatChunksOf(options.endpoint.wire, options.choices, options.endpoint.perTaskUsage === true);
     const controller = new AbortController();
     /** Set once the client left a whole reply before its usage came: the stream is read on for the usage only. */
     let draining = false;
