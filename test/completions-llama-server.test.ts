@@ -71,6 +71,18 @@ describe("text completions agree with llama-server", { skip: skipWithoutLlamaSer
     }
   });
 
+  it("gives the same legacy log probabilities' tokens embedded and through the member (llama-server's own logprobs)", async () => {
+    const request = { prompt: "The little dog ran to the park. He saw", max_tokens: 12, temperature: 0, logprobs: 2 };
+    const embedded = await turnpike.client.completions.create({ model: "story", ...request });
+    const member = await turnpike.client.completions.create({ model: "llama-story", ...request });
+    const [mine, theirs] = [embedded.choices[0]!, member.choices[0]!];
+    assert.equal(theirs.text, mine.text);
+    assert.deepEqual(theirs.logprobs!.tokens, mine.logprobs!.tokens);
+    assert.equal(theirs.logprobs!.tokens!.join(""), theirs.text);
+    assert.deepEqual(theirs.logprobs!.text_offset, mine.logprobs!.text_offset);
+    theirs.logprobs!.token_logprobs!.forEach((logprob, index) => assert.ok(Math.abs(logprob - mine.logprobs!.token_logprobs![index]!) < 1e-3, `token ${index}: ${logprob} against ${mine.logprobs!.token_logprobs![index]}`));
+  });
+
   it("answers several prompts in one request as each alone, in index order, embedded and through the member, JSON and streamed", async () => {
     const alone = await Promise.all(PROMPTS.map((prompt) => post(`${plain.url}/v1/completions`, { prompt, max_tokens: 16, temperature: 0 })));
     const expected = alone.map((answer) => answer.choices[0].text as string);
