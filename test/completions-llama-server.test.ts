@@ -115,5 +115,10 @@ describe("text completions agree with llama-server", { skip: skipWithoutLlamaSer
       for await (const chunk of await turnpike.client.completions.create({ model: "llama-fim", prompt, suffix, max_tokens: MAX_TOKENS, temperature: 0, stream: true })) streamed += chunk.choices[0]?.text ?? "";
       assert.equal(streamed, reference.content, "streamed through the member");
     }
+    // Log probabilities through /infill (its native `n_probs`) in the legacy shape, equal to the embedded engine's.
+    const request = { prompt: PROMPTS[0]!, suffix: SUFFIXES[0]!, max_tokens: 12, temperature: 0, logprobs: 1 };
+    const [embedded, member] = await Promise.all([turnpike.client.completions.create({ model: "story-fim", ...request }), turnpike.client.completions.create({ model: "llama-fim", ...request })]);
+    assert.deepEqual(member.choices[0]!.logprobs!.tokens, embedded.choices[0]!.logprobs!.tokens);
+    assert.equal(member.choices[0]!.logprobs!.tokens!.join(""), member.choices[0]!.text);
   });
 });
