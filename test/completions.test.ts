@@ -194,6 +194,14 @@ describe("POST /v1/completions", { timeout: 120_000 }, () => {
     assert.equal(Object.keys(choice.logprobs!.top_logprobs![0]!).length, 1, "logprobs 0: the sampled token alone");
   });
 
+  it("samples a seeded prompt alike alone and among other prompts, choice by choice", async () => {
+    const request = { model: "story", max_tokens: 12, temperature: 1, seed: 42, n: 2 };
+    const alone = await server.client.completions.create({ ...request, prompt: "The little dog" });
+    const among = await server.client.completions.create({ ...request, prompt: ["Once upon a time", "The little dog"] });
+    assert.deepEqual(among.choices.slice(2).map((choice) => choice.text), alone.choices.map((choice) => choice.text));
+    assert.notEqual(alone.choices[0]!.text, alone.choices[1]!.text, "the n choices of one prompt differ");
+  });
+
   it("ends at a stop sequence, without it", async () => {
     const completion = await server.client.completions.create({ model: "story", prompt: "Once upon a time", max_tokens: 32, temperature: 0, stop: [" girl"] });
     assert.equal(completion.choices[0]!.text, ", there was a little");

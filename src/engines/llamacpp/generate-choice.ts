@@ -94,7 +94,8 @@ function evaluateOptions(input: ChoiceInput, generated: readonly Token[]): Seque
     // Always given: node-llama-cpp's own default is 0.95, OpenAI's (and ours) 1, no truncation.
     topP: sampling.topP,
     ...topKOption(input.request),
-    seed: choiceSeed(sampling.seed, input.choice),
+    // A text completion's choices are numbered within their prompt: a prompt answers alike alone or among others.
+    seed: choiceSeed(sampling.seed, input.request.completion === undefined ? input.choice : input.choice % input.request.completion.n),
     // Each choice walks the grammar on its own.
     grammarEvaluationState: input.plan.grammar && new LlamaGrammarEvaluationState({ model: input.model, grammar: input.plan.grammar }),
     yieldEogToken: true,
