@@ -165,6 +165,8 @@ describe("text completions through upstream pools", { timeout: 60_000 }, () => {
       [{ model: "llama", prompt: ["a", "b"], suffix: "y" }, "prompt"],
       [{ model: "llama", prompt: "a", n: 2 }, "n"],
       [{ model: "vllm-plain", prompt: [1, 2, 3], echo: true }, "echo"],
+      [{ model: "vllm-plain", prompt: "x", echo: true, logprobs: 1 }, "echo"],
+      [{ model: "vllm-plain", prompt: "x", echo: true, max_tokens: 0 }, "max_tokens"],
       [{ model: "vllm-fim", prompt: [1, 2, 3], suffix: "y" }, "prompt"],
     ];
     for (const [request, param] of cases) {

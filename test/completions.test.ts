@@ -130,6 +130,33 @@ describe("POST /v1/completions", { timeout: 120_000 }, () => {
     assert.equal(streamed.map((chunk) => chunk.choices[0]?.text ?? "").join(""), echoed.choices[0]!.text);
   });
 
+  it("scores an echoed prompt: its tokens' log probabilities, the first null, with max_tokens 0 the prompt alone", async () => {
+    const scored = await server.client.completions.create({ model: "story", prompt: "Once upon a time", max_tokens: 0, echo: true, logprobs: 2 });
+    const choice = scored.choices[0]!;
+    assert.equal(choice.text, "Once upon a time");
+    assert.equal(scored.usage!.completion_tokens, 0);
+    assert.equal(scored.usage!.prompt_tokens_details?.cached_tokens, 0, "the prompt was evaluated anew, none of it from the cache");
+    const logprobs = choice.logprobs!;
+    // BOS, then the prompt's own tokens.
+    assert.equal(logprobs.tokens!.length, 1 + stories.tokenize("Once upon a time", true).length);
+    assert.equal(logprobs.tokens!.join(""), choice.text);
+    assert.equal(logprobs.token_logprobs![0], null);
+    assert.equal(logprobs.top_logprobs![0], null);
+    assert.ok(logprobs.token_logprobs!.slice(1).every((logprob) => logprob !== null && logprob < 0));
+    assert.ok(logprobs.top_logprobs!.slice(1).every((top) => top !== null && Object.keys(top).length >= 2 && Object.keys(top).length <= 3));
+    // The last prompt token's log probability is what the engine gives the same token generated after the rest.
+    const before = await server.client.completions.create({ model: "story", prompt: "Once upon a", max_tokens: 1, temperature: 0, logprobs: 2 });
+    assert.equal(before.choices[0]!.text, " time");
+    assert.ok(Math.abs(logprobs.token_logprobs!.at(-1)! - before.choices[0]!.logprobs!.token_logprobs![0]!) < 1e-4);
+    // With a completion after it, streamed too: the echo's tokens first, then the generated ones.
+    const both = await server.client.completions.create({ model: "story", prompt: "Once upon a time", max_tokens: 4, temperature: 0, echo: true, logprobs: 1 });
+    assert.equal(both.choices[0]!.logprobs!.tokens!.length, logprobs.tokens!.length + 4);
+    assert.equal(both.choices[0]!.logprobs!.tokens!.join(""), both.choices[0]!.text);
+    assert.equal(both.choices[0]!.logprobs!.text_offset!.at(-4), "Once upon a time".length, "the completion's first token starts after the echo");
+    const streamed = await chunksOf(await server.client.completions.create({ model: "story", prompt: "Once upon a time", max_tokens: 4, temperature: 0, echo: true, logprobs: 1, stream: true }));
+    assert.deepEqual(streamed.flatMap((chunk) => chunk.choices[0]?.logprobs?.token_logprobs ?? []), both.choices[0]!.logprobs!.token_logprobs);
+  });
+
   it("answers a token prompt as the same text prompt", async () => {
     const tokens = [stories.tokens.bos!, ...stories.tokenize("Once upon a time", true)];
     const completion = await server.client.completions.create({ model: "story", prompt: tokens, max_tokens: 32, temperature: 0 });
@@ -242,7 +269,7 @@ describe("POST /v1/completions", { timeout: 120_000 }, () => {
   it("refuses what it cannot honour, naming the field", async () => {
     const cases: Array<[Record<string, unknown>, string]> = [
       [{ best_of: 3, n: 2 }, "best_of"],
-      [{ echo: true, logprobs: 1 }, "echo"],
+      [{ max_tokens: 0 }, "max_tokens"],
       [{ logprobs: 6 }, "logprobs"],
       [{ prompt: [1, 2, 99_999] }, "prompt"],
       [{ prompt: [] }, "prompt"],
@@ -253,6 +280,8 @@ describe("POST /v1/completions", { timeout: 120_000 }, () => {
       const error = await refusal(server.client.completions.create({ model: "story", prompt: "Once upon a time", ...fields } as OpenAI.Completions.CompletionCreateParamsNonStreaming));
       assert.equal(error.param, param, JSON.stringify(fields));
     }
+    const echoFim = await refusal(server.client.completions.create({ model: "story-fim", prompt: "Once", suffix: " the end.", echo: true }));
+    assert.equal(echoFim.param, "echo", "a middle has no prompt to echo before it");
     const context = await refusal(server.client.completions.create({ model: "story", prompt: "Once upon a time", max_tokens: 600 }));
     assert.equal(context.code, "context_length_exceeded");
     assert.equal(context.param, "prompt");

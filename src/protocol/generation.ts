@@ -181,8 +181,12 @@ export type TokenLogprobAlternative = {
   bytes: number[];
 };
 
-/** A generated token with its log probability and, when asked, the likeliest alternatives. */
-export type TokenLogprob = TokenLogprobAlternative & { topLogprobs: TokenLogprobAlternative[] };
+/**
+ * A generated token with its log probability and, when asked, the likeliest alternatives.
+ * `unconditioned`: an echoed prompt's first token, which has no log probability (nothing comes
+ * before it): its `logprob` is 0 and `topLogprobs` empty, and the legacy shape says null.
+ */
+export type TokenLogprob = TokenLogprobAlternative & { topLogprobs: TokenLogprobAlternative[]; unconditioned?: true };
 
 /**
  * What a running generation yields. `choice` is the completion's index (0..choices-1); the parts

@@ -15,6 +15,7 @@ import { TextStream } from "./text-stream.ts";
 import { ChoiceLogprobs, type DescribeToken } from "./token-logprobs.ts";
 import type { ReplyPart, ReplyPlan } from "./reply-plan.ts";
 import { sequenceKey, type DecodeStepper } from "./decode-barrier.ts";
+import { promptLogprobs } from "./prompt-logprobs.ts";
 
 /** Generated tokens the presence/frequency penalties look back over. */
 export const PENALTY_WINDOW_TOKENS = 256;
@@ -117,8 +118,13 @@ function evaluateOptions(input: ChoiceInput, generated: readonly Token[]): Seque
 /** Generates one choice in `input.sequence`; yields its deltas and one `finish`. */
 export async function* generateChoice(input: ChoiceInput): AsyncGenerator<StreamPart> {
   const { model, sequence, prompt, request, plan, choice, maxTokens, signal, usage } = input;
+  // An echoed prompt with log probabilities: the prompt is evaluated anew for them (none of it cached).
+  const echoLogprobs =
+    input.echo !== undefined && request.logprobs !== undefined
+      ? await promptLogprobs(sequence, prompt.tokens, { top: request.logprobs.top, describeToken: input.describeToken, sequenceIndex: input.sequenceIndex })
+      : undefined;
   const reused = await reusePrefix(sequence, prompt.tokens);
-  usage.cachedPromptTokens = reused;
+  usage.cachedPromptTokens = echoLogprobs === undefined ? reused : 0;
   const generated: Token[] = [];
   const detokenize = (tokens: readonly number[], lastTokens: readonly number[]) =>
     model.detokenize(tokens as Token[], plan.specialTokensAsText, lastTokens as Token[]);
@@ -150,62 +156,66 @@ export async function* generateChoice(input: ChoiceInput): AsyncGenerator<Stream
     return out;
   };
 
-  if (input.echo !== undefined && input.echo !== "") yield { type: "text-delta", choice, text: input.echo };
+  if (echoLogprobs !== undefined) yield { type: "text-delta", choice, text: input.echo!, logprobs: echoLogprobs };
+  else if (input.echo !== undefined && input.echo !== "") yield { type: "text-delta", choice, text: input.echo };
   let reason: EngineFinishReason = "length";
-  // From here to the end of the loop, every decode this sequence queues is one the next batch waits for.
-  input.stepper.start();
-  try {
-    const outputs = sequence.evaluateWithMetadata(
-      prompt.tokens.slice(reused),
-      { confidence: logprobs !== undefined, probabilities: logprobs !== undefined && request.logprobs!.top > 0 },
-      evaluateOptions(input, generated),
-    );
-    // One token read ahead: as soon as a token is known to go on, the sequence is asked for the
-    // next one, so its decode runs on llama.cpp's thread while this one's text is made and sent
-    // (and it joins the next batch without waiting for that work). A read-ahead that turns out
-    // unneeded (a stop sequence, a cut) costs one decode and is never counted or sent.
-    let pending: Promise<IteratorResult<(typeof outputs extends AsyncGenerator<infer Output> ? Output : never)>> | undefined;
+  // `max_tokens` 0 (an echo alone): nothing is generated.
+  if (maxTokens > 0) {
+    // From here to the end of the loop, every decode this sequence queues is one the next batch waits for.
+    input.stepper.start();
     try {
-      if (signal.aborted) reason = "cancelled";
-      else pending = outputs.next();
-      while (pending !== undefined) {
-        const result = await pending;
-        pending = undefined;
-        if (result.done === true) break;
-        const output = result.value;
-        const token = output.token;
-        const lastTokens = generated.length === 0 && input.textContext !== undefined ? input.textContext.slice(-LOGPROB_CONTEXT_TOKENS) : generated.slice(-LOGPROB_CONTEXT_TOKENS);
-        generated.push(token);
-        usage.completionTokens = generated.length;
-        if (model.isEogToken(token) || prompt.stopTokens.has(token)) {
-          reason = "stop";
-          break;
-        }
-        if (generated.length >= maxTokens) reason = "length";
-        else if (signal.aborted) reason = "cancelled";
+      const outputs = sequence.evaluateWithMetadata(
+        prompt.tokens.slice(reused),
+        { confidence: logprobs !== undefined, probabilities: logprobs !== undefined && request.logprobs!.top > 0 },
+        evaluateOptions(input, generated),
+      );
+      // One token read ahead: as soon as a token is known to go on, the sequence is asked for the
+      // next one, so its decode runs on llama.cpp's thread while this one's text is made and sent
+      // (and it joins the next batch without waiting for that work). A read-ahead that turns out
+      // unneeded (a stop sequence, a cut) costs one decode and is never counted or sent.
+      let pending: Promise<IteratorResult<(typeof outputs extends AsyncGenerator<infer Output> ? Output : never)>> | undefined;
+      try {
+        if (signal.aborted) reason = "cancelled";
         else pending = outputs.next();
-        if (logprobs !== undefined) {
-          const metadata = output as { confidence?: number; probabilities?: Map<Token, number> };
-          logprobs.record(token, metadata.confidence ?? metadata.probabilities?.get(token) ?? 0, metadata.probabilities, lastTokens, text.produced);
+        while (pending !== undefined) {
+          const result = await pending;
+          pending = undefined;
+          if (result.done === true) break;
+          const output = result.value;
+          const token = output.token;
+          const lastTokens = generated.length === 0 && input.textContext !== undefined ? input.textContext.slice(-LOGPROB_CONTEXT_TOKENS) : generated.slice(-LOGPROB_CONTEXT_TOKENS);
+          generated.push(token);
+          usage.completionTokens = generated.length;
+          if (model.isEogToken(token) || prompt.stopTokens.has(token)) {
+            reason = "stop";
+            break;
+          }
+          if (generated.length >= maxTokens) reason = "length";
+          else if (signal.aborted) reason = "cancelled";
+          else pending = outputs.next();
+          if (logprobs !== undefined) {
+            const metadata = output as { confidence?: number; probabilities?: Map<Token, number> };
+            logprobs.record(token, metadata.confidence ?? metadata.probabilities?.get(token) ?? 0, metadata.probabilities, lastTokens, text.produced);
+          }
+          const step = text.push(token);
+          if (step.text.length > 0) yield* partsOf(step.text);
+          if (step.stopped) {
+            reason = "stop";
+            break;
+          }
+          if (signal.aborted) {
+            reason = "cancelled";
+            break;
+          }
         }
-        const step = text.push(token);
-        if (step.text.length > 0) yield* partsOf(step.text);
-        if (step.stopped) {
-          reason = "stop";
-          break;
-        }
-        if (signal.aborted) {
-          reason = "cancelled";
-          break;
-        }
+      } finally {
+        // The read-ahead holds the sequence until its decode ends: let it, then end the evaluation.
+        if (pending !== undefined) await pending.catch(() => undefined);
+        await outputs.return(undefined).catch(() => undefined);
       }
     } finally {
-      // The read-ahead holds the sequence until its decode ends: let it, then end the evaluation.
-      if (pending !== undefined) await pending.catch(() => undefined);
-      await outputs.return(undefined).catch(() => undefined);
+      input.stepper.stop();
     }
-  } finally {
-    input.stepper.stop();
   }
   if (reason !== "cancelled") {
     const tail = text.flush();

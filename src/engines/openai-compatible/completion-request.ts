@@ -35,11 +35,17 @@ export function completionWire(completion: TextCompletion, kind: UpstreamKind | 
 
 /**
  * Refuses what the kind cannot serve of a text completion, naming the field: an echo of token
- * prompts (the engine echoes text only), several prompts to llama-server's `/infill` (one each),
- * token prompts in a FIM prompt built from token texts.
+ * prompts (the engine echoes text only) or with the prompt's log probabilities, `max_tokens` 0,
+ * several prompts to llama-server's `/infill` (one each), token prompts in a FIM prompt built from
+ * token texts.
  */
-export function checkCompletionForKind(completion: TextCompletion, wire: UpstreamWire, where: string): void {
+export function checkCompletionForKind(request: GenerationRequest, wire: UpstreamWire, where: string): void {
+  const completion = request.completion!;
   const tokens = completion.prompts.some((prompt) => "tokens" in prompt);
+  if (completion.echo === true && request.logprobs !== undefined) {
+    throw new UnsupportedParameterError(`'echo' with 'logprobs' (the prompt tokens' log probabilities) is not supported by ${where}; the embedded engine serves it.`, "echo");
+  }
+  if (request.maxTokens === 0) throw new UnsupportedParameterError(`'max_tokens' 0 is not supported by ${where}; the embedded engine serves it.`, "max_tokens");
   if (completion.echo === true && tokens) {
     throw new UnsupportedParameterError(`'echo' of token prompts is not supported by ${where}: send the prompt as text to have it echoed.`, "echo");
   }

@@ -307,7 +307,7 @@ export class OpenAiCompatibleEngine implements Engine {
       throw new UnsupportedParameterError(`Model '${this.#options.modelId}' cannot fill in the middle: 'suffix' needs a model with fill-in-the-middle tokens.`, "suffix");
     }
     const wire = completionWire(completion, this.kind);
-    checkCompletionForKind(completion, wire, upstreamsOf(dialect));
+    checkCompletionForKind(request, wire, upstreamsOf(dialect));
     const maxTokens = request.maxTokens ?? 16;
     const bounds = completionPromptBounds(completion, LONGEST_TOKEN_BYTES, contextLength);
     const several = bounds.length > 1;

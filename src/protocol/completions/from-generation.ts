@@ -32,14 +32,20 @@ export function toLegacyLogprobs(tokens: readonly TokenLogprob[], offset: number
   let at = offset;
   for (const token of tokens) {
     legacy.tokens.push(token.token);
+    legacy.text_offset.push(at);
+    at += token.token.length;
+    // An echoed prompt's first token: nothing before it, no log probability (OpenAI's null).
+    if (token.unconditioned === true) {
+      legacy.token_logprobs.push(null);
+      legacy.top_logprobs.push(null);
+      continue;
+    }
     legacy.token_logprobs.push(token.logprob);
     // The likeliest alternatives, and the sampled token always (OpenAI: up to `logprobs` + 1 entries).
     const top: Record<string, number> = {};
     for (const alternative of token.topLogprobs) if (!(alternative.token in top)) top[alternative.token] = alternative.logprob;
     if (!(token.token in top)) top[token.token] = token.logprob;
     legacy.top_logprobs.push(top);
-    legacy.text_offset.push(at);
-    at += token.token.length;
   }
   return legacy;
 }

@@ -58,7 +58,6 @@ const prompt = z
   .describe("A string, an array of strings (one prompt each), an array of token ids, or an array of token-id arrays (one prompt each). None may be empty.");
 
 const probability = (min: number, max: number) => z.number().min(min).max(max).nullish();
-const completionTokens = z.number().int().min(1).max(REQUEST_LIMITS.completionTokens);
 
 /** `logit_bias`: token id (a decimal string) → bias, its keys counted first (as chat's). */
 const logitBias = z
@@ -84,8 +83,8 @@ export const completionRequestShape = {
   logit_bias: logitBias.nullish(),
   /** Log probabilities of each generated token and of this many likeliest alternatives (0..5): the legacy shape. */
   logprobs: z.number().int().min(0).max(COMPLETION_LIMITS.logprobs).nullish(),
-  /** Completion tokens per choice; OpenAI's default is 16. */
-  max_tokens: completionTokens.nullish(),
+  /** Completion tokens per choice; OpenAI's default is 16. 0 only with `echo`: the prompt alone (scored, with `logprobs`). */
+  max_tokens: z.number().int().min(0).max(REQUEST_LIMITS.completionTokens).nullish(),
   /** Choices per prompt, each billed. */
   n: z.number().int().min(1).max(COMPLETION_LIMITS.n).nullish(),
   presence_penalty: probability(-2, 2),
@@ -128,6 +127,9 @@ export const completionRequestSchema = z.object(completionRequestShape).check((c
   const each = request.max_tokens ?? DEFAULT_COMPLETION_MAX_TOKENS;
   if (choices * each > REQUEST_LIMITS.completionTokens) {
     return fail(["max_tokens"], `The prompts × 'n' × 'max_tokens' must be at most ${REQUEST_LIMITS.completionTokens} tokens, got ${choices} × ${each}.`, request.max_tokens);
+  }
+  if (request.max_tokens === 0 && request.echo !== true) {
+    return fail(["max_tokens"], "'max_tokens' may be 0 only with 'echo': the prompt alone comes back (with 'logprobs', its tokens' log probabilities).", request.max_tokens);
   }
   if (request.stream_options != null && request.stream !== true) return fail(["stream_options"], "'stream_options' is only allowed when 'stream' is true.", request.stream_options);
 });

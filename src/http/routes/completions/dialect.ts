@@ -37,11 +37,8 @@ export function parseCompletion(catalog: Catalog, body: unknown): ParsedGenerati
       "suffix",
     );
   }
-  if (request.echo === true && request.logprobs != null) {
-    throw new UnsupportedParameterError(
-      "'echo' together with 'logprobs' is not supported: it asks for the prompt tokens' log probabilities, which Turnpike does not compute. Send one of them, or two requests.",
-      "echo",
-    );
+  if (request.echo === true && request.suffix != null) {
+    throw new UnsupportedParameterError("'echo' cannot be used with 'suffix': a fill-in-the-middle answer is the middle alone.", "echo");
   }
   const generation = toCompletionGeneration(request);
   checkSupported(model.id, capabilities, generation, (parameter) => (parameter === "top_logprobs" ? "logprobs" : parameter));
