@@ -321,6 +321,41 @@ export function engineContract(name: string, makeEngine: () => Promise<EngineUnd
 
     it("reports the stop sequence that ended a choice", () => reportsStopSequence(withEngine, traits));
 
+    it("answers a text completion: each prompt's n choices together, its echo first, every prompt counted once", async () => {
+      // n as the stop case asks for it: 1 for a kind that takes one choice only.
+      const n = traits.stopSequence.choices ?? 2;
+      const prompts = [{ text: "Once upon a time" }, { text: "The little cat" }];
+      const textCompletion = (of: typeof prompts, echo: boolean): GenerationRequest => ({
+        ...long({ messages: [], maxTokens: 6, choices: of.length * n }),
+        completion: { prompts: of, n, ...(echo ? { echo: true } : {}) },
+      });
+      /** Runs a request to its end: each choice's text, and the usage. */
+      const run = async (engine: Engine, request: GenerationRequest) => {
+        const prepared = await engine.prepare(request);
+        assert.equal(prepared.choices, request.choices);
+        const generation = prepared.start(new AbortController().signal);
+        const parts = await collect(generation);
+        const texts = Array.from({ length: request.choices }, (_, choice) => parts.flatMap((part) => (part.type === "text-delta" && part.choice === choice ? [part.text] : [])));
+        // An echo is no generated token: the finishes are checked on the rest.
+        const echoes = new Set(request.completion?.echo === true ? texts.map((_, choice) => parts.find((part) => part.type === "text-delta" && part.choice === choice && part.text !== "")) : []);
+        assertFinishes(parts.filter((part) => !echoes.has(part)), request.choices, generation);
+        await untilIdle(engine);
+        return { texts, usage: generation.usage(), prepared };
+      };
+      await withEngine(async (engine) => {
+        const alone = await Promise.all(prompts.map(async (prompt) => (await run(engine, textCompletion([prompt], false))).usage.promptTokens));
+        const together = await run(engine, textCompletion(prompts, true));
+        assert.equal(together.usage.promptTokens, alone[0]! + alone[1]!, "each prompt's tokens once, whatever n");
+        if (traits.promptCount === "exact") assert.equal(together.prepared.promptTokens, together.usage.promptTokens);
+        for (let choice = 0; choice < 2 * n; choice++) {
+          const prompt = prompts[Math.floor(choice / n)]!.text;
+          const pieces = together.texts[choice]!.filter((piece) => piece !== "");
+          assert.equal(pieces[0], prompt, `choice ${choice} begins with its prompt's echo`);
+          assert.ok(pieces.length > 1, `choice ${choice} goes on after its echo: ${JSON.stringify(pieces)}`);
+        }
+      });
+    });
+
     it("stops when the consumer stops reading, with usage final and its slot back", async () => {
       await withEngine(async (engine) => {
         const prepared = await engine.prepare(long({ maxTokens: 200 }));

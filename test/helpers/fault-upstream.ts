@@ -1,6 +1,7 @@
 /**
  * A fault-injecting OpenAI-compatible upstream for tests: a real HTTP server on 127.0.0.1 that
- * answers `/v1/chat/completions` the way a script says. It exists only for the failures a real
+ * answers `/v1/chat/completions` (and `/v1/completions`, in `text_completion` chunks, every prompt
+ * of an array getting `n` choices) the way a script says. It exists only for the failures a real
  * server (vLLM, llama-server...) will not produce on demand: hanging before headers, a stream cut
  * after k chunks, 5xx or 429 with `retry-after`, a slow first token, garbage chunks, 401. Normal
  * answers (streamed with a usage chunk, or one JSON body) are fixed and small.
@@ -163,6 +164,7 @@ export class FaultUpstream {
     if (request.method === "GET" && path === "/health") return this.#health(request, response);
     if (request.method === "GET" && path === "/v1/models") return this.#models(request, response);
     if (request.method === "POST" && path === "/v1/chat/completions") return this.#chat(request, response, (body ?? {}) as Record<string, unknown>);
+    if (request.method === "POST" && path === "/v1/completions") return this.#chat(request, response, (body ?? {}) as Record<string, unknown>, "completions");
     sendJson(response, 404, { error: { message: `No route ${request.method} ${path}`, type: "invalid_request_error", code: "not_found" } });
   }
 
@@ -184,7 +186,8 @@ export class FaultUpstream {
     return this.#options.model ?? "fault-model";
   }
 
-  async #chat(request: http.IncomingMessage, response: http.ServerResponse, body: Record<string, unknown>): Promise<void> {
+  /** `wire`: a chat completion, or a text completion (`/v1/completions`: `text_completion` objects, prompts × `n` choices). */
+  async #chat(request: http.IncomingMessage, response: http.ServerResponse, body: Record<string, unknown>, wire: "chat" | "completions" = "chat"): Promise<void> {
     const step = this.#script.shift() ?? this.mode;
     let finished = false;
     let markClosed: () => void = () => {};
@@ -226,34 +229,51 @@ export class FaultUpstream {
       if (reason !== "stop") return { [field]: null };
       return { [field]: stopMet ?? (field === "matched_stop" ? FAULT_END_OF_TEXT_ID : null) };
     };
-    const choices = typeof body.n === "number" && Number.isInteger(body.n) && body.n > 1 ? body.n : 1;
+    const prompts = wire === "completions" && Array.isArray(body.prompt) && typeof body.prompt[0] !== "number" ? body.prompt.length : 1;
+    const choices = prompts * (typeof body.n === "number" && Number.isInteger(body.n) && body.n > 1 ? body.n : 1);
     const indexes = Array.from({ length: choices }, (_, index) => index);
     const completionTokens = generated * choices;
-    const usage = { prompt_tokens: PROMPT_TOKENS, completion_tokens: completionTokens, total_tokens: PROMPT_TOKENS + completionTokens };
+    const usage = { prompt_tokens: PROMPT_TOKENS * prompts, completion_tokens: completionTokens, total_tokens: PROMPT_TOKENS * prompts + completionTokens };
+    const object = wire === "chat" ? "chat.completion.chunk" : "text_completion";
     if (body.stream !== true) {
       if (step.kind === "complete" && step.firstTokenDelayMs) await sleep(step.firstTokenDelayMs);
       if (response.destroyed) return;
       finished = true;
       return sendJson(response, 200, {
         id,
-        object: "chat.completion",
+        object: wire === "chat" ? "chat.completion" : "text_completion",
         created: 0,
         model: this.#model,
-        choices: indexes.map((index) => ({ index, message: { role: "assistant", content: text.join("") }, logprobs: null, finish_reason: finishReason, ...stopFields(finishReason) })),
+        choices: indexes.map((index) => ({
+          index,
+          ...(wire === "chat" ? { message: { role: "assistant", content: text.join("") } } : { text: text.join("") }),
+          logprobs: null,
+          finish_reason: finishReason,
+          ...stopFields(finishReason),
+        })),
         usage,
       });
     }
 
     response.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
+    // A text completion's chunk carries the delta's content as `text`.
     const chunk = (delta: Record<string, unknown>, finishReason: string | null = null, index = 0) => ({
       id,
-      object: "chat.completion.chunk",
+      object,
       created: 0,
       model: this.#model,
-      choices: [{ index, delta, logprobs: null, finish_reason: finishReason, ...(finishReason !== null ? stopFields(finishReason) : {}) }],
+      choices: [
+        {
+          index,
+          ...(wire === "chat" ? { delta } : { text: typeof delta.content === "string" ? delta.content : "" }),
+          logprobs: null,
+          finish_reason: finishReason,
+          ...(finishReason !== null ? stopFields(finishReason) : {}),
+        },
+      ],
     });
     const write = (data: string) => new Promise<void>((resolve) => (response.destroyed ? resolve() : response.write(`data: ${data}\n\n`, () => resolve())));
-    for (const index of indexes) await write(JSON.stringify(chunk({ role: "assistant", content: "" }, null, index)));
+    if (wire === "chat") for (const index of indexes) await write(JSON.stringify(chunk({ role: "assistant", content: "" }, null, index)));
     if (step.kind === "complete" && step.firstTokenDelayMs) await sleep(step.firstTokenDelayMs);
 
     // Every choice's pieces, interleaved: piece 0 of each choice, then piece 1 of each...
@@ -280,7 +300,7 @@ export class FaultUpstream {
     }
     for (const index of indexes) await write(JSON.stringify(chunk({}, toolCalls.length > 0 && finishReason === "stop" ? "tool_calls" : finishReason, index)));
     const options = body.stream_options as { include_usage?: boolean } | undefined;
-    if (options?.include_usage === true) await write(JSON.stringify({ id, object: "chat.completion.chunk", created: 0, model: this.#model, choices: [], usage }));
+    if (options?.include_usage === true) await write(JSON.stringify({ id, object, created: 0, model: this.#model, choices: [], usage }));
     await write("[DONE]");
     endByServer(false);
   }

@@ -94,7 +94,19 @@ export type FakeEngineOptions = {
 
 /** Prompts count one token per 4 characters of message text, plus 10 (the bound is exact for it: no token spans more than 4 bytes). */
 export function fakePromptTokens(request: GenerationRequest): number {
+  // A text completion: each prompt counted once (a token prompt its ids; a text prompt as a message).
+  if (request.completion !== undefined) {
+    return request.completion.prompts.reduce((sum, prompt) => sum + ("tokens" in prompt ? prompt.tokens.length : 10 + Math.ceil(prompt.text.length / 4)), 0);
+  }
   return 10 + Math.ceil(request.messages.reduce((sum, message) => sum + message.content.length, 0) / 4);
+}
+
+/** A text completion's echo for `choice` (its prompt's text), or "" (a token prompt, no echo asked). */
+function fakeEcho(request: GenerationRequest, choice: number): string {
+  const completion = request.completion;
+  if (completion?.echo !== true) return "";
+  const prompt = completion.prompts[Math.floor(choice / completion.n)];
+  return prompt !== undefined && "text" in prompt ? prompt.text : "";
 }
 
 export class FakeEngine implements Engine {
@@ -206,7 +218,7 @@ export class FakeEngine implements Engine {
           if (extra === undefined) break;
           leases.push(extra);
         }
-        const choiceParts = (choice: number) => runScript(scripts[Math.min(choice, scripts.length - 1)]!, choice, counts[choice]!, promptTokens, maxTokens, request.sampling.stop, stop);
+        const choiceParts = (choice: number) => runScript(scripts[Math.min(choice, scripts.length - 1)]!, choice, counts[choice]!, promptTokens, maxTokens, request.sampling.stop, stop, fakeEcho(request, choice));
         let nextChoice = 0;
         /** The choices running now, one per slot held: each gives a part in turn. */
         const lanes = leases.map((lease) => ({ lease, parts: nextChoice < request.choices ? choiceParts(nextChoice++) : undefined }));
@@ -259,7 +271,9 @@ async function* runScript(
   maxTokens: number,
   stops: readonly string[],
   signal: AbortSignal,
+  echo = "",
 ): AsyncGenerator<StreamPart> {
+  if (echo !== "") yield { type: "text-delta", choice, text: echo };
   let reason: "stop" | "length" | "tool_calls" | "content_filter" | "cancelled" = script.finish ?? "stop";
   let stopSequence: string | undefined;
   let toolIndex = 0;
