@@ -159,63 +159,61 @@ export async function* generateChoice(input: ChoiceInput): AsyncGenerator<Stream
   if (echoLogprobs !== undefined) yield { type: "text-delta", choice, text: input.echo!, logprobs: echoLogprobs };
   else if (input.echo !== undefined && input.echo !== "") yield { type: "text-delta", choice, text: input.echo };
   let reason: EngineFinishReason = "length";
-  // `max_tokens` 0 (an echo alone): nothing is generated.
-  if (maxTokens > 0) {
-    // From here to the end of the loop, every decode this sequence queues is one the next batch waits for.
-    input.stepper.start();
+  // From here to the end of the loop, every decode this sequence queues is one the next batch waits for.
+  input.stepper.start();
+  try {
+    const outputs = sequence.evaluateWithMetadata(
+      prompt.tokens.slice(reused),
+      { confidence: logprobs !== undefined, probabilities: logprobs !== undefined && request.logprobs!.top > 0 },
+      evaluateOptions(input, generated),
+    );
+    // One token read ahead: as soon as a token is known to go on, the sequence is asked for the
+    // next one, so its decode runs on llama.cpp's thread while this one's text is made and sent
+    // (and it joins the next batch without waiting for that work). A read-ahead that turns out
+    // unneeded (a stop sequence, a cut) costs one decode and is never counted or sent.
+    let pending: Promise<IteratorResult<(typeof outputs extends AsyncGenerator<infer Output> ? Output : never)>> | undefined;
     try {
-      const outputs = sequence.evaluateWithMetadata(
-        prompt.tokens.slice(reused),
-        { confidence: logprobs !== undefined, probabilities: logprobs !== undefined && request.logprobs!.top > 0 },
-        evaluateOptions(input, generated),
-      );
-      // One token read ahead: as soon as a token is known to go on, the sequence is asked for the
-      // next one, so its decode runs on llama.cpp's thread while this one's text is made and sent
-      // (and it joins the next batch without waiting for that work). A read-ahead that turns out
-      // unneeded (a stop sequence, a cut) costs one decode and is never counted or sent.
-      let pending: Promise<IteratorResult<(typeof outputs extends AsyncGenerator<infer Output> ? Output : never)>> | undefined;
-      try {
-        if (signal.aborted) reason = "cancelled";
-        else pending = outputs.next();
-        while (pending !== undefined) {
-          const result = await pending;
-          pending = undefined;
-          if (result.done === true) break;
-          const output = result.value;
-          const token = output.token;
-          const lastTokens = generated.length === 0 && input.textContext !== undefined ? input.textContext.slice(-LOGPROB_CONTEXT_TOKENS) : generated.slice(-LOGPROB_CONTEXT_TOKENS);
-          generated.push(token);
-          usage.completionTokens = generated.length;
-          if (model.isEogToken(token) || prompt.stopTokens.has(token)) {
-            reason = "stop";
-            break;
-          }
-          if (generated.length >= maxTokens) reason = "length";
-          else if (signal.aborted) reason = "cancelled";
-          else pending = outputs.next();
-          if (logprobs !== undefined) {
-            const metadata = output as { confidence?: number; probabilities?: Map<Token, number> };
-            logprobs.record(token, metadata.confidence ?? metadata.probabilities?.get(token) ?? 0, metadata.probabilities, lastTokens, text.produced);
-          }
-          const step = text.push(token);
-          if (step.text.length > 0) yield* partsOf(step.text);
-          if (step.stopped) {
-            reason = "stop";
-            break;
-          }
-          if (signal.aborted) {
-            reason = "cancelled";
-            break;
-          }
+      if (signal.aborted) reason = "cancelled";
+      // `max_tokens` 0 (an echo alone): nothing is generated.
+      else if (maxTokens > 0) pending = outputs.next();
+      while (pending !== undefined) {
+        const result = await pending;
+        pending = undefined;
+        if (result.done === true) break;
+        const output = result.value;
+        const token = output.token;
+        const lastTokens = generated.length === 0 && input.textContext !== undefined ? input.textContext.slice(-LOGPROB_CONTEXT_TOKENS) : generated.slice(-LOGPROB_CONTEXT_TOKENS);
+        generated.push(token);
+        usage.completionTokens = generated.length;
+        if (model.isEogToken(token) || prompt.stopTokens.has(token)) {
+          reason = "stop";
+          break;
         }
-      } finally {
-        // The read-ahead holds the sequence until its decode ends: let it, then end the evaluation.
-        if (pending !== undefined) await pending.catch(() => undefined);
-        await outputs.return(undefined).catch(() => undefined);
+        if (generated.length >= maxTokens) reason = "length";
+        else if (signal.aborted) reason = "cancelled";
+        else pending = outputs.next();
+        if (logprobs !== undefined) {
+          const metadata = output as { confidence?: number; probabilities?: Map<Token, number> };
+          logprobs.record(token, metadata.confidence ?? metadata.probabilities?.get(token) ?? 0, metadata.probabilities, lastTokens, text.produced);
+        }
+        const step = text.push(token);
+        if (step.text.length > 0) yield* partsOf(step.text);
+        if (step.stopped) {
+          reason = "stop";
+          break;
+        }
+        if (signal.aborted) {
+          reason = "cancelled";
+          break;
+        }
       }
     } finally {
-      input.stepper.stop();
+      // The read-ahead holds the sequence until its decode ends: let it, then end the evaluation.
+      if (pending !== undefined) await pending.catch(() => undefined);
+      await outputs.return(undefined).catch(() => undefined);
     }
+  } finally {
+    input.stepper.stop();
   }
   if (reason !== "cancelled") {
     const tail = text.flush();
