@@ -7,10 +7,12 @@ import type { z } from "zod";
 import { chatCompletionRequestSchema } from "../../protocol/chat-completions/request.ts";
 import { responsesRequestSchema } from "../../protocol/responses/request.ts";
 import { countTokensRequestSchema, messagesRequestSchema } from "../../protocol/anthropic-messages/request.ts";
+import { embeddingsRequestSchema } from "../../protocol/embeddings/request.ts";
 
 export const BODY_SCHEMAS: Readonly<Record<string, z.ZodType>> = {
   "/v1/chat/completions": chatCompletionRequestSchema,
   "/v1/responses": responsesRequestSchema,
   "/v1/messages": messagesRequestSchema,
   "/v1/messages/count_tokens": countTokensRequestSchema,
+  "/v1/embeddings": embeddingsRequestSchema,
 };

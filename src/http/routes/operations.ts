@@ -15,6 +15,7 @@ import { ADMIN_PLAN_OPERATIONS, BILLING_OPERATIONS } from "./billing/route.ts";
 import { chatCompletionsOperation } from "./chat-completions/operation.ts";
 import { RESPONSES_OPERATIONS } from "./responses/operation.ts";
 import { MESSAGES_OPERATIONS } from "./messages/operation.ts";
+import { embeddingsOperation } from "./embeddings/operation.ts";
 import { healthOperation, readyOperation } from "./health/route.ts";
 import { createKeyOperation, listKeysOperation, revokeKeyOperation } from "./keys/route.ts";
 import { metricsOperation } from "./metrics/route.ts";
@@ -29,6 +30,7 @@ export const API_OPERATIONS: readonly ApiOperation[] = [
   chatCompletionsOperation,
   ...RESPONSES_OPERATIONS,
   ...MESSAGES_OPERATIONS,
+  embeddingsOperation,
   listModelsOperation,
   retrieveModelOperation,
   listModelsForConsoleOperation,
