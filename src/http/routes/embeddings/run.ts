@@ -5,7 +5,7 @@
  * the tokens embedded, count metrics, log.
  *
  * How a request ends decides its status and its bill, as a generation's does (`http/generation/run.ts`):
- * - finished: 200, billed for the tokens the engine embedded;
+ * - finished: 200, billed for the tokens the engine embedded (recorded with finish reason `stop`);
  * - cut by its client (499) or a shutdown (503): billed only when the engine finished the vectors
  *   anyway (nothing is billed for work the abort stopped);
  * - failed (an engine error, an upstream refusal, a full queue): nothing billed, recorded with the error's status.
@@ -73,7 +73,7 @@ export async function runEmbeddings(dependencies: EmbeddingsRunDependencies, inp
   const used = usage?.promptTokens ?? 0;
   const refunded = input.limited.finish(used).catch((error: unknown) => dependencies.logger.warn({ err: error }, "could not refund rate-limit tokens"));
   const settled = input.admission
-    .settle({ usage, status, finishReason: null, latencyMs: performance.now() - input.startedAt })
+    .settle({ usage, status, finishReason: usage === null ? null : signal.aborted ? "cancelled" : "stop", latencyMs: performance.now() - input.startedAt })
     .catch((error: unknown) => dependencies.logger.error({ err: error }, "could not settle the request's hold; the sweeper will release it uncharged"));
   await Promise.all([refunded, settled]);
   const model = job.model.id;
