@@ -69,8 +69,9 @@ export class EndpointNotServedError extends ApiError {
 }
 
 export class ContextLengthExceededError extends ApiError {
-  constructor(message: string) {
-    super(message, "context_length_exceeded", { param: "messages" });
+  /** `param`: what is too long (`messages` for a chat; `input` for embeddings). */
+  constructor(message: string, param = "messages") {
+    super(message, "context_length_exceeded", { param });
   }
 }
 
