@@ -15,7 +15,9 @@ import {
   type EngineMember,
   type EngineModelInfo,
   type EngineStatus,
+  type EmbeddingRequest,
   type GenerationRequest,
+  type PreparedEmbeddings,
   type PreparedGeneration,
   type RunningGeneration,
   type GenerationUsage,
@@ -25,7 +27,8 @@ import {
 import { SlotQueue } from "../slot-queue.ts";
 import { promptBound, type PromptBound, type TokenSpans } from "../prompt-bound.ts";
 import { runChoices } from "../run-choices.ts";
-import { ContextLengthExceededError, InvalidRequestError, ModelNotReadyError } from "../../protocol/errors.ts";
+import { ContextLengthExceededError, EndpointNotServedError, InvalidRequestError, ModelNotReadyError } from "../../protocol/errors.ts";
+import type { ModelService } from "../../protocol/models.ts";
 import { renderChatPrompt, type RenderedPrompt } from "./chat-prompt.ts";
 import { GrammarFactory } from "./grammar.ts";
 import { planReply, type ReplyPlan } from "./reply-plan.ts";
@@ -35,6 +38,8 @@ import { DecodeBarrier, type DecodeBarrierStats } from "./decode-barrier.ts";
 import { tokenDescriber, type DescribeToken } from "./token-logprobs.ts";
 import { resolveModelFile, type DownloadProgress, type HuggingFaceHub, type ModelFileSource } from "./model-file.ts";
 import { RuntimeUnavailableError } from "./runtime.ts";
+import { embeddingKind } from "./embedding-model.ts";
+import { LlamaEmbedder } from "./embeddings.ts";
 
 
 /**
@@ -69,6 +74,11 @@ export type LlamaCppEngineOptions = {
   queueSize: number;
   threads: number;
   onProgress?: (progress: DownloadProgress) => void;
+  /**
+   * What the model entry declares it serves: `embeddings` gives a generative model an embedding
+   * context beside its generation one. An embedding GGUF serves embeddings only whatever this says.
+   */
+  serves?: readonly ModelService[];
   /** Told when the status changes (for logs). */
   onStatus?: (status: EngineStatus) => void;
 };
@@ -162,6 +172,10 @@ export class LlamaCppEngine implements Engine {
   readonly #options: LlamaCppEngineOptions;
   #status: EngineStatus = { state: "loading" };
   #loaded: Loaded | undefined;
+  /** The embedding context: an embedding GGUF's only one, or a generative model's second when its entry serves embeddings. */
+  #embedder: LlamaEmbedder | undefined;
+  /** Known once open: an embedding GGUF serves embeddings only (no generation context is made). */
+  #capabilities: EngineCapabilities = LLAMACPP_CAPABILITIES;
   readonly #closing = new AbortController();
 
   constructor(options: LlamaCppEngineOptions) {
@@ -173,7 +187,7 @@ export class LlamaCppEngine implements Engine {
   }
 
   info(): EngineModelInfo | undefined {
-    if (this.#loaded === undefined) return undefined;
+    if (this.#loaded === undefined) return this.#embedder === undefined ? undefined : { contextLength: this.#embedder.contextSize };
     return { contextLength: this.#loaded.context.contextSize };
   }
 
@@ -183,11 +197,15 @@ export class LlamaCppEngine implements Engine {
   }
 
   capabilities(): EngineCapabilities {
-    return LLAMACPP_CAPABILITIES;
+    return this.#capabilities;
   }
 
   /** One member, this process: its slots busy, waiting, and whether the model is loaded. */
   members(): EngineMember[] {
+    // An embedding model: its one embedding context, and how its decodes went.
+    if (this.#loaded === undefined && this.#embedder !== undefined) {
+      return [{ id: "embedded", ...this.#embedder.load(), healthy: this.#status.state === "ready", batching: this.#embedder.stats() }];
+    }
     const queue = this.#loaded?.queue;
     return [
       {
@@ -219,6 +237,19 @@ export class LlamaCppEngine implements Engine {
       const llama = await options.llama();
       const model = await llama.loadModel({ modelPath: file });
       const contextSize = Math.min(options.contextSize, model.trainContextSize || options.contextSize);
+      const kind = embeddingKind(model.fileInfo.metadata, model.embeddingVectorSize);
+      const vocabulary = measureVocabulary(model);
+      if (kind.kind === "reranker") throw new Error("it is a reranking model (pooling type rank), which Turnpike does not serve");
+      if (kind.kind === "embedding" || options.serves?.includes("embeddings") === true) {
+        this.#embedder = await LlamaEmbedder.open(model, { contextSize, threads: options.threads, queueSize: options.queueSize, ...vocabulary });
+      }
+      const embeddings = this.#embedder === undefined ? {} : { embeddingDimensions: kind.dimensions };
+      if (kind.kind === "embedding") {
+        this.#capabilities = { ...LLAMACPP_CAPABILITIES, services: ["embeddings"], ...embeddings };
+        this.#setStatus({ state: "ready" });
+        return;
+      }
+      this.#capabilities = { ...LLAMACPP_CAPABILITIES, services: this.#embedder === undefined ? ["chat", "completions"] : ["chat", "completions", "embeddings"], ...embeddings };
       const barrier = new DecodeBarrier();
       const context = await model.createContext({
         contextSize,
@@ -236,7 +267,7 @@ export class LlamaCppEngine implements Engine {
         barrier,
         queue: new SlotQueue(sequences, options.queueSize),
         sequenceIndex: new Map(sequences.map((sequence, index) => [sequence, index])),
-        ...measureVocabulary(model),
+        ...vocabulary,
       };
       this.#setStatus({ state: "ready" });
     } catch (error) {
@@ -258,6 +289,7 @@ export class LlamaCppEngine implements Engine {
   }
 
   boundPrompt(request: GenerationRequest): PromptBound {
+    this.#refuseIfEmbeddingModel();
     const loaded = this.#loaded;
     if (loaded === undefined || this.#status.state !== "ready") throw this.#notReadyError();
     // Past the context, a larger lower bound changes nothing (the request cannot fit): stop counting there.
@@ -265,6 +297,7 @@ export class LlamaCppEngine implements Engine {
   }
 
   async prepare(request: GenerationRequest, bound?: PromptBound): Promise<PreparedGeneration> {
+    this.#refuseIfEmbeddingModel();
     const loaded = this.#loaded;
     if (loaded === undefined || this.#status.state !== "ready") throw this.#notReadyError();
     // Cheapest first: nothing the client sent is rendered, tokenized or compiled before it is
@@ -296,6 +329,28 @@ export class LlamaCppEngine implements Engine {
       choices: request.choices,
       start: (signal) => this.#start(loaded, prompt, plan, request, maxTokens, signal),
     };
+  }
+
+  boundEmbeddings(request: EmbeddingRequest): PromptBound {
+    return this.#readyEmbedder().bound(request);
+  }
+
+  async prepareEmbeddings(request: EmbeddingRequest): Promise<PreparedEmbeddings> {
+    return this.#readyEmbedder().prepare(request);
+  }
+
+  #readyEmbedder(): LlamaEmbedder {
+    if (this.#status.state !== "ready") throw this.#notReadyError();
+    if (this.#embedder === undefined) {
+      throw new EndpointNotServedError(`Model '${this.#options.modelId}' does not serve embeddings: it is a generative model, and its entry does not list embeddings in \`serves\`.`);
+    }
+    return this.#embedder;
+  }
+
+  /** An embedding model has no generation context: a generation reaching it is refused (the routes refuse it earlier, from `capabilities().services`). */
+  #refuseIfEmbeddingModel(): void {
+    if (this.#loaded !== undefined || this.#embedder === undefined || this.#status.state !== "ready") return;
+    throw new EndpointNotServedError(`Model '${this.#options.modelId}' is an embedding model: it serves embeddings (POST /v1/embeddings) only.`);
   }
 
   #notReadyError(): ModelNotReadyError {
@@ -421,8 +476,14 @@ export class LlamaCppEngine implements Engine {
   async close(): Promise<void> {
     this.#closing.abort(new Error("engine closing"));
     const loaded = this.#loaded;
+    const embedder = this.#embedder;
     this.#loaded = undefined;
-    if (loaded === undefined) return;
+    this.#embedder = undefined;
+    await embedder?.close();
+    if (loaded === undefined) {
+      await embedder?.model.dispose();
+      return;
+    }
     await loaded.context.dispose();
     await loaded.model.dispose();
   }
