@@ -191,7 +191,7 @@ for (const backend of backends) {
         [{ input: [] }, "input", "invalid_request_error"],
         [{ input: Array.from({ length: 2049 }, () => "a") }, "input", "invalid_request_error"],
         // The embed model's context is 64 tokens: 65 × 4 characters are 65 tokens.
-        [{ input: ["short", "x".repeat(260)] }, "input[1]", "context_length_exceeded"],
+        [{ input: ["short", "x".repeat(260)] }, "input", "context_length_exceeded"],
         [{ input: Array.from({ length: 2000 }, () => "y".repeat(604)) }, "input", "max_tokens_per_request"],
       ];
       for (const [body, param, code] of cases) {

@@ -217,7 +217,7 @@ export class FakeEngine implements Engine {
       const tokens = fakeEmbeddingTokens(input);
       if (tokens <= contextLength) return tokens;
       if (request.truncate) return contextLength;
-      throw new ContextLengthExceededError(`Input ${index} is ${tokens} tokens, more than the model's context of ${contextLength}: shorten it, or send \`truncate: true\`.`, `input[${index}]`);
+      throw new ContextLengthExceededError(`This model's maximum context length is ${contextLength} tokens per input. However, 'input[${index}]' has ${tokens} tokens.`, "input");
     });
     const promptTokens = counts.reduce((sum, count) => sum + count, 0);
     const dimensions = this.capabilities().embeddingDimensions ?? FAKE_EMBEDDING_DIMENSIONS;
