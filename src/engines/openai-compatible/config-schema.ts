@@ -88,4 +88,6 @@ export type UpstreamModelEntry = Omit<UpstreamModelOptions, "upstream"> & {
   upstream: UpstreamEntry;
   /** What the model reads; default text only. */
   input_modalities?: readonly ("text" | "image")[];
+  /** The entry's embeddings options: the vectors' length, until the first answer says it. */
+  embeddings?: { dimensions?: number };
 };

@@ -43,6 +43,7 @@ export function createUpstreamEngine(entry: UpstreamModelEntry, environment: Eng
     ...(entry.vendor_fields !== undefined ? { vendorFields: entry.vendor_fields } : {}),
     ...(entry.chat_template_kwargs !== undefined ? { chatTemplateKwargs: entry.chat_template_kwargs } : {}),
     ...(apiKey !== undefined ? { apiKey } : {}),
+    ...(entry.embeddings?.dimensions !== undefined ? { embeddingDimensions: entry.embeddings.dimensions } : {}),
     pool,
     onStatus: (status) => environment.onStatus(entry.id, status, undefined),
     onEvent,
