@@ -218,6 +218,13 @@ for (const backend of backends) {
       const endpoints = Object.fromEntries(models.data.map((model) => [model.id, (model as unknown as { endpoints: string[] }).endpoints]));
       assert.deepEqual(endpoints.embed, ["/v1/embeddings"]);
       assert.ok(endpoints.chat!.includes("/v1/chat/completions") && !endpoints.chat!.includes("/v1/embeddings"));
+      const described = Object.fromEntries(models.data.map((model) => [model.id, model as unknown as { embeddings?: unknown; pricing: { embeddings?: number } }]));
+      assert.deepEqual(described.embed!.embeddings, { dimensions: DIMENSIONS, matryoshka: [4, 8] });
+      assert.equal(described.embed!.pricing.embeddings, EMBEDDINGS_PRICE);
+      assert.deepEqual(described["embed-narrow"]!.embeddings, { dimensions: DIMENSIONS, matryoshka: false });
+      assert.equal(described["embed-any"]!.pricing.embeddings, pricing.prompt, "the prompt price where the entry sets none");
+      assert.equal(described.chat!.embeddings, undefined);
+      assert.equal(described.chat!.pricing.embeddings, undefined);
     });
   });
 }

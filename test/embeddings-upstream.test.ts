@@ -97,7 +97,10 @@ describe("embeddings through an OpenAI-compatible upstream", { timeout: 60_000 }
 
   it("lists the entry with /v1/embeddings only", async () => {
     const models = await server.client.models.list();
-    assert.deepEqual((models.data.find((model) => model.id === "remote-embed") as unknown as { endpoints: string[] }).endpoints, ["/v1/embeddings"]);
+    const model = models.data.find((candidate) => candidate.id === "remote-embed") as unknown as { endpoints: string[]; embeddings: unknown; pricing: { embeddings: number } };
+    assert.deepEqual(model.endpoints, ["/v1/embeddings"]);
+    assert.deepEqual(model.embeddings, { dimensions: 8, matryoshka: true }, "the entry's length, before any answer");
+    assert.equal(model.pricing.embeddings, pricing.embeddings);
   });
 
   it("passes the inputs through and answers the upstream's vectors as unit vectors, in order, with its usage", async () => {

@@ -86,6 +86,9 @@ describe("POST /v1/embeddings on the embedded engine", { timeout: 180_000 }, () 
     const endpoints = Object.fromEntries(models.data.map((model) => [model.id, (model as unknown as { endpoints: string[] }).endpoints]));
     assert.deepEqual(endpoints.embed, ["/v1/embeddings"]);
     assert.ok(!endpoints.story!.includes("/v1/embeddings"));
+    const embedModel = models.data.find((model) => model.id === "embed") as unknown as { embeddings: unknown; context_length: number };
+    assert.deepEqual(embedModel.embeddings, { dimensions: DIMENSIONS, matryoshka: [16, 32] });
+    assert.equal(embedModel.context_length, CONTEXT);
   });
 
   it("gives unit vectors of the model's width; float and base64 (the SDK's default) decode to the same numbers", async () => {

@@ -109,6 +109,8 @@ function statusText(status: EngineStatus, members: readonly EngineMember[]): Mod
 export function describeModel(model: CatalogModel): ModelObject {
   // Read live: an upstream's kind (and so what it supports) may be known only once it was probed.
   const capabilities = model.engine.capabilities();
+  const services = servicesOf(model);
+  const embeds = services.includes("embeddings");
   return {
     id: model.id,
     object: "model",
@@ -120,10 +122,12 @@ export function describeModel(model: CatalogModel): ModelObject {
       prompt: model.pricing.prompt,
       cached_prompt: model.pricing.cachedPrompt,
       completion: model.pricing.completion,
+      ...(embeds ? { embeddings: model.embeddingsPrice ?? model.pricing.prompt } : {}),
       ...(model.moneyPricing === undefined ? {} : { currency: model.moneyPricing.currency, money: { ...model.moneyPricing.perMillionTokens } }),
     },
     supported_parameters: [...capabilities.supportedParameters, ...capabilities.vendorFields],
-    endpoints: servicesOf(model).flatMap((service) => SERVICE_ENDPOINTS[service]),
+    endpoints: services.flatMap((service) => SERVICE_ENDPOINTS[service]),
+    ...(embeds ? { embeddings: { dimensions: capabilities.embeddingDimensions ?? null, matryoshka: model.matryoshka === undefined ? false : model.matryoshka === true ? true : [...model.matryoshka] } } : {}),
     status: statusText(model.engine.status(), model.engine.members()),
   };
 }
