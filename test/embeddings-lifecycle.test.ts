@@ -40,6 +40,7 @@ function writeConfig(): string {
         { id: "embed-narrow", path: "embed-narrow.gguf", serves: ["embeddings"] },
         { id: "gated", path: "gated.gguf", serves: ["embeddings"], pricing },
         { id: "chat", path: "chat.gguf", pricing },
+        { id: "later", path: "later.gguf" },
       ],
       plans: [{ id: "funded", name: "Funded", price: { amount: 100, currency: "usd" }, credit: CREDIT }],
     }),
@@ -60,6 +61,7 @@ for (const backend of backends) {
     const narrow = new FakeEngine({ capabilities: embeddingCapabilities, capacity: 1, queueSize: 0, embeddingGate: gate });
     const gated = new FakeEngine({ capabilities: embeddingCapabilities, embeddingGate: gate });
     const chat = new FakeEngine();
+    const later = new FakeEngine();
 
     before(async () => {
       let databaseUrl = "";
@@ -67,7 +69,7 @@ for (const backend of backends) {
       server = await startTestServer({
         configFile: writeConfig(),
         flags: { database_url: databaseUrl },
-        engines: { embed, "embed-any": embedAny, "embed-narrow": narrow, gated, chat },
+        engines: { embed, "embed-any": embedAny, "embed-narrow": narrow, gated, chat, later },
       });
       database = await openStore({ dataDir: server.dataDir, databaseUrl });
     });
@@ -225,6 +227,17 @@ for (const backend of backends) {
       assert.equal(described["embed-any"]!.pricing.embeddings, pricing.prompt, "the prompt price where the entry sets none");
       assert.equal(described.chat!.embeddings, undefined);
       assert.equal(described.chat!.pricing.embeddings, undefined);
+    });
+
+    it("answers 503 model_not_ready, not a refusal, while a model whose entry says nothing of what it serves is loading", async () => {
+      later.status_ = { state: "loading" };
+      const loading = await postJson(`${server.baseURL}/embeddings`, { model: "later", input: "Hi" }, { authorization: `Bearer ${server.key}` });
+      assert.equal(loading.status, 503);
+      assert.equal(loading.body.error.code, "model_not_ready");
+      later.status_ = { state: "ready" };
+      const loaded = await postJson(`${server.baseURL}/embeddings`, { model: "later", input: "Hi" }, { authorization: `Bearer ${server.key}` });
+      assert.equal(loaded.status, 400);
+      assert.equal(loaded.body.error.code, "model_does_not_support_endpoint");
     });
   });
 }

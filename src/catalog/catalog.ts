@@ -3,7 +3,7 @@
  * `/v1/models` and the console read it; the chat route finds engines through it.
  */
 import type { Engine, EngineMember, EngineStatus } from "../engines/engine.ts";
-import { EndpointNotServedError, ModelNotFoundError } from "../protocol/errors.ts";
+import { EndpointNotServedError, ModelNotFoundError, ModelNotReadyError } from "../protocol/errors.ts";
 import type { ModelObject, ModelService, MoneyPrices } from "../protocol/models.ts";
 import { SERVICE_ENDPOINTS } from "../protocol/models.ts";
 import type { Pricing } from "../protocol/price.ts";
@@ -48,6 +48,12 @@ const SERVICE_NAMES: Record<ModelService, string> = { chat: "chat", completions:
 export function requireService(model: CatalogModel, service: ModelService): void {
   const services = servicesOf(model);
   if (services.includes(service)) return;
+  // What a GGUF serves is read from it once loaded: until then a refusal could be wrong (an
+  // embedding model's embeddings refused as a chat model's), so the model is not ready yet.
+  const state = model.engine.status().state;
+  if (model.serves === undefined && model.engine.capabilities().services === undefined && (state === "loading" || state === "downloading")) {
+    throw new ModelNotReadyError(`Model '${model.id}' is loading. Retry in a moment.`, 5);
+  }
   const serves = services.map((each) => `${SERVICE_NAMES[each]} (${SERVICE_ENDPOINTS[each].join(", ")})`).join("; ");
   throw new EndpointNotServedError(`Model '${model.id}' does not serve ${SERVICE_NAMES[service]}: it serves ${serves}.`);
 }
