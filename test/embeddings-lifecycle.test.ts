@@ -229,6 +229,29 @@ for (const backend of backends) {
       assert.equal(described.chat!.pricing.embeddings, undefined);
     });
 
+    it("charges the key's tokens per minute the tokens embedded, and refuses past them with 429 before running", async () => {
+      const { key } = await meteredKey(database, "funded", { tpm: 40 });
+      const text = "x".repeat(100);
+      const first = await postJson(`${server.baseURL}/embeddings`, { model: "embed", input: text }, { authorization: `Bearer ${key}` });
+      assert.equal(first.status, 200);
+      assert.equal(first.headers.get("x-ratelimit-limit-tokens"), "40");
+      const remaining = Number(first.headers.get("x-ratelimit-remaining-tokens"));
+      // The bucket refills continuously (40 a minute): within a token of the charge.
+      assert.ok(Math.abs(remaining - (40 - fakeEmbeddingTokens({ text }))) <= 1, `remaining ${remaining}`);
+      const before = embed.embedded;
+      const refused = await postJson(`${server.baseURL}/embeddings`, { model: "embed", input: [text, text] }, { authorization: `Bearer ${key}` });
+      assert.equal(refused.status, 429);
+      assert.equal(refused.body.error.code, "rate_limit_exceeded");
+      assert.equal(embed.embedded, before, "nothing ran");
+    });
+
+    it("refuses a key not allowed the model with 403 before anything runs", async () => {
+      const { key } = await meteredKey(database, "funded", { models: ["chat"] });
+      const refused = await postJson(`${server.baseURL}/embeddings`, { model: "embed", input: "Hi" }, { authorization: `Bearer ${key}` });
+      assert.equal(refused.status, 403);
+      assert.equal(refused.body.error.code, "model_not_allowed");
+    });
+
     it("answers 503 model_not_ready, not a refusal, while a model whose entry says nothing of what it serves is loading", async () => {
       later.status_ = { state: "loading" };
       const loading = await postJson(`${server.baseURL}/embeddings`, { model: "later", input: "Hi" }, { authorization: `Bearer ${server.key}` });
