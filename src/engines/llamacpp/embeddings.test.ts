@@ -91,6 +91,7 @@ describe("the llama.cpp engine serving an embedding GGUF", () => {
     const capabilities = engine.capabilities();
     assert.deepEqual(capabilities.services, ["embeddings"]);
     assert.equal(capabilities.embeddingDimensions, 64);
+    assert.deepEqual(capabilities.supportedParameters, [], "no chat parameters");
     assert.equal(engine.info()?.contextLength, 32);
     await rejectsWith(engine.prepare(chatRequest), "model_does_not_support_endpoint", "serves embeddings (POST /v1/embeddings) only");
     await rejectsWith(async () => engine.boundPrompt(chatRequest), "model_does_not_support_endpoint", "embedding model");
