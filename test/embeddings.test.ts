@@ -115,6 +115,16 @@ describe("POST /v1/embeddings on the embedded engine", { timeout: 180_000 }, () 
     assert.ok(cosine(answer.data[0]!.embedding, answer.data[2]!.embedding) < 0.9999, "different texts, different vectors");
   });
 
+  it("answers concurrent requests each with its own vectors, as alone", async () => {
+    const requests = Array.from({ length: 16 }, (_, index) => [texts[index % texts.length]!, `${index} little cats`]);
+    const answers = await Promise.all(requests.map((input) => server.client.embeddings.create({ model: "embed", input, encoding_format: "float" })));
+    const singles = await Promise.all(requests.map(([, own]) => server.client.embeddings.create({ model: "embed", input: own!, encoding_format: "float" })));
+    for (const [index, answer] of answers.entries()) {
+      assertClose(answer.data[0]!.embedding, alone.get(requests[index]![0]!)!, `request ${index}, input 0`);
+      assertClose(answer.data[1]!.embedding, singles[index]!.data[0]!.embedding, `request ${index}, input 1`);
+    }
+  });
+
   it("embeds token ids, one array or several, and refuses an id outside the vocabulary naming it", async () => {
     const single = await server.client.embeddings.create({ model: "embed", input: [1, 300, 301, 302], encoding_format: "float" });
     assert.equal(single.data.length, 1);
