@@ -11,6 +11,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { API_OPERATIONS } from "../src/http/routes/operations.ts";
+import { embeddingModelPath } from "./helpers/test-models.ts";
 import { readSse, startTestServer, storiesModel, temporaryDirectory, type TestServer } from "./helpers/server.ts";
 import { ConsoleClient } from "./helpers/console.ts";
 import { setupCodeOf } from "./helpers/console.ts";
@@ -63,7 +64,10 @@ describe("the answers /openapi.json documents", () => {
       configFile,
       JSON.stringify({
         credit_value: { currency: "USD", per_million_credits: "2.50" },
-        models: [{ id: "story", path: storiesModel, pricing: { prompt: 1_000_000, cached_prompt: 500_000, completion: 2_000_000 } }],
+        models: [
+          { id: "story", path: storiesModel, pricing: { prompt: 1_000_000, cached_prompt: 500_000, completion: 2_000_000 } },
+          { id: "embed", path: embeddingModelPath(), embeddings: { matryoshka: [16] }, pricing: { prompt: 1_000_000, embeddings: 250_000 } },
+        ],
         plans: [{ id: "starter", name: "Starter", price: { amount: 500, currency: "usd" }, credit: 500_000, days: 30, rpm: 600 }],
       }),
     );
@@ -278,6 +282,15 @@ describe("the answers /openapi.json documents", () => {
     assert.equal(counted.input_tokens, message.usage.input_tokens + (message.usage.cache_read_input_tokens ?? 0));
     const unknown = await call(operator, "post", "/v1/messages", { body: { ...ask, model: "nope" }, status: 404 });
     assert.equal(unknown.type, "error");
+  });
+
+  it("answers embeddings as documented: float and base64 vectors, a shortened one, and an error", async () => {
+    const floats = await call(operator, "post", "/v1/embeddings", { body: { model: "embed", input: ["Once upon a time", "a cat"], encoding_format: "float" } });
+    assert.equal(floats.data.length, 2);
+    const base64 = await call(operator, "post", "/v1/embeddings", { body: { model: "embed", input: [[1, 300, 301]], encoding_format: "base64", dimensions: 16 } });
+    assert.equal(typeof base64.data[0].embedding, "string");
+    const refused = await call(operator, "post", "/v1/embeddings", { body: { model: "story", input: "x" }, status: 400 });
+    assert.equal(refused.error.code, "model_does_not_support_endpoint");
   });
 
   it("answers usage without money fields on a server without a credit value", async () => {

@@ -3,7 +3,7 @@
  * `/v1/models` and the console read it; the chat route finds engines through it.
  */
 import type { Engine, EngineMember, EngineStatus } from "../engines/engine.ts";
-import { EndpointNotServedError, ModelNotFoundError } from "../protocol/errors.ts";
+import { EndpointNotServedError, ModelNotFoundError, ModelNotReadyError } from "../protocol/errors.ts";
 import type { ModelObject, ModelService, MoneyPrices } from "../protocol/models.ts";
 import { SERVICE_ENDPOINTS } from "../protocol/models.ts";
 import type { Pricing } from "../protocol/price.ts";
@@ -48,6 +48,12 @@ const SERVICE_NAMES: Record<ModelService, string> = { chat: "chat", completions:
 export function requireService(model: CatalogModel, service: ModelService): void {
   const services = servicesOf(model);
   if (services.includes(service)) return;
+  // What a GGUF serves is read from it once loaded: until then a refusal could be wrong (an
+  // embedding model's embeddings refused as a chat model's), so the model is not ready yet.
+  const state = model.engine.status().state;
+  if (model.serves === undefined && model.engine.capabilities().services === undefined && (state === "loading" || state === "downloading")) {
+    throw new ModelNotReadyError(`Model '${model.id}' is loading. Retry in a moment.`, 5);
+  }
   const serves = services.map((each) => `${SERVICE_NAMES[each]} (${SERVICE_ENDPOINTS[each].join(", ")})`).join("; ");
   throw new EndpointNotServedError(`Model '${model.id}' does not serve ${SERVICE_NAMES[service]}: it serves ${serves}.`);
 }
@@ -109,6 +115,8 @@ function statusText(status: EngineStatus, members: readonly EngineMember[]): Mod
 export function describeModel(model: CatalogModel): ModelObject {
   // Read live: an upstream's kind (and so what it supports) may be known only once it was probed.
   const capabilities = model.engine.capabilities();
+  const services = servicesOf(model);
+  const embeds = services.includes("embeddings");
   return {
     id: model.id,
     object: "model",
@@ -120,11 +128,13 @@ export function describeModel(model: CatalogModel): ModelObject {
       prompt: model.pricing.prompt,
       cached_prompt: model.pricing.cachedPrompt,
       completion: model.pricing.completion,
+      ...(embeds ? { embeddings: model.embeddingsPrice ?? model.pricing.prompt } : {}),
       ...(model.moneyPricing === undefined ? {} : { currency: model.moneyPricing.currency, money: { ...model.moneyPricing.perMillionTokens } }),
     },
     // A text completion's `suffix` where the model fills in the middle.
     supported_parameters: [...capabilities.supportedParameters, ...capabilities.vendorFields, ...(capabilities.fillInTheMiddle === true ? ["suffix"] : [])],
-    endpoints: servicesOf(model).flatMap((service) => SERVICE_ENDPOINTS[service]),
+    endpoints: services.flatMap((service) => SERVICE_ENDPOINTS[service]),
+    ...(embeds ? { embeddings: { dimensions: capabilities.embeddingDimensions ?? null, matryoshka: model.matryoshka === undefined ? false : model.matryoshka === true ? true : [...model.matryoshka] } } : {}),
     status: statusText(model.engine.status(), model.engine.members()),
   };
 }

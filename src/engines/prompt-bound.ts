@@ -138,7 +138,7 @@ function byteWeights(spans: TokenSpans): { ascii: Float64Array; other: number } 
  * The fewest tokens `texts` can take: the sum of their bytes' weights (see `TokenSpans`). The
  * count stops once it reaches `stopAt` (a smaller sum is still a lower bound).
  */
-function tokenFloor(texts: readonly string[], spans: TokenSpans, stopAt: number): number {
+export function tokenFloor(texts: readonly string[], spans: TokenSpans, stopAt: number): number {
   const weights = byteWeights(spans);
   let sum = 0;
   for (const text of texts) {

@@ -44,6 +44,7 @@ export function createEngine(entry: EngineEntry, environment: EngineEnvironment)
     parallel: entry.parallel ?? environment.parallel,
     queueSize: environment.queueSize,
     threads: environment.threads,
+    ...(entry.serves === undefined ? {} : { serves: entry.serves }),
     onProgress: (progress) => environment.onProgress(entry.id, progress),
     onStatus: (status) => {
       // Clients see a reason without paths; the log names where the model comes from (a

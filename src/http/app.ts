@@ -34,6 +34,7 @@ import { registerChatCompletionsRoute } from "./routes/chat-completions/route.ts
 import { registerCompletionsRoute } from "./routes/completions/route.ts";
 import { registerResponsesRoutes, type StoredResponses } from "./routes/responses/route.ts";
 import { registerMessagesRoutes } from "./routes/messages/route.ts";
+import { registerEmbeddingsRoute } from "./routes/embeddings/route.ts";
 import { registerModelsRoutes } from "./routes/models/route.ts";
 import { registerHealthRoutes } from "./routes/health/route.ts";
 import fastifyCookie from "@fastify/cookie";
@@ -232,6 +233,7 @@ export function buildApp(options: AppOptions): App {
   registerChatCompletionsRoute(server, generationOptions);
   registerCompletionsRoute(server, generationOptions);
   registerMessagesRoutes(server, { ...generationOptions, authenticate: authenticateAnthropic });
+  registerEmbeddingsRoute(server, generationOptions);
   if (options.responses !== undefined) registerResponsesRoutes(server, { ...generationOptions, responses: options.responses });
 
   registerUsageRoutes(server, { database: options.database, authenticate: authenticateAccount, creditValue: options.creditValue ?? null });

@@ -22,6 +22,9 @@ export class Metrics {
   readonly httpRequests: Counter<"method" | "route" | "status">;
   readonly httpDuration: Histogram<"route">;
   readonly completions: Counter<"model" | "finish_reason">;
+  /** Embeddings requests that ran, by outcome (`ok`, `error`, `cancelled`) and their inputs embedded. */
+  readonly embeddings: Counter<"model" | "outcome">;
+  readonly embeddingInputs: Counter<"model">;
   readonly tokens: Counter<"model" | "kind">;
   readonly rateLimited: Counter<"reason">;
   /** Requests sent to upstream members, by outcome (`ok`, or the kind of error). */
@@ -41,6 +44,8 @@ export class Metrics {
       registers,
     });
     this.completions = new Counter({ name: "turnpike_chat_completions_total", help: "Chat completions finished", labelNames: ["model", "finish_reason"], registers });
+    this.embeddings = new Counter({ name: "turnpike_embeddings_total", help: "Embeddings requests that ran, by outcome (ok, error, cancelled)", labelNames: ["model", "outcome"], registers });
+    this.embeddingInputs = new Counter({ name: "turnpike_embedding_inputs_total", help: "Inputs embedded (one vector each)", labelNames: ["model"], registers });
     this.tokens = new Counter({ name: "turnpike_tokens_total", help: "Tokens processed (prompt, cached_prompt, completion)", labelNames: ["model", "kind"], registers });
     this.rateLimited = new Counter({ name: "turnpike_refused_requests_total", help: "Requests refused before generation", labelNames: ["reason"], registers });
     this.upstreamRequests = new Counter({

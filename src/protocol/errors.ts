@@ -60,7 +60,6 @@ export class UnsupportedParameterError extends ApiError {
   }
 }
 
-/** 400: prompt + requested completion do not fit the model's context window. */
 /** A request to an endpoint its model does not serve (400 `model_does_not_support_endpoint`, `param` `model`). */
 export class EndpointNotServedError extends ApiError {
   constructor(message: string) {
@@ -68,10 +67,18 @@ export class EndpointNotServedError extends ApiError {
   }
 }
 
+/** 400: prompt + requested completion do not fit the model's context window (or an embeddings input does not). */
 export class ContextLengthExceededError extends ApiError {
-  /** `param`: the field that is too long (`messages`; a text completion's `prompt`). */
+  /** `param`: what is too long (`messages`; a text completion's `prompt`; an embeddings input: `input[3]`). */
   constructor(message: string, param = "messages") {
     super(message, "context_length_exceeded", { param });
+  }
+}
+
+/** 400: an embeddings request over the tokens one request may hold, all inputs summed (OpenAI's `max_tokens_per_request`). */
+export class TooManyTokensError extends ApiError {
+  constructor(requested: number, limit: number, exact: boolean) {
+    super(`Requested ${exact ? "" : "at least "}${requested} tokens, max ${limit} tokens per request. Send fewer inputs per request.`, "max_tokens_per_request", { param: "input" });
   }
 }
 

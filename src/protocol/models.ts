@@ -26,13 +26,34 @@ export const modelObjectSchema = z.object({
       prompt: z.number().int(),
       cached_prompt: z.number().int(),
       completion: z.number().int(),
+      /** For a model that serves embeddings: what an embedding's input tokens cost (the entry's `pricing.embeddings`, else `prompt`). */
+      embeddings: z.number().int().optional(),
       currency: z.string().optional(),
       money: moneyPricesSchema.optional(),
     })
-    .describe("Credit units per million tokens; with a credit value set, also `currency` and `money` (the same prices as exact decimal strings in the currency's major unit)."),
+    .describe(
+      "Credit units per million tokens (`embeddings`: an embedding's input tokens, for a model that serves embeddings); with a credit value set, also `currency` and `money` (the same prices as exact decimal strings in the currency's major unit).",
+    ),
   supported_parameters: z.array(z.string()),
-  /** The API endpoints that serve this model (every dialect of the generation core). */
-  endpoints: z.array(z.string()).describe("The API endpoints that serve this model: each wire dialect Turnpike speaks over its generation core."),
+  /**
+   * The API endpoints that serve this model, from what it serves: chat (`/v1/chat/completions`,
+   * `/v1/responses`, `/v1/messages`), text completions (`/v1/completions`), embeddings (`/v1/embeddings`).
+   */
+  endpoints: z
+    .array(z.string())
+    .describe(
+      "The API endpoints that serve this model, from what it serves: chat (`/v1/chat/completions`, `/v1/responses`, `/v1/messages`), text completions (`/v1/completions`), embeddings (`/v1/embeddings`). Another endpoint answers 400 `model_does_not_support_endpoint`.",
+    ),
+  /** For a model that serves embeddings: its vectors' length (null until known) and the shorter lengths `dimensions` may ask for. */
+  embeddings: z
+    .object({
+      dimensions: z.number().int().nullable(),
+      matryoshka: z.union([z.boolean(), z.array(z.number().int())]),
+    })
+    .optional()
+    .describe(
+      "For a model that serves embeddings: `dimensions`, its vectors' length (null until known: an upstream before its first answer), and `matryoshka`: whether `dimensions` may ask for fewer (true: any; a list: those; false: only the full length).",
+    ),
   /** `ready`, `degraded` (some members of its pool are down) or `unavailable`; with the members healthy and in all. */
   status: z.union([
     z.object({ state: z.enum(["ready", "degraded"]), ...memberCounts }),

@@ -25,7 +25,7 @@ export type ApiOperation = {
   method: "get" | "post" | "patch" | "delete";
   /** OpenAPI's path form: `/api/keys/{id}`. */
   path: string;
-  tag: "Chat" | "Completions" | "Responses" | "Anthropic Messages" | "Models" | "Auth" | "Account" | "Keys" | "Usage" | "Billing" | "Admin" | "Service";
+  tag: "Chat" | "Completions" | "Responses" | "Anthropic Messages" | "Embeddings" | "Models" | "Auth" | "Account" | "Keys" | "Usage" | "Billing" | "Admin" | "Service";
   summary: string;
   auth: OperationAuth;
   /** The JSON body's schema, when the route takes one. */
@@ -276,6 +276,7 @@ const TAG_DESCRIPTIONS: Record<ApiOperation["tag"], string> = {
   Completions: "OpenAI's legacy text completions, with fill-in-the-middle (`suffix`) on models that have FIM tokens.",
   Responses: "The Responses API (Open Responses): create responses, and read, continue, cancel and delete the stored ones.",
   "Anthropic Messages": "Anthropic's Messages API, for Claude Code and the Anthropic SDKs: the key as `x-api-key` (or `Authorization: Bearer`), errors in Anthropic's shape.",
+  Embeddings: "OpenAI's Embeddings: vectors of text or token ids, for the models that serve them.",
   Models: "The catalog.",
   Auth: "Console accounts and sessions.",
   Account: "The signed-in account.",

@@ -13,12 +13,15 @@
 import {
   CHAT_PARAMETERS,
   type Engine,
+  type EmbeddingInput,
+  type EmbeddingRequest,
   type EngineCapabilities,
   type EngineMember,
   type EngineModelInfo,
   type EngineStatus,
   type GenerationRequest,
   type GenerationUsage,
+  type PreparedEmbeddings,
   type PreparedGeneration,
   type RunningGeneration,
   type StreamPart,
@@ -27,7 +30,7 @@ import {
 } from "../engine.ts";
 import { promptBound, type PromptBound } from "../prompt-bound.ts";
 import { SlotQueue, type SlotLease } from "../slot-queue.ts";
-import { ModelNotReadyError } from "../../protocol/errors.ts";
+import { ContextLengthExceededError, ModelNotReadyError } from "../../protocol/errors.ts";
 
 /** One step of a choice's script: a part to yield (its `choice` is filled in), a pause, or a failure. */
 export type ScriptStep =
@@ -89,7 +92,33 @@ export type FakeEngineOptions = {
    * that hand the fake straight to the serving layer without opening it).
    */
   startLoading?: boolean;
+  /** Embeddings runs wait on this gate (for tests that act while one runs). */
+  embeddingGate?: FakeGate;
 };
+
+/** The fake's vector length when its capabilities name none. */
+export const FAKE_EMBEDDING_DIMENSIONS = 8;
+
+/** An embedding input's tokens on the fake: one per 4 characters of text (at least 1), or the ids given. */
+export function fakeEmbeddingTokens(input: EmbeddingInput): number {
+  return "text" in input ? Math.max(1, Math.ceil(input.text.length / 4)) : input.tokens.length;
+}
+
+/** A vector that depends only on the input (its text or ids), L2-normalised: equal inputs, equal vectors. */
+export function fakeEmbedding(input: EmbeddingInput, dimensions: number): Float32Array {
+  const text = "text" in input ? input.text : input.tokens.join(",");
+  let hash = 2166136261;
+  for (let index = 0; index < text.length; index++) hash = Math.imul(hash ^ text.charCodeAt(index), 16777619) >>> 0;
+  const vector = new Float32Array(dimensions);
+  let sum = 0;
+  for (let index = 0; index < dimensions; index++) {
+    vector[index] = Math.sin(hash / 997 + index * 1.3) + 0.1;
+    sum += vector[index]! * vector[index]!;
+  }
+  const norm = Math.sqrt(sum);
+  for (let index = 0; index < dimensions; index++) vector[index] = vector[index]! / norm;
+  return vector;
+}
 
 
 /** Prompts count one token per 4 characters of message text, plus 10 (the bound is exact for it: no token spans more than 4 bytes). */
@@ -114,6 +143,8 @@ export class FakeEngine implements Engine {
   prepared = 0;
   /** Generations started so far. */
   started = 0;
+  /** Embeddings runs started so far. */
+  embedded = 0;
   /** The signals of the generations started (to check that a cut reaches the engine). */
   readonly signals: AbortSignal[] = [];
   status_: EngineStatus;
@@ -181,6 +212,45 @@ export class FakeEngine implements Engine {
     const room = (this.#options.contextLength ?? 2048) - promptTokens;
     const maxTokens = request.maxTokens === undefined ? room : request.fitMaxTokens === true ? Math.min(request.maxTokens, Math.max(1, room)) : request.maxTokens;
     return { promptTokens, promptCount: "exact", maxTokens, choices: request.choices, start: (signal) => this.#start(request, promptTokens, maxTokens, signal) };
+  }
+
+  boundEmbeddings(request: EmbeddingRequest): PromptBound {
+    this.#checkReady();
+    const tokens = request.inputs.reduce((sum, input) => sum + fakeEmbeddingTokens(input), 0);
+    return { atLeast: tokens, atMost: tokens, bytes: 0, verbatimBytes: 0 };
+  }
+
+  /** As a real engine: each input within the context (cut to it with `truncate`, else a 400 naming it), one slot per run. */
+  async prepareEmbeddings(request: EmbeddingRequest): Promise<PreparedEmbeddings> {
+    this.#checkReady();
+    if (this.prepareFailure !== undefined) throw this.prepareFailure;
+    const contextLength = this.#options.contextLength ?? 2048;
+    const counts = request.inputs.map((input, index) => {
+      const tokens = fakeEmbeddingTokens(input);
+      if (tokens <= contextLength) return tokens;
+      if (request.truncate) return contextLength;
+      throw new ContextLengthExceededError(`This model's maximum context length is ${contextLength} tokens per input. However, 'input[${index}]' has ${tokens} tokens.`, "input");
+    });
+    const promptTokens = counts.reduce((sum, count) => sum + count, 0);
+    const dimensions = this.capabilities().embeddingDimensions ?? FAKE_EMBEDDING_DIMENSIONS;
+    return {
+      promptTokens,
+      promptCount: "exact",
+      run: async (signal) => {
+        const stop = AbortSignal.any([signal, this.#closing.signal]);
+        // Throws EngineOverloadedError when the queue is full, as generation does.
+        const lease = await this.#queue.acquire(stop);
+        this.embedded++;
+        this.signals.push(signal);
+        try {
+          if (this.#options.embeddingGate !== undefined) await this.#options.embeddingGate.wait(stop);
+          if (stop.aborted) throw stop.reason;
+          return { vectors: request.inputs.map((input) => fakeEmbedding(input, dimensions)), usage: { promptTokens, source: this.#options.usageSource ?? "counted" } };
+        } finally {
+          lease.release();
+        }
+      },
+    };
   }
 
   #start(request: GenerationRequest, promptTokens: number, maxTokens: number, signal: AbortSignal): RunningGeneration {

@@ -33,6 +33,13 @@ function runtimeFailure(gpu: GpuSetting, error: unknown): RuntimeUnavailableErro
   return new RuntimeUnavailableError(`llama.cpp could not start with --gpu ${gpu}${kind}. ${hint}`);
 }
 
+/**
+ * llama.cpp warnings that say nothing wrong, each written on every request: node-llama-cpp's embedding
+ * context asks for the last token's output only, and llama.cpp marks every token as an output for
+ * pooling itself (which is right) with a warning per decode.
+ */
+const EXPECTED_WARNINGS: readonly RegExp[] = [/embeddings required but some input tokens were not marked as outputs/];
+
 /** Returns a loader that creates the runtime on first call and shares it after. */
 export function createRuntimeLoader(options: RuntimeOptions): () => Promise<Llama> {
   let runtime: Promise<Llama> | undefined;
@@ -46,7 +53,7 @@ export function createRuntimeLoader(options: RuntimeOptions): () => Promise<Llam
       logLevel: LlamaLogLevel.warn,
       logger: (level, message) => {
         const text = message.trim();
-        if (text === "") return;
+        if (text === "" || EXPECTED_WARNINGS.some((pattern) => pattern.test(text))) return;
         if (level === LlamaLogLevel.error || level === LlamaLogLevel.fatal) options.log?.("error", text);
         else if (level === LlamaLogLevel.warn) options.log?.("warn", text);
       },

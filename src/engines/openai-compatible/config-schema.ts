@@ -90,4 +90,6 @@ export type UpstreamModelEntry = Omit<UpstreamModelOptions, "upstream"> & {
   input_modalities?: readonly ("text" | "image")[];
   /** The fill-in-the-middle token texts, for kinds that build no FIM prompt (vLLM, SGLang). */
   fim?: { prefix: string; suffix: string; middle: string };
+  /** The entry's embeddings options: the vectors' length, until the first answer says it. */
+  embeddings?: { dimensions?: number };
 };

@@ -44,6 +44,7 @@ export function createUpstreamEngine(entry: UpstreamModelEntry, environment: Eng
     ...(entry.chat_template_kwargs !== undefined ? { chatTemplateKwargs: entry.chat_template_kwargs } : {}),
     ...(apiKey !== undefined ? { apiKey } : {}),
     ...(entry.fim !== undefined ? { fim: entry.fim } : {}),
+    ...(entry.embeddings?.dimensions !== undefined ? { embeddingDimensions: entry.embeddings.dimensions } : {}),
     pool,
     onStatus: (status) => environment.onStatus(entry.id, status, undefined),
     onEvent,

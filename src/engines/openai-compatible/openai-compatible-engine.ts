@@ -10,12 +10,15 @@
  */
 import type { TemplateKwargType, UpstreamEntry, UpstreamKind, VendorField } from "./config-schema.ts";
 import type {
+  EmbeddingInput,
+  EmbeddingRequest,
   Engine,
   EngineCapabilities,
   EngineMember,
   EngineModelInfo,
   EngineStatus,
   GenerationRequest,
+  PreparedEmbeddings,
   PreparedGeneration,
   RunningGeneration,
   TextCompletion,
@@ -32,8 +35,23 @@ import { buildRequestBody, serializeRequestBody } from "./request-body.ts";
 import { upstreamWordsForLog } from "./upstream-errors.ts";
 import { UpstreamClient } from "./upstream-client.ts";
 import { startUpstreamGeneration, type UpstreamEventSink } from "./upstream-generation.ts";
+import { runUpstreamEmbeddings } from "./upstream-embeddings.ts";
 import { memberUrl, normalizeBaseUrl, serverRoot } from "./upstream-url.ts";
 import { countPromptTokens, countsPromptsExactly } from "./tokenize.ts";
+
+/** Tokens a model may add to an embeddings input besides its text (start, end, separator tokens). */
+export const EMBEDDING_ADDED_TOKENS = 8;
+
+/** One embeddings input's bounds (see `boundEmbeddings`). */
+function embeddingInputBound(input: EmbeddingInput, contextLength: number, truncate: boolean): { atLeast: number; atMost: number; bytes: number } {
+  if ("tokens" in input) {
+    const sent = truncate ? Math.min(input.tokens.length, contextLength) : input.tokens.length;
+    return { atLeast: sent, atMost: Math.min(contextLength, sent + EMBEDDING_ADDED_TOKENS), bytes: 0 };
+  }
+  const bytes = Buffer.byteLength(input.text, "utf8");
+  const atLeast = Math.ceil(bytes / LONGEST_TOKEN_BYTES);
+  return { atLeast: truncate ? Math.min(atLeast, contextLength) : atLeast, atMost: Math.min(contextLength, bytes + EMBEDDING_ADDED_TOKENS), bytes };
+}
 
 /**
  * Tokens one image may take, at most, in the models upstreams serve: Qwen2-VL and Qwen2.5-VL at
@@ -64,6 +82,8 @@ export type OpenAiCompatibleEngineOptions = {
   apiKey?: string;
   /** The entry's fill-in-the-middle token texts (`fim`), for kinds that build no FIM prompt themselves (vLLM, SGLang). */
   fim?: FimTokenTexts;
+  /** The entry's `embeddings.dimensions`: the vectors' length before the first answer says it. */
+  embeddingDimensions?: number;
   pool: UpstreamPool;
   /** HTTP to the members; default: a keep-alive agent built from the entry. */
   client?: UpstreamClient;
@@ -83,10 +103,13 @@ export class OpenAiCompatibleEngine implements Engine {
   #retryTimer: NodeJS.Timeout | undefined;
   #failure = "";
   #lastStatus: EngineStatus["state"] | undefined;
+  /** The vectors' length: the entry's, or learnt from the first embeddings answer. */
+  #embeddingDimensions: number | undefined;
 
   constructor(options: OpenAiCompatibleEngineOptions) {
     this.#options = options;
     this.#contextLength = options.contextLength;
+    this.#embeddingDimensions = options.embeddingDimensions;
     this.#client =
       options.client ??
       new UpstreamClient({
@@ -192,6 +215,8 @@ export class OpenAiCompatibleEngine implements Engine {
       inputModalities: this.#options.inputModalities ?? ["text"],
       vendorFields: this.#options.vendorFields ?? dialect.vendorFields,
       ...(servesFillInTheMiddle(this.kind, this.#options.fim) ? { fillInTheMiddle: true } : {}),
+      // What it serves is the entry's `serves` (default chat and completions): the catalog reads it.
+      ...(this.#embeddingDimensions !== undefined ? { embeddingDimensions: this.#embeddingDimensions } : {}),
     };
   }
 
@@ -359,6 +384,80 @@ export class OpenAiCompatibleEngine implements Engine {
           ),
           completion,
         ),
+    };
+  }
+
+  /**
+   * Bounds on an embeddings request's tokens without tokenizing: a text input takes at least one
+   * token per `LONGEST_TOKEN_BYTES` bytes, at most one per byte plus the model's added tokens, never
+   * more than the context (the upstream refuses or cuts a longer one); token ids count as sent.
+   */
+  boundEmbeddings(request: EmbeddingRequest): PromptBound {
+    const contextLength = this.#readyContext();
+    let atLeast = 0;
+    let atMost = 0;
+    let bytes = 0;
+    for (const input of request.inputs) {
+      const each = embeddingInputBound(input, contextLength, request.truncate);
+      atLeast += each.atLeast;
+      atMost += each.atMost;
+      bytes += each.bytes;
+    }
+    return { atLeast, atMost, bytes, verbatimBytes: bytes };
+  }
+
+  /**
+   * Checks an embeddings request against the context (an input that cannot fit is refused naming
+   * it, unless `truncate`: token ids are cut here, text is cut by a vLLM member
+   * (`truncate_prompt_tokens`) and otherwise left to the upstream) and writes the body once. Its
+   * count is an upper bound; the upstream's usage bills it.
+   */
+  async prepareEmbeddings(request: EmbeddingRequest): Promise<PreparedEmbeddings> {
+    const contextLength = this.#readyContext();
+    let promptTokens = 0;
+    const inputs = request.inputs.map((input, index) => {
+      const bound = embeddingInputBound(input, contextLength, request.truncate);
+      if (bound.atLeast > contextLength && !request.truncate) {
+        throw new ContextLengthExceededError(
+          `This model's maximum context length is ${contextLength} tokens per input. However, 'input[${index}]' has at least ${bound.atLeast} tokens. Please reduce the length of 'input[${index}]'.`,
+          "input",
+        );
+      }
+      promptTokens += bound.atMost;
+      return "text" in input ? input.text : input.tokens.slice(0, request.truncate ? contextLength : undefined);
+    });
+    const body: Record<string, unknown> = {
+      model: this.#options.upstream.model ?? this.#options.modelId,
+      input: inputs,
+      encoding_format: "float",
+      ...(request.user !== undefined ? { user: request.user } : {}),
+      ...(request.truncate && this.kind === "vllm" ? { truncate_prompt_tokens: contextLength } : {}),
+    };
+    const text = JSON.stringify(body);
+    const upstream = this.#options.upstream;
+    return {
+      promptTokens,
+      promptCount: "upper-bound",
+      run: async (signal) => {
+        const result = await runUpstreamEmbeddings(
+          {
+            pool: this.#options.pool,
+            client: this.#client,
+            body: text,
+            inputs: inputs.length,
+            promptTokens,
+            maxAttempts: upstream.max_attempts,
+            // The whole answer is one "first token": an embedding has nothing before it.
+            timeoutMs: upstream.first_token_timeout * 1000,
+            secrets: this.#options.apiKey !== undefined && this.#options.apiKey !== "" ? [this.#options.apiKey] : [],
+            onEvent: (level, message, fields) => this.#options.onEvent?.(level, message, fields),
+            closing: this.#closing.signal,
+          },
+          signal,
+        );
+        this.#embeddingDimensions ??= result.vectors[0]?.length;
+        return result;
+      },
     };
   }
 

@@ -90,7 +90,7 @@ export function describeConnectionFailure(error: unknown): UpstreamConnectionErr
   return new UpstreamConnectionError("connect", code !== undefined && CONNECTION_CODES.has(code) ? `connection failed (${code})` : `connection failed (${code ?? "unknown error"})`);
 }
 
-/** The HTTP side of one pool: chat completion posts and JSON probes over one keep-alive agent. */
+/** The HTTP side of one pool: chat completion and embeddings posts and JSON probes over one keep-alive agent. */
 export class UpstreamClient {
   readonly #agent: Dispatcher;
   readonly #apiKey: string | undefined;
@@ -127,6 +127,14 @@ export class UpstreamClient {
   /** POSTs a generation body to `url` (a text completion's `/completions` or `/infill`), failing as `postChatCompletion` does. */
   async postGeneration(url: string, body: string, signal: AbortSignal): Promise<UpstreamResponse> {
     return this.#send(url, { method: "POST", headers: this.#headers(false), body }, signal, true);
+  }
+
+  /**
+   * POSTs an embeddings body (JSON text) to `{baseUrl}/embeddings`; the answer is JSON. Throws as
+   * `postChatCompletion` does.
+   */
+  async postEmbeddings(baseUrl: string, body: string, signal: AbortSignal): Promise<UpstreamResponse> {
+    return this.#send(`${baseUrl.replace(/\/+$/, "")}/embeddings`, { method: "POST", headers: { ...this.#headers(true), "content-type": "application/json" }, body }, signal, true);
   }
 
   /** GETs (or POSTs `body` to) a JSON endpoint for probes; undefined on any failure or non-2xx answer. */

@@ -1,5 +1,6 @@
 /**
- * Admission of one generation request of any dialect, cheapest refusal first, free of HTTP: nothing the request
+ * Admission of one generation request of any dialect (and, through `admitInOrder`, of any metered
+ * request: embeddings), cheapest refusal first, free of HTTP: nothing the request
  * controls is translated (schemas), built (grammars), rendered (templates) or tokenized before
  * the key may use the model, its rate limits admit it and its account could pay. In order:
  *
@@ -22,10 +23,10 @@
  */
 import type { ApiKeyRecord } from "../../auth/api-keys.ts";
 import type { Admission, Metering } from "../../billing/metering.ts";
-import type { Catalog } from "../../catalog/catalog.ts";
+import type { Catalog, CatalogModel } from "../../catalog/catalog.ts";
 import type { LimitAdmission, RequestLimits } from "../../limits/request-limits.ts";
 import { ImageUrlGuard } from "../image-urls/image-url-guard.ts";
-import { cheapBound } from "./cheap-bound.ts";
+import { cheapBound, type CheapBound } from "./cheap-bound.ts";
 import type { GenerationJob, ParsedGeneration } from "./dialect.ts";
 
 export type AdmitDependencies = {
@@ -60,6 +61,62 @@ export type AdmittedGeneration<Shape> = {
 };
 
 /**
+ * What one admission needs of its request, whatever the endpoint (a generation of any dialect, an
+ * embeddings request): the steps `admitInOrder` runs in the file's order.
+ */
+export type AdmissionSteps<Work> = {
+  /** The model the request is billed for (its prices are the hold's; its id the permission's). */
+  model: CatalogModel;
+  /** The cheap lower bounds (may throw `ModelNotReadyError`): run once the key may use the model. */
+  least(): { tokens: number; promptTokens: number; completionTokens: number };
+  /** The expensive work (checks that must precede it included), once the limits and the quota pre-check admitted the request. */
+  prepare(): Promise<Work>;
+  /** What the prepared work holds: the exact rate-limit charge, and the hold's prompt, per-choice completion and choices. */
+  charge(work: Work): { tokens: number; promptTokens: number; maxTokens: number; choices: number; stream: boolean };
+};
+
+/**
+ * Admits a request in the file's order, over any endpoint's steps: permission, rate limits on
+ * the lower bound, the quota pre-check, the expensive work, the exact charge and the hold. Throws
+ * the typed API error of the first check that refuses it; a refusal after the rate limits
+ * admitted it gives their tokens back.
+ */
+export async function admitInOrder<Work>(
+  dependencies: Pick<AdmitDependencies, "metering" | "limits">,
+  input: AdmitRequest,
+  steps: AdmissionSteps<Work>,
+): Promise<{ work: Work; limited: LimitAdmission; admission: Admission }> {
+  const { metering, limits } = dependencies;
+  const { key } = input;
+  // The plan and balance in one query: the quota pre-check below costs no round trip of its own.
+  const { plan, balance } = await metering.standingOf(key);
+  metering.checkModel(key, plan, steps.model);
+  const least = steps.least();
+  const limited = await limits.admit({ key, plan, tokens: least.tokens, requestCounted: input.requestCounted });
+  input.onLimited?.(limited);
+  try {
+    metering.checkQuota({ key, model: steps.model, balance, promptTokens: least.promptTokens, completionTokens: least.completionTokens });
+    const work = await steps.prepare();
+    const charge = steps.charge(work);
+    await limited.raise(charge.tokens);
+    const admission = await metering.admit({
+      key,
+      plan,
+      model: steps.model,
+      promptTokens: charge.promptTokens,
+      maxTokens: charge.maxTokens,
+      choices: charge.choices,
+      requestId: input.requestId,
+      stream: charge.stream,
+    });
+    return { work, limited, admission };
+  } catch (error) {
+    await limited.finish(0).catch((refundError: unknown) => input.onRefundError?.(refundError));
+    throw error;
+  }
+}
+
+/**
  * Admits a request (see the file's comment for the order) or throws the typed API error of the
  * first check that refuses it; a refusal after the rate limits admitted it gives their tokens
  * back. `parse` is the dialect's (validate, find the model, map to the generation request).
@@ -69,34 +126,24 @@ export async function admitGeneration<Shape>(
   input: AdmitRequest,
   parse: (catalog: Catalog, body: unknown) => ParsedGeneration<Shape>,
 ): Promise<AdmittedGeneration<Shape>> {
-  const { catalog, metering, limits } = dependencies;
-  const { key } = input;
-  const parsed = parse(catalog, input.body);
-  // The plan and balance in one query: the quota pre-check below costs no round trip of its own.
-  const { plan, balance } = await metering.standingOf(key);
-  metering.checkModel(key, plan, parsed.model);
-  const least = cheapBound(parsed);
-  const limited = await limits.admit({ key, plan, tokens: least.tokens, requestCounted: input.requestCounted });
-  input.onLimited?.(limited);
-  try {
-    metering.checkQuota({ key, model: parsed.model, balance, promptTokens: least.promptTokens, completionTokens: least.completionTokens });
-    if (parsed.imageUrls.length > 0) await (dependencies.imageUrls ?? DEFAULT_IMAGE_URLS).check(parsed.imageUrls);
-    const job: GenerationJob<Shape> = { model: parsed.model, stream: parsed.stream, shape: parsed.shape, prepared: await (parsed.prepare?.(least.prompt) ?? parsed.model.engine.prepare(parsed.request, least.prompt)) };
+  const parsed = parse(dependencies.catalog, input.body);
+  let least: CheapBound | undefined;
+  const { work, limited, admission } = await admitInOrder(dependencies, input, {
+    model: parsed.model,
+    least: () => (least = cheapBound(parsed)),
+    prepare: async (): Promise<GenerationJob<Shape>> => {
+      if (parsed.imageUrls.length > 0) await (dependencies.imageUrls ?? DEFAULT_IMAGE_URLS).check(parsed.imageUrls);
+      const prompt = least!.prompt;
+      return { model: parsed.model, stream: parsed.stream, shape: parsed.shape, prepared: await (parsed.prepare?.(prompt) ?? parsed.model.engine.prepare(parsed.request, prompt)) };
+    },
     // Every choice may use max_tokens.
-    await limited.raise(job.prepared.promptTokens + job.prepared.maxTokens * job.prepared.choices);
-    const admission = await metering.admit({
-      key,
-      plan,
-      model: job.model,
+    charge: (job) => ({
+      tokens: job.prepared.promptTokens + job.prepared.maxTokens * job.prepared.choices,
       promptTokens: job.prepared.promptTokens,
       maxTokens: job.prepared.maxTokens,
       choices: job.prepared.choices,
-      requestId: input.requestId,
       stream: job.stream,
-    });
-    return { job, limited, admission };
-  } catch (error) {
-    await limited.finish(0).catch((refundError: unknown) => input.onRefundError?.(refundError));
-    throw error;
-  }
+    }),
+  });
+  return { job: work, limited, admission };
 }

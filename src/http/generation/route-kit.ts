@@ -14,7 +14,7 @@ import type { LimitAdmission, RequestLimits } from "../../limits/request-limits.
 import type { Metrics } from "../../metrics/metrics.ts";
 import { ShuttingDownError } from "../../protocol/errors.ts";
 import type { ImageUrlGuard } from "../image-urls/image-url-guard.ts";
-import { admitGeneration, type AdmittedGeneration } from "./admit.ts";
+import { admitGeneration, type AdmitRequest, type AdmittedGeneration } from "./admit.ts";
 import type { WireDialect } from "./dialect.ts";
 import { runCompletion, runStream, type RunDependencies } from "./run.ts";
 
@@ -63,6 +63,14 @@ export type GenerationServing = {
   onRequest: onRequestHookHandler[];
   /** Admits the request under its dialect: a typed API error for a refusal (with the rate-limit headers once they admitted it). */
   admit<Shape>(request: FastifyRequest, reply: FastifyReply, parse: WireDialect<Shape, unknown, unknown>["parse"]): Promise<AdmittedGeneration<Shape>>;
+  /**
+   * Admits a request of another kind than a generation (embeddings) the same way: `admitting`
+   * runs the admission (`admitInOrder`) with the request's key, its count on the headers and the
+   * rate-limit headers' hook; the headers are written as `admit` writes them.
+   */
+  admitWith<Admitted extends { limited: LimitAdmission }>(request: FastifyRequest, reply: FastifyReply, admitting: (input: AdmitRequest) => Promise<Admitted>): Promise<Admitted>;
+  /** Aborted when the request's client leaves before its answer was finished, or when shutdown's grace period is over (a `ShuttingDownError` reason). */
+  cut(reply: FastifyReply): AbortController;
   /** The run's dependencies, with the request's logger. */
   runDependencies(request: FastifyRequest): RunDependencies;
   /**
@@ -101,25 +109,21 @@ export function generationServing(options: GenerationRouteOptions): GenerationSe
     await options.limits.countRequest({ key, plan: await options.metering.planOf(key) });
     countedOnHeaders.add(request);
   };
-  const admit: GenerationServing["admit"] = async (request, reply, parse) => {
+  const admitWith: GenerationServing["admitWith"] = async (request, reply, admitting) => {
     // Cheap checks first: permission, rate limits and quota before any schema, grammar, template or tokenizer runs.
     let limited: LimitAdmission | undefined;
     try {
-      const admitted = await admitGeneration(
-        options,
-        {
-          body: request.body,
-          key: request.apiKey!,
-          requestId: request.id,
-          requestCounted: countedOnHeaders.has(request),
-          onLimited: (admittedByLimits) => {
-            limited = admittedByLimits;
-            request.rateLimitsApplied = true;
-          },
-          onRefundError: (error) => request.log.warn({ err: error }, "could not refund rate-limit tokens"),
+      const admitted = await admitting({
+        body: request.body,
+        key: request.apiKey!,
+        requestId: request.id,
+        requestCounted: countedOnHeaders.has(request),
+        onLimited: (admittedByLimits) => {
+          limited = admittedByLimits;
+          request.rateLimitsApplied = true;
         },
-        parse,
-      );
+        onRefundError: (error) => request.log.warn({ err: error }, "could not refund rate-limit tokens"),
+      });
       // Written once, after the exact charge: the state the request leaves the limits in.
       void reply.headers(admitted.limited.headers);
       return admitted;
@@ -129,6 +133,7 @@ export function generationServing(options: GenerationRouteOptions): GenerationSe
       throw error;
     }
   };
+  const admit: GenerationServing["admit"] = (request, reply, parse) => admitWith(request, reply, (input) => admitGeneration(options, input, parse));
   const runDependencies = (request: FastifyRequest): RunDependencies => ({
     metrics: options.metrics,
     logger: request.log,
@@ -145,6 +150,8 @@ export function generationServing(options: GenerationRouteOptions): GenerationSe
   return {
     onRequest: [options.authenticate, refuseUnpaidLargeBody],
     admit,
+    admitWith,
+    cut: (reply) => abortOnDisconnect(reply, options.shutdownSignal),
     runDependencies,
     answer,
     async serve(request, reply, dialect) {

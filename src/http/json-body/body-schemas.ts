@@ -8,6 +8,7 @@ import { chatCompletionRequestSchema } from "../../protocol/chat-completions/req
 import { completionRequestSchema } from "../../protocol/completions/request.ts";
 import { responsesRequestSchema } from "../../protocol/responses/request.ts";
 import { countTokensRequestSchema, messagesRequestSchema } from "../../protocol/anthropic-messages/request.ts";
+import { embeddingsRequestSchema } from "../../protocol/embeddings/request.ts";
 
 export const BODY_SCHEMAS: Readonly<Record<string, z.ZodType>> = {
   "/v1/chat/completions": chatCompletionRequestSchema,
@@ -15,4 +16,5 @@ export const BODY_SCHEMAS: Readonly<Record<string, z.ZodType>> = {
   "/v1/responses": responsesRequestSchema,
   "/v1/messages": messagesRequestSchema,
   "/v1/messages/count_tokens": countTokensRequestSchema,
+  "/v1/embeddings": embeddingsRequestSchema,
 };

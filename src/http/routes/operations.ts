@@ -16,6 +16,7 @@ import { chatCompletionsOperation } from "./chat-completions/operation.ts";
 import { completionsOperation } from "./completions/operation.ts";
 import { RESPONSES_OPERATIONS } from "./responses/operation.ts";
 import { MESSAGES_OPERATIONS } from "./messages/operation.ts";
+import { embeddingsOperation } from "./embeddings/operation.ts";
 import { healthOperation, readyOperation } from "./health/route.ts";
 import { createKeyOperation, listKeysOperation, revokeKeyOperation } from "./keys/route.ts";
 import { metricsOperation } from "./metrics/route.ts";
@@ -31,6 +32,7 @@ export const API_OPERATIONS: readonly ApiOperation[] = [
   completionsOperation,
   ...RESPONSES_OPERATIONS,
   ...MESSAGES_OPERATIONS,
+  embeddingsOperation,
   listModelsOperation,
   retrieveModelOperation,
   listModelsForConsoleOperation,

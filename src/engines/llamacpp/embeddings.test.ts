@@ -1,0 +1,232 @@
+/**
+ * Embeddings from the embedded engine, on stories260K with mean pooling (`embeddingModelPath()`)
+ * and on plain stories260K: which GGUF is an embedding model, vectors (deterministic, unit length,
+ * in the inputs' order, token inputs equal to their text), the refusals (too long, out of the
+ * vocabulary, empty), truncation, the queue (full: refused at once; FIFO) and aborts.
+ */
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import type { LlamaModel, Token } from "node-llama-cpp";
+import type { EmbeddingInput, EmbeddingRequest } from "../engine.ts";
+import { ApiError, EngineOverloadedError } from "../../protocol/errors.ts";
+import { embeddingModelPath, STORIES_260K } from "../../../test/helpers/test-models.ts";
+import type { LlamaCppEngine } from "./llamacpp-engine.ts";
+import { embeddingKind, POOLING } from "./embedding-model.ts";
+import { createRuntimeLoader } from "./runtime.ts";
+import { loadTestEngine } from "./test-engine.ts";
+
+const chatRequest = {
+  messages: [{ role: "user" as const, content: "Hi" }],
+  sampling: { temperature: 0, topP: 1, frequencyPenalty: 0, presencePenalty: 0, stop: [] },
+  maxTokens: 4,
+  choices: 1,
+};
+
+function request(inputs: EmbeddingInput[], truncate = false): EmbeddingRequest {
+  return { inputs, truncate };
+}
+
+function texts(...values: string[]): EmbeddingInput[] {
+  return values.map((text) => ({ text }));
+}
+
+async function embed(engine: LlamaCppEngine, inputs: EmbeddingInput[], truncate = false): Promise<Float32Array[]> {
+  const prepared = await engine.prepareEmbeddings(request(inputs, truncate));
+  const result = await prepared.run(new AbortController().signal);
+  assert.deepEqual(result.usage, { promptTokens: prepared.promptTokens, source: "counted" });
+  return result.vectors;
+}
+
+function norm(vector: Float32Array): number {
+  return Math.hypot(...vector);
+}
+
+function cosine(a: Float32Array, b: Float32Array): number {
+  let dot = 0;
+  for (let index = 0; index < a.length; index++) dot += a[index]! * b[index]!;
+  return dot / (norm(a) * norm(b));
+}
+
+/** Rejects with an `ApiError` of this code whose message holds `text`. */
+async function rejectsWith(promise: Promise<unknown> | (() => unknown), code: string, text: string | RegExp, param?: string): Promise<void> {
+  await assert.rejects(async () => (typeof promise === "function" ? promise() : promise), (error: unknown) => {
+    assert.ok(error instanceof ApiError, String(error));
+    assert.equal(error.code, code);
+    assert.match(error.message, typeof text === "string" ? new RegExp(text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")) : text);
+    if (param !== undefined) assert.equal(error.param, param);
+    return true;
+  });
+}
+
+const story = "Once upon a time there was a little cat who liked to play in the garden.";
+
+describe("embedding model detection", () => {
+  it("reads pooling, encoder architectures and causal attention from the metadata", () => {
+    assert.deepEqual(embeddingKind({ general: { architecture: "llama" }, llama: { embedding_length: 64, pooling_type: POOLING.mean } }, 1), { kind: "embedding", pooling: 1, dimensions: 64 });
+    assert.deepEqual(embeddingKind({ general: { architecture: "llama" }, llama: { embedding_length: 64 } }, 64), { kind: "generative", dimensions: 64 });
+    assert.deepEqual(embeddingKind({ general: { architecture: "llama" }, llama: { embedding_length: 64, pooling_type: POOLING.none } }, 64), { kind: "generative", dimensions: 64 });
+    assert.deepEqual(embeddingKind({ general: { architecture: "bert" }, bert: { embedding_length: 384 } }, 384), { kind: "embedding", pooling: 0, dimensions: 384 });
+    assert.deepEqual(
+      embeddingKind({ general: { architecture: "qwen3" }, qwen3: { embedding_length: 1024, embedding_length_out: 768, attention: { causal: false } } }, 1024),
+      { kind: "embedding", pooling: 0, dimensions: 768 },
+    );
+    assert.deepEqual(embeddingKind({ general: { architecture: "bert" }, bert: { embedding_length: 384, pooling_type: POOLING.rank } }, 384), { kind: "reranker" });
+  });
+});
+
+describe("the llama.cpp engine serving an embedding GGUF", () => {
+  let engine: LlamaCppEngine;
+  let model: LlamaModel;
+  before(async () => {
+    engine = await loadTestEngine(embeddingModelPath(), { modelId: "embed", contextSize: 32, queueSize: 1 });
+    const llama = await createRuntimeLoader({ threads: 1, gpu: "cpu" })();
+    model = await llama.loadModel({ modelPath: embeddingModelPath(), vocabOnly: true });
+  });
+  after(async () => {
+    await engine.close();
+    await model.dispose();
+  });
+
+  it("serves embeddings only, with the model's vector length, and refuses a generation", async () => {
+    const capabilities = engine.capabilities();
+    assert.deepEqual(capabilities.services, ["embeddings"]);
+    assert.equal(capabilities.embeddingDimensions, 64);
+    assert.deepEqual(capabilities.supportedParameters, [], "no chat parameters");
+    assert.equal(engine.info()?.contextLength, 32);
+    await rejectsWith(engine.prepare(chatRequest), "model_does_not_support_endpoint", "serves embeddings (POST /v1/embeddings) only");
+    await rejectsWith(async () => engine.boundPrompt(chatRequest), "model_does_not_support_endpoint", "embedding model");
+    assert.equal(engine.members()[0]!.capacity, 1);
+  });
+
+  it("gives identical inputs identical unit vectors, in the inputs' order", async () => {
+    const [a1, b, a2] = await embed(engine, texts(story, "The dog ran away.", story));
+    const [alone] = await embed(engine, texts(story));
+    assert.equal(a1!.length, 64);
+    for (const vector of [a1!, b!, a2!]) assert.ok(Math.abs(norm(vector) - 1) < 1e-5, `norm ${norm(vector)}`);
+    assert.deepEqual(a1, a2);
+    assert.deepEqual(a1, alone);
+    assert.ok(cosine(a1!, b!) < 0.9999, "different texts give different vectors");
+  });
+
+  it("embeds token inputs as their text: the model's BOS added where missing, counted", async () => {
+    const tokens = [...model.tokenize(story, true)];
+    assert.notEqual(tokens[0], model.tokens.bos, "tokenize adds no BOS itself");
+    const withBos = [model.tokens.bos!, ...tokens];
+    const prepared = await engine.prepareEmbeddings(request([{ text: story }, { tokens }, { tokens: withBos }]));
+    assert.equal(prepared.promptTokens, 3 * withBos.length, "each input is the text's tokens and one BOS");
+    const [text, bare, bos] = (await prepared.run(new AbortController().signal)).vectors;
+    assert.deepEqual(bare, text);
+    assert.deepEqual(bos, text);
+  });
+
+  it("refuses an input longer than the context, naming it, and cuts it to fit with truncate", async () => {
+    const long = "the cat sat on the mat and ".repeat(6);
+    const tokens = [model.tokens.bos!, ...model.tokenize(long, true)];
+    assert.ok(tokens.length > 32, `${tokens.length} tokens`);
+    await rejectsWith(engine.prepareEmbeddings(request(texts("short", long))), "context_length_exceeded", `'input[1]' has ${tokens.length} tokens`, "input");
+    await rejectsWith(engine.prepareEmbeddings(request([{ text: "short" }, { tokens }])), "context_length_exceeded", "'input[1]'", "input");
+    // Megabytes of text are refused without tokenizing them (at least so many tokens whatever they are).
+    await rejectsWith(engine.prepareEmbeddings(request(texts("x".repeat(4_000_000)))), "context_length_exceeded", /'input\[0\]' has at least \d+ tokens/);
+
+    const prepared = await engine.prepareEmbeddings(request(texts("short", long), true));
+    const short = (await engine.prepareEmbeddings(request(texts("short")))).promptTokens;
+    assert.equal(prepared.promptTokens, short + 32);
+    const [, cut] = (await prepared.run(new AbortController().signal)).vectors;
+    const [first32] = await embed(engine, [{ tokens: tokens.slice(0, 32) }]);
+    assert.deepEqual(cut, first32, "truncation keeps the first 32 tokens");
+    const [huge] = await embed(engine, texts("the cat ".repeat(500_000)), true);
+    assert.equal(huge!.length, 64);
+  });
+
+  it("refuses token ids outside the vocabulary and empty inputs with a 400 naming the input", async () => {
+    for (const bad of [512, -1, 1.5]) {
+      await rejectsWith(engine.prepareEmbeddings(request([{ text: "fine" }, { tokens: [1, 2, bad] }])), "invalid_request_error", `'input[1]': token id ${bad} is not in this model's vocabulary (ids 0 to 511)`, "input");
+    }
+    await rejectsWith(engine.prepareEmbeddings(request(texts("fine", "", "fine"))), "invalid_request_error", "'input[1]': an input must not be empty");
+    await rejectsWith(engine.prepareEmbeddings(request([{ tokens: [] }])), "invalid_request_error", "'input[0]': an input must not be empty");
+    await rejectsWith(engine.prepareEmbeddings(request([])), "invalid_request_error", "at least one input");
+  });
+
+  it("bounds a request's tokens without tokenizing", async () => {
+    const inputs: EmbeddingInput[] = [{ text: story }, { tokens: [5, 6, 7] }, { text: "A dog." }];
+    const bound = engine.boundEmbeddings(request(inputs));
+    const exact = (await engine.prepareEmbeddings(request(inputs))).promptTokens;
+    assert.ok(bound.atLeast <= exact && exact <= bound.atMost, `${bound.atLeast} ≤ ${exact} ≤ ${bound.atMost}`);
+    assert.ok(bound.atLeast > 0);
+    assert.equal(bound.bytes, Buffer.byteLength(story) + Buffer.byteLength("A dog."));
+    const truncated = engine.boundEmbeddings(request(texts("x".repeat(10_000)), true));
+    assert.ok(truncated.atMost <= 32 && truncated.atLeast <= 32);
+  });
+
+  it("runs queued requests in order, refuses one past the queue at once, and counts one input per decode", async () => {
+    const before = engine.members()[0]!.batching!;
+    const inputs = [texts(story, "A dog."), texts("The sun is hot."), texts("Birds sing.")];
+    const expected: Float32Array[][] = [];
+    for (const each of inputs) expected.push(await embed(engine, each));
+    const prepared = await Promise.all(inputs.map((each) => engine.prepareEmbeddings(request(each))));
+    const signal = new AbortController().signal;
+    const done: number[] = [];
+    const running = prepared[0]!.run(signal).then((result) => (done.push(0), result));
+    const waiting = prepared[1]!.run(signal).then((result) => (done.push(1), result));
+    assert.equal(engine.members()[0]!.waiting, 1);
+    // One runs, one waits (queue size 1): a third is refused before it returns a promise.
+    assert.throws(() => prepared[2]!.run(signal), EngineOverloadedError);
+    const results = await Promise.all([running, waiting]);
+    assert.deepEqual(done, [0, 1]);
+    assert.deepEqual(results[0]!.vectors, expected[0]);
+    assert.deepEqual(results[1]!.vectors, expected[1]);
+    const after = engine.members()[0]!.batching!;
+    const tokens = prepared.slice(0, 2).reduce((sum, each) => sum + each.promptTokens, 0) * 2 + prepared[2]!.promptTokens;
+    // node-llama-cpp 3.22 reads sequence 0's pooled vector only: each decode holds one input.
+    assert.deepEqual({ batches: after.batches - before.batches, sequences: after.sequences - before.sequences, tokens: after.tokens - before.tokens }, { batches: 7, sequences: 7, tokens });
+  });
+
+  it("drops an aborted request's inputs: waiting, it leaves the queue; running, it stops before its next input", async () => {
+    const many = texts(...Array.from({ length: 200 }, (_, index) => `Story number ${index} about a cat.`));
+    const first = new AbortController();
+    const second = new AbortController();
+    const before = engine.members()[0]!.batching!.sequences;
+    const running = (await engine.prepareEmbeddings(request(many))).run(first.signal);
+    const queued = (await engine.prepareEmbeddings(request(many))).run(second.signal);
+    second.abort(new Error("client went away while queued"));
+    await assert.rejects(queued, /client went away while queued/);
+    assert.equal(engine.members()[0]!.waiting, 0);
+    // Abort the running one once it has embedded something.
+    while (engine.members()[0]!.batching!.sequences === before) await new Promise((resolve) => setImmediate(resolve));
+    first.abort(new Error("client went away"));
+    await assert.rejects(running, /client went away/);
+    const embedded = engine.members()[0]!.batching!.sequences - before;
+    assert.ok(embedded >= 1 && embedded < 200, `${embedded} inputs embedded`);
+    assert.equal(engine.members()[0]!.busy, 0, "the context is free again");
+    const [vector] = await embed(engine, texts(story));
+    assert.equal(vector!.length, 64);
+  });
+});
+
+describe("the llama.cpp engine serving a generative GGUF", () => {
+  it("serves chat and completions, and refuses embeddings unless its entry serves them", async () => {
+    const plain = await loadTestEngine(STORIES_260K, { modelId: "stories" });
+    try {
+      assert.deepEqual(plain.capabilities().services, ["chat", "completions"]);
+      assert.equal(plain.capabilities().embeddingDimensions, undefined);
+      await rejectsWith(plain.prepareEmbeddings(request(texts(story))), "model_does_not_support_endpoint", "does not serve embeddings");
+    } finally {
+      await plain.close();
+    }
+    const both = await loadTestEngine(STORIES_260K, { modelId: "stories", serves: ["chat", "completions", "embeddings"] });
+    try {
+      assert.deepEqual(both.capabilities().services, ["chat", "completions", "embeddings"]);
+      assert.equal(both.capabilities().embeddingDimensions, 64);
+      const [a, b] = await embed(both, texts(story, story));
+      assert.deepEqual(a, b);
+      assert.ok(Math.abs(norm(a!) - 1) < 1e-5);
+      // It still generates.
+      const generation = (await both.prepare(chatRequest)).start(new AbortController().signal);
+      let finished = false;
+      for await (const part of generation.parts) if (part.type === "finish") finished = true;
+      assert.ok(finished);
+    } finally {
+      await both.close();
+    }
+  });
+});

@@ -1,0 +1,103 @@
+/**
+ * The lifecycle of one admitted embeddings request, free of Fastify: run it on the engine, answer
+ * with the vectors (cut to `dimensions` and normalised again where asked, as numbers or base64),
+ * then settle once, however it ended: give back the unused rate-limit tokens, charge the hold for
+ * the tokens embedded, count metrics, log.
+ *
+ * How a request ends decides its status and its bill, as a generation's does (`http/generation/run.ts`):
+ * - finished: 200, billed for the tokens the engine embedded (recorded with finish reason `stop`);
+ * - cut by its client (499) or a shutdown (503): billed only when the engine finished the vectors
+ *   anyway (nothing is billed for work the abort stopped);
+ * - failed (an engine error, an upstream refusal, a full queue): nothing billed, recorded with the error's status.
+ */
+import type { EmbeddingsResult } from "../../../engines/engine.ts";
+import type { Metrics } from "../../../metrics/metrics.ts";
+import { ClientClosedRequestError, ShuttingDownError } from "../../../protocol/errors.ts";
+import type { GenerationUsage } from "../../../protocol/generation.ts";
+import { base64Vector, floatVector, shortenVector, type EmbeddingsResponse } from "../../../protocol/embeddings/response.ts";
+import { toApiError } from "../../errors.ts";
+import type { RunLogger } from "../../generation/run.ts";
+import { checkDimensions, type AdmittedEmbeddings, type EmbeddingsJob } from "./admit.ts";
+
+export type EmbeddingsRunDependencies = {
+  metrics: Metrics;
+  logger: RunLogger;
+};
+
+export type EmbeddingsRunInput = AdmittedEmbeddings & {
+  /** Aborted when the request is cut: by its client (any reason but a `ShuttingDownError`) or by a shutdown. */
+  cut: AbortController;
+  /** For the log line. */
+  keyId: string | undefined;
+  /** `performance.now()` when the request arrived. */
+  startedAt: number;
+};
+
+/** The answer: one `embedding` object per input, in the inputs' order. Throws a 400 naming `dimensions` when the model's length, learnt only now, cannot give it. */
+export function embeddingsReply(job: EmbeddingsJob, result: EmbeddingsResult): EmbeddingsResponse {
+  const full = result.vectors[0]?.length;
+  checkDimensions(job.model, job.dimensions, full);
+  const data = result.vectors.map((vector, index) => {
+    const shortened = job.dimensions === undefined ? vector : shortenVector(vector, job.dimensions);
+    return { object: "embedding" as const, index, embedding: job.encoding === "base64" ? base64Vector(shortened) : floatVector(shortened) };
+  });
+  const tokens = result.usage.promptTokens;
+  return { object: "list", data, model: job.model.id, usage: { prompt_tokens: tokens, total_tokens: tokens } };
+}
+
+/** The usage record of an embeddings request: its input tokens, nothing else. */
+function usageOf(result: EmbeddingsResult): GenerationUsage {
+  return { promptTokens: result.usage.promptTokens, cachedPromptTokens: 0, completionTokens: 0, reasoningTokens: 0, source: result.usage.source };
+}
+
+/**
+ * Runs an admitted request and returns its answer. Throws the typed error of a failure,
+ * `ShuttingDownError` for a shutdown and `ClientClosedRequestError` for a client that left.
+ */
+export async function runEmbeddings(dependencies: EmbeddingsRunDependencies, input: EmbeddingsRunInput): Promise<EmbeddingsResponse> {
+  const { job, cut } = input;
+  const signal = cut.signal;
+  let result: EmbeddingsResult | undefined;
+  let reply: EmbeddingsResponse | undefined;
+  let failure: unknown;
+  try {
+    result = await job.prepared.run(signal);
+    reply = embeddingsReply(job, result);
+  } catch (error) {
+    failure = error;
+  }
+  // Vectors made but refused (a length the model cannot give, learnt only from them) are not billed.
+  const billed = reply !== undefined ? result : undefined;
+  const status = signal.aborted ? (signal.reason instanceof ShuttingDownError ? 503 : 499) : failure !== undefined ? toApiError(failure).status : 200;
+  const usage = billed === undefined ? null : usageOf(billed);
+  const used = usage?.promptTokens ?? 0;
+  const refunded = input.limited.finish(used).catch((error: unknown) => dependencies.logger.warn({ err: error }, "could not refund rate-limit tokens"));
+  const settled = input.admission
+    .settle({ usage, status, finishReason: usage === null ? null : signal.aborted ? "cancelled" : "stop", latencyMs: performance.now() - input.startedAt })
+    .catch((error: unknown) => dependencies.logger.error({ err: error }, "could not settle the request's hold; the sweeper will release it uncharged"));
+  await Promise.all([refunded, settled]);
+  const model = job.model.id;
+  const outcome = status === 200 ? "ok" : signal.aborted ? "cancelled" : "error";
+  dependencies.logger.info(
+    {
+      model,
+      inputs: job.request.inputs.length,
+      key_id: input.keyId,
+      status,
+      prompt_tokens: usage?.promptTokens ?? job.prepared.promptTokens,
+      usage_source: usage?.source,
+      dimensions: reply?.data[0] === undefined ? undefined : (job.dimensions ?? result?.vectors[0]?.length),
+      encoding_format: job.encoding,
+      latency_ms: Math.round(performance.now() - input.startedAt),
+    },
+    "embeddings",
+  );
+  dependencies.metrics.embeddings.inc({ model, outcome });
+  if (usage !== null) {
+    dependencies.metrics.embeddingInputs.inc({ model }, job.request.inputs.length);
+    dependencies.metrics.tokens.inc({ model, kind: "prompt" }, usage.promptTokens);
+  }
+  if (signal.aborted) throw signal.reason instanceof ShuttingDownError ? signal.reason : new ClientClosedRequestError();
+  if (failure !== undefined) throw failure;
+  return reply!;
+}
