@@ -8,8 +8,9 @@
  * Turnpike serves the model embedded (`turnpike serve --model bench=…`, its own process, an operator
  * key) and is called over HTTP at `POST /v1/embeddings`; `--via engine` (or `auto` when that route
  * answers 404) calls the embedded engine in this process instead (`LlamaCppEngine.prepareEmbeddings`),
- * without HTTP. llama-server runs with `--embeddings --pooling mean`, `--parallel` the largest
- * concurrency (a slot per request in flight) and the same threads, built from the llama.cpp source
+ * without HTTP. llama-server runs with `--embeddings --pooling mean --kv-unified` (without the last,
+ * inputs sharing a batch get wrong vectors), `--parallel` the largest concurrency (a slot per request
+ * in flight) and the same threads, built from the llama.cpp source
  * node-llama-cpp ships and run with node-llama-cpp's own prebuilt CPU backends (the same kernels).
  *
  * For each concurrency C (default 1, 16, 64), each round sends `--requests` requests (default
@@ -209,7 +210,8 @@ try {
     threads,
     parallel: slots,
     contextSize: contextSize * slots,
-    extraArgs: ["--embeddings", "--pooling", "mean", "--batch-size", String(batchSize), "--ubatch-size", String(batchSize)],
+    // `--kv-unified`: with a KV cache stream per slot, llama-server pools the inputs sharing a batch wrongly (test/embeddings-llama-server.test.ts).
+    extraArgs: ["--embeddings", "--pooling", "mean", "--kv-unified", "--batch-size", String(batchSize), "--ubatch-size", String(batchSize)],
     startTimeoutMs: 120_000,
   });
   process.stderr.write(`llama-server runs node-llama-cpp's CPU backend ${path.basename(loadedCpuBackend(llama.process.pid!) ?? "(none mapped?)")}\n`);

@@ -41,7 +41,10 @@ describe("embeddings: the embedded engine against llama-server", { skip: skipWit
   let server: RunningLlamaServer;
   let engine: LlamaCppEngine;
   before(async () => {
-    server = await startLlamaServer({ model: embeddingModelPath(), parallel: 4, contextSize: 4 * CONTEXT_SIZE, extraArgs: ["--embeddings", "--pooling", "mean"] });
+    // `--kv-unified`: with a KV cache stream per slot (what `--parallel` alone gives), llama-server
+    // pools inputs that share a batch wrongly (cosine ~0.95 to the same input alone, this llama.cpp);
+    // with one unified cache its batched vectors equal its single ones, which the test compares against.
+    server = await startLlamaServer({ model: embeddingModelPath(), parallel: 4, contextSize: 4 * CONTEXT_SIZE, extraArgs: ["--embeddings", "--pooling", "mean", "--kv-unified"] });
     engine = await loadTestEngine(embeddingModelPath(), { modelId: "embed", contextSize: CONTEXT_SIZE, queueSize: 8 });
   });
   after(async () => {

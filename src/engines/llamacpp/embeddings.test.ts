@@ -94,7 +94,7 @@ describe("the llama.cpp engine serving an embedding GGUF", () => {
     assert.deepEqual(capabilities.supportedParameters, [], "no chat parameters");
     assert.equal(engine.info()?.contextLength, 32);
     await rejectsWith(engine.prepare(chatRequest), "model_does_not_support_endpoint", "serves embeddings (POST /v1/embeddings) only");
-    await rejectsWith(async () => engine.boundPrompt(chatRequest), "model_does_not_support_endpoint", "embedding model");
+    await rejectsWith(async () => engine.boundPrompt(chatRequest), "model_does_not_support_endpoint", "embeddings (POST /v1/embeddings) only");
     assert.equal(engine.members()[0]!.capacity, 1);
   });
 
@@ -204,7 +204,7 @@ describe("the llama.cpp engine serving an embedding GGUF", () => {
 });
 
 describe("the llama.cpp engine serving a generative GGUF", () => {
-  it("serves chat and completions, and refuses embeddings unless its entry serves them", async () => {
+  it("serves chat and completions, embeddings too when its entry says so, and only embeddings when that is all it says", async () => {
     const plain = await loadTestEngine(STORIES_260K, { modelId: "stories" });
     try {
       assert.deepEqual(plain.capabilities().services, ["chat", "completions"]);
@@ -227,6 +227,15 @@ describe("the llama.cpp engine serving a generative GGUF", () => {
       assert.ok(finished);
     } finally {
       await both.close();
+    }
+    const embedsOnly = await loadTestEngine(STORIES_260K, { modelId: "stories", serves: ["embeddings"] });
+    try {
+      assert.deepEqual(embedsOnly.capabilities().services, ["embeddings"]);
+      await rejectsWith(embedsOnly.prepare(chatRequest), "model_does_not_support_endpoint", "serves embeddings (POST /v1/embeddings) only");
+      const [vector] = await embed(embedsOnly, texts(story));
+      assert.equal(vector!.length, 64);
+    } finally {
+      await embedsOnly.close();
     }
   });
 });

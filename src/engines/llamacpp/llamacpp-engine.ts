@@ -82,7 +82,8 @@ export type LlamaCppEngineOptions = {
   onProgress?: (progress: DownloadProgress) => void;
   /**
    * What the model entry declares it serves: `embeddings` gives a generative model an embedding
-   * context beside its generation one. An embedding GGUF serves embeddings only whatever this says.
+   * context beside its generation one (instead of it, when that is all it lists). An embedding GGUF
+   * serves embeddings only whatever this says.
    */
   serves?: readonly ModelService[];
   /** Told when the status changes (for logs). */
@@ -254,11 +255,13 @@ export class LlamaCppEngine implements Engine {
       const kind = embeddingKind(model.fileInfo.metadata, model.embeddingVectorSize);
       const vocabulary = measureVocabulary(model);
       if (kind.kind === "reranker") throw new Error("it is a reranking model (pooling type rank), which Turnpike does not serve");
-      if (kind.kind === "embedding" || options.serves?.includes("embeddings") === true) {
+      // A generative model whose entry serves embeddings only needs no generation context either.
+      const embedsOnly = kind.kind === "embedding" || (options.serves !== undefined && options.serves.every((service) => service === "embeddings"));
+      if (embedsOnly || options.serves?.includes("embeddings") === true) {
         this.#embedder = await LlamaEmbedder.open(model, { contextSize, threads: options.threads, queueSize: options.queueSize, ...vocabulary });
       }
       const embeddings = this.#embedder === undefined ? {} : { embeddingDimensions: kind.dimensions };
-      if (kind.kind === "embedding") {
+      if (embedsOnly) {
         // No chat parameters: it serves no chat (`/v1/models` lists none for it).
         this.#capabilities = { supportedParameters: [], inputModalities: ["text"], vendorFields: [], services: ["embeddings"], ...embeddings };
         this.#setStatus({ state: "ready" });
@@ -378,10 +381,10 @@ export class LlamaCppEngine implements Engine {
     return this.#embedder;
   }
 
-  /** An embedding model has no generation context: a generation reaching it is refused (the routes refuse it earlier, from `capabilities().services`). */
+  /** A model served for embeddings only has no generation context: a generation reaching it is refused (the routes refuse it earlier, from `capabilities().services`). */
   #refuseIfEmbeddingModel(): void {
     if (this.#loaded !== undefined || this.#embedder === undefined || this.#status.state !== "ready") return;
-    throw new EndpointNotServedError(`Model '${this.#options.modelId}' is an embedding model: it serves embeddings (POST /v1/embeddings) only.`);
+    throw new EndpointNotServedError(`Model '${this.#options.modelId}' serves embeddings (POST /v1/embeddings) only.`);
   }
 
   #notReadyError(): ModelNotReadyError {
