@@ -12,6 +12,7 @@ import type { LlamaCppEngine } from "../src/engines/llamacpp/llamacpp-engine.ts"
 import { loadTestEngine } from "../src/engines/llamacpp/test-engine.ts";
 import { skipWithoutLlamaServer, startLlamaServer, type RunningLlamaServer } from "./helpers/llama-server.ts";
 import { embeddingModelPath } from "./helpers/test-models.ts";
+import { cosine } from "./helpers/vectors.ts";
 
 const CONTEXT_SIZE = 512;
 
@@ -25,17 +26,6 @@ const inputs = [
 
 type EmbeddingsBody = { data: Array<{ index: number; embedding: number[] }>; usage: { prompt_tokens: number } };
 
-function cosine(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let dot = 0;
-  let aa = 0;
-  let bb = 0;
-  for (let index = 0; index < a.length; index++) {
-    dot += a[index]! * b[index]!;
-    aa += a[index]! * a[index]!;
-    bb += b[index]! * b[index]!;
-  }
-  return dot / Math.sqrt(aa * bb);
-}
 
 describe("embeddings: the embedded engine against llama-server", { skip: skipWithoutLlamaServer() }, () => {
   let server: RunningLlamaServer;

@@ -22,21 +22,11 @@ import { billedExactly, meteredKey } from "./helpers/metered.ts";
 import { skipWithoutLlamaServer, startLlamaServer, type RunningLlamaServer } from "./helpers/llama-server.ts";
 import { startTestServer, temporaryDirectory, type TestServer } from "./helpers/server.ts";
 import { embeddingModelPath } from "./helpers/test-models.ts";
+import { cosine } from "./helpers/vectors.ts";
 
 const CREDIT = 1_000_000;
 const pricing = { prompt: 3_000_000, cached_prompt: 1_000_000, completion: 9_000_000, embeddings: 500_000 };
 
-function cosine(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let dot = 0;
-  let aa = 0;
-  let bb = 0;
-  for (let index = 0; index < a.length; index++) {
-    dot += a[index]! * b[index]!;
-    aa += a[index]! * a[index]!;
-    bb += b[index]! * b[index]!;
-  }
-  return dot / Math.sqrt(aa * bb);
-}
 
 /** The fake OpenAI's vector of a text: 8 numbers from its characters, not normalised. */
 function rawVector(text: string): number[] {

@@ -21,6 +21,7 @@ import { backends, freshPostgresSchema } from "./helpers/databases.ts";
 import { billedExactly, meteredKey } from "./helpers/metered.ts";
 import { postJson, startTestServer, storiesModel, temporaryDirectory, type TestServer } from "./helpers/server.ts";
 import { embeddingModelPath } from "./helpers/test-models.ts";
+import { cosine } from "./helpers/vectors.ts";
 
 /** stories260K's embedding width. */
 const DIMENSIONS = 64;
@@ -50,17 +51,6 @@ function writeConfig(): string {
   return configFile;
 }
 
-function cosine(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let dot = 0;
-  let aa = 0;
-  let bb = 0;
-  for (let index = 0; index < a.length; index++) {
-    dot += a[index]! * b[index]!;
-    aa += a[index]! * a[index]!;
-    bb += b[index]! * b[index]!;
-  }
-  return dot / Math.sqrt(aa * bb);
-}
 
 function assertClose(actual: readonly number[], expected: readonly number[], what: string): void {
   assert.equal(actual.length, expected.length, what);

@@ -14,6 +14,7 @@ import type { LlamaCppEngine } from "./llamacpp-engine.ts";
 import { embeddingKind, POOLING } from "./embedding-model.ts";
 import { createRuntimeLoader } from "./runtime.ts";
 import { loadTestEngine } from "./test-engine.ts";
+import { cosine } from "../../../test/helpers/vectors.ts";
 
 const chatRequest = {
   messages: [{ role: "user" as const, content: "Hi" }],
@@ -39,12 +40,6 @@ async function embed(engine: LlamaCppEngine, inputs: EmbeddingInput[], truncate 
 
 function norm(vector: Float32Array): number {
   return Math.hypot(...vector);
-}
-
-function cosine(a: Float32Array, b: Float32Array): number {
-  let dot = 0;
-  for (let index = 0; index < a.length; index++) dot += a[index]! * b[index]!;
-  return dot / (norm(a) * norm(b));
 }
 
 /** Rejects with an `ApiError` of this code whose message holds `text`. */

@@ -34,7 +34,7 @@ import type { UpstreamPool } from "./pool-types.ts";
 import { buildRequestBody, serializeRequestBody } from "./request-body.ts";
 import { upstreamWordsForLog } from "./upstream-errors.ts";
 import { UpstreamClient } from "./upstream-client.ts";
-import { startUpstreamGeneration, type UpstreamEventSink } from "./upstream-generation.ts";
+import { startUpstreamGeneration, type UpstreamEventSink, type UpstreamGenerationOptions } from "./upstream-generation.ts";
 import { runUpstreamEmbeddings } from "./upstream-embeddings.ts";
 import { memberUrl, normalizeBaseUrl, serverRoot } from "./upstream-url.ts";
 import { countPromptTokens, countsPromptsExactly } from "./tokenize.ts";
@@ -294,27 +294,7 @@ export class OpenAiCompatibleEngine implements Engine {
       maxTokens,
       choices: request.choices,
       start: (signal: AbortSignal): RunningGeneration =>
-        withCustomToolCalls(startUpstreamGeneration(
-          {
-            pool: this.#options.pool,
-            client: this.#client,
-            body: text,
-            choices: request.choices,
-            promptTokens,
-            logprobs: request.logprobs !== undefined,
-            ...(dialect.stopSequenceField !== undefined ? { stopSequenceField: dialect.stopSequenceField, stop: request.sampling.stop } : {}),
-            buffered: request.buffered === true,
-            affinity,
-            maxAttempts: this.#options.upstream.max_attempts,
-            firstTokenTimeoutMs: this.#options.upstream.first_token_timeout * 1000,
-            idleTimeoutMs: this.#options.upstream.idle_timeout * 1000,
-            readUsageAfterLeave: !dialect.continuousUsage && !dialect.timingsPerToken,
-            secrets: this.#options.apiKey !== undefined && this.#options.apiKey !== "" ? [this.#options.apiKey] : [],
-            onEvent: (level, message, fields) => this.#options.onEvent?.(level, message, fields),
-            closing: this.#closing.signal,
-          },
-          signal,
-        ), customTools),
+        withCustomToolCalls(startUpstreamGeneration(this.#generationOptions(request, dialect, { body: text, promptTokens, affinity, stopSequences: true }), signal), customTools),
     };
   }
 
@@ -360,28 +340,7 @@ export class OpenAiCompatibleEngine implements Engine {
       choices: request.choices,
       start: (signal: AbortSignal): RunningGeneration =>
         withEcho(
-          startUpstreamGeneration(
-            {
-              pool: this.#options.pool,
-              client: this.#client,
-              body: text,
-              endpoint,
-              choices: request.choices,
-              promptTokens,
-              logprobs: request.logprobs !== undefined,
-              ...(dialect.stopSequenceField !== undefined && wire !== "infill" ? { stopSequenceField: dialect.stopSequenceField, stop: request.sampling.stop } : {}),
-              buffered: request.buffered === true,
-              affinity,
-              maxAttempts: this.#options.upstream.max_attempts,
-              firstTokenTimeoutMs: this.#options.upstream.first_token_timeout * 1000,
-              idleTimeoutMs: this.#options.upstream.idle_timeout * 1000,
-              readUsageAfterLeave: !dialect.continuousUsage && !dialect.timingsPerToken,
-              secrets: this.#options.apiKey !== undefined && this.#options.apiKey !== "" ? [this.#options.apiKey] : [],
-              onEvent: (level, message, fields) => this.#options.onEvent?.(level, message, fields),
-              closing: this.#closing.signal,
-            },
-            signal,
-          ),
+          startUpstreamGeneration({ ...this.#generationOptions(request, dialect, { body: text, promptTokens, affinity, stopSequences: wire !== "infill" }), endpoint }, signal),
           completion,
         ),
     };
@@ -458,6 +417,37 @@ export class OpenAiCompatibleEngine implements Engine {
         this.#embeddingDimensions ??= result.vectors[0]?.length;
         return result;
       },
+    };
+  }
+
+  /**
+   * What a started upstream generation needs besides its endpoint (chat's, unless a text completion
+   * names another): the pool, the written body, the bounds, the retries and timeouts of the entry.
+   * `stopSequences`: the member's kind reports which stop sequence ended a choice in this answer.
+   */
+  #generationOptions(
+    request: GenerationRequest,
+    dialect: ReturnType<typeof dialectFor>,
+    sent: { body: string; promptTokens: number; affinity: string; stopSequences: boolean },
+  ): UpstreamGenerationOptions {
+    const upstream = this.#options.upstream;
+    return {
+      pool: this.#options.pool,
+      client: this.#client,
+      body: sent.body,
+      choices: request.choices,
+      promptTokens: sent.promptTokens,
+      logprobs: request.logprobs !== undefined,
+      ...(dialect.stopSequenceField !== undefined && sent.stopSequences ? { stopSequenceField: dialect.stopSequenceField, stop: request.sampling.stop } : {}),
+      buffered: request.buffered === true,
+      affinity: sent.affinity,
+      maxAttempts: upstream.max_attempts,
+      firstTokenTimeoutMs: upstream.first_token_timeout * 1000,
+      idleTimeoutMs: upstream.idle_timeout * 1000,
+      readUsageAfterLeave: !dialect.continuousUsage && !dialect.timingsPerToken,
+      secrets: this.#options.apiKey !== undefined && this.#options.apiKey !== "" ? [this.#options.apiKey] : [],
+      onEvent: (level, message, fields) => this.#options.onEvent?.(level, message, fields),
+      closing: this.#closing.signal,
     };
   }
 
