@@ -76,6 +76,16 @@ export type {
   RecentRequest as UsageRequest,
 } from "../../src/protocol/account-api.ts";
 
-export type { ModelObject as Model } from "../../src/protocol/models.ts";
+import type { ModelObject } from "../../src/protocol/models.ts";
+
+/**
+ * A model of `/api/models`. A model that serves embeddings may also carry its vectors' length
+ * (`embeddings.dimensions`, null until known) and what an embedding's input costs
+ * (`pricing.embeddings`): optional, as not every server sends them.
+ */
+export type Model = ModelObject & {
+  embeddings?: { dimensions?: number | null; matryoshka?: boolean | readonly number[] };
+  pricing: { embeddings?: number };
+};
 
 export type List<T> = { object?: "list"; data: T[] };

@@ -64,24 +64,8 @@ export const modelObjectSchema = z.object({
 });
 export type ModelObject = z.infer<typeof modelObjectSchema>;
 
-/** The endpoints every generation model is served through: one per wire dialect of the generation core. */
-export const GENERATION_ENDPOINTS = ["/v1/chat/completions", "/v1/responses", "/v1/messages"] as const;
-
-/**
- * What a model serves: `chat` (chat completions, responses, messages: every message-based dialect),
- * `completions` (legacy text completions, with fill-in-the-middle where the model has FIM tokens)
- * and `embeddings`. An engine says it (an embedding GGUF serves `embeddings` only); a model entry
- * may declare it (`serves`).
- */
-export const MODEL_SERVICES = ["chat", "completions", "embeddings"] as const;
-export type ModelService = (typeof MODEL_SERVICES)[number];
-
-/** The endpoints of each service: `/v1/models` lists a model's as `endpoints`. */
-export const SERVICE_ENDPOINTS: Readonly<Record<ModelService, readonly string[]>> = {
-  chat: GENERATION_ENDPOINTS,
-  completions: ["/v1/completions"],
-  embeddings: ["/v1/embeddings"],
-};
+/** What a model serves and each service's endpoints: in a dependency-free file the console bundles. */
+export { GENERATION_ENDPOINTS, MODEL_SERVICES, SERVICE_ENDPOINTS, type ModelService } from "./model-services.ts";
 
 export const modelListSchema = z.object({ object: z.literal("list"), data: z.array(modelObjectSchema) });
 export type ModelList = z.infer<typeof modelListSchema>;

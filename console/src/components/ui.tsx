@@ -75,7 +75,8 @@ export function Notice({ tone = "info", children }: { tone?: "info" | "warning" 
   );
 }
 
-export function Badge({ tone = "neutral", children }: { tone?: "neutral" | "green" | "red" | "amber" | "blue"; children: ReactNode }) {
+/** A small label: coloured tones for states, `outline` for facts (what a model serves). */
+export function Badge({ tone = "neutral", children }: { tone?: "neutral" | "green" | "red" | "amber" | "blue" | "outline"; children: ReactNode }) {
   return <span className={`badge ${tone}`}>{children}</span>;
 }
 

@@ -34,9 +34,17 @@ export function saveDialect(dialect: Dialect): void {
   }
 }
 
-/** The dialects `model` is served through (`endpoints` of `/api/models`), Chat Completions always. */
+const ALL_DIALECTS = Object.keys(DIALECTS) as Dialect[];
+
+/** The dialects `model` is served through (the `endpoints` of `/api/models`); Chat Completions while no model is chosen. */
 export function dialectsOf(model: Model | undefined): Dialect[] {
-  return model?.endpoints.includes(DIALECTS.responses.path) ? ["chat", "responses"] : ["chat"];
+  if (model === undefined) return ["chat"];
+  return ALL_DIALECTS.filter((dialect) => model.endpoints.includes(DIALECTS[dialect].path));
+}
+
+/** The models the playground can talk to: those served through one of its dialects at least (not an embedding model, say). */
+export function playgroundModels(models: readonly Model[]): Model[] {
+  return models.filter((model) => dialectsOf(model).length > 0);
 }
 
 export type Message = { role: "user" | "assistant"; content: string };

@@ -2,7 +2,8 @@
  * Playground: chat with a model through `/v1/chat/completions` or `/v1/responses` (a toggle,
  * remembered in this browser), streamed, with a key of your own or a temporary key for this
  * browser session (expires in 12 hours, revoked at sign-out). The temporary key is
- * inference-only: it can call `/v1`, never the account API.
+ * inference-only: it can call `/v1`, never the account API. Only the models served through one
+ * of those endpoints are offered (their `endpoints`): an embedding model is not.
  */
 import { useEffect, useRef, useState } from "react";
 import { api, post, type CreatedKey, type List, type Model } from "../api.ts";
@@ -10,8 +11,9 @@ import { costOf, formatCredits, formatNumber } from "../format.ts";
 import { useSession } from "../session.tsx";
 import { BalanceBanner } from "../components/balance-banner.tsx";
 import { EmptyState, ErrorState, Field, Loading, PageHeader, useApi } from "../components/ui.tsx";
+import { Link } from "../router.tsx";
 import { CodeDialog } from "./playground-code.tsx";
-import { DIALECTS, dialectsOf, readStream, requestBody, saveDialect, savedDialect, type Dialect, type Message, type Parameters, type StreamUsage } from "./playground-dialects.ts";
+import { DIALECTS, dialectsOf, playgroundModels, readStream, requestBody, saveDialect, savedDialect, type Dialect, type Message, type Parameters, type StreamUsage } from "./playground-dialects.ts";
 
 /**
  * One exchange: the user's message and the answer. A failed exchange (the call was refused, or
@@ -77,12 +79,15 @@ export function PlaygroundPage() {
   const endOfChat = useRef<HTMLDivElement>(null);
   const streaming = turns.some((turn) => turn.state === "streaming");
 
-  const model = models.data?.data.find((candidate) => candidate.id === modelId);
+  const offered = playgroundModels(models.data?.data ?? []);
+  const model = offered.find((candidate) => candidate.id === modelId);
   const dialects = dialectsOf(model);
-  // The saved choice stays for the next model that serves it; this one may serve chat only.
-  const dialect = dialects.includes(chosenDialect) ? chosenDialect : "chat";
+  // The saved choice stays for the next model that serves it; this one may serve another dialect only.
+  const dialect = dialects.includes(chosenDialect) ? chosenDialect : (dialects[0] ?? "chat");
   useEffect(() => {
-    if (modelId === "" && models.data && models.data.data.length > 0) setModelId(models.data.data[0]!.id);
+    // The first model on offer until one is chosen (or when the chosen one is no longer offered).
+    const first = offered[0];
+    if (first !== undefined && model === undefined) setModelId(first.id);
   }, [models.data, modelId]);
   useEffect(() => {
     // Braces: newer browsers return a promise from scrollIntoView, which React would take for a cleanup.
@@ -166,7 +171,21 @@ export function PlaygroundPage() {
 
   if (models.error) return <ErrorState error={models.error} retry={models.reload} />;
   if (!models.data) return <Loading />;
-  if (models.data.data.length === 0) return <EmptyState title="No models">The operator has not configured any models.</EmptyState>;
+  if (offered.length === 0) {
+    return (
+      <>
+        <PageHeader title="Playground" description="Try the models with your prompts. Calls are billed to your account like any other." />
+        {models.data.data.length === 0 ? (
+          <EmptyState title="No models">The operator has not configured any models.</EmptyState>
+        ) : (
+          <EmptyState title="No chat models" action={<Link to="/models">See what each model serves</Link>}>
+            The playground needs a model served at <code>{DIALECTS.chat.path}</code> or <code>{DIALECTS.responses.path}</code>, and none of this server&apos;s models is (an embedding model
+            answers at <code>/v1/embeddings</code> only).
+          </EmptyState>
+        )}
+      </>
+    );
+  }
 
   const supported = new Set(model?.supported_parameters ?? []);
   const nextBody = bodyFor([...historyOf(turns), ...(draft.trim() === "" ? [] : [{ role: "user" as const, content: draft }])]);
@@ -202,7 +221,7 @@ export function PlaygroundPage() {
           <div className="settings-fields">
             <Field label="Model" htmlFor="pg-model">
               <select id="pg-model" value={modelId} onChange={(event) => setModelId(event.target.value)}>
-                {models.data.data.map((candidate) => (
+                {offered.map((candidate) => (
                   <option key={candidate.id} value={candidate.id}>
                     {candidate.id}
                     {candidate.status.state === "ready" ? "" : ` (${candidate.status.state})`}

@@ -1,11 +1,11 @@
-/** Admin › Keys (every account's keys, a page at a time; revoke any) and Models (status of each). */
+/** Admin › Keys (every account's keys, a page at a time; revoke any) and Models (status and what each serves). */
 import { useState } from "react";
 import { api, type ApiKey, type List, type Model } from "../../api.ts";
 import { formatNumber } from "../../format.ts";
 import { DataTable } from "../../components/data-table.tsx";
 import { ConfirmDialog, EmptyState, ErrorState, Loading, useApi } from "../../components/ui.tsx";
 import { KeysTable, LoadMoreKeys, usePagedKeys } from "../keys.tsx";
-import { statusBadge } from "../models.tsx";
+import { generates, ServiceBadges, statusBadge, vectorLength } from "../models.tsx";
 
 export function AllKeysSection() {
   const keys = usePagedKeys("/api/admin/keys");
@@ -59,11 +59,27 @@ export function ModelsSection() {
             </>
           ),
         },
+        {
+          id: "serves",
+          header: "Serves",
+          cell: (model) => (
+            <>
+              <ServiceBadges model={model} />
+              {vectorLength(model) !== undefined && <div className="muted small">Vectors: {vectorLength(model)}</div>}
+            </>
+          ),
+        },
         { id: "context", header: "Context", numeric: true, cell: (model) => formatNumber(model.context_length) },
         {
           id: "prices",
           header: "Prices (prompt / cached / completion per 1M)",
-          cell: (model) => `${formatNumber(model.pricing.prompt)} / ${formatNumber(model.pricing.cached_prompt)} / ${formatNumber(model.pricing.completion)}`,
+          cell: (model) => {
+            // An embedding's input is priced apart (`pricing.embeddings`) or at the prompt price.
+            const embeddings = `${formatNumber(model.pricing.embeddings ?? model.pricing.prompt)} per embedding input`;
+            if (!generates(model)) return embeddings;
+            const generation = `${formatNumber(model.pricing.prompt)} / ${formatNumber(model.pricing.cached_prompt)} / ${formatNumber(model.pricing.completion)}`;
+            return model.pricing.embeddings === undefined ? generation : `${generation}; ${embeddings}`;
+          },
         },
       ]}
     />
