@@ -64,6 +64,7 @@ describe("what each model serves, in the console", { skip: skipWithoutChromium()
       { id: "stories260K", path: storiesModel, pricing },
       { id: "story-embedding", path: embeddingModelPath(), serves: ["embeddings"], pricing: embeddingPricing },
       { id: "story-completions", path: storiesModel, serves: ["completions"], pricing },
+      { id: "story-embedding-priced", path: embeddingModelPath(), embeddings: { matryoshka: [32, 16] }, pricing: { ...embeddingPricing, embeddings: 10_000 } },
     ]);
     browser = await launchChromium();
   });
@@ -103,7 +104,7 @@ describe("what each model serves, in the console", { skip: skipWithoutChromium()
     const embeddingCard = page.getByRole("article", { name: "story-embedding", exact: true });
     assert.equal(await embeddingCard.getByTestId("price-embeddings").innerText(), "20,000 credits / 1M tokens", "an embedding's input at the prompt price");
     assert.equal(await embeddingCard.getByTestId("price-completion").count(), 0, "no completion price for a model that completes nothing");
-    assert.equal(await embeddingCard.getByTestId("vector-length").count(), 0, "no vector length when the server does not send one");
+    assert.equal(await embeddingCard.getByTestId("vector-length").innerText(), "64 dimensions", "the loaded GGUF's vector length, with no shorter one on offer");
     const chatCard = page.getByRole("article", { name: "stories260K", exact: true });
     assert.equal(await chatCard.getByTestId("price-completion").innerText(), "2,000,000 credits / 1M tokens");
     assert.equal(await chatCard.getByTestId("price-embeddings").count(), 0);
@@ -112,26 +113,16 @@ describe("what each model serves, in the console", { skip: skipWithoutChromium()
 
   it("shows an embedding model's vector length and its own embedding price where the server sends them", async () => {
     const page = await newPage(test);
-    // This branch's server does not send `embeddings` or `pricing.embeddings` yet: add them, as the embeddings work does, to the real answer.
-    await page.route("**/api/models", async (route) => {
-      const response = await route.fetch();
-      const body = (await response.json()) as { data: Array<Record<string, any>> };
-      for (const model of body.data) {
-        if (model.id !== "story-embedding") continue;
-        model.embeddings = { dimensions: 64, matryoshka: [32, 16] };
-        model.pricing.embeddings = 10_000;
-      }
-      await route.fulfill({ response, json: body });
-    });
     await signInThroughForm(page, admin, password);
     await page.goto("/models");
-    const embeddingCard = page.getByRole("article", { name: "story-embedding", exact: true });
+    // Detected from the GGUF's pooling (no `serves`), with Matryoshka lengths and its own embedding price in its entry.
+    const embeddingCard = page.getByRole("article", { name: "story-embedding-priced", exact: true });
     assert.equal(await embeddingCard.getByTestId("vector-length").innerText(), "64 dimensions (or 32, 16)");
     assert.equal(await embeddingCard.getByTestId("price-embeddings").innerText(), "10,000 credits / 1M tokens");
     await shot(page, "models-embeddings");
 
     await page.goto("/admin/models");
-    const row = page.getByRole("row").filter({ hasText: "story-embedding" });
+    const row = page.getByRole("row").filter({ hasText: "story-embedding-priced" });
     await row.waitFor();
     assert.match(await row.innerText(), /Vectors: 64 dimensions \(or 32, 16\)/);
     assert.match(await row.innerText(), /10,000 per embedding input/);
@@ -145,9 +136,9 @@ describe("what each model serves, in the console", { skip: skipWithoutChromium()
     assert.deepEqual(await badgesOf(page, "stories260K"), ["Chat", "Completions"]);
     assert.deepEqual(await badgesOf(page, "story-embedding"), ["Embeddings"]);
     assert.deepEqual(await badgesOf(page, "story-completions"), ["Completions"]);
-    const embeddingRow = page.getByRole("row").filter({ hasText: "story-embedding" });
+    const embeddingRow = page.getByRole("row").filter({ hasText: "story-embedding", hasNotText: "story-embedding-priced" });
     assert.match(await embeddingRow.innerText(), /20,000 per embedding input/);
-    assert.doesNotMatch(await embeddingRow.innerText(), /Vectors:/);
+    assert.match(await embeddingRow.innerText(), /Vectors: 64 dimensions\n/);
     await shot(page, "admin-models");
   });
 
