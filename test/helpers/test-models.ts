@@ -45,3 +45,26 @@ export function fimModelPath(): string {
     seed: 7,
   });
 }
+
+/** The repository-level tokens of `fimRepositoryModelPath()`, and their ids (after the three FIM tokens). */
+export const FIM_REPOSITORY_TOKENS = { repository: "<|fim_repo|>", fileSeparator: "<|file_sep|>" } as const;
+export const FIM_REPOSITORY_TOKEN_IDS = { repository: 515, fileSeparator: 516 } as const;
+
+/**
+ * `fimModelPath()` with llama.cpp's repository-level FIM tokens too (Qwen2.5-Coder's spellings,
+ * ids 515-516): `<|fim_repo|>` named in the metadata (`tokenizer.ggml.fim_rep_token_id`), and
+ * `<|file_sep|>` left for llama.cpp to find by its spelling, so that both ways are exercised.
+ */
+export function fimRepositoryModelPath(): string {
+  return derivedModel(STORIES_260K, "stories260K-fim-repo", {
+    addTokens: [FIM_TOKENS.prefix, FIM_TOKENS.suffix, FIM_TOKENS.middle, FIM_REPOSITORY_TOKENS.repository, FIM_REPOSITORY_TOKENS.fileSeparator],
+    set: {
+      "tokenizer.ggml.fim_pre_token_id": { type: "u32", value: FIM_TOKEN_IDS.prefix },
+      "tokenizer.ggml.fim_suf_token_id": { type: "u32", value: FIM_TOKEN_IDS.suffix },
+      "tokenizer.ggml.fim_mid_token_id": { type: "u32", value: FIM_TOKEN_IDS.middle },
+      "tokenizer.ggml.fim_rep_token_id": { type: "u32", value: FIM_REPOSITORY_TOKEN_IDS.repository },
+      "general.name": { type: "string", value: "stories260K-fim-repo" },
+    },
+    seed: 7,
+  });
+}
