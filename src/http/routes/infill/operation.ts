@@ -39,6 +39,7 @@ const infillOperation = (path: string): ApiOperation => ({
     InfillRequest: infillRequestSchema,
     InfillResult: infillResultSchema,
     InfillPartial: infillPartialSchema,
+    InfillEvent: infillEventSchema,
     InfillTimings: infillTimingsSchema,
   },
 });
