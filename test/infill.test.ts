@@ -90,6 +90,9 @@ describe("POST /infill", { timeout: 120_000 }, () => {
     assert.equal(result.timings.prompt_n + result.timings.cache_n, result.tokens_evaluated);
     const named = await infill({ model: "story-fim", input_prefix: PREFIX, input_suffix: SUFFIX, n_predict: 16, temperature: 0 }, "/v1/infill");
     assert.equal(named.content, result.content, "/v1/infill, with the model named, answers alike");
+    const models = (await server.client.models.list()).data as unknown as Array<{ id: string; endpoints: string[] }>;
+    assert.ok(models.find((model) => model.id === "story-fim")!.endpoints.includes("/infill"), "/v1/models lists /infill for the FIM model");
+    assert.ok(!models.find((model) => model.id === "story")!.endpoints.includes("/infill"));
   });
 
   it("lays out extra files and the middle's start: both change the middle, and count as prompt tokens", async () => {
