@@ -209,6 +209,9 @@ describe("POST /infill", { timeout: 120_000 }, () => {
     assert.match((await refusal({ input_prefix: "a", input_suffix: "b", input_extra: Array.from({ length: 257 }, () => ({ text: "x" })) })).message, /at most 256/);
     const context = await refusal({ input_prefix: "a", input_suffix: "b", n_predict: 5000 });
     assert.equal(context.code, "context_length_exceeded");
+    // A large body is validated in the body worker, with the same schema.
+    const large = await refusal({ input_prefix: "x".repeat(100_000), input_suffix: "b", input_extra: "not files" });
+    assert.equal(large.param, "input_extra");
     const unauthenticated = await postRaw("/infill", { input_prefix: "a", input_suffix: "b" }, "sk-wrong");
     assert.equal(unauthenticated.status, 401);
   });
