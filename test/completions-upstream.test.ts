@@ -179,6 +179,34 @@ describe("text completions through upstream pools", { timeout: 60_000 }, () => {
     }
   });
 
+  it("serves /infill on upstreams: input_extra and prompt passed to llama-server's /infill, the middle's start laid out for vLLM, extra files refused there", async () => {
+    const post = async (body: Json) => {
+      const response = await fetch(`${server.url}/infill`, { method: "POST", headers: { authorization: `Bearer ${server.key}`, "content-type": "application/json" }, body: JSON.stringify(body) });
+      return { status: response.status, body: (await response.json()) as Record<string, any> };
+    };
+    const extra = [{ filename: "a.py", text: "x = 1\n" }, { text: "y = 2\n" }];
+    const llamaAnswer = await post({ model: "llama", input_prefix: "def f(", input_suffix: "):\n", input_extra: extra, prompt: "a", n_predict: 8, temperature: 0 });
+    assert.equal(llamaAnswer.status, 200, JSON.stringify(llamaAnswer.body));
+    const body = infillBodies.at(-1)!;
+    assert.deepEqual([body.input_prefix, body.input_suffix, body.prompt, body.n_predict], ["def f(", "):\n", "a", 8]);
+    assert.deepEqual(body.input_extra, [{ filename: "a.py", text: "x = 1\n" }, { filename: "tmp", text: "y = 2\n" }], "a file without a name gets llama-server's own default");
+    assert.deepEqual([llamaAnswer.body.content, llamaAnswer.body.tokens_evaluated, llamaAnswer.body.tokens_predicted, llamaAnswer.body.stop_type], ["middle", 11, 2, "limit"]);
+    // llama.vscode's cache warm-up (n_predict 0) goes to llama-server as it is; no n_predict: what the context leaves.
+    assert.equal((await post({ model: "llama", input_prefix: "", input_suffix: "", input_extra: extra, n_predict: 0 })).status, 200);
+    assert.equal(infillBodies.at(-1)!.n_predict, 0);
+    assert.equal((await post({ model: "llama", input_prefix: "def f(", input_suffix: "" })).status, 200);
+    const unlimited = infillBodies.at(-1)!.n_predict as number;
+    assert.ok(unlimited > 4000, `n_predict ${unlimited}`);
+    const vllmAnswer = await post({ model: "vllm-fim", input_prefix: "def f(", input_suffix: "):\n", prompt: "a", n_predict: 8, input_extra: [] });
+    assert.equal(vllmAnswer.status, 200, JSON.stringify(vllmAnswer.body));
+    assert.equal(vllmBodies.at(-1)!.prompt, "<|fim_prefix|>def f(a<|fim_suffix|>):\n<|fim_middle|>", "llama-server's order: the middle's start after the prefix");
+    const refused = await post({ model: "vllm-fim", input_prefix: "def f(", input_suffix: "):\n", input_extra: extra });
+    assert.equal(refused.status, 400);
+    assert.equal(refused.body.error.param, "input_extra");
+    const plain = await post({ model: "vllm-plain", input_prefix: "def f(", input_suffix: "" });
+    assert.equal(plain.body.error.param, "model", "a model without fim tokens cannot serve /infill");
+  });
+
   it("says which models fill in the middle: llama-server, and vLLM only with fim tokens", async () => {
     const models = (await server.client.models.list()).data as unknown as Array<{ id: string; supported_parameters: string[] }>;
     const fills = Object.fromEntries(models.map((model) => [model.id, model.supported_parameters.includes("suffix")]));

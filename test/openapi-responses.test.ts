@@ -13,6 +13,7 @@ import { after, before, describe, it } from "node:test";
 import { API_OPERATIONS } from "../src/http/routes/operations.ts";
 import { embeddingModelPath } from "./helpers/test-models.ts";
 import { readSse, startTestServer, storiesModel, temporaryDirectory, type TestServer } from "./helpers/server.ts";
+import { fimModelPath } from "./helpers/test-models.ts";
 import { ConsoleClient } from "./helpers/console.ts";
 import { setupCodeOf } from "./helpers/console.ts";
 import { answerSchema, assertConforms, inlineRefs, resolved, undeclaredProperties, validatorIn } from "./helpers/openapi.ts";
@@ -190,6 +191,25 @@ describe("the answers /openapi.json documents", () => {
     assert.ok(chunks.length >= 3, `${chunks.length} chunks`);
     for (const chunk of chunks) conforms("post", "/v1/completions", 200, chunk, { contentType: "text/event-stream" });
     assert.equal(chunks.at(-1).usage.total_tokens > 0, true);
+  });
+
+  it("answers /infill and /v1/infill as documented: llama-server's result, and every event of a stream", async () => {
+    const fim = await startTestServer({ flags: { models: [`story-fim=${fimModelPath()}`], context_size: "512" } });
+    try {
+      const post = (pathname: string, body: unknown) =>
+        fetch(`${fim.url}${pathname}`, { method: "POST", headers: { authorization: `Bearer ${fim.key}`, "content-type": "application/json" }, body: JSON.stringify(body) });
+      const request = { input_prefix: "Once upon a time", input_suffix: " The end.", input_extra: [{ filename: "a.txt", text: "Lily had a ball." }], n_predict: 6 };
+      for (const pathname of ["/infill", "/v1/infill"]) {
+        const response = await post(pathname, request);
+        assert.equal(response.status, 200);
+        conforms("post", pathname, 200, await response.json());
+      }
+      const { events } = await readSse(await post("/infill", { ...request, stream: true }));
+      assert.ok(events.length >= 2 && !events.includes("[DONE]"), `${events.length} events`);
+      for (const event of events) conforms("post", "/infill", 200, JSON.parse(event), { contentType: "text/event-stream" });
+    } finally {
+      await fim.close();
+    }
   });
 
   it("answers plans, codes, redemption and grants as documented", async () => {

@@ -5,7 +5,7 @@
 import type { Engine, EngineMember, EngineStatus } from "../engines/engine.ts";
 import { EndpointNotServedError, ModelNotFoundError, ModelNotReadyError } from "../protocol/errors.ts";
 import type { ModelObject, ModelService, MoneyPrices } from "../protocol/models.ts";
-import { SERVICE_ENDPOINTS } from "../protocol/models.ts";
+import { INFILL_ENDPOINTS, SERVICE_ENDPOINTS } from "../protocol/models.ts";
 import type { Pricing } from "../protocol/price.ts";
 
 /** Credit units per million tokens (the type lives with the price formula). */
@@ -133,7 +133,8 @@ export function describeModel(model: CatalogModel): ModelObject {
     },
     // A text completion's `suffix` where the model fills in the middle.
     supported_parameters: [...capabilities.supportedParameters, ...capabilities.vendorFields, ...(capabilities.fillInTheMiddle === true ? ["suffix"] : [])],
-    endpoints: services.flatMap((service) => SERVICE_ENDPOINTS[service]),
+    // llama-server's `/infill` too, where the model serves completions and fills in the middle.
+    endpoints: services.flatMap((service) => (service === "completions" && capabilities.fillInTheMiddle === true ? [...SERVICE_ENDPOINTS[service], ...INFILL_ENDPOINTS] : SERVICE_ENDPOINTS[service])),
     ...(embeds ? { embeddings: { dimensions: capabilities.embeddingDimensions ?? null, matryoshka: model.matryoshka === undefined ? false : model.matryoshka === true ? true : [...model.matryoshka] } } : {}),
     status: statusText(model.engine.status(), model.engine.members()),
   };

@@ -187,6 +187,11 @@ export function promptBound(request: GenerationRequest, spans: number | TokenSpa
  */
 export const COMPLETION_OVERHEAD_TOKENS = 4;
 
+/** Tokens (at most one per byte) llama-server's separator before an extra file may add: `\n\n--- snippet ---\n\n`, or FIM_SEP and a line break. */
+const EXTRA_FILE_OVERHEAD_BYTES = 20;
+/** Tokens the repository-level pattern adds once: FIM_REP `myproject\n`, FIM_SEP `filename\n`. */
+const EXTRA_OVERHEAD_BYTES = 24;
+
 /**
  * The bounds of each prompt of a text completion (each runs in its own sequence, so the context
  * bounds each alone; the request's bound is their sum). A token prompt counts its ids exactly; a
@@ -197,7 +202,9 @@ export const COMPLETION_OVERHEAD_TOKENS = 4;
 export function completionPromptBounds(completion: TextCompletion, spans: number | TokenSpans, enough: number = Number.POSITIVE_INFINITY): PromptBound[] {
   const { longest, asciiLongest } = typeof spans === "number" ? { longest: spans, asciiLongest: undefined } : spans;
   const fim = completion.suffix !== undefined;
-  const suffixBytes = fim ? utf8Bytes(completion.suffix!) : 0;
+  // The suffix, `/infill`'s middle start and its extra files (each file's name and text, its separator's tokens counted as bytes too).
+  const extraBytes = (completion.extra ?? []).reduce((sum, chunk) => sum + utf8Bytes(chunk.filename) + utf8Bytes(chunk.text) + EXTRA_FILE_OVERHEAD_BYTES, EXTRA_OVERHEAD_BYTES);
+  const suffixBytes = fim ? utf8Bytes(completion.suffix!) + utf8Bytes(completion.middle ?? "") + extraBytes : 0;
   return completion.prompts.map((prompt): PromptBound => {
     if ("tokens" in prompt) {
       const count = prompt.tokens.length;

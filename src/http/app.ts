@@ -32,6 +32,7 @@ import { apiKeyAuth } from "./middleware/api-key-auth/api-key-auth.ts";
 import { accountAuth, accountIdOf, type SessionResolver } from "./middleware/account-auth/account-auth.ts";
 import { registerChatCompletionsRoute } from "./routes/chat-completions/route.ts";
 import { registerCompletionsRoute } from "./routes/completions/route.ts";
+import { registerInfillRoute } from "./routes/infill/route.ts";
 import { registerResponsesRoutes, type StoredResponses } from "./routes/responses/route.ts";
 import { registerMessagesRoutes } from "./routes/messages/route.ts";
 import { registerEmbeddingsRoute } from "./routes/embeddings/route.ts";
@@ -232,6 +233,7 @@ export function buildApp(options: AppOptions): App {
   };
   registerChatCompletionsRoute(server, generationOptions);
   registerCompletionsRoute(server, generationOptions);
+  registerInfillRoute(server, generationOptions);
   registerMessagesRoutes(server, { ...generationOptions, authenticate: authenticateAnthropic });
   registerEmbeddingsRoute(server, generationOptions);
   if (options.responses !== undefined) registerResponsesRoutes(server, { ...generationOptions, responses: options.responses });

@@ -114,7 +114,20 @@ export type TextCompletion = {
   suffix?: string;
   /** The prompt's text comes back before the completion's (OpenAI's `echo`). */
   echo?: boolean;
+  /**
+   * Fill-in-the-middle only (llama-server's `/infill`): files of the project given as context,
+   * laid out before the prefix (its `input_extra`), in order.
+   */
+  extra?: InfillChunk[];
+  /**
+   * Fill-in-the-middle only (llama-server's `/infill` `prompt`): text the middle starts with,
+   * placed after the prefix (special tokens in it parsed).
+   */
+  middle?: string;
 };
+
+/** A file given as fill-in-the-middle context: its name (llama-server's default `tmp`) and text. */
+export type InfillChunk = { filename: string; text: string };
 
 export type GenerationRequest = {
   /** Empty for a text completion (`completion`). */

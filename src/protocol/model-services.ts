@@ -16,6 +16,9 @@ export const GENERATION_ENDPOINTS = ["/v1/chat/completions", "/v1/responses", "/
 export const MODEL_SERVICES = ["chat", "completions", "embeddings"] as const;
 export type ModelService = (typeof MODEL_SERVICES)[number];
 
+/** llama-server's native fill-in-the-middle endpoints, listed for a model that serves completions and fills in the middle. */
+export const INFILL_ENDPOINTS: readonly string[] = ["/infill", "/v1/infill"];
+
 /** The endpoints of each service: `/v1/models` lists a model's as `endpoints`. */
 export const SERVICE_ENDPOINTS: Readonly<Record<ModelService, readonly string[]>> = {
   chat: GENERATION_ENDPOINTS,

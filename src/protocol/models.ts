@@ -65,7 +65,7 @@ export const modelObjectSchema = z.object({
 export type ModelObject = z.infer<typeof modelObjectSchema>;
 
 /** What a model serves and each service's endpoints: in a dependency-free file the console bundles. */
-export { GENERATION_ENDPOINTS, MODEL_SERVICES, SERVICE_ENDPOINTS, type ModelService } from "./model-services.ts";
+export { GENERATION_ENDPOINTS, INFILL_ENDPOINTS, MODEL_SERVICES, SERVICE_ENDPOINTS, type ModelService } from "./model-services.ts";
 
 export const modelListSchema = z.object({ object: z.literal("list"), data: z.array(modelObjectSchema) });
 export type ModelList = z.infer<typeof modelListSchema>;

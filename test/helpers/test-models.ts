@@ -8,6 +8,8 @@
  * - `fimModelPath()`: the same weights with three control tokens added to the vocabulary
  *   (`<|fim_prefix|>`, `<|fim_suffix|>`, `<|fim_middle|>`, ids 512-514, seeded embedding rows) and
  *   named as the fill-in-the-middle tokens in the metadata (`tokenizer.ggml.fim_*_token_id`).
+ * - `fimLongContextModelPath()`, `fimRepositoryModelPath()`: that FIM model with a 4,096-token
+ *   training context, the second with the repository-level tokens too (`/infill`'s extra files).
  */
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -41,6 +43,52 @@ export function fimModelPath(): string {
       "tokenizer.ggml.fim_suf_token_id": { type: "u32", value: FIM_TOKEN_IDS.suffix },
       "tokenizer.ggml.fim_mid_token_id": { type: "u32", value: FIM_TOKEN_IDS.middle },
       "general.name": { type: "string", value: "stories260K-fim" },
+    },
+    seed: 7,
+  });
+}
+
+/** The repository-level tokens of `fimRepositoryModelPath()`, and their ids (after the three FIM tokens). */
+export const FIM_REPOSITORY_TOKENS = { repository: "<|fim_repo|>", fileSeparator: "<|file_sep|>" } as const;
+export const FIM_REPOSITORY_TOKEN_IDS = { repository: 515, fileSeparator: 516 } as const;
+
+/**
+ * Context llama.cpp may use on the long-context FIM variants: past llama-server's default batch
+ * (2048), so that `/infill`'s extra files have room (it keeps the last `context - 2048 + 2` of
+ * their tokens). stories260K's own is 2048.
+ */
+export const FIM_LONG_CONTEXT = 4096;
+
+/** `fimModelPath()` with a training context of `FIM_LONG_CONTEXT` tokens (`llama.context_length`). */
+export function fimLongContextModelPath(): string {
+  return derivedModel(STORIES_260K, "stories260K-fim-long", {
+    addTokens: [FIM_TOKENS.prefix, FIM_TOKENS.suffix, FIM_TOKENS.middle],
+    set: {
+      "tokenizer.ggml.fim_pre_token_id": { type: "u32", value: FIM_TOKEN_IDS.prefix },
+      "tokenizer.ggml.fim_suf_token_id": { type: "u32", value: FIM_TOKEN_IDS.suffix },
+      "tokenizer.ggml.fim_mid_token_id": { type: "u32", value: FIM_TOKEN_IDS.middle },
+      "llama.context_length": { type: "u32", value: FIM_LONG_CONTEXT },
+      "general.name": { type: "string", value: "stories260K-fim-long" },
+    },
+    seed: 7,
+  });
+}
+
+/**
+ * `fimLongContextModelPath()` with llama.cpp's repository-level FIM tokens too (Qwen2.5-Coder's
+ * spellings, ids 515-516): `<|fim_repo|>` named in the metadata (`tokenizer.ggml.fim_rep_token_id`),
+ * and `<|file_sep|>` left for llama.cpp to find by its spelling, so that both ways are exercised.
+ */
+export function fimRepositoryModelPath(): string {
+  return derivedModel(STORIES_260K, "stories260K-fim-repo", {
+    addTokens: [FIM_TOKENS.prefix, FIM_TOKENS.suffix, FIM_TOKENS.middle, FIM_REPOSITORY_TOKENS.repository, FIM_REPOSITORY_TOKENS.fileSeparator],
+    set: {
+      "tokenizer.ggml.fim_pre_token_id": { type: "u32", value: FIM_TOKEN_IDS.prefix },
+      "tokenizer.ggml.fim_suf_token_id": { type: "u32", value: FIM_TOKEN_IDS.suffix },
+      "tokenizer.ggml.fim_mid_token_id": { type: "u32", value: FIM_TOKEN_IDS.middle },
+      "tokenizer.ggml.fim_rep_token_id": { type: "u32", value: FIM_REPOSITORY_TOKEN_IDS.repository },
+      "llama.context_length": { type: "u32", value: FIM_LONG_CONTEXT },
+      "general.name": { type: "string", value: "stories260K-fim-repo" },
     },
     seed: 7,
   });

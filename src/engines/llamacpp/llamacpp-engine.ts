@@ -338,7 +338,7 @@ export class LlamaCppEngine implements Engine {
     const prompts: Array<RenderedPrompt | RenderedCompletionPrompt> =
       request.completion === undefined
         ? [renderChatPrompt(loaded.model, loaded.wrapper, request.messages, plan.functions, plan.customTools)]
-        : renderCompletionPrompts(loaded.model, request.completion, loaded.vocabularySize);
+        : renderCompletionPrompts(loaded.model, request.completion, loaded.vocabularySize, loaded.context.contextSize);
     const contextLength = loaded.context.contextSize;
     // Each prompt counts once, however many choices continue it; each runs in its own sequence, so the longest must fit.
     const promptTokens = prompts.reduce((sum, prompt) => sum + prompt.tokens.length, 0);

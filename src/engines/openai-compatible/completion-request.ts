@@ -3,10 +3,13 @@
  * body. A plain completion goes to the member's `/v1/completions` (all prompts in one request, as
  * OpenAI takes them: choice `prompt × n + j`). Fill-in-the-middle goes:
  * - to a llama-server member's `/infill` (`input_prefix` = the prompt, `input_suffix` = the
- *   suffix), which lays out the model's own FIM tokens; one prompt per request;
+ *   suffix, and `/infill`'s own `input_extra` and `prompt` as they came), which lays out the
+ *   model's own FIM tokens; one prompt per request;
  * - to vLLM and SGLang (which take no `suffix`) as a plain prompt built from the entry's `fim`
- *   token texts: prefix token, prompt, suffix token, suffix, middle token (the usual
- *   prefix-suffix-middle order; the server parses the token texts as the special tokens they are);
+ *   token texts: prefix token, prompt, the middle's start (`/infill`'s `prompt`), suffix token,
+ *   suffix, middle token (llama-server's order; the server parses the token texts as the special
+ *   tokens they are). `/infill`'s extra files are refused there: the entry names no repository
+ *   tokens, and llama-server's token-exact cut of them cannot be made without the tokenizer;
  * - nowhere else (`fillInTheMiddle` is false there, so the dialect refused it already).
  * The engine gives an `echo` itself (the prompt's text, before the first part of each choice):
  * no kind echoes the same way, and llama-server not at all.
@@ -45,12 +48,16 @@ export function checkCompletionForKind(request: GenerationRequest, wire: Upstrea
   if (completion.echo === true && request.logprobs !== undefined) {
     throw new UnsupportedParameterError(`'echo' with 'logprobs' (the prompt tokens' log probabilities) is not supported by ${where}; the embedded engine serves it.`, "echo");
   }
-  if (request.maxTokens === 0) throw new UnsupportedParameterError(`'max_tokens' 0 is not supported by ${where}; the embedded engine serves it.`, "max_tokens");
+  // llama-server's `/infill` takes `n_predict` 0 (the prompt alone, an editor's cache warm-up).
+  if (request.maxTokens === 0 && wire !== "infill") throw new UnsupportedParameterError(`'max_tokens' 0 is not supported by ${where}; the embedded engine serves it.`, "max_tokens");
   if (completion.echo === true && tokens) {
     throw new UnsupportedParameterError(`'echo' of token prompts is not supported by ${where}: send the prompt as text to have it echoed.`, "echo");
   }
   if (wire === "infill" && completion.prompts.length > 1) {
     throw new UnsupportedParameterError(`Fill-in-the-middle takes one prompt at a time on ${where} (llama-server's /infill): send one request per prompt.`, "prompt");
+  }
+  if (wire === "completions" && completion.extra !== undefined && completion.extra.length > 0) {
+    throw new UnsupportedParameterError(`Extra files ('input_extra') are not supported by ${where}: only the embedded engine and llama-server members lay them out. Leave 'input_extra' out, or empty.`, "input_extra");
   }
   if (wire === "completions" && completion.suffix !== undefined && tokens) {
     throw new UnsupportedParameterError(`Fill-in-the-middle with token prompts is not supported by ${where}: send the prompt as text.`, "prompt");
@@ -62,7 +69,7 @@ function wirePrompt(completion: TextCompletion, fim: FimTokenTexts | undefined):
   const prompts = completion.prompts.map((prompt) => {
     if ("tokens" in prompt) return prompt.tokens;
     if (completion.suffix === undefined || fim === undefined) return prompt.text;
-    return `${fim.prefix}${prompt.text}${fim.suffix}${completion.suffix}${fim.middle}`;
+    return `${fim.prefix}${prompt.text}${completion.middle ?? ""}${fim.suffix}${completion.suffix}${fim.middle}`;
   });
   return prompts.length === 1 ? prompts[0] : prompts;
 }
@@ -98,6 +105,8 @@ export function buildCompletionBody(request: GenerationRequest, options: { diale
     const body: Record<string, unknown> = {
       input_prefix: "tokens" in prompt ? prompt.tokens : prompt.text,
       input_suffix: completion.suffix ?? "",
+      ...(completion.extra !== undefined && completion.extra.length > 0 ? { input_extra: completion.extra.map((chunk) => ({ filename: chunk.filename, text: chunk.text })) } : {}),
+      ...(completion.middle !== undefined ? { prompt: completion.middle } : {}),
       n_predict: options.maxTokens,
       stream: true,
       timings_per_token: true,

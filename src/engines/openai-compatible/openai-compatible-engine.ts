@@ -313,8 +313,9 @@ export class OpenAiCompatibleEngine implements Engine {
     }
     const wire = completionWire(completion, this.kind);
     checkCompletionForKind(request, wire, upstreamsOf(dialect));
-    const maxTokens = request.maxTokens ?? 16;
     const bounds = completionPromptBounds(completion, LONGEST_TOKEN_BYTES, contextLength);
+    // No limit asked (`/infill`'s `n_predict` -1): what the context leaves after the longest prompt's lower bound.
+    const maxTokens = request.maxTokens ?? Math.max(1, contextLength - Math.max(...bounds.map((bound) => bound.atLeast)));
     const several = bounds.length > 1;
     bounds.forEach((bound, index) => {
       if (bound.atLeast + maxTokens <= contextLength) return;

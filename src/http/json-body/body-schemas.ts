@@ -6,6 +6,7 @@
 import type { z } from "zod";
 import { chatCompletionRequestSchema } from "../../protocol/chat-completions/request.ts";
 import { completionRequestSchema } from "../../protocol/completions/request.ts";
+import { infillRequestSchema } from "../../protocol/infill/request.ts";
 import { responsesRequestSchema } from "../../protocol/responses/request.ts";
 import { countTokensRequestSchema, messagesRequestSchema } from "../../protocol/anthropic-messages/request.ts";
 import { embeddingsRequestSchema } from "../../protocol/embeddings/request.ts";
@@ -13,6 +14,8 @@ import { embeddingsRequestSchema } from "../../protocol/embeddings/request.ts";
 export const BODY_SCHEMAS: Readonly<Record<string, z.ZodType>> = {
   "/v1/chat/completions": chatCompletionRequestSchema,
   "/v1/completions": completionRequestSchema,
+  "/infill": infillRequestSchema,
+  "/v1/infill": infillRequestSchema,
   "/v1/responses": responsesRequestSchema,
   "/v1/messages": messagesRequestSchema,
   "/v1/messages/count_tokens": countTokensRequestSchema,

@@ -14,6 +14,7 @@ import { billingHistoryOperation } from "./billing-history/route.ts";
 import { ADMIN_PLAN_OPERATIONS, BILLING_OPERATIONS } from "./billing/route.ts";
 import { chatCompletionsOperation } from "./chat-completions/operation.ts";
 import { completionsOperation } from "./completions/operation.ts";
+import { INFILL_OPERATIONS } from "./infill/operation.ts";
 import { RESPONSES_OPERATIONS } from "./responses/operation.ts";
 import { MESSAGES_OPERATIONS } from "./messages/operation.ts";
 import { embeddingsOperation } from "./embeddings/operation.ts";
@@ -30,6 +31,7 @@ import { recentRequestsOperation, usageOperation } from "./usage/route.ts";
 export const API_OPERATIONS: readonly ApiOperation[] = [
   chatCompletionsOperation,
   completionsOperation,
+  ...INFILL_OPERATIONS,
   ...RESPONSES_OPERATIONS,
   ...MESSAGES_OPERATIONS,
   embeddingsOperation,
