@@ -2,7 +2,8 @@
  * Embeddings from the embedded engine, on stories260K with mean pooling (`embeddingModelPath()`)
  * and on plain stories260K: which GGUF is an embedding model, vectors (deterministic, unit length,
  * in the inputs' order, token inputs equal to their text), the refusals (too long, out of the
- * vocabulary, empty), truncation, the queue (full: refused at once; FIFO) and aborts.
+ * vocabulary, empty), truncation, the queue (full: refused at once; FIFO) and aborts; the lanes
+ * (with two threads, two inputs on two contexts at once, the same vectors whichever lane computes them).
  */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
@@ -10,7 +11,8 @@ import type { LlamaModel, Token } from "node-llama-cpp";
 import type { EmbeddingInput, EmbeddingRequest } from "../engine.ts";
 import { ApiError, EngineOverloadedError } from "../../protocol/errors.ts";
 import { embeddingModelPath, STORIES_260K } from "../../../test/helpers/test-models.ts";
-import type { LlamaCppEngine } from "./llamacpp-engine.ts";
+import { measureVocabulary, type LlamaCppEngine } from "./llamacpp-engine.ts";
+import { laneThreads, LlamaEmbedder, MAX_LANES } from "./embeddings.ts";
 import { embeddingKind, POOLING } from "./embedding-model.ts";
 import { createRuntimeLoader } from "./runtime.ts";
 import { loadTestEngine } from "./test-engine.ts";
@@ -237,5 +239,73 @@ describe("the llama.cpp engine serving a generative GGUF", () => {
     } finally {
       await embedsOnly.close();
     }
+  });
+});
+
+describe("embedding lanes", () => {
+  it("splits the threads between min(threads, parallel, 8) lanes, the remainder to the first", () => {
+    assert.deepEqual(laneThreads(1, 4), [1]);
+    assert.deepEqual(laneThreads(2, 4), [1, 1]);
+    assert.deepEqual(laneThreads(2, 1), [2]);
+    assert.deepEqual(laneThreads(5, 2), [3, 2]);
+    assert.deepEqual(laneThreads(7, 3), [3, 2, 2]);
+    assert.equal(laneThreads(32, 64).length, MAX_LANES);
+    assert.equal(laneThreads(32, 64).reduce((sum, each) => sum + each, 0), 32);
+  });
+
+  let model: LlamaModel;
+  let embedder: LlamaEmbedder;
+  let single: LlamaEmbedder;
+  before(async () => {
+    // A runtime with two threads (its `maxThreads` caps all contexts together): room for both lanes.
+    const llama = await createRuntimeLoader({ threads: 2, gpu: "cpu" })();
+    model = await llama.loadModel({ modelPath: embeddingModelPath() });
+    const options = { contextSize: 32, queueSize: 4, ...measureVocabulary(model) };
+    embedder = await LlamaEmbedder.open(model, { ...options, threads: 2, parallel: 4 });
+    single = await LlamaEmbedder.open(model, { ...options, threads: 1, parallel: 4 });
+  });
+  after(async () => {
+    await embedder.close();
+    await single.close();
+    await model.dispose();
+  });
+
+  const run = (target: LlamaEmbedder, inputs: EmbeddingInput[]) => target.prepare(request(inputs)).run(new AbortController().signal);
+
+  it("with two threads runs two concurrent requests on two lanes of a thread each, at once", async () => {
+    assert.deepEqual(embedder.laneStats().threads, [1, 1]);
+    assert.deepEqual(single.laneStats().threads, [1]);
+    const before = embedder.laneStats().inputs;
+    const both = Promise.all([run(embedder, texts(story)), run(embedder, texts("The dog ran away."))]);
+    assert.deepEqual(embedder.load(), { busy: 2, waiting: 0, capacity: 2 });
+    await both;
+    const stats = embedder.laneStats();
+    assert.deepEqual(stats.inputs.map((count, lane) => count - before[lane]!), [1, 1], "one input on each lane");
+    assert.equal(stats.mostAtOnce, 2, "both decodes were in flight together");
+    assert.deepEqual(embedder.load(), { busy: 0, waiting: 0, capacity: 2 });
+  });
+
+  it("spreads one request's inputs over free lanes, in the inputs' order, and every lane gives the same vectors", async () => {
+    const inputs = texts(story, "The dog ran away.", "Birds sing.", story, "The sun is hot.");
+    const expected = (await run(single, inputs)).vectors;
+    const before = embedder.laneStats().inputs;
+    const { vectors } = await run(embedder, inputs);
+    const spread = embedder.laneStats().inputs.map((count, lane) => count - before[lane]!);
+    assert.ok(spread.every((count) => count >= 1), `inputs per lane ${spread}`);
+    assert.deepEqual(vectors, expected, "the same vectors as one lane, in order");
+    // The same text on lane 0 and lane 1 at once: identical vectors.
+    const [a, b] = await Promise.all([run(embedder, texts(story)), run(embedder, texts(story))]);
+    assert.deepEqual(a.vectors, b.vectors);
+    assert.deepEqual(a.vectors[0], expected[0]);
+  });
+
+  it("queues a third request behind two running ones and runs it on the first lane given back", async () => {
+    const prepared = [texts(story), texts("A dog."), texts("Birds sing.")].map((inputs) => embedder.prepare(request(inputs)));
+    const signal = new AbortController().signal;
+    const runs = prepared.map((each) => each.run(signal));
+    assert.deepEqual(embedder.load(), { busy: 2, waiting: 1, capacity: 2 });
+    const results = await Promise.all(runs);
+    assert.equal(results.length, 3);
+    assert.deepEqual(results[2]!.vectors, (await run(single, texts("Birds sing."))).vectors);
   });
 });
