@@ -271,32 +271,58 @@ describe("embedding lanes", () => {
   });
 
   const run = (target: LlamaEmbedder, inputs: EmbeddingInput[]) => target.prepare(request(inputs)).run(new AbortController().signal);
+  /** Until `count` inputs are decoding: a few microtasks (a decode ends only in a later turn of the event loop). */
+  async function decoding(count: number): Promise<void> {
+    for (let turn = 0; turn < 20 && embedder.laneStats().decoding < count; turn++) await Promise.resolve();
+    assert.equal(embedder.laneStats().decoding, count);
+  }
 
-  it("with two threads runs two concurrent requests on two lanes of a thread each, at once", async () => {
+  it("with two threads runs one request's two inputs on two lanes of a thread each, at once", async () => {
     assert.deepEqual(embedder.laneStats().threads, [1, 1]);
+    assert.deepEqual(embedder.laneStats().wide?.threads, 2);
     assert.deepEqual(single.laneStats().threads, [1]);
-    const before = embedder.laneStats().inputs;
-    const both = Promise.all([run(embedder, texts(story)), run(embedder, texts("The dog ran away."))]);
-    assert.deepEqual(embedder.load(), { busy: 2, waiting: 0, capacity: 2 });
-    await both;
+    assert.equal(single.laneStats().wide, undefined, "one lane is the wide one");
+    const before = embedder.laneStats();
+    const running = run(embedder, texts(story, "The dog ran away."));
+    await decoding(2);
+    assert.deepEqual(embedder.load(), { busy: 2, waiting: 0, capacity: 2 }, "the request took the second lane too");
+    const { vectors } = await running;
+    assert.equal(vectors.length, 2);
     const stats = embedder.laneStats();
-    assert.deepEqual(stats.inputs.map((count, lane) => count - before[lane]!), [1, 1], "one input on each lane");
+    assert.deepEqual(stats.inputs.map((count, lane) => count - before.inputs[lane]!), [1, 1], "one input on each lane");
+    assert.equal(stats.wide!.inputs, before.wide!.inputs, "none on the wide context");
     assert.equal(stats.mostAtOnce, 2, "both decodes were in flight together");
     assert.deepEqual(embedder.load(), { busy: 0, waiting: 0, capacity: 2 });
   });
 
-  it("spreads one request's inputs over free lanes, in the inputs' order, and every lane gives the same vectors", async () => {
+  it("runs an input alone on the wide context with all the threads, and a request arriving meanwhile on a lane", async () => {
+    const before = embedder.laneStats();
+    const first = run(embedder, texts(story));
+    await decoding(1);
+    const second = run(embedder, texts("The dog ran away."));
+    assert.deepEqual(embedder.load(), { busy: 2, waiting: 0, capacity: 2 });
+    await Promise.all([first, second]);
+    const stats = embedder.laneStats();
+    assert.equal(stats.wide!.inputs - before.wide!.inputs, 1, "the first, alone, on the wide context");
+    assert.deepEqual(stats.inputs.map((count, lane) => count - before.inputs[lane]!), [0, 1], "the second on the second lane");
+  });
+
+  it("spreads one request's inputs over free lanes, in the inputs' order, and every context gives the same vectors", async () => {
     const inputs = texts(story, "The dog ran away.", "Birds sing.", story, "The sun is hot.");
     const expected = (await run(single, inputs)).vectors;
     const before = embedder.laneStats().inputs;
     const { vectors } = await run(embedder, inputs);
     const spread = embedder.laneStats().inputs.map((count, lane) => count - before[lane]!);
-    assert.ok(spread.every((count) => count >= 1), `inputs per lane ${spread}`);
-    assert.deepEqual(vectors, expected, "the same vectors as one lane, in order");
-    // The same text on lane 0 and lane 1 at once: identical vectors.
-    const [a, b] = await Promise.all([run(embedder, texts(story)), run(embedder, texts(story))]);
-    assert.deepEqual(a.vectors, b.vectors);
-    assert.deepEqual(a.vectors[0], expected[0]);
+    assert.ok(spread.every((count) => count >= 2), `inputs per lane ${spread}`);
+    assert.deepEqual(vectors, expected, "the same vectors as one lane of one thread, in order");
+    // The same text on the wide context (two threads) and on the second lane at once: identical vectors.
+    const wideBefore = embedder.laneStats().wide!.inputs;
+    const a = run(embedder, texts(story));
+    await decoding(1);
+    const b = await run(embedder, texts(story));
+    assert.equal(embedder.laneStats().wide!.inputs - wideBefore, 1);
+    assert.deepEqual((await a).vectors, b.vectors);
+    assert.deepEqual(b.vectors[0], expected[0]);
   });
 
   it("queues a third request behind two running ones and runs it on the first lane given back", async () => {

@@ -11,7 +11,12 @@
  * inputs run side by side instead: "lanes", several embedding contexts of the one model
  * (min(threads, parallel, 8) of them), the thread budget split between them (the remainder to the
  * first lanes), one input per lane at a time. With `--threads 2` two inputs decode at once on a
- * thread each, where llama-server decodes one batch with two threads. Each context's batch is as
+ * thread each, where llama-server decodes one batch with two threads. With more than one lane there
+ * is also a "wide" context with all the threads, for an input that would otherwise run alone (the
+ * last one left of the only request running, nobody waiting): one query is not slowed to a lane's
+ * share of the threads. llama.cpp threads are node-llama-cpp's to share (`getLlama`'s `maxThreads`
+ * is `--threads`, `runtime.ts`): a lane that starts while the wide context decodes waits for its
+ * threads, so the process never runs more than `--threads` compute threads. Each context's batch is as
  * large as the context, so an input always decodes whole (mean pooling over a sequence split across
  * two decodes would average its last part only).
  *
@@ -44,8 +49,11 @@ export type LlamaEmbedderOptions = {
 /** Since start: `llama_decode` calls, the inputs in them, their tokens (as `EngineMember.batching`). */
 export type EmbeddingStats = { batches: number; sequences: number; tokens: number };
 
-/** The lanes: threads each, inputs each has embedded since start, the most that decoded at once. */
-export type LaneStats = { threads: number[]; inputs: number[]; mostAtOnce: number };
+/**
+ * The lanes: threads each, inputs each has embedded since start, inputs decoding now and the most that
+ * decoded at once; the wide context's threads (undefined with one lane, which is then the wide one) and inputs.
+ */
+export type LaneStats = { threads: number[]; inputs: number[]; decoding: number; mostAtOnce: number; wide: { threads: number; inputs: number } | undefined };
 
 /** Lanes at most, whatever the threads: each holds a context's KV and compute buffers. */
 export const MAX_LANES = 8;
@@ -90,21 +98,24 @@ export function normalize(vector: ArrayLike<number>): Float32Array {
 export class LlamaEmbedder {
   readonly #model: LlamaModel;
   readonly #lanes: Lane[];
+  /** All the threads, for an input alone (only with more than one lane). */
+  readonly #wide: LlamaEmbeddingContext | undefined;
   readonly #options: LlamaEmbedderOptions;
   readonly #queue: SlotQueue<Lane>;
   readonly #special: { first: Token | undefined; last: Token | undefined };
   readonly #stats: EmbeddingStats = { batches: 0, sequences: 0, tokens: 0 };
-  readonly #laneStats: LaneStats;
+  readonly #laneStats: Omit<LaneStats, "decoding">;
   #decoding = 0;
   readonly #closing = new AbortController();
 
-  private constructor(model: LlamaModel, contexts: LlamaEmbeddingContext[], threads: number[], options: LlamaEmbedderOptions) {
+  private constructor(model: LlamaModel, contexts: LlamaEmbeddingContext[], wide: LlamaEmbeddingContext | undefined, threads: number[], options: LlamaEmbedderOptions) {
     this.#model = model;
     this.#lanes = contexts.map((context, index) => ({ index, context }));
+    this.#wide = wide;
     this.#options = options;
     this.#queue = new SlotQueue(this.#lanes, options.queueSize);
     this.#special = specialTokensOf(model);
-    this.#laneStats = { threads, inputs: threads.map(() => 0), mostAtOnce: 0 };
+    this.#laneStats = { threads, inputs: threads.map(() => 0), mostAtOnce: 0, wide: wide === undefined ? undefined : { threads: options.threads, inputs: 0 } };
   }
 
   /**
@@ -114,15 +125,19 @@ export class LlamaEmbedder {
   static async open(model: LlamaModel, options: LlamaEmbedderOptions): Promise<LlamaEmbedder> {
     const threads = laneThreads(options.threads, options.parallel);
     const contexts: LlamaEmbeddingContext[] = [];
+    const create = async (each: number) => {
+      const context = await model.createEmbeddingContext({ contextSize: options.contextSize + 1, batchSize: options.contextSize + 1, threads: each });
+      contexts.push(context);
+      return context;
+    };
     try {
-      for (const each of threads) {
-        contexts.push(await model.createEmbeddingContext({ contextSize: options.contextSize + 1, batchSize: options.contextSize + 1, threads: each }));
-      }
+      for (const each of threads) await create(each);
+      const wide = threads.length > 1 ? await create(options.threads) : undefined;
+      return new LlamaEmbedder(model, contexts.slice(0, threads.length), wide, threads, options);
     } catch (error) {
       await Promise.all(contexts.map((context) => context.dispose()));
       throw error;
     }
-    return new LlamaEmbedder(model, contexts, threads, options);
   }
 
   get model(): LlamaModel {
@@ -144,7 +159,8 @@ export class LlamaEmbedder {
   }
 
   laneStats(): LaneStats {
-    return { threads: [...this.#laneStats.threads], inputs: [...this.#laneStats.inputs], mostAtOnce: this.#laneStats.mostAtOnce };
+    const { threads, inputs, mostAtOnce, wide } = this.#laneStats;
+    return { threads: [...threads], inputs: [...inputs], decoding: this.#decoding, mostAtOnce, wide: wide === undefined ? undefined : { ...wide } };
   }
 
   /**
@@ -259,7 +275,9 @@ export class LlamaEmbedder {
         while (next < sequences.length) {
           if (stop.aborted) throw stop.reason;
           const index = next++;
-          vectors[index] = await this.#embed(lane, sequences[index]!);
+          // Alone: the last input of the only request running, nothing decoding, nobody waiting.
+          const alone = next === sequences.length && this.#decoding === 0 && this.#queue.busy === 1 && this.#queue.waiting === 0;
+          vectors[index] = await this.#embed(lane, sequences[index]!, alone);
           spread();
         }
       };
@@ -276,15 +294,18 @@ export class LlamaEmbedder {
     });
   }
 
-  async #embed(lane: Lane, tokens: Token[]): Promise<Float32Array> {
+  /** One input on its lane, or on the wide context when it is `alone` (and there is one). */
+  async #embed(lane: Lane, tokens: Token[], alone: boolean): Promise<Float32Array> {
+    const wide = alone ? this.#wide : undefined;
     this.#decoding++;
     this.#laneStats.mostAtOnce = Math.max(this.#laneStats.mostAtOnce, this.#decoding);
     try {
-      const embedding = await lane.context.getEmbeddingFor(tokens);
+      const embedding = await (wide ?? lane.context).getEmbeddingFor(tokens);
       this.#stats.batches++;
       this.#stats.sequences++;
       this.#stats.tokens += tokens.length;
-      this.#laneStats.inputs[lane.index]!++;
+      if (wide === undefined) this.#laneStats.inputs[lane.index]!++;
+      else this.#laneStats.wide!.inputs++;
       return normalize(embedding.vector);
     } finally {
       this.#decoding--;
@@ -293,7 +314,7 @@ export class LlamaEmbedder {
 
   async close(): Promise<void> {
     this.#closing.abort(new Error("engine closing"));
-    await Promise.all(this.#lanes.map((lane) => lane.context.dispose()));
+    await Promise.all([...this.#lanes.map((lane) => lane.context.dispose()), this.#wide?.dispose()]);
   }
 }
 
