@@ -313,16 +313,17 @@ describe("embedding lanes", () => {
     const before = embedder.laneStats().inputs;
     const { vectors } = await run(embedder, inputs);
     const spread = embedder.laneStats().inputs.map((count, lane) => count - before[lane]!);
-    assert.ok(spread.every((count) => count >= 2), `inputs per lane ${spread}`);
+    assert.ok(spread.every((count) => count >= 1), `inputs per lane ${spread}`);
+    assert.equal(spread[0]! + spread[1]!, 5);
     assert.deepEqual(vectors, expected, "the same vectors as one lane of one thread, in order");
     // The same text on the wide context (two threads) and on the second lane at once: identical vectors.
     const wideBefore = embedder.laneStats().wide!.inputs;
     const a = run(embedder, texts(story));
     await decoding(1);
-    const b = await run(embedder, texts(story));
+    const [onWide, onLane] = await Promise.all([a, run(embedder, texts(story))]);
     assert.equal(embedder.laneStats().wide!.inputs - wideBefore, 1);
-    assert.deepEqual((await a).vectors, b.vectors);
-    assert.deepEqual(b.vectors[0], expected[0]);
+    assert.deepEqual(onWide.vectors, onLane.vectors);
+    assert.deepEqual(onLane.vectors[0], expected[0]);
   });
 
   it("queues a third request behind two running ones and runs it on the first lane given back", async () => {
