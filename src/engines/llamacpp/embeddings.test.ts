@@ -326,6 +326,20 @@ describe("embedding lanes", () => {
     assert.deepEqual(onLane.vectors[0], expected[0]);
   });
 
+  it("stops a request spread over both lanes when it is aborted, and gives both lanes back", async () => {
+    const controller = new AbortController();
+    const before = embedder.stats().sequences;
+    const running = embedder.prepare(request(texts(...Array.from({ length: 200 }, (_, index) => `Story number ${index} about a dog.`)))).run(controller.signal);
+    await decoding(2);
+    while (embedder.stats().sequences === before) await new Promise((resolve) => setImmediate(resolve));
+    controller.abort(new Error("client went away"));
+    await assert.rejects(running, /client went away/);
+    const embedded = embedder.stats().sequences - before;
+    assert.ok(embedded >= 1 && embedded < 200, `${embedded} inputs embedded`);
+    assert.deepEqual(embedder.load(), { busy: 0, waiting: 0, capacity: 2 });
+    assert.equal(embedder.laneStats().decoding, 0);
+  });
+
   it("queues a third request behind two running ones and runs it on the first lane given back", async () => {
     const prepared = [texts(story), texts("A dog."), texts("Birds sing.")].map((inputs) => embedder.prepare(request(inputs)));
     const signal = new AbortController().signal;

@@ -260,15 +260,18 @@ export class LlamaEmbedder {
     return leased.then(async (first) => {
       const leases = [first];
       const vectors: Float32Array[] = new Array(sequences.length);
-      const workers: Promise<void>[] = [];
+      // Each worker's outcome, caught where it starts (a failure waits for the others, never unhandled).
+      const workers: Promise<{ failed: false } | { failed: true; error: unknown }>[] = [];
+      const start = (lane: Lane) => workers.push(work(lane).then(() => ({ failed: false as const }), (error: unknown) => ({ failed: true as const, error })));
       let next = 0;
+      let failure: { error: unknown } | undefined;
       const spread = () => {
         // A worker starts at once (takes its input synchronously), so this stops when none is left.
         while (next < sequences.length) {
           const lease = this.#queue.tryAcquire();
           if (lease === undefined) return;
           leases.push(lease);
-          workers.push(work(lease.slot));
+          start(lease.slot);
         }
       };
       const work = async (lane: Lane): Promise<void> => {
@@ -281,12 +284,16 @@ export class LlamaEmbedder {
           spread();
         }
       };
-      workers.push(work(first.slot));
+      start(first.slot);
       spread();
       try {
-        // Every worker finished (none still decoding on a lane given back), then the first failure.
-        for (let done = 0; done < workers.length; done++) await workers[done]!.catch(() => undefined);
-        for (const worker of workers) await worker;
+        // Every worker finished (none still decoding on a lane given back; one may start another
+        // while this waits), then the first failure.
+        for (let done = 0; done < workers.length; done++) {
+          const outcome = await workers[done]!;
+          if (outcome.failed) failure ??= outcome;
+        }
+        if (failure !== undefined) throw failure.error;
         return { vectors, usage: { promptTokens, source: "counted" as const } };
       } finally {
         for (const lease of leases) lease.release();
