@@ -16,12 +16,15 @@
  * For each concurrency C (default 1, 16, 64), each round sends `--requests` requests (default
  * max(16, 2C)) from C clients, each a request at a time, every request `--inputs` texts of about
  * `--words` words, different for every request and round. Per side and round: inputs/s and
- * tokens/s (usage.prompt_tokens summed ÷ the round's wall time); medians over rounds, the ratios
- * Turnpike ÷ llama-server (and the median of per-round ratios), and the least cosine between the
- * two sides' vectors of the same input (they should agree). JSON to bench/results/embeddings.json.
+ * tokens/s (usage.prompt_tokens summed ÷ the round's wall time) and the load average at its end;
+ * medians over rounds, the ratios Turnpike ÷ llama-server (and the median of per-round ratios), and
+ * the least cosine between the two sides' vectors of the same input (they should agree). `--threads`
+ * takes a list (e.g. 1,2): both sides are restarted with each, the same on both. Turnpike gets
+ * `--parallel` the largest concurrency too (its embedding lanes are min(threads, parallel, 8)).
+ * JSON to bench/results/embeddings.json.
  *
  *   node bench/embeddings.ts [--concurrency 1,16,64] [--rounds 3] [--warmup 1] [--requests N]
- *     [--inputs 1] [--words 24] [--threads 1] [--context-size 512] [--batch-size 512]
+ *     [--inputs 1] [--words 24] [--threads 1[,2…]] [--context-size 512] [--batch-size 512]
  *     [--via auto|http|engine] [--model file.gguf] [--out bench/results/embeddings.json]
  */
 import { execFileSync } from "node:child_process";
@@ -68,7 +71,7 @@ const rounds = positiveInteger("rounds", flags.rounds);
 const warmupRounds = positiveInteger("warmup", flags.warmup, 0);
 const inputsPerRequest = positiveInteger("inputs", flags.inputs);
 const words = positiveInteger("words", flags.words);
-const threads = positiveInteger("threads", flags.threads);
+const threadCounts = flags.threads.split(",").map((value) => positiveInteger("threads", value.trim()));
 const contextSize = positiveInteger("context-size", flags["context-size"], 64);
 const batchSize = positiveInteger("batch-size", flags["batch-size"], 32);
 if (!["auto", "http", "engine"].includes(flags.via)) throw new Error(`--via must be auto, http or engine, got '${flags.via}'`);
@@ -80,7 +83,7 @@ type Side = (typeof SIDES)[number];
 
 /** One side's way to embed a request's texts: the vectors and the tokens counted. */
 type Embed = (texts: string[]) => Promise<{ vectors: ArrayLike<number>[]; promptTokens: number }>;
-type RoundResult = { round: number; side: Side; concurrency: number; requests: number; wallMs: number; inputsPerSecond: number; tokensPerSecond: number; tokens: number };
+type RoundResult = { threads: number; load: number; round: number; side: Side; concurrency: number; requests: number; wallMs: number; inputsPerSecond: number; tokensPerSecond: number; tokens: number };
 
 const WORDS = ["cat", "dog", "ball", "garden", "tree", "happy", "little", "big", "red", "sun", "went", "saw", "play", "house", "girl", "boy", "friend", "bird", "sky", "day"];
 /** About `words` words, different for every concurrency, round, request and input. */
@@ -185,10 +188,13 @@ let turnpike: TurnpikeChild | undefined;
 let engine: LlamaCppEngine | undefined;
 const agents: Agent[] = [];
 async function stopAll(): Promise<void> {
-  await Promise.all(agents.map((agent) => agent.close().catch(() => undefined)));
+  await Promise.all(agents.splice(0).map((agent) => agent.close().catch(() => undefined)));
   await turnpike?.cleanup().catch(() => undefined);
   await engine?.close().catch(() => undefined);
   await llama?.close().catch(() => undefined);
+  turnpike = undefined;
+  engine = undefined;
+  llama = undefined;
 }
 
 const started = Date.now();
@@ -201,136 +207,168 @@ process.once("SIGINT", () => void stopAll().then(() => {
 }));
 const roundResults: RoundResult[] = [];
 let via: "http" | "engine" = flags.via === "engine" ? "engine" : "http";
-let leastCosine = Number.POSITIVE_INFINITY;
-try {
-  process.stderr.write(`model ${modelPath}\nstarting llama-server (${threads} thread(s), ${slots} slots × ${contextSize} tokens, batch ${batchSize})…\n`);
-  llama = await startLlamaServer({
-    binary: binary.server,
-    model: modelPath,
-    threads,
-    parallel: slots,
-    contextSize: contextSize * slots,
-    // `--kv-unified`: with a KV cache stream per slot, llama-server pools the inputs sharing a batch wrongly (test/embeddings-llama-server.test.ts).
-    extraArgs: ["--embeddings", "--pooling", "mean", "--kv-unified", "--batch-size", String(batchSize), "--ubatch-size", String(batchSize)],
-    startTimeoutMs: 120_000,
-  });
-  process.stderr.write(`llama-server runs node-llama-cpp's CPU backend ${path.basename(loadedCpuBackend(llama.process.pid!) ?? "(none mapped?)")}\n`);
-  const agentFor = () => {
-    const agent = new Agent({ keepAliveTimeout: 60_000, connections: slots });
-    agents.push(agent);
-    return agent;
-  };
-  const embedders: Partial<Record<Side, Embed>> = { "llama-server": httpEmbed(agentFor(), llama.url, {}) };
-  if (via === "http") {
-    turnpike = await startTurnpikeChild({
-      tempPrefix: "turnpike-bench-embeddings-",
-      readyTimeoutMs: 120_000,
-      serveArgs: (dataDir, port) => [
-        "--host", "127.0.0.1", "--port", String(port), "--data-dir", dataDir, "--log-level", "warn",
-        "--model", `${MODEL_ID}=${modelPath}`, "--threads", String(threads), "--context-size", String(contextSize),
-        "--gpu", "cpu", "--queue-size", String(Math.max(64, slots * 2)),
-      ],
-    });
-    const agent = agentFor();
-    if (await turnpikeHasRoute(turnpike, agent)) {
-      embedders.turnpike = httpEmbed(agent, turnpike.origin, { authorization: `Bearer ${turnpike.key}` });
-    } else if (flags.via === "auto") {
-      process.stderr.write("Turnpike has no POST /v1/embeddings route in this checkout: benchmarking the embedded engine directly (no HTTP)\n");
-      await turnpike.cleanup();
-      turnpike = undefined;
-      via = "engine";
-    } else {
-      throw new Error("Turnpike answered 404 at POST /v1/embeddings (--via http)");
-    }
-  }
-  if (via === "engine") {
-    engine = new LlamaCppEngine({
-      modelId: MODEL_ID,
-      source: { path: modelPath },
-      dataDir: os.tmpdir(),
-      llama: createRuntimeLoader({ threads, gpu: "cpu" }),
-      contextSize,
-      parallel: 1,
-      queueSize: Math.max(64, slots * 2),
-      threads,
-    });
-    await engine.open();
-    if (engine.status().state !== "ready") throw new Error(`the engine did not load: ${JSON.stringify(engine.status())}`);
-    embedders.turnpike = engineEmbed(engine);
-  }
+const leastCosine = new Map<number, number>();
 
-  for (const concurrency of concurrencies) {
-    const requests = requestsFor(concurrency);
-    const total = warmupRounds + rounds;
-    process.stderr.write(`${concurrency} concurrent: ${total} rounds (${warmupRounds} warm-up) × 2 sides × ${requests} requests × ${inputsPerRequest} input(s)\n`);
-    for (let round = 0; round < total; round++) {
-      const order: Side[] = round % 2 === 0 ? ["llama-server", "turnpike"] : ["turnpike", "llama-server"];
-      const line: string[] = [];
-      const firsts: Partial<Record<Side, ArrayLike<number>[]>> = {};
-      for (const side of order) {
-        const { wallMs, tokens, first } = await runRound(embedders[side]!, concurrency, round, requests);
-        firsts[side] = first;
-        const inputs = requests * inputsPerRequest;
-        const result: RoundResult = { round: round - warmupRounds, side, concurrency, requests, wallMs, tokens, inputsPerSecond: inputs / (wallMs / 1000), tokensPerSecond: tokens / (wallMs / 1000) };
-        if (round >= warmupRounds) roundResults.push(result);
-        line.push(`${side} ${result.inputsPerSecond.toFixed(1)} inputs/s, ${result.tokensPerSecond.toFixed(0)} tok/s`);
-      }
-      firsts.turnpike!.forEach((vector, index) => {
-        leastCosine = Math.min(leastCosine, cosine(vector, firsts["llama-server"]![index]!));
+/** Both sides with `threads` threads, every concurrency's rounds, then both stopped. */
+async function runThreads(threads: number): Promise<void> {
+  let least = Number.POSITIVE_INFINITY;
+  try {
+    process.stderr.write(`model ${modelPath}\nstarting llama-server (${threads} thread(s), ${slots} slots × ${contextSize} tokens, batch ${batchSize})…\n`);
+    llama = await startLlamaServer({
+      binary: binary.server,
+      model: modelPath,
+      threads,
+      parallel: slots,
+      contextSize: contextSize * slots,
+      // `--kv-unified`: with a KV cache stream per slot, llama-server pools the inputs sharing a batch wrongly (test/embeddings-llama-server.test.ts).
+      extraArgs: ["--embeddings", "--pooling", "mean", "--kv-unified", "--batch-size", String(batchSize), "--ubatch-size", String(batchSize)],
+      startTimeoutMs: 120_000,
+    });
+    process.stderr.write(`llama-server runs node-llama-cpp's CPU backend ${path.basename(loadedCpuBackend(llama.process.pid!) ?? "(none mapped?)")}\n`);
+    const agentFor = () => {
+      const agent = new Agent({ keepAliveTimeout: 60_000, connections: slots });
+      agents.push(agent);
+      return agent;
+    };
+    const embedders: Partial<Record<Side, Embed>> = { "llama-server": httpEmbed(agentFor(), llama.url, {}) };
+    if (via === "http") {
+      turnpike = await startTurnpikeChild({
+        tempPrefix: "turnpike-bench-embeddings-",
+        readyTimeoutMs: 120_000,
+        serveArgs: (dataDir, port) => [
+          "--host", "127.0.0.1", "--port", String(port), "--data-dir", dataDir, "--log-level", "warn",
+          "--model", `${MODEL_ID}=${modelPath}`, "--threads", String(threads), "--context-size", String(contextSize),
+          "--parallel", String(Math.min(64, slots)), "--gpu", "cpu", "--queue-size", String(Math.max(64, slots * 2)),
+        ],
       });
-      process.stderr.write(`  ${round < warmupRounds ? "warm-up" : `round ${round - warmupRounds}`}: ${line.join("; ")}\n`);
+      const agent = agentFor();
+      if (await turnpikeHasRoute(turnpike, agent)) {
+        embedders.turnpike = httpEmbed(agent, turnpike.origin, { authorization: `Bearer ${turnpike.key}` });
+      } else if (flags.via === "auto") {
+        process.stderr.write("Turnpike has no POST /v1/embeddings route in this checkout: benchmarking the embedded engine directly (no HTTP)\n");
+        await turnpike.cleanup();
+        turnpike = undefined;
+        via = "engine";
+      } else {
+        throw new Error("Turnpike answered 404 at POST /v1/embeddings (--via http)");
+      }
     }
+    if (via === "engine") {
+      engine = new LlamaCppEngine({
+        modelId: MODEL_ID,
+        source: { path: modelPath },
+        dataDir: os.tmpdir(),
+        llama: createRuntimeLoader({ threads, gpu: "cpu" }),
+        contextSize,
+        parallel: Math.min(64, slots),
+        queueSize: Math.max(64, slots * 2),
+        threads,
+      });
+      await engine.open();
+      if (engine.status().state !== "ready") throw new Error(`the engine did not load: ${JSON.stringify(engine.status())}`);
+      embedders.turnpike = engineEmbed(engine);
+    }
+
+    for (const concurrency of concurrencies) {
+      const requests = requestsFor(concurrency);
+      const total = warmupRounds + rounds;
+      process.stderr.write(`${threads} thread(s), ${concurrency} concurrent: ${total} rounds (${warmupRounds} warm-up) × 2 sides × ${requests} requests × ${inputsPerRequest} input(s)\n`);
+      for (let round = 0; round < total; round++) {
+        const order: Side[] = round % 2 === 0 ? ["llama-server", "turnpike"] : ["turnpike", "llama-server"];
+        const line: string[] = [];
+        const firsts: Partial<Record<Side, ArrayLike<number>[]>> = {};
+        for (const side of order) {
+          const { wallMs, tokens, first } = await runRound(embedders[side]!, concurrency, round, requests);
+          firsts[side] = first;
+          const inputs = requests * inputsPerRequest;
+          const load = os.loadavg()[0]!;
+          const result: RoundResult = { threads, load, round: round - warmupRounds, side, concurrency, requests, wallMs, tokens, inputsPerSecond: inputs / (wallMs / 1000), tokensPerSecond: tokens / (wallMs / 1000) };
+          if (round >= warmupRounds) roundResults.push(result);
+          line.push(`${side} ${result.inputsPerSecond.toFixed(1)} inputs/s, ${result.tokensPerSecond.toFixed(0)} tok/s`);
+        }
+        firsts.turnpike!.forEach((vector, index) => {
+          least = Math.min(least, cosine(vector, firsts["llama-server"]![index]!));
+        });
+        process.stderr.write(`  ${round < warmupRounds ? "warm-up" : `round ${round - warmupRounds}`}: ${line.join("; ")} (load ${os.loadavg()[0]!.toFixed(2)})\n`);
+      }
+    }
+  } finally {
+    leastCosine.set(threads, least);
+    await stopAll();
   }
+}
+
+try {
+  for (const threads of threadCounts) await runThreads(threads);
 } finally {
   await stopAll();
   binary.remove();
 }
 const loadAfter = os.loadavg();
 
-type Row = { concurrency: number; side: Side; inputsPerSecond: number; tokensPerSecond: number };
+type Row = { threads: number; concurrency: number; side: Side; inputsPerSecond: number; tokensPerSecond: number; load: number };
 const rows: Row[] = [];
-for (const concurrency of concurrencies) {
-  for (const side of SIDES) {
-    const mine = roundResults.filter((result) => result.concurrency === concurrency && result.side === side);
-    rows.push({ concurrency, side, inputsPerSecond: median(mine.map((result) => result.inputsPerSecond)), tokensPerSecond: median(mine.map((result) => result.tokensPerSecond)) });
+const resultsOf = (threads: number, concurrency: number, side?: Side) =>
+  roundResults.filter((result) => result.threads === threads && result.concurrency === concurrency && (side === undefined || result.side === side));
+for (const threads of threadCounts) {
+  for (const concurrency of concurrencies) {
+    for (const side of SIDES) {
+      const mine = resultsOf(threads, concurrency, side);
+      rows.push({
+        threads,
+        concurrency,
+        side,
+        inputsPerSecond: median(mine.map((result) => result.inputsPerSecond)),
+        tokensPerSecond: median(mine.map((result) => result.tokensPerSecond)),
+        load: median(mine.map((result) => result.load)),
+      });
+    }
   }
 }
-const rowOf = (concurrency: number, side: Side) => rows.find((row) => row.concurrency === concurrency && row.side === side)!;
+const rowOf = (threads: number, concurrency: number, side: Side) => rows.find((row) => row.threads === threads && row.concurrency === concurrency && row.side === side)!;
 /** The median over rounds of Turnpike ÷ llama-server within the same round. */
-function pairedRatio(concurrency: number): number {
+function pairedRatio(threads: number, concurrency: number): number {
   const ratios: number[] = [];
   for (let round = 0; round < rounds; round++) {
-    const a = roundResults.find((result) => result.concurrency === concurrency && result.round === round && result.side === "llama-server");
-    const b = roundResults.find((result) => result.concurrency === concurrency && result.round === round && result.side === "turnpike");
+    const mine = resultsOf(threads, concurrency).filter((result) => result.round === round);
+    const a = mine.find((result) => result.side === "llama-server");
+    const b = mine.find((result) => result.side === "turnpike");
     if (a !== undefined && b !== undefined) ratios.push(b.inputsPerSecond / a.inputsPerSecond);
   }
   return median(ratios);
 }
-const ratios = concurrencies.map((concurrency) => ({
-  concurrency,
-  inputs: rowOf(concurrency, "turnpike").inputsPerSecond / rowOf(concurrency, "llama-server").inputsPerSecond,
-  paired: pairedRatio(concurrency),
-}));
+const ratios = threadCounts.flatMap((threads) =>
+  concurrencies.map((concurrency) => {
+    const loads = resultsOf(threads, concurrency).map((result) => result.load);
+    return {
+      threads,
+      concurrency,
+      inputs: rowOf(threads, concurrency, "turnpike").inputsPerSecond / rowOf(threads, concurrency, "llama-server").inputsPerSecond,
+      paired: pairedRatio(threads, concurrency),
+      load: [Math.min(...loads), Math.max(...loads)],
+    };
+  }),
+);
 
 const format = (value: number | undefined, digits: number) => (value !== undefined && Number.isFinite(value) ? value.toFixed(digits) : "");
 const loads = (load: number[]) => load.map((value) => value.toFixed(2)).join(" ");
 const lines: string[] = [
   `## Embeddings: Turnpike (${via === "http" ? "HTTP POST /v1/embeddings" : "the embedded engine called directly, no HTTP"}) vs llama-server: ${rounds} rounds (+${warmupRounds} warm-up) per concurrency`,
   "",
-  `model ${path.basename(modelPath)}; ${threads} thread(s), ${contextSize} tokens per input, batch ${batchSize}, llama-server ${slots} slots; ` +
+  `model ${path.basename(modelPath)}; threads ${threadCounts.join(", ")} (the same on both sides), ${contextSize} tokens per input, batch ${batchSize}, llama-server ${slots} slots, Turnpike --parallel ${Math.min(64, slots)}; ` +
     `${inputsPerRequest} input(s) of ~${words} words a request; ${os.availableParallelism()} CPUs, Node ${process.version}; load average before ${loads(loadBefore)}, after ${loads(loadAfter)}`,
   "",
-  "| concurrency | side | inputs/s | tokens/s |",
-  "| ---: | --- | ---: | ---: |",
-  ...rows.map((row) => `| ${row.concurrency} | ${row.side} | ${format(row.inputsPerSecond, 1)} | ${format(row.tokensPerSecond, 0)} |`),
+  "| threads | concurrency | side | inputs/s | tokens/s | load (median of rounds) |",
+  "| ---: | ---: | --- | ---: | ---: | ---: |",
+  ...rows.map((row) => `| ${row.threads} | ${row.concurrency} | ${row.side} | ${format(row.inputsPerSecond, 1)} | ${format(row.tokensPerSecond, 0)} | ${format(row.load, 2)} |`),
   "",
-  "Turnpike ÷ llama-server, inputs/s (medians; the median of per-round ratios in brackets; goal ≥ 0.95):",
+  "Turnpike ÷ llama-server, inputs/s (medians; the median of per-round ratios in brackets; goal ≥ 0.95), and the 1-minute load average over its rounds:",
   "",
-  "| concurrency | ratio |",
-  "| ---: | ---: |",
-  ...ratios.map((ratio) => `| ${ratio.concurrency} | ${format(ratio.inputs, 3)} [${format(ratio.paired, 3)}] |`),
+  "| threads | concurrency | ratio | load |",
+  "| ---: | ---: | ---: | ---: |",
+  ...ratios.map((ratio) => `| ${ratio.threads} | ${ratio.concurrency} | ${format(ratio.inputs, 3)} [${format(ratio.paired, 3)}] | ${format(ratio.load[0], 2)}–${format(ratio.load[1], 2)} |`),
   "",
-  `Least cosine between the two sides' vectors of the same input: ${format(leastCosine, 6)}.`,
+  `Least cosine between the two sides' vectors of the same input: ${threadCounts.map((threads) => `${format(leastCosine.get(threads), 6)} (${threads} thread(s))`).join(", ")}.`,
 ];
 console.log(`\n${lines.join("\n")}`);
 
@@ -340,10 +378,10 @@ const report = {
   cpus: os.availableParallelism(),
   node: process.version,
   loadAverage: { before: loadBefore, after: loadAfter },
-  settings: { model: modelPath, via, concurrencies, rounds, warmupRounds, inputsPerRequest, words, threads, contextSize, batchSize, slots },
+  settings: { model: modelPath, via, concurrencies, rounds, warmupRounds, inputsPerRequest, words, threads: threadCounts, contextSize, batchSize, slots },
   rows,
   ratios,
-  leastCosine,
+  leastCosine: Object.fromEntries(leastCosine),
   perRound: roundResults,
 };
 fs.mkdirSync(path.dirname(flags.out), { recursive: true });

@@ -2,7 +2,8 @@
  * Embeddings from the embedded engine, on stories260K with mean pooling (`embeddingModelPath()`)
  * and on plain stories260K: which GGUF is an embedding model, vectors (deterministic, unit length,
  * in the inputs' order, token inputs equal to their text), the refusals (too long, out of the
- * vocabulary, empty), truncation, the queue (full: refused at once; FIFO) and aborts.
+ * vocabulary, empty), truncation, the queue (full: refused at once; FIFO) and aborts; the lanes
+ * (with two threads, two inputs on two contexts at once, the same vectors whichever lane computes them).
  */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
@@ -10,7 +11,8 @@ import type { LlamaModel, Token } from "node-llama-cpp";
 import type { EmbeddingInput, EmbeddingRequest } from "../engine.ts";
 import { ApiError, EngineOverloadedError } from "../../protocol/errors.ts";
 import { embeddingModelPath, STORIES_260K } from "../../../test/helpers/test-models.ts";
-import type { LlamaCppEngine } from "./llamacpp-engine.ts";
+import { measureVocabulary, type LlamaCppEngine } from "./llamacpp-engine.ts";
+import { laneThreads, LlamaEmbedder, MAX_LANES } from "./embeddings.ts";
 import { embeddingKind, POOLING } from "./embedding-model.ts";
 import { createRuntimeLoader } from "./runtime.ts";
 import { loadTestEngine } from "./test-engine.ts";
@@ -232,5 +234,114 @@ describe("the llama.cpp engine serving a generative GGUF", () => {
     } finally {
       await embedsOnly.close();
     }
+  });
+});
+
+describe("embedding lanes", () => {
+  it("splits the threads between min(threads, parallel, 8) lanes, the remainder to the first", () => {
+    assert.deepEqual(laneThreads(1, 4), [1]);
+    assert.deepEqual(laneThreads(2, 4), [1, 1]);
+    assert.deepEqual(laneThreads(2, 1), [2]);
+    assert.deepEqual(laneThreads(5, 2), [3, 2]);
+    assert.deepEqual(laneThreads(7, 3), [3, 2, 2]);
+    assert.equal(laneThreads(32, 64).length, MAX_LANES);
+    assert.equal(laneThreads(32, 64).reduce((sum, each) => sum + each, 0), 32);
+  });
+
+  let model: LlamaModel;
+  let embedder: LlamaEmbedder;
+  let single: LlamaEmbedder;
+  before(async () => {
+    // A runtime with two threads (its `maxThreads` caps all contexts together): room for both lanes.
+    const llama = await createRuntimeLoader({ threads: 2, gpu: "cpu" })();
+    model = await llama.loadModel({ modelPath: embeddingModelPath() });
+    const options = { contextSize: 32, queueSize: 4, ...measureVocabulary(model) };
+    embedder = await LlamaEmbedder.open(model, { ...options, threads: 2, parallel: 4 });
+    single = await LlamaEmbedder.open(model, { ...options, threads: 1, parallel: 4 });
+  });
+  after(async () => {
+    await embedder.close();
+    await single.close();
+    await model.dispose();
+  });
+
+  const run = (target: LlamaEmbedder, inputs: EmbeddingInput[]) => target.prepare(request(inputs)).run(new AbortController().signal);
+  /** Until `count` inputs are decoding: a few microtasks (a decode ends only in a later turn of the event loop). */
+  async function decoding(count: number): Promise<void> {
+    for (let turn = 0; turn < 20 && embedder.laneStats().decoding < count; turn++) await Promise.resolve();
+    assert.equal(embedder.laneStats().decoding, count);
+  }
+
+  it("with two threads runs one request's two inputs on two lanes of a thread each, at once", async () => {
+    assert.deepEqual(embedder.laneStats().threads, [1, 1]);
+    assert.deepEqual(embedder.laneStats().wide?.threads, 2);
+    assert.deepEqual(single.laneStats().threads, [1]);
+    assert.equal(single.laneStats().wide, undefined, "one lane is the wide one");
+    const before = embedder.laneStats();
+    const running = run(embedder, texts(story, "The dog ran away."));
+    await decoding(2);
+    assert.deepEqual(embedder.load(), { busy: 2, waiting: 0, capacity: 2 }, "the request took the second lane too");
+    const { vectors } = await running;
+    assert.equal(vectors.length, 2);
+    const stats = embedder.laneStats();
+    assert.deepEqual(stats.inputs.map((count, lane) => count - before.inputs[lane]!), [1, 1], "one input on each lane");
+    assert.equal(stats.wide!.inputs, before.wide!.inputs, "none on the wide context");
+    assert.equal(stats.mostAtOnce, 2, "both decodes were in flight together");
+    assert.deepEqual(embedder.load(), { busy: 0, waiting: 0, capacity: 2 });
+  });
+
+  it("runs an input alone on the wide context with all the threads, and a request arriving meanwhile on a lane", async () => {
+    const before = embedder.laneStats();
+    const first = run(embedder, texts(story));
+    await decoding(1);
+    const second = run(embedder, texts("The dog ran away."));
+    assert.deepEqual(embedder.load(), { busy: 2, waiting: 0, capacity: 2 });
+    await Promise.all([first, second]);
+    const stats = embedder.laneStats();
+    assert.equal(stats.wide!.inputs - before.wide!.inputs, 1, "the first, alone, on the wide context");
+    assert.deepEqual(stats.inputs.map((count, lane) => count - before.inputs[lane]!), [0, 1], "the second on the second lane");
+  });
+
+  it("spreads one request's inputs over free lanes, in the inputs' order, and every context gives the same vectors", async () => {
+    const inputs = texts(story, "The dog ran away.", "Birds sing.", story, "The sun is hot.");
+    const expected = (await run(single, inputs)).vectors;
+    const before = embedder.laneStats().inputs;
+    const { vectors } = await run(embedder, inputs);
+    const spread = embedder.laneStats().inputs.map((count, lane) => count - before[lane]!);
+    assert.ok(spread.every((count) => count >= 1), `inputs per lane ${spread}`);
+    assert.equal(spread[0]! + spread[1]!, 5);
+    assert.deepEqual(vectors, expected, "the same vectors as one lane of one thread, in order");
+    // The same text on the wide context (two threads) and on the second lane at once: identical vectors.
+    const wideBefore = embedder.laneStats().wide!.inputs;
+    const a = run(embedder, texts(story));
+    await decoding(1);
+    const [onWide, onLane] = await Promise.all([a, run(embedder, texts(story))]);
+    assert.equal(embedder.laneStats().wide!.inputs - wideBefore, 1);
+    assert.deepEqual(onWide.vectors, onLane.vectors);
+    assert.deepEqual(onLane.vectors[0], expected[0]);
+  });
+
+  it("stops a request spread over both lanes when it is aborted, and gives both lanes back", async () => {
+    const controller = new AbortController();
+    const before = embedder.stats().sequences;
+    const running = embedder.prepare(request(texts(...Array.from({ length: 200 }, (_, index) => `Story number ${index} about a dog.`)))).run(controller.signal);
+    await decoding(2);
+    while (embedder.stats().sequences === before) await new Promise((resolve) => setImmediate(resolve));
+    controller.abort(new Error("client went away"));
+    await assert.rejects(running, /client went away/);
+    const embedded = embedder.stats().sequences - before;
+    assert.ok(embedded >= 1 && embedded < 200, `${embedded} inputs embedded`);
+    assert.deepEqual(embedder.load(), { busy: 0, waiting: 0, capacity: 2 });
+    assert.equal(embedder.laneStats().decoding, 0);
+  });
+
+  it("queues a third request behind two running ones and runs it on the first lane given back", async () => {
+    const prepared = [texts(story), texts("A dog."), texts("Birds sing.")].map((inputs) => embedder.prepare(request(inputs)));
+    const signal = new AbortController().signal;
+    const runs = prepared.map((each) => each.run(signal));
+    assert.deepEqual(embedder.load(), { busy: 2, waiting: 1, capacity: 2 });
+    const results = await Promise.all(runs);
+    assert.equal(results.length, 3);
+    assert.deepEqual(results[2]!.vectors, (await run(single, texts("Birds sing."))).vectors);
   });
 });

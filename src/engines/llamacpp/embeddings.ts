@@ -1,19 +1,29 @@
 /**
  * Embeddings from the embedded llama.cpp engine: each input tokenized as llama-server tokenizes
  * `/v1/embeddings` input (special tokens parsed, the model's own BOS/EOS or CLS/SEP added), checked
- * against the context, run through one node-llama-cpp embedding context with the model's own
+ * against the context, run through a node-llama-cpp embedding context with the model's own
  * pooling, and L2-normalised (llama-server's default `embd_normalize` 2).
  *
- * One input per `llama_decode`, one after another: node-llama-cpp 3.22's native context reads the
- * pooled vector of sequence 0 only (`AddonContext::GetEmbedding` calls
- * `llama_get_embeddings_seq(ctx, 0)`), so a batch holding several sequences would compute every
- * sequence's vector and hand back one. llama-server decodes its slots' inputs together; this cannot
- * through node-llama-cpp's API. The context's batch is as large as the context, so an input always
- * decodes whole (mean pooling over a sequence split across two decodes would average its last part only).
+ * One input per `llama_decode`: node-llama-cpp 3.22's native context reads the pooled vector of
+ * sequence 0 only (`AddonContext::GetEmbedding` calls `llama_get_embeddings_seq(ctx, 0)`), so a
+ * batch holding several sequences would compute every sequence's vector and hand back one.
+ * llama-server decodes its slots' inputs together; this cannot through node-llama-cpp's API. So
+ * inputs run side by side instead: "lanes", several embedding contexts of the one model
+ * (min(threads, parallel, 8) of them), the thread budget split between them (the remainder to the
+ * first lanes), one input per lane at a time. With `--threads 2` two inputs decode at once on a
+ * thread each, where llama-server decodes one batch with two threads. With more than one lane there
+ * is also a "wide" context with all the threads, for an input that would otherwise run alone (the
+ * last one left of the only request running, nobody waiting): one query is not slowed to a lane's
+ * share of the threads. llama.cpp threads are node-llama-cpp's to share (`getLlama`'s `maxThreads`
+ * is `--threads`, `runtime.ts`): a lane that starts while the wide context decodes waits for its
+ * threads, so the process never runs more than `--threads` compute threads. Each context's batch is as
+ * large as the context, so an input always decodes whole (mean pooling over a sequence split across
+ * two decodes would average its last part only).
  *
- * Requests queue in a bounded FIFO (`SlotQueue`, one slot: the context); a request holds it for all
- * its inputs, in order, as llama-server's one-slot queue runs a request's tasks before the next
- * request's. An aborted request stops before its next input; one still waiting leaves the queue.
+ * Requests queue in one bounded FIFO (`SlotQueue`, a slot per lane); a request holds its lane for
+ * its inputs and spreads them over lanes that are free with nobody waiting, the vectors in the
+ * inputs' order whichever lane computed them. An aborted request stops before its next input; one
+ * still waiting leaves the queue.
  */
 import { LlamaVocabularyType, type LlamaEmbeddingContext, type LlamaModel, type Token } from "node-llama-cpp";
 import type { EmbeddingInput, EmbeddingRequest, EmbeddingsResult, PreparedEmbeddings } from "../engine.ts";
@@ -24,7 +34,10 @@ import { ContextLengthExceededError, InvalidRequestError } from "../../protocol/
 export type LlamaEmbedderOptions = {
   /** Tokens one input may hold, special tokens included. */
   contextSize: number;
+  /** Threads for all lanes together. */
   threads: number;
+  /** Most inputs to embed at once (the engine's `parallel`); lanes are min(threads, this, `MAX_LANES`). */
+  parallel: number;
   /** Requests that may wait while one runs; one more is refused (`EngineOverloadedError`). */
   queueSize: number;
   /** Tokens in the vocabulary (ids 0..vocabularySize-1). */
@@ -35,6 +48,23 @@ export type LlamaEmbedderOptions = {
 
 /** Since start: `llama_decode` calls, the inputs in them, their tokens (as `EngineMember.batching`). */
 export type EmbeddingStats = { batches: number; sequences: number; tokens: number };
+
+/**
+ * The lanes: threads each, inputs each has embedded since start, inputs decoding now and the most that
+ * decoded at once; the wide context's threads (undefined with one lane, which is then the wide one) and inputs.
+ */
+export type LaneStats = { threads: number[]; inputs: number[]; decoding: number; mostAtOnce: number; wide: { threads: number; inputs: number } | undefined };
+
+/** Lanes at most, whatever the threads: each holds a context's KV and compute buffers. */
+export const MAX_LANES = 8;
+
+/** How many lanes for a thread budget, and each one's threads (the remainder to the first lanes). */
+export function laneThreads(threads: number, parallel: number): number[] {
+  const lanes = Math.max(1, Math.min(threads, parallel, MAX_LANES));
+  return Array.from({ length: lanes }, (_, index) => Math.floor(threads / lanes) + (index < threads % lanes ? 1 : 0));
+}
+
+type Lane = { index: number; context: LlamaEmbeddingContext };
 
 /**
  * The tokens an input gets at its start and end: the same rule node-llama-cpp's embedding context
@@ -67,28 +97,47 @@ export function normalize(vector: ArrayLike<number>): Float32Array {
 
 export class LlamaEmbedder {
   readonly #model: LlamaModel;
-  readonly #context: LlamaEmbeddingContext;
+  readonly #lanes: Lane[];
+  /** All the threads, for an input alone (only with more than one lane). */
+  readonly #wide: LlamaEmbeddingContext | undefined;
   readonly #options: LlamaEmbedderOptions;
-  readonly #queue: SlotQueue<LlamaEmbeddingContext>;
+  readonly #queue: SlotQueue<Lane>;
   readonly #special: { first: Token | undefined; last: Token | undefined };
   readonly #stats: EmbeddingStats = { batches: 0, sequences: 0, tokens: 0 };
+  readonly #laneStats: Omit<LaneStats, "decoding">;
+  #decoding = 0;
   readonly #closing = new AbortController();
 
-  private constructor(model: LlamaModel, context: LlamaEmbeddingContext, options: LlamaEmbedderOptions) {
+  private constructor(model: LlamaModel, contexts: LlamaEmbeddingContext[], wide: LlamaEmbeddingContext | undefined, threads: number[], options: LlamaEmbedderOptions) {
     this.#model = model;
-    this.#context = context;
+    this.#lanes = contexts.map((context, index) => ({ index, context }));
+    this.#wide = wide;
     this.#options = options;
-    this.#queue = new SlotQueue([context], options.queueSize);
+    this.#queue = new SlotQueue(this.#lanes, options.queueSize);
     this.#special = specialTokensOf(model);
+    this.#laneStats = { threads, inputs: threads.map(() => 0), mostAtOnce: 0, wide: wide === undefined ? undefined : { threads: options.threads, inputs: 0 } };
   }
 
   /**
-   * Makes the embedding context: one more cell than `contextSize` (node-llama-cpp refuses an input
-   * that fills its context), and a batch as large, so every input decodes in one piece.
+   * Makes the lanes' embedding contexts: one more cell than `contextSize` (node-llama-cpp refuses
+   * an input that fills its context), and a batch as large, so every input decodes in one piece.
    */
   static async open(model: LlamaModel, options: LlamaEmbedderOptions): Promise<LlamaEmbedder> {
-    const context = await model.createEmbeddingContext({ contextSize: options.contextSize + 1, batchSize: options.contextSize + 1, threads: options.threads });
-    return new LlamaEmbedder(model, context, options);
+    const threads = laneThreads(options.threads, options.parallel);
+    const contexts: LlamaEmbeddingContext[] = [];
+    const create = async (each: number) => {
+      const context = await model.createEmbeddingContext({ contextSize: options.contextSize + 1, batchSize: options.contextSize + 1, threads: each });
+      contexts.push(context);
+      return context;
+    };
+    try {
+      for (const each of threads) await create(each);
+      const wide = threads.length > 1 ? await create(options.threads) : undefined;
+      return new LlamaEmbedder(model, contexts.slice(0, threads.length), wide, threads, options);
+    } catch (error) {
+      await Promise.all(contexts.map((context) => context.dispose()));
+      throw error;
+    }
   }
 
   get model(): LlamaModel {
@@ -100,13 +149,18 @@ export class LlamaEmbedder {
     return this.#options.contextSize;
   }
 
-  /** Requests running (0 or 1), waiting, and how many run at once. */
+  /** Lanes in use, requests waiting, and how many lanes there are. */
   load(): { busy: number; waiting: number; capacity: number } {
     return { busy: this.#queue.busy, waiting: this.#queue.waiting, capacity: this.#queue.capacity };
   }
 
   stats(): EmbeddingStats {
     return { ...this.#stats };
+  }
+
+  laneStats(): LaneStats {
+    const { threads, inputs, mostAtOnce, wide } = this.#laneStats;
+    return { threads: [...threads], inputs: [...inputs], decoding: this.#decoding, mostAtOnce, wide: wide === undefined ? undefined : { ...wide } };
   }
 
   /**
@@ -196,31 +250,78 @@ export class LlamaEmbedder {
     return result;
   }
 
-  /** Throws `EngineOverloadedError` at once when the queue is full; then embeds the inputs in order. */
+  /**
+   * Throws `EngineOverloadedError` at once when the queue is full; then embeds the inputs on the
+   * lane it got and on any other lane free with nobody waiting (looked for again after each input).
+   */
   #run(sequences: Token[][], promptTokens: number, signal: AbortSignal): Promise<EmbeddingsResult> {
     const stop = AbortSignal.any([signal, this.#closing.signal]);
     const leased = this.#queue.acquire(stop);
-    return leased.then(async (lease) => {
-      try {
-        const vectors: Float32Array[] = [];
-        for (const tokens of sequences) {
-          if (stop.aborted) throw stop.reason;
-          const embedding = await this.#context.getEmbeddingFor(tokens);
-          this.#stats.batches++;
-          this.#stats.sequences++;
-          this.#stats.tokens += tokens.length;
-          vectors.push(normalize(embedding.vector));
+    return leased.then(async (first) => {
+      const leases = [first];
+      const vectors: Float32Array[] = new Array(sequences.length);
+      // Each worker's outcome, caught where it starts (a failure waits for the others, never unhandled).
+      const workers: Promise<{ failed: false } | { failed: true; error: unknown }>[] = [];
+      const start = (lane: Lane) => workers.push(work(lane).then(() => ({ failed: false as const }), (error: unknown) => ({ failed: true as const, error })));
+      let next = 0;
+      let failure: { error: unknown } | undefined;
+      const spread = () => {
+        // A worker starts at once (takes its input synchronously), so this stops when none is left.
+        while (next < sequences.length) {
+          const lease = this.#queue.tryAcquire();
+          if (lease === undefined) return;
+          leases.push(lease);
+          start(lease.slot);
         }
-        return { vectors, usage: { promptTokens, source: "counted" } };
+      };
+      const work = async (lane: Lane): Promise<void> => {
+        while (next < sequences.length) {
+          if (stop.aborted) throw stop.reason;
+          const index = next++;
+          // Alone: the last input of the only request running, nothing decoding, nobody waiting.
+          const alone = next === sequences.length && this.#decoding === 0 && this.#queue.busy === 1 && this.#queue.waiting === 0;
+          vectors[index] = await this.#embed(lane, sequences[index]!, alone);
+          spread();
+        }
+      };
+      start(first.slot);
+      spread();
+      try {
+        // Every worker finished (none still decoding on a lane given back; one may start another
+        // while this waits), then the first failure.
+        for (let done = 0; done < workers.length; done++) {
+          const outcome = await workers[done]!;
+          if (outcome.failed) failure ??= outcome;
+        }
+        if (failure !== undefined) throw failure.error;
+        return { vectors, usage: { promptTokens, source: "counted" as const } };
       } finally {
-        lease.release();
+        for (const lease of leases) lease.release();
       }
     });
   }
 
+  /** One input on its lane, or on the wide context when it is `alone` (and there is one). */
+  async #embed(lane: Lane, tokens: Token[], alone: boolean): Promise<Float32Array> {
+    const wide = alone ? this.#wide : undefined;
+    this.#decoding++;
+    this.#laneStats.mostAtOnce = Math.max(this.#laneStats.mostAtOnce, this.#decoding);
+    try {
+      const embedding = await (wide ?? lane.context).getEmbeddingFor(tokens);
+      this.#stats.batches++;
+      this.#stats.sequences++;
+      this.#stats.tokens += tokens.length;
+      if (wide === undefined) this.#laneStats.inputs[lane.index]!++;
+      else this.#laneStats.wide!.inputs++;
+      return normalize(embedding.vector);
+    } finally {
+      this.#decoding--;
+    }
+  }
+
   async close(): Promise<void> {
     this.#closing.abort(new Error("engine closing"));
-    await this.#context.dispose();
+    await Promise.all([...this.#lanes.map((lane) => lane.context.dispose()), this.#wide?.dispose()]);
   }
 }
 

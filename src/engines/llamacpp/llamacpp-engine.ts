@@ -128,7 +128,7 @@ function vocabularyPieces(model: LlamaModel): readonly string[] | undefined {
  * another token: alone, a SentencePiece token drops the space it begins with (" story" reads
  * "story"), which would make tokens look a byte shorter than they are.
  */
-function measureVocabulary(model: LlamaModel): { vocabularySize: number; tokenSpans: Required<TokenSpans> } {
+export function measureVocabulary(model: LlamaModel): { vocabularySize: number; tokenSpans: Required<TokenSpans> } {
   let vocabularySize = 0;
   let longest = 1;
   const asciiLongest = new Array<number>(128).fill(0);
@@ -258,7 +258,7 @@ export class LlamaCppEngine implements Engine {
       // A generative model whose entry serves embeddings only needs no generation context either.
       const embedsOnly = kind.kind === "embedding" || (options.serves !== undefined && options.serves.every((service) => service === "embeddings"));
       if (embedsOnly || options.serves?.includes("embeddings") === true) {
-        this.#embedder = await LlamaEmbedder.open(model, { contextSize, threads: options.threads, queueSize: options.queueSize, ...vocabulary });
+        this.#embedder = await LlamaEmbedder.open(model, { contextSize, threads: options.threads, parallel: options.parallel, queueSize: options.queueSize, ...vocabulary });
       }
       const embeddings = this.#embedder === undefined ? {} : { embeddingDimensions: kind.dimensions };
       if (embedsOnly) {
