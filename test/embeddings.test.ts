@@ -223,6 +223,37 @@ for (const backend of backends) {
       assert.equal(CREDIT - balance, Math.ceil((answer.usage.prompt_tokens * EMBEDDINGS_PRICE) / 1_000_000));
     });
 
+    it("bills a client that leaves mid-batch for the inputs embedded before it left, exactly", async () => {
+      const { accountId, key } = await meteredKey(database, "funded");
+      /** Tokens the embedding model has decoded since start (`/metrics`). */
+      const decoded = async () => {
+        const text = await (await fetch(`${server.url}/metrics`)).text();
+        const line = text.split("\n").find((each) => each.startsWith('turnpike_engine_batch_tokens_total{model="embed"}'));
+        return line === undefined ? 0 : Number(line.split(" ").at(-1));
+      };
+      const before = await decoded();
+      // Long enough to be cut while it runs: 1,500 inputs, one decode each.
+      const many = Array.from({ length: 1500 }, (_, index) => `${texts[index % texts.length]} (${index})`);
+      const controller = new AbortController();
+      const sent = fetch(`${server.baseURL}/embeddings`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+        body: JSON.stringify({ model: "embed", input: many }),
+        signal: controller.signal,
+      }).catch((error: unknown) => error);
+      for (let attempt = 0; attempt < 600 && (await decoded()) === before; attempt++) await new Promise((resolve) => setTimeout(resolve, 10));
+      controller.abort();
+      await sent;
+      const { records } = await billedExactly(database, accountId, CREDIT, { prompt: EMBEDDINGS_PRICE, cached_prompt: EMBEDDINGS_PRICE, completion: 0 }, 1);
+      const record = records[0]!;
+      assert.equal(record.status, 499);
+      assert.equal(record.finish_reason, "cancelled");
+      assert.ok(record.prompt_tokens > 0, "the inputs embedded before the client left are billed");
+      // Every token the model decoded for it, and no more: nothing else ran meanwhile.
+      assert.equal(record.prompt_tokens, (await decoded()) - before);
+      assert.ok(record.prompt_tokens < many.length * 10, "the inputs never embedded are not billed");
+    });
+
     it("refuses an account without credit before anything is held", async () => {
       const { accountId, key } = await meteredKey(database, null);
       const client = new OpenAI({ baseURL: server.baseURL, apiKey: key, maxRetries: 0 });

@@ -146,6 +146,12 @@ export type PreparedEmbeddings = {
    * `EngineOverloadedError` at once when the queue is full; rejects with the signal's reason when aborted.
    */
   run(signal: AbortSignal): Promise<EmbeddingsResult>;
+  /**
+   * Tokens embedded so far (the inputs whose vectors were made): what a request cut or failed before
+   * its end is billed, as a cut generation is billed for what it generated. Final once `run` settled.
+   * An engine that cannot tell (an upstream, until it answered) says 0.
+   */
+  embeddedTokens(): number;
 };
 
 export type EmbeddingsResult = {

@@ -233,9 +233,12 @@ export class FakeEngine implements Engine {
     });
     const promptTokens = counts.reduce((sum, count) => sum + count, 0);
     const dimensions = this.capabilities().embeddingDimensions ?? FAKE_EMBEDDING_DIMENSIONS;
+    let embeddedTokens = 0;
     return {
       promptTokens,
       promptCount: "exact",
+      // All the vectors are made at once, after the gate: none before.
+      embeddedTokens: () => embeddedTokens,
       run: async (signal) => {
         const stop = AbortSignal.any([signal, this.#closing.signal]);
         // Throws EngineOverloadedError when the queue is full, as generation does.
@@ -245,6 +248,7 @@ export class FakeEngine implements Engine {
         try {
           if (this.#options.embeddingGate !== undefined) await this.#options.embeddingGate.wait(stop);
           if (stop.aborted) throw stop.reason;
+          embeddedTokens = promptTokens;
           return { vectors: request.inputs.map((input) => fakeEmbedding(input, dimensions)), usage: { promptTokens, source: this.#options.usageSource ?? "counted" } };
         } finally {
           lease.release();

@@ -198,7 +198,8 @@ export class LlamaEmbedder {
     if (request.inputs.length === 0) throw new InvalidRequestError("Invalid 'input': it must hold at least one input.", "input");
     const sequences = request.inputs.map((input, index) => this.#tokenize(input, index, request.truncate));
     const promptTokens = sequences.reduce((sum, tokens) => sum + tokens.length, 0);
-    return { promptTokens, promptCount: "exact", run: (signal) => this.#run(sequences, promptTokens, signal) };
+    const progress = { tokens: 0 };
+    return { promptTokens, promptCount: "exact", run: (signal) => this.#run(sequences, promptTokens, signal, progress), embeddedTokens: () => progress.tokens };
   }
 
   /**
@@ -252,9 +253,10 @@ export class LlamaEmbedder {
 
   /**
    * Throws `EngineOverloadedError` at once when the queue is full; then embeds the inputs on the
-   * lane it got and on any other lane free with nobody waiting (looked for again after each input).
+   * lane it got and on any other lane free with nobody waiting (looked for again after each input),
+   * counting each input's tokens into `progress` once its vector is made.
    */
-  #run(sequences: Token[][], promptTokens: number, signal: AbortSignal): Promise<EmbeddingsResult> {
+  #run(sequences: Token[][], promptTokens: number, signal: AbortSignal, progress: { tokens: number }): Promise<EmbeddingsResult> {
     const stop = AbortSignal.any([signal, this.#closing.signal]);
     const leased = this.#queue.acquire(stop);
     return leased.then(async (first) => {
@@ -281,6 +283,8 @@ export class LlamaEmbedder {
           // Alone: the last input of the only request running, nothing decoding, nobody waiting.
           const alone = next === sequences.length && this.#decoding === 0 && this.#queue.busy === 1 && this.#queue.waiting === 0;
           vectors[index] = await this.#embed(lane, sequences[index]!, alone);
+          // Made: billed even if the request is cut before its other inputs.
+          progress.tokens += sequences[index]!.length;
           spread();
         }
       };

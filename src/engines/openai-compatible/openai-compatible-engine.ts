@@ -395,9 +395,12 @@ export class OpenAiCompatibleEngine implements Engine {
     };
     const text = JSON.stringify(body);
     const upstream = this.#options.upstream;
+    /** The upstream's count once it answered; until then unknown, so nothing (an answer cut off is not billed). */
+    let embeddedTokens = 0;
     return {
       promptTokens,
       promptCount: "upper-bound",
+      embeddedTokens: () => embeddedTokens,
       run: async (signal) => {
         const result = await runUpstreamEmbeddings(
           {
@@ -416,6 +419,7 @@ export class OpenAiCompatibleEngine implements Engine {
           signal,
         );
         this.#embeddingDimensions ??= result.vectors[0]?.length;
+        embeddedTokens = result.usage.promptTokens;
         return result;
       },
     };

@@ -6,9 +6,12 @@
  *
  * How a request ends decides its status and its bill, as a generation's does (`http/generation/run.ts`):
  * - finished: 200, billed for the tokens the engine embedded (recorded with finish reason `stop`);
- * - cut by its client (499) or a shutdown (503): billed only when the engine finished the vectors
- *   anyway (nothing is billed for work the abort stopped);
- * - failed (an engine error, an upstream refusal, a full queue): nothing billed, recorded with the error's status.
+ * - cut by its client (499) or a shutdown (503): billed for the inputs embedded before the cut
+ *   (`embeddedTokens`: the embedded engine stops between inputs; an upstream's answer cut off is
+ *   unknown and not billed), as a cut generation is billed for what it generated;
+ * - failed (an engine error, an upstream refusal, a full queue): billed for the inputs embedded
+ *   before the failure (none, for a refusal), recorded with the error's status;
+ * - vectors made but refused (a `dimensions` the model's length, learnt only from them, cannot give): not billed.
  */
 import type { EmbeddingsResult } from "../../../engines/engine.ts";
 import type { Metrics } from "../../../metrics/metrics.ts";
@@ -45,9 +48,17 @@ export function embeddingsReply(job: EmbeddingsJob, result: EmbeddingsResult): E
   return { object: "list", data, model: job.model.id, usage: { prompt_tokens: tokens, total_tokens: tokens } };
 }
 
-/** The usage record of an embeddings request: its input tokens, nothing else. */
-function usageOf(result: EmbeddingsResult): GenerationUsage {
-  return { promptTokens: result.usage.promptTokens, cachedPromptTokens: 0, completionTokens: 0, reasoningTokens: 0, source: result.usage.source };
+/**
+ * What an embeddings request is billed, however it ended (see the file's comment): its input
+ * tokens and nothing else; null when nothing is billed.
+ */
+function usageAtEnd(job: EmbeddingsJob, result: EmbeddingsResult | undefined, reply: EmbeddingsResponse | undefined): GenerationUsage | null {
+  const of = (promptTokens: number, source: GenerationUsage["source"]): GenerationUsage => ({ promptTokens, cachedPromptTokens: 0, completionTokens: 0, reasoningTokens: 0, source });
+  if (reply !== undefined && result !== undefined) return of(result.usage.promptTokens, result.usage.source);
+  // Vectors made but refused (a length the model cannot give, learnt only from them) are not billed.
+  if (result !== undefined) return null;
+  const embedded = job.prepared.embeddedTokens();
+  return embedded > 0 ? of(embedded, "counted") : null;
 }
 
 /**
@@ -66,14 +77,12 @@ export async function runEmbeddings(dependencies: EmbeddingsRunDependencies, inp
   } catch (error) {
     failure = error;
   }
-  // Vectors made but refused (a length the model cannot give, learnt only from them) are not billed.
-  const billed = reply !== undefined ? result : undefined;
   const status = signal.aborted ? (signal.reason instanceof ShuttingDownError ? 503 : 499) : failure !== undefined ? toApiError(failure).status : 200;
-  const usage = billed === undefined ? null : usageOf(billed);
+  const usage = usageAtEnd(job, result, reply);
   const used = usage?.promptTokens ?? 0;
   const refunded = input.limited.finish(used).catch((error: unknown) => dependencies.logger.warn({ err: error }, "could not refund rate-limit tokens"));
   const settled = input.admission
-    .settle({ usage, status, finishReason: usage === null ? null : signal.aborted ? "cancelled" : "stop", latencyMs: performance.now() - input.startedAt })
+    .settle({ usage, status, finishReason: usage === null ? null : signal.aborted || failure !== undefined ? "cancelled" : "stop", latencyMs: performance.now() - input.startedAt })
     .catch((error: unknown) => dependencies.logger.error({ err: error }, "could not settle the request's hold; the sweeper will release it uncharged"));
   await Promise.all([refunded, settled]);
   const model = job.model.id;
