@@ -37,6 +37,7 @@ import { parseArgs } from "node:util";
 import { Agent, fetch } from "undici";
 import { benchModelPath, buildScript, loadedCpuBackend, startLlamaServer, withNodeLlamaCppCpuBackends, type RunningLlamaServer } from "../test/helpers/llama-server.ts";
 import { derivedModel } from "../test/helpers/gguf-derive.ts";
+import { cosine } from "../test/helpers/vectors.ts";
 import { LlamaCppEngine } from "../src/engines/llamacpp/llamacpp-engine.ts";
 import { createRuntimeLoader } from "../src/engines/llamacpp/runtime.ts";
 import { startTurnpikeChild, type TurnpikeChild } from "./turnpike-child.ts";
@@ -150,17 +151,6 @@ function engineEmbed(engine: LlamaCppEngine): Embed {
   };
 }
 
-function cosine(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let dot = 0;
-  let aa = 0;
-  let bb = 0;
-  for (let index = 0; index < a.length; index++) {
-    dot += a[index]! * b[index]!;
-    aa += a[index]! * a[index]!;
-    bb += b[index]! * b[index]!;
-  }
-  return dot / Math.sqrt(aa * bb);
-}
 
 /** `requests` requests from `concurrency` clients, a request at a time each; the first request's vectors kept. */
 async function runRound(embed: Embed, concurrency: number, round: number, requests: number): Promise<{ wallMs: number; tokens: number; first: ArrayLike<number>[] }> {

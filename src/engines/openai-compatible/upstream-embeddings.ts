@@ -14,7 +14,7 @@ import { ApiError, InternalServerError, UpstreamError, UpstreamTimeoutError } fr
 import type { MemberOutcome, PoolLease, UpstreamPool } from "./pool-types.ts";
 import { classifyHttpError, type UpstreamVerdict } from "./upstream-errors.ts";
 import { describeConnectionFailure, UpstreamConnectionError, UpstreamRequestError, type UpstreamClient } from "./upstream-client.ts";
-import type { UpstreamEventSink } from "./upstream-generation.ts";
+import { sleep, type UpstreamEventSink } from "./upstream-generation.ts";
 
 export type UpstreamEmbeddingsOptions = {
   pool: UpstreamPool;
@@ -111,17 +111,6 @@ async function readBounded(body: AsyncIterable<Uint8Array>, limit: number): Prom
   return Buffer.concat(pieces).toString("utf8");
 }
 
-function sleep(milliseconds: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      clearTimeout(timer);
-      signal.removeEventListener("abort", done);
-      resolve();
-    };
-    const timer = setTimeout(done, milliseconds);
-    signal.addEventListener("abort", done, { once: true });
-  });
-}
 
 /**
  * Runs the request (see the file's comment). Rejects with `EngineOverloadedError` at once when the

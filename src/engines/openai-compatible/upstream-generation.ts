@@ -107,7 +107,8 @@ function upstreamWords(verdict: UpstreamVerdict): { upstream_message?: string } 
   return verdict.upstreamMessage === undefined ? {} : { upstream_message: verdict.upstreamMessage };
 }
 
-function sleep(milliseconds: number, signal: AbortSignal): Promise<void> {
+/** Waits `milliseconds`, or less when `signal` aborts (never rejects): a retry's pause. */
+export function sleep(milliseconds: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
     const done = () => {
       clearTimeout(timer);

@@ -10,6 +10,7 @@ import type {
   GenerationRequest,
   ImageUrlPart,
   ResponseFormat,
+  SamplingOptions,
   ToolCall,
   ToolChoice,
   ToolDefinition,
@@ -163,22 +164,30 @@ export function toLogitBias(logitBias: Record<string, number> | null | undefined
   return biases.size > 0 ? biases : undefined;
 }
 
+/** OpenAI's sampling fields, as chat completions and legacy completions both send them. */
+export type OpenAiSamplingFields = Pick<ChatCompletionRequest, "temperature" | "top_p" | "seed" | "frequency_penalty" | "presence_penalty" | "stop" | "logit_bias">;
+
+/** The sampling options of OpenAI's sampling fields, with OpenAI's defaults (temperature 1, top_p 1, no penalties). */
+export function toSampling(request: OpenAiSamplingFields): SamplingOptions {
+  const stop = request.stop == null ? [] : typeof request.stop === "string" ? [request.stop] : request.stop;
+  return {
+    temperature: request.temperature ?? 1,
+    topP: request.top_p ?? 1,
+    seed: request.seed ?? undefined,
+    frequencyPenalty: request.frequency_penalty ?? 0,
+    presencePenalty: request.presence_penalty ?? 0,
+    stop: stop.filter((sequence) => sequence.length > 0),
+    logitBias: toLogitBias(request.logit_bias),
+  };
+}
+
 /** The engine request for a validated API request. */
 export function toGenerationRequest(request: ChatCompletionRequest, inputs: ModelInputs = TEXT_ONLY): GenerationRequest {
   const limits = [request.max_tokens, request.max_completion_tokens].filter((value): value is number => value != null);
-  const stop = request.stop == null ? [] : typeof request.stop === "string" ? [request.stop] : request.stop;
   const responseFormat = toResponseFormat(request.response_format);
   return {
     messages: toEngineMessages(request.messages, inputs),
-    sampling: {
-      temperature: request.temperature ?? 1,
-      topP: request.top_p ?? 1,
-      seed: request.seed ?? undefined,
-      frequencyPenalty: request.frequency_penalty ?? 0,
-      presencePenalty: request.presence_penalty ?? 0,
-      stop: stop.filter((sequence) => sequence.length > 0),
-      logitBias: toLogitBias(request.logit_bias),
-    },
+    sampling: toSampling(request),
     maxTokens: limits.length > 0 ? Math.min(...limits) : undefined,
     ...(responseFormat !== undefined ? { responseFormat } : {}),
     ...toToolOptions(request),

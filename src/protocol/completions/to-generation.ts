@@ -4,7 +4,7 @@
  */
 import type { CompletionPrompt, GenerationRequest } from "../generation.ts";
 import { UnsupportedParameterError } from "../errors.ts";
-import { toLogitBias } from "../chat-completions/to-generation.ts";
+import { toSampling } from "../chat-completions/to-generation.ts";
 import { DEFAULT_COMPLETION_MAX_TOKENS, type CompletionRequest } from "./request.ts";
 
 /** The vendor sampling fields a text completion may carry (no chat template, so none of the template's). */
@@ -40,7 +40,6 @@ export function completionVendorFields(request: CompletionRequest): Record<strin
 
 /** The engine request for a validated text completion request. */
 export function toCompletionGeneration(request: CompletionRequest): GenerationRequest {
-  const stop = request.stop == null ? [] : typeof request.stop === "string" ? [request.stop] : request.stop;
   const prompts = promptsOf(request.prompt);
   const n = request.n ?? 1;
   const vendor = completionVendorFields(request);
@@ -52,15 +51,7 @@ export function toCompletionGeneration(request: CompletionRequest): GenerationRe
       ...(request.suffix != null ? { suffix: request.suffix } : {}),
       ...(request.echo === true ? { echo: true } : {}),
     },
-    sampling: {
-      temperature: request.temperature ?? 1,
-      topP: request.top_p ?? 1,
-      seed: request.seed ?? undefined,
-      frequencyPenalty: request.frequency_penalty ?? 0,
-      presencePenalty: request.presence_penalty ?? 0,
-      stop: stop.filter((sequence) => sequence.length > 0),
-      logitBias: toLogitBias(request.logit_bias),
-    },
+    sampling: toSampling(request),
     maxTokens: request.max_tokens ?? DEFAULT_COMPLETION_MAX_TOKENS,
     choices: prompts.length * n,
     logprobs: request.logprobs == null ? undefined : { top: request.logprobs },
