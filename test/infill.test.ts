@@ -218,7 +218,7 @@ describe("POST /infill", { timeout: 120_000 }, () => {
 });
 
 describe("POST /infill with several FIM models", { timeout: 60_000 }, () => {
-  it("asks for model by name when more than one model fills in the middle", async () => {
+  it("asks for model by name when more than one model fills in the middle, unless the key may use only one of them", async () => {
     const configFile = path.join(temporaryDirectory(), "turnpike.json");
     fs.writeFileSync(configFile, JSON.stringify({ models: [{ id: "fim-a", path: fimModelPath() }, { id: "fim-b", path: fimRepositoryModelPath() }] }));
     const two = await startTestServer({ configFile, flags: { context_size: "512", parallel: "1" } });
@@ -230,6 +230,13 @@ describe("POST /infill with several FIM models", { timeout: 60_000 }, () => {
       assert.match(error.message, /'fim-a', 'fim-b'/);
       const named = await fetch(`${two.url}/infill`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${two.key}` }, body: JSON.stringify({ model: "fim-b", input_prefix: "a", input_suffix: "b", n_predict: 4 }) });
       assert.equal(named.status, 200);
+      // A key allowed one of them (a plugin's key) gets that one without naming it.
+      const created = await fetch(`${two.url}/api/keys`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${two.key}` }, body: JSON.stringify({ name: "editor", models: ["fim-b"] }) });
+      assert.equal(created.status, 201, await created.clone().text());
+      const editorKey = ((await created.json()) as { key: string }).key;
+      const unnamed = await fetch(`${two.url}/infill`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${editorKey}` }, body: JSON.stringify({ input_prefix: "a", input_suffix: "b", n_predict: 4 }) });
+      assert.equal(unnamed.status, 200, await unnamed.clone().text());
+      assert.equal(((await unnamed.json()) as { model: string }).model, "fim-b");
     } finally {
       await two.close();
     }

@@ -5,8 +5,8 @@
  * no `[DONE]` (as llama-server), or with an error event in Turnpike's usual error shape.
  *
  * `model` is optional, as editor plugins send none: absent (or blank), the catalog's one model
- * that serves text completions with fill-in-the-middle tokens; a 400 naming `model` when there
- * are several (or none). The model must serve completions and fill in the middle; its engine's
+ * that serves text completions with fill-in-the-middle tokens and that the key (and its plan) may
+ * use; a 400 naming `model` when there are several (or none). The model must serve completions and fill in the middle; its engine's
  * refusals (a vendor field it does not take, an upstream kind that cannot lay out `input_extra`)
  * name the field as the body spells it.
  */
@@ -27,10 +27,13 @@ function fillsInTheMiddle(model: CatalogModel): boolean {
   return servicesOf(model).includes("completions") && model.engine.capabilities().fillInTheMiddle === true;
 }
 
-/** The model a request names, or (none named) the catalog's one model that fills in the middle. */
-function modelOf(catalog: Catalog, named: string | null | undefined): CatalogModel {
+/**
+ * The model a request names, or (none named) the catalog's one model that fills in the middle
+ * among those `usable` allows (the key's and its plan's models: see `route.ts`).
+ */
+function modelOf(catalog: Catalog, named: string | null | undefined, usable: (model: CatalogModel) => boolean): CatalogModel {
   if (named != null && named.trim() !== "") return catalog.get(named);
-  const candidates = catalog.list().filter(fillsInTheMiddle);
+  const candidates = catalog.list().filter((model) => fillsInTheMiddle(model) && usable(model));
   if (candidates.length === 1) return candidates[0]!;
   if (candidates.length === 0) {
     throw new InvalidRequestError("No model on offer fills in the middle (text completions with fill-in-the-middle tokens) now; name one in 'model'. GET /v1/models lists them.", "model");
@@ -45,10 +48,10 @@ const INFILL_NAMES: Record<string, string> = { max_tokens: "n_predict" };
  * Validates the body, finds the model and maps the request. Cheap (linear in the body, which the
  * request caps bound): nothing is tokenized here. Throws typed API errors.
  */
-export function parseInfill(catalog: Catalog, body: unknown): ParsedGeneration<InfillReplyShape> {
+export function parseInfill(catalog: Catalog, body: unknown, usable: (model: CatalogModel) => boolean = () => true): ParsedGeneration<InfillReplyShape> {
   // A large body was validated already, off the event loop, by the body worker.
   const request = validatedInWorker(body) ? (body as InfillRequest) : parseWithSchema(infillRequestSchema, body);
-  const model = modelOf(catalog, request.model);
+  const model = modelOf(catalog, request.model, usable);
   requireService(model, "completions");
   const capabilities = model.engine.capabilities();
   if (capabilities.fillInTheMiddle !== true) {
