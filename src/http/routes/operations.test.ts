@@ -101,6 +101,7 @@ test("writes each named schema once, in components, and refers to it: every requ
   assert.equal(document.components.schemas.Model.$id, undefined);
   // Error responses that several operations give alike are written once too.
   assert.deepEqual(document.paths["/v1/models"].get.responses["500"], { $ref: "#/components/responses/Error500.internal_error" });
-  // Bounded, so that a schema written out inline many times shows (the Responses API's request, with its item types, is most of the growth past 130,000).
-  assert.ok(JSON.stringify(document).length < 200_000, `${JSON.stringify(document).length} characters`);
+  // Bounded, so that a schema written out inline many times shows (the Responses API's request, with its item types, is most of the growth past 130,000;
+  // legacy completions, /infill and /v1/infill, and embeddings, each written once in components, took it from ~185,000 to ~205,000).
+  assert.ok(JSON.stringify(document).length < 230_000, `${JSON.stringify(document).length} characters`);
 });
