@@ -16,7 +16,8 @@
  */
 import type { GenerationRequest, RunningGeneration, StreamPart, TextCompletion } from "../engine.ts";
 import { UnsupportedParameterError } from "../../protocol/errors.ts";
-import { VENDOR_FIELDS, type UpstreamKind, type VendorField } from "./config-schema.ts";
+import type { UpstreamKind } from "./config-schema.ts";
+import { writeSampling, writeVendorFields } from "./request-body.ts";
 import type { Dialect } from "./dialects.ts";
 
 /** The FIM token texts of a model entry (`fim`). */
@@ -74,22 +75,10 @@ function wirePrompt(completion: TextCompletion, fim: FimTokenTexts | undefined):
   return prompts.length === 1 ? prompts[0] : prompts;
 }
 
-/** The sampling fields every body carries, in OpenAI's spelling (llama-server's native `/infill` reads the same names). */
+/** The sampling and vendor fields every body carries (as a chat body carries them). */
 function samplingFields(request: GenerationRequest, dialect: Dialect, body: Record<string, unknown>): void {
-  const sampling = request.sampling;
-  if (!dialect.omitDefaultSampling || sampling.temperature !== 1) body.temperature = sampling.temperature;
-  if (!dialect.omitDefaultSampling || sampling.topP !== 1) body.top_p = sampling.topP;
-  if (sampling.frequencyPenalty !== 0) body.frequency_penalty = sampling.frequencyPenalty;
-  if (sampling.presencePenalty !== 0) body.presence_penalty = sampling.presencePenalty;
-  if (sampling.seed !== undefined) body.seed = sampling.seed;
-  if (sampling.stop.length > 0) body.stop = [...sampling.stop];
-  if (sampling.logitBias !== undefined && sampling.logitBias.size > 0) {
-    body.logit_bias = Object.fromEntries([...sampling.logitBias].map(([token, bias]) => [String(token), bias]));
-  }
-  for (const [field, value] of Object.entries(request.vendor ?? {})) {
-    if (!(VENDOR_FIELDS as readonly string[]).includes(field) || value === undefined) continue;
-    body[dialect.vendorFieldNames[field as VendorField] ?? field] = value;
-  }
+  writeSampling(request, dialect, body);
+  writeVendorFields(request, dialect, body);
 }
 
 /**

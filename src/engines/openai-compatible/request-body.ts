@@ -103,7 +103,6 @@ function wireResponseFormat(format: ResponseFormat): Record<string, unknown> {
  */
 export function buildRequestBody(request: GenerationRequest, target: RequestTarget): Record<string, unknown> {
   const { dialect, customTools } = target;
-  const sampling = request.sampling;
   const customNames = customTools === undefined ? new Set<string>() : customTools.mode === "functions" ? customTools.names : new Set([customTools.tool]);
   const body: Record<string, unknown> = {
     model: target.model,
@@ -114,15 +113,7 @@ export function buildRequestBody(request: GenerationRequest, target: RequestTarg
   };
   // llama-server's running counts on every chunk: a stream cut short is billed its real prompt.
   if (dialect.timingsPerToken) body.timings_per_token = true;
-  if (!dialect.omitDefaultSampling || sampling.temperature !== 1) body.temperature = sampling.temperature;
-  if (!dialect.omitDefaultSampling || sampling.topP !== 1) body.top_p = sampling.topP;
-  if (sampling.frequencyPenalty !== 0) body.frequency_penalty = sampling.frequencyPenalty;
-  if (sampling.presencePenalty !== 0) body.presence_penalty = sampling.presencePenalty;
-  if (sampling.seed !== undefined) body.seed = sampling.seed;
-  if (sampling.stop.length > 0) body.stop = [...sampling.stop];
-  if (sampling.logitBias !== undefined && sampling.logitBias.size > 0) {
-    body.logit_bias = Object.fromEntries([...sampling.logitBias].map(([token, bias]) => [String(token), bias]));
-  }
+  writeSampling(request, dialect, body);
   if (request.choices > 1) body.n = request.choices;
   if (request.logprobs !== undefined) {
     body.logprobs = true;
@@ -141,12 +132,34 @@ export function buildRequestBody(request: GenerationRequest, target: RequestTarg
     }
     if (request.responseFormat !== undefined && request.responseFormat.type !== "text") body.response_format = wireResponseFormat(request.responseFormat);
   }
-  // Only vendor fields: nothing the caller passes through may replace the fields above.
+  writeVendorFields(request, dialect, body);
+  return body;
+}
+
+/**
+ * The sampling fields in OpenAI's spelling (llama-server's native `/infill` reads the same names):
+ * temperature and top_p always, except to a kind that omits them at OpenAI's defaults; the others
+ * where they differ from the defaults every kind shares.
+ */
+export function writeSampling(request: GenerationRequest, dialect: Dialect, body: Record<string, unknown>): void {
+  const sampling = request.sampling;
+  if (!dialect.omitDefaultSampling || sampling.temperature !== 1) body.temperature = sampling.temperature;
+  if (!dialect.omitDefaultSampling || sampling.topP !== 1) body.top_p = sampling.topP;
+  if (sampling.frequencyPenalty !== 0) body.frequency_penalty = sampling.frequencyPenalty;
+  if (sampling.presencePenalty !== 0) body.presence_penalty = sampling.presencePenalty;
+  if (sampling.seed !== undefined) body.seed = sampling.seed;
+  if (sampling.stop.length > 0) body.stop = [...sampling.stop];
+  if (sampling.logitBias !== undefined && sampling.logitBias.size > 0) {
+    body.logit_bias = Object.fromEntries([...sampling.logitBias].map(([token, bias]) => [String(token), bias]));
+  }
+}
+
+/** The request's vendor fields under the kind's names; only vendor fields, so nothing passed through replaces another field. */
+export function writeVendorFields(request: GenerationRequest, dialect: Dialect, body: Record<string, unknown>): void {
   for (const [field, value] of Object.entries(request.vendor ?? {})) {
     if (!(VENDOR_FIELDS as readonly string[]).includes(field) || value === undefined) continue;
     body[dialect.vendorFieldNames[field as VendorField] ?? field] = value;
   }
-  return body;
 }
 
 /**
