@@ -6,11 +6,13 @@
  */
 import type { ErrorCode } from "../../protocol/errors.ts";
 
-export const GENERATION_ERROR_CODES: readonly ErrorCode[] = [
-  "unsupported_parameter",
-  "model_does_not_support_images",
-  "invalid_image_url",
-  "image_url_not_allowed",
+/**
+ * What every metered model route (each generation dialect, and embeddings) can answer: the model
+ * not found, not served at this endpoint, not allowed, not ready; the shared admission's limits
+ * and quota; the engine's context and queue; the upstream's failures; a client that left.
+ */
+export const ADMISSION_ERROR_CODES: readonly ErrorCode[] = [
+  "model_does_not_support_endpoint",
   "context_length_exceeded",
   "model_not_found",
   "model_not_allowed",
@@ -19,9 +21,17 @@ export const GENERATION_ERROR_CODES: readonly ErrorCode[] = [
   "engine_overloaded",
   "metering_behind",
   "model_not_ready",
-  "image_lookup_busy",
   "upstream_error",
   "upstream_unavailable",
   "upstream_timeout",
   "client_closed_request",
+];
+
+export const GENERATION_ERROR_CODES: readonly ErrorCode[] = [
+  "unsupported_parameter",
+  "model_does_not_support_images",
+  "invalid_image_url",
+  "image_url_not_allowed",
+  "image_lookup_busy",
+  ...ADMISSION_ERROR_CODES,
 ];

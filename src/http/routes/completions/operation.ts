@@ -27,7 +27,7 @@ export const completionsOperation: ApiOperation = {
   response: completionSchema,
   streamEvent: completionChunkSchema,
   // The generation core's codes, with this dialect's own (a token id outside the vocabulary in `logit_bias`; a model that serves no completions).
-  errors: [...GENERATION_ERROR_CODES, "invalid_logit_bias", "model_does_not_support_endpoint"],
+  errors: [...GENERATION_ERROR_CODES, "invalid_logit_bias"],
   schemas: {
     CompletionRequest: completionRequestSchema,
     Completion: completionSchema,

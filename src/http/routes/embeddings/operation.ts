@@ -5,6 +5,7 @@
 import type { ApiOperation } from "../../../protocol/openapi.ts";
 import { embeddingsRequestSchema } from "../../../protocol/embeddings/request.ts";
 import { embeddingObjectSchema, embeddingsResponseSchema, embeddingsUsageSchema } from "../../../protocol/embeddings/response.ts";
+import { ADMISSION_ERROR_CODES } from "../../generation/operation-errors.ts";
 
 export const embeddingsOperation: ApiOperation = {
   method: "post",
@@ -18,22 +19,5 @@ export const embeddingsOperation: ApiOperation = {
   example: { model: "nomic-embed-text-v1.5", input: ["The food was delicious.", "The waiter was friendly."], encoding_format: "float" },
   success: { status: 200, description: "A `list` of `embedding` objects, with the tokens embedded as `usage`." },
   response: embeddingsResponseSchema,
-  errors: [
-    "invalid_request_error",
-    "model_does_not_support_endpoint",
-    "context_length_exceeded",
-    "max_tokens_per_request",
-    "model_not_found",
-    "model_not_allowed",
-    "insufficient_quota",
-    "rate_limit_exceeded",
-    "engine_overloaded",
-    "metering_behind",
-    "model_not_ready",
-    "upstream_error",
-    "upstream_unavailable",
-    "upstream_timeout",
-    "client_closed_request",
-  ],
-  schemas: { CreateEmbeddingRequest: embeddingsRequestSchema, CreateEmbeddingResponse: embeddingsResponseSchema, Embedding: embeddingObjectSchema, EmbeddingUsage: embeddingsUsageSchema },
+  errors: ["invalid_request_error", "max_tokens_per_request", ...ADMISSION_ERROR_CODES],  schemas: { CreateEmbeddingRequest: embeddingsRequestSchema, CreateEmbeddingResponse: embeddingsResponseSchema, Embedding: embeddingObjectSchema, EmbeddingUsage: embeddingsUsageSchema },
 };

@@ -34,7 +34,7 @@ const infillOperation = (path: string): ApiOperation => ({
   response: infillResultSchema,
   streamEvent: infillEventSchema,
   // The generation core's codes, with a model that serves no completions.
-  errors: [...GENERATION_ERROR_CODES, "model_does_not_support_endpoint", "invalid_request_error"],
+  errors: [...GENERATION_ERROR_CODES, "invalid_request_error"],
   schemas: {
     InfillRequest: infillRequestSchema,
     InfillResult: infillResultSchema,
