@@ -10,10 +10,10 @@
  * the bound the request was held for when it reports none.
  */
 import type { EmbeddingsResult } from "../engine.ts";
-import { ApiError, InternalServerError, UpstreamError, UpstreamTimeoutError } from "../../protocol/errors.ts";
+import { ApiError, UpstreamError, UpstreamTimeoutError } from "../../protocol/errors.ts";
 import type { MemberOutcome, PoolLease, UpstreamPool } from "./pool-types.ts";
-import { classifyHttpError, type UpstreamVerdict } from "./upstream-errors.ts";
-import { describeConnectionFailure, UpstreamConnectionError, UpstreamRequestError, type UpstreamClient } from "./upstream-client.ts";
+import { classifyHttpError, classifyTransportFailure, type UpstreamVerdict } from "./upstream-errors.ts";
+import type { UpstreamClient } from "./upstream-client.ts";
 import { sleep, type UpstreamEventSink } from "./upstream-generation.ts";
 
 export type UpstreamEmbeddingsOptions = {
@@ -206,12 +206,5 @@ function classify(error: unknown, abortReason: unknown, options: UpstreamEmbeddi
   if (error instanceof MalformedAnswer) {
     return { action: "retry", outcome: { kind: "protocol" }, error: new UpstreamError("The model's upstream server sent a malformed answer. Retry shortly."), upstreamMessage: error.message };
   }
-  if (error instanceof UpstreamRequestError) {
-    const cause = error.cause as { name?: unknown; code?: unknown } | undefined;
-    options.onEvent("error", "a request could not be sent upstream for a reason of ours; not counted against the member", { error: String(cause?.name ?? "Error"), code: String(cause?.code ?? "") });
-    return { action: "refuse", outcome: { kind: "neutral" }, error: new InternalServerError(undefined, error) };
-  }
-  const failure = error instanceof UpstreamConnectionError ? error : describeConnectionFailure(error);
-  if (failure.kind === "connect-timeout") return { action: "retry", outcome: { kind: "connect" }, error: new UpstreamTimeoutError() };
-  return { action: "retry", outcome: { kind: "connect" }, error: new UpstreamError() };
+  return classifyTransportFailure(error, (message, fields) => options.onEvent("error", message, fields));
 }

@@ -12,8 +12,9 @@
  * - 408, 429 and 5xx → try another member (honouring `retry-after`); when every attempt failed,
  *   502 `upstream_error` or 504 `upstream_timeout`.
  */
-import { ApiError, ContextLengthExceededError, InvalidRequestError, UpstreamError, UpstreamTimeoutError, UpstreamUnavailableError } from "../../protocol/errors.ts";
+import { ApiError, ContextLengthExceededError, InternalServerError, InvalidRequestError, UpstreamError, UpstreamTimeoutError, UpstreamUnavailableError } from "../../protocol/errors.ts";
 import type { MemberOutcome } from "./pool-types.ts";
+import { describeConnectionFailure, UpstreamConnectionError, UpstreamRequestError } from "./upstream-client.ts";
 
 /** What to do with an upstream's answer or failure. `upstreamMessage` is the upstream's own words, for the log only. */
 export type UpstreamVerdict =
@@ -270,4 +271,21 @@ export function classifyStreamError(payload: unknown, secrets: readonly string[]
 export function midStreamFailure(kind: "timeout" | "failure", detail?: string): ApiError {
   if (kind === "timeout") return new UpstreamTimeoutError(detail ?? "The model's upstream server stopped sending in the middle of the reply.");
   return new UpstreamError(detail ?? "The model's upstream server failed in the middle of the reply.");
+}
+
+/**
+ * The verdict on a failure that is no answer at all: our own request refused by the HTTP client
+ * (never the member's fault: refused now, another member not tried, `report`ed by its name and
+ * code only, as an argument the client refused may hold a header's value), or a connection that
+ * failed (another member is tried).
+ */
+export function classifyTransportFailure(error: unknown, report: (message: string, fields: Record<string, unknown>) => void): UpstreamVerdict {
+  if (error instanceof UpstreamRequestError) {
+    const cause = error.cause as { name?: unknown; code?: unknown } | undefined;
+    report("a request could not be sent upstream for a reason of ours; not counted against the member", { error: String(cause?.name ?? "Error"), code: String(cause?.code ?? "") });
+    return { action: "refuse", outcome: { kind: "neutral" }, error: new InternalServerError(undefined, error) };
+  }
+  const failure = error instanceof UpstreamConnectionError ? error : describeConnectionFailure(error);
+  if (failure.kind === "connect-timeout") return { action: "retry", outcome: { kind: "connect" }, error: new UpstreamTimeoutError() };
+  return { action: "retry", outcome: { kind: "connect" }, error: new UpstreamError() };
 }

@@ -18,14 +18,14 @@
  * (the upstream would go on generating what nobody reads).
  */
 import type { GenerationUsage, RunningGeneration, StreamPart } from "../engine.ts";
-import { ApiError, InternalServerError, UpstreamError, UpstreamTimeoutError } from "../../protocol/errors.ts";
+import { ApiError, UpstreamError, UpstreamTimeoutError } from "../../protocol/errors.ts";
 import type { MemberOutcome, PoolLease, UpstreamPool } from "./pool-types.ts";
 import { chatChunksOf } from "./completion-chunks.ts";
 import type { UpstreamWire } from "./completion-request.ts";
 import { ChunkReader, readServerSentEvent, UpstreamProtocolError, UpstreamStreamError } from "./chunk-reader.ts";
 import { decodeServerSentEvents, SseProtocolError } from "./sse-decoder.ts";
-import { classifyHttpError, classifyStreamError, midStreamFailure, type UpstreamVerdict } from "./upstream-errors.ts";
-import { UpstreamConnectionError, UpstreamRequestError, describeConnectionFailure, type UpstreamClient } from "./upstream-client.ts";
+import { classifyHttpError, classifyStreamError, classifyTransportFailure, midStreamFailure, type UpstreamVerdict } from "./upstream-errors.ts";
+import type { UpstreamClient } from "./upstream-client.ts";
 
 /** How long the upstream's stream is read on for its usage after the client left a whole reply (milliseconds). */
 export const USAGE_AFTER_LEAVE_MS = 5_000;
@@ -321,16 +321,7 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
       return { action: "retry", outcome: { kind: "protocol" }, error: new UpstreamError("The model's upstream server sent a malformed stream. Retry shortly.") };
     }
     if (error instanceof ApiError) return { action: "refuse", outcome: { kind: "neutral" }, error };
-    // Ours, not the member's: it never counts against the member, and no other member is tried.
-    if (error instanceof UpstreamRequestError) {
-      // Its name and code only: an argument the HTTP client refused may hold a header's value.
-      const cause = error.cause as { name?: unknown; code?: unknown } | undefined;
-      options.onEvent("error", "a request could not be sent upstream for a reason of ours; not counted against the member", { error: String(cause?.name ?? "Error"), code: String(cause?.code ?? "") });
-      return { action: "refuse", outcome: { kind: "neutral" }, error: new InternalServerError(undefined, error) };
-    }
-    const failure = error instanceof UpstreamConnectionError ? error : describeConnectionFailure(error);
-    if (failure.kind === "connect-timeout") return { action: "retry", outcome: { kind: "connect" }, error: new UpstreamTimeoutError() };
-    return { action: "retry", outcome: { kind: "connect" }, error: new UpstreamError() };
+    return classifyTransportFailure(error, (message, fields) => options.onEvent("error", message, fields));
   }
 
   async function* generate(): AsyncGenerator<StreamPart> {
