@@ -134,6 +134,22 @@ export const serveOptions = {
   }),
   gpu: option({ flag: "--gpu <backend>", env: "TURNPIKE_GPU", kind: "string", schema: z.enum(["auto", "cpu", "cuda", "vulkan", "metal"]), default: "auto", description: "auto, cpu, cuda, vulkan or metal" }),
   queue_size: option({ flag: "--queue-size <n>", env: "TURNPIKE_QUEUE_SIZE", kind: "integer", schema: z.number().int().min(0), default: 64, description: "requests that may wait for a slot per model; more get 503" }),
+  queue_per_account: option({
+    flag: "--queue-per-account <n>",
+    env: "TURNPIKE_QUEUE_PER_ACCOUNT",
+    kind: "integer",
+    schema: z.number().int().min(0),
+    default: 0,
+    description: "requests one account may have waiting per model (more get 429 queue_share_exceeded); 0: half the queue",
+  }),
+  flex_max_wait: option({
+    flag: "--flex-max-wait <seconds>",
+    env: "TURNPIKE_FLEX_MAX_WAIT",
+    kind: "number",
+    schema: seconds(3600),
+    default: 30,
+    description: "how long a service_tier flex request may wait for spare capacity before it gets 429 resource_unavailable",
+  }),
   shutdown_timeout: option({
     flag: "--shutdown-timeout <seconds>",
     env: "TURNPIKE_SHUTDOWN_TIMEOUT",

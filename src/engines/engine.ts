@@ -9,6 +9,8 @@
  */
 
 import type { PromptBound } from "./prompt-bound.ts";
+import type { QueueSnapshot, QueueTicket } from "./fair-queue.ts";
+export type { QueueSnapshot, QueueTicket } from "./fair-queue.ts";
 import type { ModelService } from "../protocol/models.ts";
 
 // The generation request and its parts live with the wire formats that map to them.
@@ -59,15 +61,22 @@ export type PreparedGeneration = {
   /** How many choices will be generated: the request may use `choices × maxTokens` completion tokens. */
   readonly choices: number;
   /**
-   * Joins the engine's queue. Throws `EngineOverloadedError` at once when the queue is full,
-   * so the caller can still answer 503 before it has sent anything.
+   * Joins the engine's queue, under `ticket` (whose share it draws on and in which band it waits:
+   * `fair-queue.ts`; none: the default band of one shared account). Throws at once when the queue
+   * refuses it, so the caller can still answer before it has sent anything: `EngineOverloadedError`
+   * (full, 503), `QueueShareExceededError` (the account has its most waiting, 429).
    */
-  start(signal: AbortSignal): RunningGeneration;
+  start(signal: AbortSignal, ticket?: QueueTicket): RunningGeneration;
 };
 
 export type RunningGeneration = {
-  /** Resolves when the request got a slot and generation begins; rejects if aborted while waiting. */
+  /**
+   * Resolves when the request got a slot and generation begins; rejects if aborted while waiting,
+   * or with `ResourceUnavailableError` (429) when its ticket's wait limit (`flex`) passed first.
+   */
   readonly admitted: Promise<void>;
+  /** While it waits: its place in the queue (1: next); 0 once admitted (or when the engine cannot tell). */
+  position?(): number;
   /** The generated parts; ends after one `finish` part per choice, or throws. Aborting ends each
    * choice early with a `finish` of reason `cancelled` that carries its exact usage so far. */
   readonly parts: AsyncIterable<StreamPart>;
@@ -117,6 +126,8 @@ export type EngineMember = {
   /** Requests waiting for it (or for the pool). */
   waiting: number;
   healthy: boolean;
+  /** The queue's bands, oldest waits and top shares, on the member that holds the queue (the first of a pool). */
+  queue?: QueueSnapshot;
   /**
    * Since start, for an engine that makes its own batches (the embedded one): `llama_decode` calls,
    * the sequences in them (÷ batches: how many streams share one), the tokens (prompts included).
@@ -145,7 +156,7 @@ export type PreparedEmbeddings = {
    * L2-normalised (the caller truncates to `dimensions` and normalises again). Throws
    * `EngineOverloadedError` at once when the queue is full; rejects with the signal's reason when aborted.
    */
-  run(signal: AbortSignal): Promise<EmbeddingsResult>;
+  run(signal: AbortSignal, ticket?: QueueTicket): Promise<EmbeddingsResult>;
   /**
    * Tokens embedded so far (the inputs whose vectors were made): what a request cut or failed before
    * its end is billed, as a cut generation is billed for what it generated. Final once `run` settled.

@@ -1,6 +1,7 @@
 /** What every engine may need from the process: settings, the shared llama.cpp runtime, logs. */
 import type { Llama } from "node-llama-cpp";
 import type { EngineStatus } from "./engine.ts";
+import type { ServiceTier } from "../protocol/service-tiers.ts";
 import type { DownloadProgress, HuggingFaceHub } from "./llamacpp/model-file.ts";
 import type { MemberOutcome } from "./openai-compatible/pool-types.ts";
 
@@ -13,6 +14,10 @@ export type EngineEnvironment = {
   contextSize: number;
   parallel: number;
   queueSize: number;
+  /** Requests one account may have waiting per model (`--queue-per-account`; 0: half of `queueSize`). */
+  queuePerAccount?: number;
+  /** Told how long each request waited for a model's slot or member, in which band, and how the wait ended (metrics). */
+  onQueueWait?: (modelId: string, tier: ServiceTier, waitedMs: number, outcome: "served" | "left" | "refused") => void;
   threads: number;
   /** Upstream API keys by the variable an entry names (`api_key_env`), read once with the settings; never logged. */
   upstreamApiKeys: Readonly<Record<string, string>>;
@@ -25,3 +30,8 @@ export type EngineEnvironment = {
   /** How each request to an upstream member ended (for per-member metrics). */
   onUpstreamOutcome: (modelId: string, memberId: string, outcome: MemberOutcome) => void;
 };
+
+/** Requests one account may have waiting in a queue of `queueSize`: the setting, or half the queue (at least one). */
+export function perAccountQueue(queueSize: number, queuePerAccount = 0): number {
+  return queuePerAccount > 0 ? Math.min(queuePerAccount, queueSize) : Math.max(1, Math.ceil(queueSize / 2));
+}

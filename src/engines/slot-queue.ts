@@ -1,8 +1,11 @@
 /**
- * A fixed number of slots and a bounded FIFO of waiters (llama.cpp server's queue, in small).
- * A waiter that is aborted leaves the queue; a released slot goes to the oldest waiter.
+ * A fixed number of slots and a bounded queue of waiters (llama.cpp server's queue, in small),
+ * served in the fair queue's order (`fair-queue.ts`: bands, then the least served account, then
+ * arrival). A free slot is taken at once by whoever asks; a released slot goes to the waiter the
+ * queue picks; a waiter that is aborted leaves the queue.
  */
-import { EngineOverloadedError } from "../protocol/errors.ts";
+import { FairQueue, UNTICKETED, type Grant, type QueueSnapshot, type QueueTicket, type Served, type Waiting } from "./fair-queue.ts";
+import type { ServiceTier } from "../protocol/service-tiers.ts";
 
 export type SlotLease<Slot> = {
   readonly slot: Slot;
@@ -10,27 +13,41 @@ export type SlotLease<Slot> = {
   release(): void;
 };
 
-type Waiter<Slot> = {
-  resolve: (lease: SlotLease<Slot>) => void;
-  reject: (error: unknown) => void;
-  signal: AbortSignal;
-  onAbort: () => void;
+/** Whose request asks for a slot, and what it has been served so far (for the fair queue). */
+export type SlotClaim = {
+  ticket: QueueTicket;
+  served: Served;
 };
+
+export type SlotQueueOptions = {
+  /** Requests one account may have waiting (default: the whole queue). */
+  maxWaitingPerAccount?: number;
+  /** Told how long each request waited (metrics). */
+  onWaited?: (tier: ServiceTier, waitedMs: number, outcome: "served" | "left" | "refused") => void;
+};
+
+type Meta<Slot> = { rank: ((slot: Slot) => number) | undefined };
+
+const NOTHING_SERVED: Served = () => 0;
 
 export class SlotQueue<Slot> {
   readonly #free: Slot[];
-  readonly #waiters: Waiter<Slot>[] = [];
-  readonly #maxWaiting: number;
+  readonly #queue: FairQueue<Meta<Slot>>;
   readonly #capacity: number;
 
   /**
    * @param slots the slots to hand out (e.g. context sequences)
    * @param maxWaiting how many requests may wait for a slot; one more is refused
    */
-  constructor(slots: Slot[], maxWaiting: number) {
+  constructor(slots: Slot[], maxWaiting: number, options: SlotQueueOptions = {}) {
     this.#free = [...slots];
     this.#capacity = slots.length;
-    this.#maxWaiting = maxWaiting;
+    this.#queue = new FairQueue({
+      maxWaiting,
+      maxWaitingPerAccount: options.maxWaitingPerAccount,
+      onWaited: options.onWaited,
+      describeRunning: () => `${this.#capacity} requests are running`,
+    });
   }
 
   /** Slots in use. */
@@ -39,51 +56,42 @@ export class SlotQueue<Slot> {
   }
 
   get waiting(): number {
-    return this.#waiters.length;
+    return this.#queue.waiting;
   }
 
   get capacity(): number {
     return this.#capacity;
   }
 
+  /** Waiting per band, the oldest waits, the accounts served most lately. */
+  snapshot(): QueueSnapshot {
+    return this.#queue.snapshot();
+  }
+
   /**
-   * Takes a free slot (the one `rank` scores highest), or joins the queue. Throws `EngineOverloadedError` synchronously when
-   * no slot is free and the queue is full.
+   * Takes a free slot (the one `rank` scores highest), or joins the queue. Throws synchronously
+   * when no slot is free and the queue refuses: `EngineOverloadedError` (full), or
+   * `QueueShareExceededError` (the claim's account has its most waiting). The promise's
+   * `position()` says where a waiter stands (0 once it has its slot).
    */
-  acquire(signal: AbortSignal, rank?: (slot: Slot) => number): Promise<SlotLease<Slot>> {
-    if (signal.aborted) return Promise.reject(signal.reason);
+  acquire(signal: AbortSignal, rank?: (slot: Slot) => number, claim?: SlotClaim): Waiting<SlotLease<Slot>> {
+    const ticket = claim?.ticket ?? UNTICKETED;
+    const served = claim?.served ?? NOTHING_SERVED;
+    if (signal.aborted) return settled(Promise.reject(signal.reason));
     const slot = this.#takeFree(rank);
-    if (slot !== undefined) return Promise.resolve(this.#lease(slot));
-    if (this.#waiters.length >= this.#maxWaiting) {
-      throw new EngineOverloadedError(
-        `The model is busy: ${this.#capacity} requests are running and ${this.#waiters.length} are waiting. Retry shortly.`,
-      );
-    }
-    return new Promise((resolve, reject) => {
-      const waiter: Waiter<Slot> = {
-        resolve,
-        reject,
-        signal,
-        onAbort: () => {
-          const index = this.#waiters.indexOf(waiter);
-          if (index !== -1) this.#waiters.splice(index, 1);
-          reject(signal.reason);
-        },
-      };
-      signal.addEventListener("abort", waiter.onAbort, { once: true });
-      this.#waiters.push(waiter);
-    });
+    if (slot !== undefined) return settled(Promise.resolve(this.#lease(slot, this.#queue.begin(ticket, served))));
+    return this.#queue.join<SlotLease<Slot>>(ticket, signal, { rank }, served);
   }
 
   /**
    * Takes a free slot at once, or none: never waits, never queues. Only hands out a slot nobody is
    * waiting for (a free slot means the queue is empty). For work that can also run in slots it
-   * already holds (e.g. the extra choices of a request with `n` > 1).
+   * already holds (e.g. the extra choices of a request with `n` > 1: its first slot's claim counts what it is served).
    */
-  tryAcquire(rank?: (slot: Slot) => number): SlotLease<Slot> | undefined {
-    if (this.#waiters.length > 0) return undefined;
+  tryAcquire(rank?: (slot: Slot) => number, ticket: QueueTicket = UNTICKETED): SlotLease<Slot> | undefined {
+    if (this.#queue.waiting > 0) return undefined;
     const slot = this.#takeFree(rank);
-    return slot === undefined ? undefined : this.#lease(slot);
+    return slot === undefined ? undefined : this.#lease(slot, this.#queue.begin(ticket, NOTHING_SERVED));
   }
 
   /** The free slot that ranks highest (e.g. shares the longest cached prefix), else the first. */
@@ -103,25 +111,25 @@ export class SlotQueue<Slot> {
     return this.#free.splice(best, 1)[0];
   }
 
-  #lease(slot: Slot): SlotLease<Slot> {
+  #lease(slot: Slot, grant: Grant): SlotLease<Slot> {
     let released = false;
     return {
       slot,
       release: () => {
         if (released) return;
         released = true;
-        this.#handOver(slot);
+        grant.end();
+        this.#free.push(slot);
+        this.#queue.serve(
+          (meta) => this.#takeFree(meta.rank),
+          (free, next) => this.#lease(free, next),
+        );
       },
     };
   }
+}
 
-  #handOver(slot: Slot): void {
-    const waiter = this.#waiters.shift();
-    if (waiter === undefined) {
-      this.#free.push(slot);
-      return;
-    }
-    waiter.signal.removeEventListener("abort", waiter.onAbort);
-    waiter.resolve(this.#lease(slot));
-  }
+/** A promise already settled (a free slot, an aborted signal): nowhere in the queue. */
+function settled<T>(promise: Promise<T>): Waiting<T> {
+  return Object.assign(promise, { position: () => 0 });
 }

@@ -59,6 +59,7 @@ export const ERROR_CATALOG = {
   invalid_credentials: { status: 401, type: "invalid_request_error", meaning: "sign-in with a wrong email or password" },
   // 403
   model_not_allowed: { status: 403, type: "permission_error", meaning: "the key's allowed models or the account's plan exclude this model" },
+  service_tier_not_allowed: { status: 403, type: "permission_error", meaning: "the account's plan does not offer the `service_tier` asked for (the message lists those it does)" },
   account_disabled: { status: 403, type: "permission_error", meaning: "the key's (or session's) account was disabled by an admin" },
   key_scope_exceeded: { status: 403, type: "permission_error", meaning: "an inference-only key called `/api`" },
   admin_required: { status: 403, type: "permission_error", meaning: "a user (not an admin) called an admin route" },
@@ -93,6 +94,8 @@ export const ERROR_CATALOG = {
   rate_limit_exceeded: { status: 429, type: "rate_limit_error", meaning: "over the key's or the plan's requests or tokens per minute (`retry-after` says when), or a request larger than the whole token limit" },
   too_many_sign_in_attempts: { status: 429, type: "rate_limit_error", meaning: "too many failed sign-ins for the account or the address (`retry-after` says when)" },
   too_many_sign_ups: { status: 429, type: "rate_limit_error", meaning: "too many sign-ups from the address (`retry-after` says when)" },
+  queue_share_exceeded: { status: 429, type: "rate_limit_error", meaning: "the account already has its most requests waiting for this model (`--queue-per-account`): one account cannot fill the queue (`retry-after: 1`)" },
+  resource_unavailable: { status: 429, type: "rate_limit_error", meaning: "a `flex` request found no spare capacity within its wait limit (`--flex-max-wait`); retry later, or use the `default` tier (`retry-after` says when)" },
   too_many_checkouts: { status: 429, type: "rate_limit_error", meaning: "the account started too many Stripe checkouts in the last minute (an open one for the same plan is handed out again instead; `retry-after` says when)" },
   // 431, 499
   headers_too_large: { status: 431, type: "invalid_request_error", meaning: "the request's URL and headers are too large; the connection closes" },

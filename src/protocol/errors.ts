@@ -131,6 +131,35 @@ export class ModelNotReadyError extends ApiError {
   }
 }
 
+/** 403: the plan does not offer the service tier asked for. */
+export class ServiceTierNotAllowedError extends ApiError {
+  constructor(message: string) {
+    super(message, "service_tier_not_allowed", { param: "service_tier" });
+  }
+}
+
+/** 429: the account already has its most requests waiting for the model (one account cannot fill the queue). */
+export class QueueShareExceededError extends ApiError {
+  constructor(perAccount: number) {
+    super(
+      `Too many requests waiting: this account already has ${perAccount} requests waiting for this model, the most one account may. Wait for some to finish.`,
+      "queue_share_exceeded",
+      { headers: { "retry-after": "1" } },
+    );
+  }
+}
+
+/** 429: a `flex` request found no spare capacity within its wait limit (OpenAI's "Resource Unavailable"). */
+export class ResourceUnavailableError extends ApiError {
+  constructor(tier: string, waitedMs: number, retryAfterSeconds = 5) {
+    super(
+      `No capacity for the '${tier}' service tier: the request could not start within ${Math.round(waitedMs / 1000)} s. Retry later, or send it with service_tier 'default'.`,
+      "resource_unavailable",
+      { param: "service_tier", headers: { "retry-after": String(retryAfterSeconds) } },
+    );
+  }
+}
+
 /** 503: the engine's wait queue is full. */
 export class EngineOverloadedError extends ApiError {
   constructor(message: string, retryAfterSeconds = 1) {
