@@ -2,6 +2,7 @@
 import type { Llama } from "node-llama-cpp";
 import type { EngineStatus } from "./engine.ts";
 import type { ServiceTier } from "../protocol/service-tiers.ts";
+import type { QueuingOptions } from "./fair-queue.ts";
 import type { DownloadProgress, HuggingFaceHub } from "./llamacpp/model-file.ts";
 import type { MemberOutcome } from "./openai-compatible/pool-types.ts";
 
@@ -34,4 +35,12 @@ export type EngineEnvironment = {
 /** Requests one account may have waiting in a queue of `queueSize`: the setting, or half the queue (at least one). */
 export function perAccountQueue(queueSize: number, queuePerAccount = 0): number {
   return queuePerAccount > 0 ? Math.min(queuePerAccount, queueSize) : Math.max(1, Math.ceil(queueSize / 2));
+}
+
+/** A model's queue settings: the per-account cap, and its waits reported under the model's id. */
+export function queuingOf(modelId: string, environment: EngineEnvironment): QueuingOptions {
+  return {
+    maxWaitingPerAccount: perAccountQueue(environment.queueSize, environment.queuePerAccount),
+    onWaited: (tier, waitedMs, outcome) => environment.onQueueWait?.(modelId, tier, waitedMs, outcome),
+  };
 }

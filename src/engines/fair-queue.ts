@@ -8,8 +8,8 @@
  * - **Fair share within a band** by a virtual token counter per account (Sheng et al., "Fairness
  *   in Serving Large Language Models", OSDI 2024): every token an account is served (its prompt
  *   when it starts, each generated token as it comes) adds `1 / weight` to its counter, and the
- *   waiting request of the account with the lowest counter goes next (its oldest one; ties: the
- *   older request). An account that was idle (nothing waiting or running here) is lifted to the
+ *   waiting request of the account with the lowest counter goes next (its oldest one; on equal
+ *   counters, the account served less lately, then the older request). An account that was idle (nothing waiting or running here) is lifted to the
  *   lowest counter of the active ones when it comes back: it is never starved by those already
  *   served, and banks no credit while away.
  * - **Work-conserving.** The queue orders waiters only: a free slot is taken at once by whoever
@@ -49,6 +49,14 @@ export type QueueSnapshot = {
   running: number;
   /** The accounts served the most tokens lately (an exponentially decayed sum, half-life one minute): at most five, the largest first. */
   topShares: Array<{ account: string; share: number }>;
+};
+
+/** What a model's queues share: the per-account cap, and where waits are reported. */
+export type QueuingOptions = {
+  /** Requests one account may have waiting (default: the whole queue). */
+  maxWaitingPerAccount?: number;
+  /** Told how long each request waited, in which band, and how the wait ended (metrics). */
+  onWaited?: (tier: ServiceTier, waitedMs: number, outcome: "served" | "left" | "refused") => void;
 };
 
 export type FairQueueOptions = {
@@ -301,7 +309,14 @@ export class FairQueue<Meta> {
   #before(a: Entry<Meta, unknown>, b: Entry<Meta, unknown>): boolean {
     const band = BAND_RANK[a.ticket.tier] - BAND_RANK[b.ticket.tier];
     if (band !== 0) return band < 0;
-    if (a.account !== b.account && a.account.counter !== b.account.counter) return a.account.counter < b.account.counter;
+    if (a.account !== b.account) {
+      if (a.account.counter !== b.account.counter) return a.account.counter < b.account.counter;
+      // Equal counters (an account just lifted to the least served one): the one served less lately first.
+      const now = this.#now();
+      const recentA = this.#decayed(a.account, now);
+      const recentB = this.#decayed(b.account, now);
+      if (recentA !== recentB) return recentA < recentB;
+    }
     return a.seq < b.seq;
   }
 

@@ -12,7 +12,7 @@ import { createUpstreamEngine } from "./openai-compatible/create.ts";
 
 // What every engine may need from the process lives in `environment.ts`, which the engines import without a circle.
 export type { EngineEnvironment } from "./environment.ts";
-import type { EngineEnvironment } from "./environment.ts";
+import { queuingOf, type EngineEnvironment } from "./environment.ts";
 
 /**
  * A model entry as the engines read it: its id, what it reads, and each engine's own options
@@ -43,6 +43,7 @@ export function createEngine(entry: EngineEntry, environment: EngineEnvironment)
     contextSize: entry.context_size ?? environment.contextSize,
     parallel: entry.parallel ?? environment.parallel,
     queueSize: environment.queueSize,
+    queuing: queuingOf(entry.id, environment),
     threads: environment.threads,
     ...(entry.serves === undefined ? {} : { serves: entry.serves }),
     onProgress: (progress) => environment.onProgress(entry.id, progress),

@@ -4,8 +4,7 @@
  * arrival). A free slot is taken at once by whoever asks; a released slot goes to the waiter the
  * queue picks; a waiter that is aborted leaves the queue.
  */
-import { FairQueue, UNTICKETED, type Grant, type QueueSnapshot, type QueueTicket, type Served, type Waiting } from "./fair-queue.ts";
-import type { ServiceTier } from "../protocol/service-tiers.ts";
+import { FairQueue, UNTICKETED, type Grant, type QueuingOptions, type QueueSnapshot, type QueueTicket, type Served, type Waiting } from "./fair-queue.ts";
 
 export type SlotLease<Slot> = {
   readonly slot: Slot;
@@ -19,12 +18,7 @@ export type SlotClaim = {
   served: Served;
 };
 
-export type SlotQueueOptions = {
-  /** Requests one account may have waiting (default: the whole queue). */
-  maxWaitingPerAccount?: number;
-  /** Told how long each request waited (metrics). */
-  onWaited?: (tier: ServiceTier, waitedMs: number, outcome: "served" | "left" | "refused") => void;
-};
+export type SlotQueueOptions = QueuingOptions;
 
 type Meta<Slot> = { rank: ((slot: Slot) => number) | undefined };
 

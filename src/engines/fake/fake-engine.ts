@@ -28,6 +28,7 @@ import {
   type TokenLogprob,
   type UsageSource,
 } from "../engine.ts";
+import type { QueueTicket, QueuingOptions } from "../fair-queue.ts";
 import { promptBound, type PromptBound } from "../prompt-bound.ts";
 import { SlotQueue, type SlotLease } from "../slot-queue.ts";
 import { ContextLengthExceededError, ModelNotReadyError } from "../../protocol/errors.ts";
@@ -80,6 +81,8 @@ export type FakeEngineOptions = {
   /** Requests that run at once; more wait, past `queueSize` they are refused. */
   capacity?: number;
   queueSize?: number;
+  /** The queue's per-account cap and wait reports (as a real engine's). */
+  queuing?: QueuingOptions;
   capabilities?: Partial<EngineCapabilities>;
   /** `prepare` throws this (a 400 for a schema, say). */
   prepareFailure?: Error;
@@ -163,6 +166,7 @@ export class FakeEngine implements Engine {
     this.#queue = new SlotQueue(
       Array.from({ length: options.capacity ?? 4 }, (_, index) => index),
       options.queueSize ?? 16,
+      options.queuing,
     );
   }
 
@@ -189,7 +193,7 @@ export class FakeEngine implements Engine {
   }
 
   members(): EngineMember[] {
-    return [{ id: "fake", busy: this.#queue.busy, capacity: this.#queue.capacity, waiting: this.#queue.waiting, healthy: this.status_.state !== "unavailable" }];
+    return [{ id: "fake", busy: this.#queue.busy, capacity: this.#queue.capacity, waiting: this.#queue.waiting, queue: this.#queue.snapshot(), healthy: this.status_.state !== "unavailable" }];
   }
 
   /** Throws what a real engine throws when it cannot take work: loading, unavailable, or closed. */
@@ -211,7 +215,7 @@ export class FakeEngine implements Engine {
     const promptTokens = fakePromptTokens(request);
     const room = (this.#options.contextLength ?? 2048) - promptTokens;
     const maxTokens = request.maxTokens === undefined ? room : request.fitMaxTokens === true ? Math.min(request.maxTokens, Math.max(1, room)) : request.maxTokens;
-    return { promptTokens, promptCount: "exact", maxTokens, choices: request.choices, start: (signal) => this.#start(request, promptTokens, maxTokens, signal) };
+    return { promptTokens, promptCount: "exact", maxTokens, choices: request.choices, start: (signal, ticket) => this.#start(request, promptTokens, maxTokens, signal, ticket) };
   }
 
   boundEmbeddings(request: EmbeddingRequest): PromptBound {
@@ -239,10 +243,10 @@ export class FakeEngine implements Engine {
       promptCount: "exact",
       // All the vectors are made at once, after the gate: none before.
       embeddedTokens: () => embeddedTokens,
-      run: async (signal) => {
+      run: async (signal, ticket) => {
         const stop = AbortSignal.any([signal, this.#closing.signal]);
         // Throws EngineOverloadedError when the queue is full, as generation does.
-        const lease = await this.#queue.acquire(stop);
+        const lease = await this.#queue.acquire(stop, undefined, ticket === undefined ? undefined : { ticket, served: () => promptTokens });
         this.embedded++;
         this.signals.push(signal);
         try {
@@ -257,10 +261,12 @@ export class FakeEngine implements Engine {
     };
   }
 
-  #start(request: GenerationRequest, promptTokens: number, maxTokens: number, signal: AbortSignal): RunningGeneration {
+  #start(request: GenerationRequest, promptTokens: number, maxTokens: number, signal: AbortSignal, ticket?: QueueTicket): RunningGeneration {
     const stop = AbortSignal.any([signal, this.#closing.signal]);
+    const counts = Array.from({ length: request.choices }, () => ({ completion: 0, reasoning: 0 }));
     // Takes the slot now; throws EngineOverloadedError synchronously when the queue is full.
-    const leased = this.#queue.acquire(stop);
+    const served = () => promptTokens + counts.reduce((sum, count) => sum + count.completion, 0);
+    const leased = this.#queue.acquire(stop, undefined, ticket === undefined ? undefined : { ticket, served });
     this.started++;
     this.signals.push(signal);
     let begun = false;
@@ -278,7 +284,6 @@ export class FakeEngine implements Engine {
     const admitted = guarded.then(() => undefined);
     admitted.catch(() => {});
     const scripts = this.#options.script?.(request) ?? [{ steps: [{ text: "Hello" }, { text: " world" }] }];
-    const counts = Array.from({ length: request.choices }, () => ({ completion: 0, reasoning: 0 }));
     const queue = this.#queue;
     const parts: AsyncIterable<StreamPart> = {
       async *[Symbol.asyncIterator]() {
@@ -288,7 +293,7 @@ export class FakeEngine implements Engine {
         // Other choices run at once only in slots free now (never waiting while holding one).
         const leases: SlotLease<number>[] = [first];
         while (leases.length < request.choices) {
-          const extra = queue.tryAcquire();
+          const extra = queue.tryAcquire(undefined, ticket);
           if (extra === undefined) break;
           leases.push(extra);
         }
@@ -323,7 +328,7 @@ export class FakeEngine implements Engine {
       completionTokens: counts.reduce((sum, count) => sum + count.completion, 0),
       reasoningTokens: counts.reduce((sum, count) => sum + count.reasoning, 0),
     });
-    return { admitted, parts, usage };
+    return { admitted, parts, usage, position: () => leased.position() };
   }
 
   /** Running generations end `cancelled`; new requests are refused as by a real engine that closed. */

@@ -28,7 +28,8 @@
 import { LlamaVocabularyType, type LlamaEmbeddingContext, type LlamaModel, type Token } from "node-llama-cpp";
 import type { EmbeddingInput, EmbeddingRequest, EmbeddingsResult, PreparedEmbeddings } from "../engine.ts";
 import { tokenFloor, type PromptBound, type TokenSpans } from "../prompt-bound.ts";
-import { SlotQueue } from "../slot-queue.ts";
+import { SlotQueue, type SlotQueueOptions } from "../slot-queue.ts";
+import { UNTICKETED, type QueueSnapshot, type QueueTicket } from "../fair-queue.ts";
 import { ContextLengthExceededError, InvalidRequestError } from "../../protocol/errors.ts";
 
 export type LlamaEmbedderOptions = {
@@ -40,6 +41,8 @@ export type LlamaEmbedderOptions = {
   parallel: number;
   /** Requests that may wait while one runs; one more is refused (`EngineOverloadedError`). */
   queueSize: number;
+  /** The queue's per-account cap and wait reports. */
+  queuing?: SlotQueueOptions;
   /** Tokens in the vocabulary (ids 0..vocabularySize-1). */
   vocabularySize: number;
   /** How many bytes of text the vocabulary's tokens span (for `bound`). */
@@ -113,7 +116,7 @@ export class LlamaEmbedder {
     this.#lanes = contexts.map((context, index) => ({ index, context }));
     this.#wide = wide;
     this.#options = options;
-    this.#queue = new SlotQueue(this.#lanes, options.queueSize);
+    this.#queue = new SlotQueue(this.#lanes, options.queueSize, options.queuing);
     this.#special = specialTokensOf(model);
     this.#laneStats = { threads, inputs: threads.map(() => 0), mostAtOnce: 0, wide: wide === undefined ? undefined : { threads: options.threads, inputs: 0 } };
   }
@@ -150,8 +153,8 @@ export class LlamaEmbedder {
   }
 
   /** Lanes in use, requests waiting, and how many lanes there are. */
-  load(): { busy: number; waiting: number; capacity: number } {
-    return { busy: this.#queue.busy, waiting: this.#queue.waiting, capacity: this.#queue.capacity };
+  load(): { busy: number; waiting: number; capacity: number; queue: QueueSnapshot } {
+    return { busy: this.#queue.busy, waiting: this.#queue.waiting, capacity: this.#queue.capacity, queue: this.#queue.snapshot() };
   }
 
   stats(): EmbeddingStats {
@@ -199,7 +202,7 @@ export class LlamaEmbedder {
     const sequences = request.inputs.map((input, index) => this.#tokenize(input, index, request.truncate));
     const promptTokens = sequences.reduce((sum, tokens) => sum + tokens.length, 0);
     const progress = { tokens: 0 };
-    return { promptTokens, promptCount: "exact", run: (signal) => this.#run(sequences, promptTokens, signal, progress), embeddedTokens: () => progress.tokens };
+    return { promptTokens, promptCount: "exact", run: (signal, ticket) => this.#run(sequences, promptTokens, signal, progress, ticket), embeddedTokens: () => progress.tokens };
   }
 
   /**
@@ -256,9 +259,10 @@ export class LlamaEmbedder {
    * lane it got and on any other lane free with nobody waiting (looked for again after each input),
    * counting each input's tokens into `progress` once its vector is made.
    */
-  #run(sequences: Token[][], promptTokens: number, signal: AbortSignal, progress: { tokens: number }): Promise<EmbeddingsResult> {
+  #run(sequences: Token[][], promptTokens: number, signal: AbortSignal, progress: { tokens: number }, ticket: QueueTicket = UNTICKETED): Promise<EmbeddingsResult> {
     const stop = AbortSignal.any([signal, this.#closing.signal]);
-    const leased = this.#queue.acquire(stop);
+    // The fair queue charges the account each input's tokens as its vector is made.
+    const leased = this.#queue.acquire(stop, undefined, { ticket, served: () => progress.tokens });
     return leased.then(async (first) => {
       const leases = [first];
       const vectors: Float32Array[] = new Array(sequences.length);
@@ -270,7 +274,7 @@ export class LlamaEmbedder {
       const spread = () => {
         // A worker starts at once (takes its input synchronously), so this stops when none is left.
         while (next < sequences.length) {
-          const lease = this.#queue.tryAcquire();
+          const lease = this.#queue.tryAcquire(undefined, ticket);
           if (lease === undefined) return;
           leases.push(lease);
           start(lease.slot);

@@ -26,7 +26,8 @@ import {
   type StreamPart,
   type TokenUsage,
 } from "../engine.ts";
-import { SlotQueue } from "../slot-queue.ts";
+import { SlotQueue, type SlotQueueOptions } from "../slot-queue.ts";
+import { UNTICKETED, type QueueTicket } from "../fair-queue.ts";
 import { completionPromptBounds, promptBound, type PromptBound, type TokenSpans } from "../prompt-bound.ts";
 import { runChoices } from "../run-choices.ts";
 import { ContextLengthExceededError, EndpointNotServedError, InvalidRequestError, ModelNotReadyError } from "../../protocol/errors.ts";
@@ -78,6 +79,8 @@ export type LlamaCppEngineOptions = {
   contextSize: number;
   parallel: number;
   queueSize: number;
+  /** The queue's per-account cap and wait reports (see `SlotQueue`): shared by the generation slots and the embedding lanes. */
+  queuing?: SlotQueueOptions;
   threads: number;
   onProgress?: (progress: DownloadProgress) => void;
   /**
@@ -228,6 +231,7 @@ export class LlamaCppEngine implements Engine {
         busy: queue?.busy ?? 0,
         capacity: queue?.capacity ?? this.#options.parallel,
         waiting: queue?.waiting ?? 0,
+        ...(queue === undefined ? {} : { queue: queue.snapshot() }),
         healthy: this.#status.state === "ready",
         batching: this.#loaded === undefined ? undefined : batchingOf(this.#loaded.barrier.stats()),
       },
@@ -258,7 +262,7 @@ export class LlamaCppEngine implements Engine {
       // A generative model whose entry serves embeddings only needs no generation context either.
       const embedsOnly = kind.kind === "embedding" || (options.serves !== undefined && options.serves.every((service) => service === "embeddings"));
       if (embedsOnly || options.serves?.includes("embeddings") === true) {
-        this.#embedder = await LlamaEmbedder.open(model, { contextSize, threads: options.threads, parallel: options.parallel, queueSize: options.queueSize, ...vocabulary });
+        this.#embedder = await LlamaEmbedder.open(model, { contextSize, threads: options.threads, parallel: options.parallel, queueSize: options.queueSize, queuing: options.queuing, ...vocabulary });
       }
       const embeddings = this.#embedder === undefined ? {} : { embeddingDimensions: kind.dimensions };
       if (embedsOnly) {
@@ -289,7 +293,7 @@ export class LlamaCppEngine implements Engine {
         wrapper,
         grammars: new GrammarFactory(llama),
         barrier,
-        queue: new SlotQueue(sequences, options.queueSize),
+        queue: new SlotQueue(sequences, options.queueSize, options.queuing),
         sequenceIndex: new Map(sequences.map((sequence, index) => [sequence, index])),
         ...vocabulary,
         fillInTheMiddle,
@@ -361,7 +365,7 @@ export class LlamaCppEngine implements Engine {
       promptCount: "exact",
       maxTokens,
       choices: request.choices,
-      start: (signal) => this.#start(loaded, prompts, plan, request, maxTokens, signal),
+      start: (signal, ticket) => this.#start(loaded, prompts, plan, request, maxTokens, signal, ticket),
     };
   }
 
@@ -404,7 +408,7 @@ export class LlamaCppEngine implements Engine {
     }
   }
 
-  #start(loaded: Loaded, prompts: ReadonlyArray<RenderedPrompt | RenderedCompletionPrompt>, plan: ReplyPlan, request: GenerationRequest, maxTokens: number, signal: AbortSignal): RunningGeneration {
+  #start(loaded: Loaded, prompts: ReadonlyArray<RenderedPrompt | RenderedCompletionPrompt>, plan: ReplyPlan, request: GenerationRequest, maxTokens: number, signal: AbortSignal, ticket: QueueTicket = UNTICKETED): RunningGeneration {
     // Choice c continues prompt floor(c / n) (a chat has one prompt).
     const perPrompt = request.completion?.n ?? request.choices;
     const promptOf = (choice: number) => prompts[Math.min(prompts.length - 1, Math.floor(choice / perPrompt))]!;
@@ -420,7 +424,14 @@ export class LlamaCppEngine implements Engine {
       const index = loaded.sequenceIndex.get(sequence) ?? 0;
       return (cached >= MIN_REUSED_PREFIX ? cached : 0) - index / (loaded.sequenceIndex.size + 1);
     };
-    const leased = loaded.queue.acquire(stop, rank);
+    const choiceUsages: TokenUsage[] = Array.from({ length: request.choices }, (_, choice) => ({
+      promptTokens: promptOf(choice).tokens.length,
+      cachedPromptTokens: 0,
+      completionTokens: 0,
+    }));
+    // What the fair queue charges the account: the prompt once it has a slot, each token as it comes.
+    const served = () => promptTokens + choiceUsages.reduce((sum, choice) => sum + choice.completionTokens, 0);
+    const leased = loaded.queue.acquire(stop, rank, { ticket, served });
     let started = false;
     // A lease nobody will consume (aborted before generation began) goes straight back. The
     // listener goes once generation begins: left on `stop`, a signal made by AbortSignal.any
@@ -435,11 +446,6 @@ export class LlamaCppEngine implements Engine {
       return lease;
     });
     guarded.catch(() => {});
-    const choiceUsages: TokenUsage[] = Array.from({ length: request.choices }, (_, choice) => ({
-      promptTokens: promptOf(choice).tokens.length,
-      cachedPromptTokens: 0,
-      completionTokens: 0,
-    }));
     const describeToken = this.#describeToken(loaded);
     /** The prompt tokens found cached when parallel choices shared one evaluation of the prompt. */
     let sharedCached: number | undefined;
@@ -452,7 +458,7 @@ export class LlamaCppEngine implements Engine {
         // holding one, so requests cannot deadlock); the rest follow one another in these slots.
         const leases = [first];
         while (leases.length < request.choices) {
-          const extra = loaded.queue.tryAcquire(rank);
+          const extra = loaded.queue.tryAcquire(rank, ticket);
           if (extra === undefined) break;
           leases.push(extra);
         }
@@ -502,7 +508,7 @@ export class LlamaCppEngine implements Engine {
     // it waited for a slot) must not count as unhandled, which would end the process.
     const admitted = guarded.then(() => undefined);
     admitted.catch(() => {});
-    return { admitted, parts, usage };
+    return { admitted, parts, usage, position: () => leased.position() };
   }
 
   /** Token text and bytes for log probabilities (byte-fallback tokens read from the vocabulary). */

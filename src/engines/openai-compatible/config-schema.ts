@@ -62,6 +62,13 @@ export const upstreamSchema = z.object({
   max_attempts: z.number().int().min(1).max(16).default(3),
   /** Seconds between health probes of each member. */
   health_interval: z.number().positive().max(3600).default(5),
+  /**
+   * The members were started with priority scheduling (vLLM `--scheduling-policy priority`, SGLang
+   * `--enable-priority-scheduling`): each request carries its service tier's band as the `priority`
+   * field, so the upstream's own queue orders them too. Off by default: vLLM refuses a `priority`
+   * other than 0 when it was started without it.
+   */
+  priority_scheduling: z.boolean().default(false),
 });
 
 export type UpstreamEntry = z.infer<typeof upstreamSchema>;

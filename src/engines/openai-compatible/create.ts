@@ -3,7 +3,7 @@
  * read from the environment variable the entry names (never logged), and the engine over them.
  */
 import type { Engine } from "../engine.ts";
-import type { EngineEnvironment } from "../environment.ts";
+import { queuingOf, type EngineEnvironment } from "../environment.ts";
 import type { UpstreamModelEntry } from "./config-schema.ts";
 import { OpenAiCompatibleEngine } from "./openai-compatible-engine.ts";
 import { createUpstreamPool, poolOptionsFromEntry } from "./pool.ts";
@@ -24,6 +24,7 @@ export function createUpstreamEngine(entry: UpstreamModelEntry, environment: Eng
   const pool = createUpstreamPool({
     ...poolOptionsFromEntry(upstream, apiKey, entry.id),
     queueSize: environment.queueSize,
+    queuing: queuingOf(entry.id, environment),
     onOutcome: (member, outcome) => environment.onUpstreamOutcome(entry.id, member.id, outcome),
     onHealthChange: (member, healthy) =>
       onEvent(healthy ? "info" : "warn", healthy ? `upstream ${member.id} is back` : `upstream ${member.id} is down: requests go to the other members`, {

@@ -21,6 +21,7 @@ import type {
   PreparedEmbeddings,
   PreparedGeneration,
   RunningGeneration,
+  QueueTicket,
   TextCompletion,
 } from "../engine.ts";
 import { completionPromptBounds, promptBound, type PromptBound } from "../prompt-bound.ts";
@@ -36,6 +37,7 @@ import { upstreamWordsForLog } from "./upstream-errors.ts";
 import { UpstreamClient } from "./upstream-client.ts";
 import { startUpstreamGeneration, type UpstreamEventSink, type UpstreamGenerationOptions } from "./upstream-generation.ts";
 import { runUpstreamEmbeddings } from "./upstream-embeddings.ts";
+import { upstreamPriority } from "./priority.ts";
 import { memberUrl, normalizeBaseUrl, serverRoot } from "./upstream-url.ts";
 import { countPromptTokens, countsPromptsExactly } from "./tokenize.ts";
 
@@ -293,8 +295,11 @@ export class OpenAiCompatibleEngine implements Engine {
       promptCount,
       maxTokens,
       choices: request.choices,
-      start: (signal: AbortSignal): RunningGeneration =>
-        withCustomToolCalls(startUpstreamGeneration(this.#generationOptions(request, dialect, { body: text, promptTokens, affinity, stopSequences: true }), signal), customTools),
+      start: (signal: AbortSignal, ticket?: QueueTicket): RunningGeneration =>
+        withCustomToolCalls(
+          startUpstreamGeneration(this.#generationOptions(request, dialect, { body: this.#withPriority(text, ticket), promptTokens, affinity, stopSequences: true }), signal, ticket),
+          customTools,
+        ),
     };
   }
 
@@ -339,9 +344,13 @@ export class OpenAiCompatibleEngine implements Engine {
       promptCount: "upper-bound",
       maxTokens,
       choices: request.choices,
-      start: (signal: AbortSignal): RunningGeneration =>
+      start: (signal: AbortSignal, ticket?: QueueTicket): RunningGeneration =>
         withEcho(
-          startUpstreamGeneration({ ...this.#generationOptions(request, dialect, { body: text, promptTokens, affinity, stopSequences: wire !== "infill" }), endpoint }, signal),
+          startUpstreamGeneration(
+            { ...this.#generationOptions(request, dialect, { body: this.#withPriority(text, ticket), promptTokens, affinity, stopSequences: wire !== "infill" }), endpoint },
+            signal,
+            ticket,
+          ),
           completion,
         ),
     };
@@ -401,7 +410,7 @@ export class OpenAiCompatibleEngine implements Engine {
       promptTokens,
       promptCount: "upper-bound",
       embeddedTokens: () => embeddedTokens,
-      run: async (signal) => {
+      run: async (signal, ticket) => {
         const result = await runUpstreamEmbeddings(
           {
             pool: this.#options.pool,
@@ -417,6 +426,7 @@ export class OpenAiCompatibleEngine implements Engine {
             closing: this.#closing.signal,
           },
           signal,
+          ticket,
         );
         this.#embeddingDimensions ??= result.vectors[0]?.length;
         embeddedTokens = result.usage.promptTokens;
@@ -496,6 +506,17 @@ export class OpenAiCompatibleEngine implements Engine {
       signal: this.#closing.signal,
     }).catch(() => undefined);
     return counted?.tokens;
+  }
+
+  /**
+   * The body with the ticket's band as the upstream's `priority` field, for members started with
+   * priority scheduling (`priority_scheduling`): vLLM serves lower values first, SGLang higher ones.
+   * The body is the JSON object written at `prepare`: the field is appended to it.
+   */
+  #withPriority(body: string, ticket: QueueTicket | undefined): string {
+    if (ticket === undefined || !this.#options.upstream.priority_scheduling) return body;
+    const priority = upstreamPriority(this.kind, ticket.tier);
+    return priority === undefined ? body : `${body.slice(0, body.lastIndexOf("}"))},"priority":${priority}}`;
   }
 
   async close(): Promise<void> {

@@ -4,6 +4,7 @@
  */
 import type { UpstreamKind } from "./config-schema.ts";
 import type { EngineMember } from "../engine.ts";
+import type { QueueTicket, Served } from "../fair-queue.ts";
 
 /** One upstream server of a pool. */
 export type UpstreamMember = {
@@ -41,6 +42,10 @@ export type AcquireOptions = {
   /** Members already tried for this request (not picked again while another can be). */
   exclude?: ReadonlySet<string>;
   signal: AbortSignal;
+  /** Whose share the request draws on and its band (none: the default band of one shared account). */
+  ticket?: QueueTicket;
+  /** Tokens it has been served so far (the fair queue charges its account as they come). */
+  served?: Served;
 };
 
 export interface UpstreamPool {
@@ -58,7 +63,7 @@ export interface UpstreamPool {
    * refuses before anything is sent); rejects with `UpstreamUnavailableError` when no member is
    * healthy, and with the signal's reason when aborted while waiting.
    */
-  acquire(options: AcquireOptions): Promise<PoolLease>;
+  acquire(options: AcquireOptions): Promise<PoolLease> & { position?(): number };
   /** Each member's load and health (for `/v1/models`, metrics). */
   members(): EngineMember[];
   /** `ready`: every member healthy; `degraded`: some; `unavailable`: none. */

@@ -93,7 +93,7 @@ describe("upstream pool routing", () => {
   });
 
   it("takes its options from an upstream model entry", () => {
-    const options = poolOptionsFromEntry({ urls: [A], kind: "vllm", max_in_flight: 16, connect_timeout: 5, first_token_timeout: 60, idle_timeout: 60, max_attempts: 3, health_interval: 5 }, "key");
+    const options = poolOptionsFromEntry({ urls: [A], kind: "vllm", max_in_flight: 16, connect_timeout: 5, first_token_timeout: 60, idle_timeout: 60, max_attempts: 3, health_interval: 5, priority_scheduling: false }, "key");
     assert.deepEqual(options, { urls: [A], kind: "vllm", maxInFlight: 16, apiKey: "key", healthIntervalMs: 5000 });
   });
 });

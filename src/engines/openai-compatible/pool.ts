@@ -12,14 +12,16 @@
  * member has room. While active probes run, a recovering member is sent no client request as long
  * as a healthy one has room: the probe brings it back.
  *
- * When every serving member is full, requests wait in one bounded FIFO queue; a released lease
- * goes to the oldest waiter. A full queue: `EngineOverloadedError` (503, retry-after 1), thrown at
- * once by `acquire` (not a rejected promise), so a request is refused before it starts. No member
+ * When every serving member is full, requests wait in one bounded queue, served in the fair
+ * queue's order (`fair-queue.ts`: bands, then the least served account, then arrival); a released
+ * lease goes to the waiter it picks. A full queue: `EngineOverloadedError` (503, retry-after 1),
+ * an account with its most waiting: `QueueShareExceededError` (429), both thrown at once by
+ * `acquire` (not a rejected promise), so a request is refused before it starts. No member
  * serving (all cooling down): `UpstreamUnavailableError` with retry-after = the shortest cooldown
  * left. A waiter whose signal aborts leaves the queue and gets the signal's reason.
  */
 import type { UpstreamEntry, UpstreamKind } from "./config-schema.ts";
-import { EngineOverloadedError, ShuttingDownError, UpstreamUnavailableError } from "../../protocol/errors.ts";
+import { ShuttingDownError, UpstreamUnavailableError } from "../../protocol/errors.ts";
 import type { EngineMember } from "../engine.ts";
 import { detectKind } from "./detect.ts";
 import { HealthChecker } from "./health.ts";
@@ -27,6 +29,14 @@ import { LruMap } from "./lru-map.ts";
 import { memberName, memberUrl } from "./upstream-url.ts";
 import { PoolMember, type MemberHealthOptions, type MemberStats } from "./member.ts";
 import type { AcquireOptions, MemberOutcome, PoolLease, UpstreamMember, UpstreamPool } from "./pool-types.ts";
+import { FairQueue, UNTICKETED, type Grant, type QueuingOptions, type Served, type Waiting } from "../fair-queue.ts";
+
+const NOTHING_SERVED: Served = () => 0;
+
+/** A promise already settled (a free member, a refusal): nowhere in the queue. */
+function settled<T>(promise: Promise<T>): Waiting<T> {
+  return Object.assign(promise, { position: () => 0 });
+}
 
 export type UpstreamPoolOptions = {
   /** One base URL per member (`/v1` is added when missing). */
@@ -39,6 +49,8 @@ export type UpstreamPoolOptions = {
   maxInFlight: number;
   /** Requests that may wait when every serving member is full (default 256). */
   queueSize?: number;
+  /** The queue's per-account cap and wait reports. */
+  queuing?: QueuingOptions;
   /** Sent as a bearer token to probes (and detection); never logged. */
   apiKey?: string;
   /** Milliseconds between active health probes (`health_interval` × 1000); 0 or absent: none. */
@@ -97,19 +109,11 @@ export function createUpstreamPool(options: UpstreamPoolOptions): UpstreamPoolHa
 const DETECT_AT_ONCE = 4;
 const DETECT_AT_MOST = 8;
 
-type Waiter = {
-  options: AcquireOptions;
-  resolve: (lease: PoolLease) => void;
-  reject: (error: unknown) => void;
-  onAbort: () => void;
-};
-
 class Pool implements UpstreamPoolHandle {
   readonly #options: UpstreamPoolOptions;
   readonly #members: PoolMember[];
-  readonly #waiters: Waiter[] = [];
+  readonly #queue: FairQueue<AcquireOptions>;
   readonly #affinity: LruMap<string, PoolMember>;
-  readonly #queueSize: number;
   readonly #wasHealthy = new Map<PoolMember, boolean>();
   #kind: UpstreamKind | undefined;
   #health: HealthChecker | undefined;
@@ -124,7 +128,11 @@ class Pool implements UpstreamPoolHandle {
     this.#members = options.urls.map((url, index) => new PoolMember(url, options.maxInFlight, options.health, options.names?.[index]));
     for (const member of this.#members) this.#wasHealthy.set(member, true);
     this.#affinity = new LruMap(options.affinityEntries ?? 4096);
-    this.#queueSize = options.queueSize ?? 256;
+    this.#queue = new FairQueue({
+      maxWaiting: options.queueSize ?? 256,
+      ...options.queuing,
+      describeRunning: () => `${this.#members.reduce((sum, candidate) => sum + candidate.inFlight, 0)} requests are running upstream`,
+    });
   }
 
   get kind(): UpstreamKind | undefined {
@@ -186,32 +194,17 @@ class Pool implements UpstreamPoolHandle {
     return true;
   }
 
-  acquire(options: AcquireOptions): Promise<PoolLease> {
-    if (this.#closed) return Promise.reject(new ShuttingDownError());
-    if (options.signal.aborted) return Promise.reject(options.signal.reason);
+  acquire(options: AcquireOptions): Waiting<PoolLease> {
+    if (this.#closed) return settled(Promise.reject(new ShuttingDownError()));
+    if (options.signal.aborted) return settled(Promise.reject(options.signal.reason));
+    const ticket = options.ticket ?? UNTICKETED;
+    const served = options.served ?? NOTHING_SERVED;
     const member = this.#pick(options);
-    if (member !== undefined) return Promise.resolve(this.#lease(member));
-    if (!this.#members.some((candidate) => candidate.serves())) return Promise.reject(this.#unavailable());
-    if (this.#waiters.length >= this.#queueSize) {
-      const running = this.#members.reduce((sum, candidate) => sum + candidate.inFlight, 0);
-      // Thrown, not a rejected promise: the engine's `start` must refuse at once, before the
-      // caller answers 200 and opens a stream (as the embedded engine's slot queue does).
-      throw new EngineOverloadedError(`The model is busy: ${running} requests are running upstream and ${this.#waiters.length} are waiting. Retry shortly.`);
-    }
-    return new Promise((resolve, reject) => {
-      const waiter: Waiter = {
-        options,
-        resolve,
-        reject,
-        onAbort: () => {
-          const index = this.#waiters.indexOf(waiter);
-          if (index !== -1) this.#waiters.splice(index, 1);
-          reject(options.signal.reason);
-        },
-      };
-      options.signal.addEventListener("abort", waiter.onAbort, { once: true });
-      this.#waiters.push(waiter);
-    });
+    if (member !== undefined) return settled(Promise.resolve(this.#lease(member, this.#queue.begin(ticket, served))));
+    if (!this.#members.some((candidate) => candidate.serves())) return settled(Promise.reject(this.#unavailable()));
+    // Throws, not a rejected promise, when the queue refuses: the engine's `start` must refuse at
+    // once, before the caller answers 200 and opens a stream (as the embedded engine's slot queue does).
+    return this.#queue.join<PoolLease>(ticket, options.signal, options, served);
   }
 
   members(): EngineMember[] {
@@ -220,7 +213,8 @@ class Pool implements UpstreamPoolHandle {
       id: member.id,
       busy: member.inFlight,
       capacity: member.capacity,
-      waiting: index === 0 ? this.#waiters.length : 0,
+      waiting: index === 0 ? this.#queue.waiting : 0,
+      ...(index === 0 ? { queue: this.#queue.snapshot() } : {}),
       healthy: member.health === "healthy",
     }));
   }
@@ -239,10 +233,7 @@ class Pool implements UpstreamPoolHandle {
     if (this.#closed) return;
     this.#closed = true;
     this.#health?.stop();
-    for (const waiter of this.#waiters.splice(0)) {
-      waiter.options.signal.removeEventListener("abort", waiter.onAbort);
-      waiter.reject(new ShuttingDownError());
-    }
+    this.#queue.rejectAll(new ShuttingDownError());
   }
 
   /** The member for this request now, or none (all full, or none serving). */
@@ -269,7 +260,7 @@ class Pool implements UpstreamPoolHandle {
     return chosen;
   }
 
-  #lease(member: PoolMember): PoolLease {
+  #lease(member: PoolMember, grant: Grant): PoolLease {
     const trial = member.begin();
     let released = false;
     return {
@@ -277,6 +268,7 @@ class Pool implements UpstreamPoolHandle {
       release: (outcome: MemberOutcome) => {
         if (released) return;
         released = true;
+        grant.end();
         member.finish(outcome, trial);
         this.#options.onOutcome?.(member, outcome);
         this.#changed(member);
@@ -291,21 +283,11 @@ class Pool implements UpstreamPoolHandle {
       this.#wasHealthy.set(member, healthy);
       this.#options.onHealthChange?.(member, healthy);
     }
-    while (this.#waiters.length > 0) {
-      const waiter = this.#waiters[0]!;
-      const chosen = this.#pick(waiter.options);
-      if (chosen === undefined) break;
-      this.#waiters.shift();
-      waiter.options.signal.removeEventListener("abort", waiter.onAbort);
-      waiter.resolve(this.#lease(chosen));
-    }
-    if (this.#waiters.length > 0 && !this.#members.some((candidate) => candidate.serves())) {
-      const error = this.#unavailable();
-      for (const waiter of this.#waiters.splice(0)) {
-        waiter.options.signal.removeEventListener("abort", waiter.onAbort);
-        waiter.reject(error);
-      }
-    }
+    this.#queue.serve(
+      (options) => this.#pick(options),
+      (chosen, grant) => this.#lease(chosen, grant),
+    );
+    if (this.#queue.waiting > 0 && !this.#members.some((candidate) => candidate.serves())) this.#queue.rejectAll(this.#unavailable());
   }
 
   #unavailable(): UpstreamUnavailableError {

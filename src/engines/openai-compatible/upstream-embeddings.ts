@@ -9,7 +9,7 @@
  * the client's abort cuts the upstream request. Usage is the upstream's `usage.prompt_tokens`, or
  * the bound the request was held for when it reports none.
  */
-import type { EmbeddingsResult } from "../engine.ts";
+import type { EmbeddingsResult, QueueTicket } from "../engine.ts";
 import { ApiError, UpstreamError, UpstreamTimeoutError } from "../../protocol/errors.ts";
 import type { MemberOutcome, PoolLease, UpstreamPool } from "./pool-types.ts";
 import { classifyHttpError, classifyTransportFailure, type UpstreamVerdict } from "./upstream-errors.ts";
@@ -117,7 +117,7 @@ async function readBounded(body: AsyncIterable<Uint8Array>, limit: number): Prom
  * pool's queue is full, with `signal`'s reason when aborted, and with the typed error of the last
  * failure when no member answered.
  */
-export async function runUpstreamEmbeddings(options: UpstreamEmbeddingsOptions, signal: AbortSignal): Promise<EmbeddingsResult> {
+export async function runUpstreamEmbeddings(options: UpstreamEmbeddingsOptions, signal: AbortSignal, ticket?: QueueTicket): Promise<EmbeddingsResult> {
   const stop = AbortSignal.any([signal, options.closing]);
   const tried = new Set<string>();
   const maxWait = options.maxRetryWaitMs ?? 2000;
@@ -126,7 +126,7 @@ export async function runUpstreamEmbeddings(options: UpstreamEmbeddingsOptions, 
     let lease: PoolLease;
     try {
       if (stop.aborted) throw stop.reason;
-      lease = await options.pool.acquire({ exclude: tried, signal: stop });
+      lease = await options.pool.acquire({ exclude: tried, signal: stop, ...(ticket === undefined ? {} : { ticket, served: () => options.promptTokens }) });
     } catch (error) {
       if (stop.aborted) throw stop.reason;
       // No member left to try: the failure that brought us here says most.

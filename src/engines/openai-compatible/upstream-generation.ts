@@ -17,7 +17,7 @@
  * estimate only when it never does. A shutdown aborts at once, as does a client leaving mid-reply
  * (the upstream would go on generating what nobody reads).
  */
-import type { GenerationUsage, RunningGeneration, StreamPart } from "../engine.ts";
+import type { GenerationUsage, QueueTicket, RunningGeneration, StreamPart } from "../engine.ts";
 import { ApiError, UpstreamError, UpstreamTimeoutError } from "../../protocol/errors.ts";
 import type { MemberOutcome, PoolLease, UpstreamPool } from "./pool-types.ts";
 import { chatChunksOf } from "./completion-chunks.ts";
@@ -134,7 +134,7 @@ function releasing(lease: PoolLease): (outcome: MemberOutcome) => void {
  * Starts a generation: the first member is asked for at once (`admitted` resolves when one is
  * lent). Throws `EngineOverloadedError` here, synchronously, when the pool's queue is full.
  */
-export function startUpstreamGeneration(options: UpstreamGenerationOptions, signal: AbortSignal): RunningGeneration {
+export function startUpstreamGeneration(options: UpstreamGenerationOptions, signal: AbortSignal, ticket?: QueueTicket): RunningGeneration {
   const stop = AbortSignal.any([signal, options.closing]);
   const tried = new Set<string>();
   const newReader = () =>
@@ -148,7 +148,9 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
   let sent = false;
   let consumed = false;
 
-  const firstLease = options.pool.acquire({ affinity: options.affinity, exclude: tried, signal: stop });
+  // The fair queue charges the account the prompt once a member is lent, then each token as it comes.
+  const served = () => options.promptTokens + reader.usage().completionTokens;
+  const firstLease = options.pool.acquire({ affinity: options.affinity, exclude: tried, signal: stop, ticket, served });
   // A lease nobody will use (the caller left before reading parts) goes straight back.
   let releaseIfIdle: (() => void) | undefined;
   let releasedIdle = false;
@@ -342,7 +344,7 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
       if (result.retryAfterMs !== undefined && result.retryAfterMs <= maxWait) await sleep(result.retryAfterMs, stop);
       try {
         if (stop.aborted) throw stop.reason;
-        lease = await options.pool.acquire({ affinity: options.affinity, exclude: tried, signal: stop });
+        lease = await options.pool.acquire({ affinity: options.affinity, exclude: tried, signal: stop, ticket, served });
       } catch (error) {
         if (stop.aborted) {
           yield* reader.cancel();
@@ -355,5 +357,5 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
   }
 
   const usage = (): GenerationUsage => (sent ? reader.usage() : { source: "estimated", promptTokens: 0, cachedPromptTokens: 0, completionTokens: 0 });
-  return { admitted, parts: { [Symbol.asyncIterator]: generate }, usage };
+  return { admitted, parts: { [Symbol.asyncIterator]: generate }, usage, position: () => firstLease.position?.() ?? 0 };
 }
