@@ -250,6 +250,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
         metrics.upstreamTimeToFirstToken.observe({ model: modelId, member: memberId }, outcome.timeToFirstTokenMs / 1000);
       }
     },
+    onQueueWait: (modelId, tier, waitedMs, outcome) => metrics.queueWait.observe({ model: modelId, tier, outcome }, waitedMs / 1000),
   };
   const creditValue = settings.credit_value;
   const models: CatalogModel[] = settings.models.map((entry) => {

@@ -77,6 +77,7 @@ export type {
 } from "../../src/protocol/account-api.ts";
 
 import type { ModelObject } from "../../src/protocol/models.ts";
+export type { ModelQueue } from "../../src/protocol/queues.ts";
 
 /**
  * A model of `/api/models`. A model that serves embeddings may also carry its vectors' length

@@ -45,6 +45,7 @@ import { registerAuthRoutes } from "./routes/auth/route.ts";
 import { registerAccountRoute } from "./routes/account/route.ts";
 import { registerKeysRoutes } from "./routes/keys/route.ts";
 import { registerAdminAccountsRoutes } from "./routes/admin-accounts/route.ts";
+import { registerAdminQueuesRoute } from "./routes/admin-queues/route.ts";
 import { registerConsoleRoutes } from "./routes/console/route.ts";
 import { registerApiModelsRoute } from "./routes/api-models/route.ts";
 import { limitApiBodies, serverTimeouts, warnOfDroppedConnections, type TransportLimits } from "./transport.ts";
@@ -269,6 +270,7 @@ export function buildApp(options: AppOptions): App {
   registerKeysRoutes(server, { database: options.database, catalog: options.catalog, authenticate: authenticateAccount, maxKeysPerAccount: options.maxKeysPerAccount });
   registerApiModelsRoute(server, { catalog: options.catalog, authenticate: authenticateAccount });
   registerAdminAccountsRoutes(server, { database: options.database, plans: options.plans, authenticate: authenticateAccount });
+  registerAdminQueuesRoute(server, { catalog: options.catalog, authenticate: authenticateAccount });
   if (options.consoleDirectory !== undefined) registerConsoleRoutes(server, { directory: options.consoleDirectory });
 
   return {

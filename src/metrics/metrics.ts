@@ -31,6 +31,8 @@ export class Metrics {
   readonly upstreamRequests: Counter<"model" | "member" | "outcome">;
   /** Seconds from sending a request upstream to its first token. */
   readonly upstreamTimeToFirstToken: Histogram<"model" | "member">;
+  /** Seconds requests waited in a model's queue, by band and how the wait ended (`served`, `left`, `refused`). */
+  readonly queueWait: Histogram<"model" | "tier" | "outcome">;
 
   constructor(sources: MetricsSources) {
     collectDefaultMetrics({ register: this.registry, prefix: "turnpike_process_" });
@@ -60,6 +62,49 @@ export class Metrics {
       labelNames: ["model", "member"],
       buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
       registers,
+    });
+    this.queueWait = new Histogram({
+      name: "turnpike_queue_wait_seconds",
+      help: "Time requests waited in a model's queue for a slot or a member, by service tier and outcome (served, left, refused)",
+      labelNames: ["model", "tier", "outcome"],
+      buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120],
+      registers,
+    });
+    /** The queues' snapshots, per model (the member that holds each queue carries it). */
+    const queues = function* () {
+      for (const { model, members } of sources.members?.() ?? []) {
+        for (const member of members) if (member.queue !== undefined) yield { model, queue: member.queue };
+      }
+    };
+    new Gauge({
+      name: "turnpike_queue_waiting",
+      help: "Requests waiting in a model's queue, by service tier (priority, default, flex)",
+      labelNames: ["model", "tier"],
+      registers,
+      collect() {
+        this.reset();
+        for (const { model, queue } of queues()) for (const [tier, waiting] of Object.entries(queue.waiting)) this.inc({ model, tier }, waiting);
+      },
+    });
+    new Gauge({
+      name: "turnpike_queue_oldest_wait_seconds",
+      help: "How long the oldest request waiting in a model's queue has waited, by service tier (0: none waits)",
+      labelNames: ["model", "tier"],
+      registers,
+      collect() {
+        this.reset();
+        for (const { model, queue } of queues()) for (const [tier, waited] of Object.entries(queue.oldestWaitMs)) this.set({ model, tier }, (waited ?? 0) / 1000);
+      },
+    });
+    new Gauge({
+      name: "turnpike_queue_account_share",
+      help: "Share of a model's tokens served lately (decayed, half-life one minute) to each of its top five accounts",
+      labelNames: ["model", "account"],
+      registers,
+      collect() {
+        this.reset();
+        for (const { model, queue } of queues()) for (const { account, share } of queue.topShares) this.set({ model, account }, share);
+      },
     });
     /** A gauge per model, summed over its members (the embedded engine has one). */
     const modelGauge = (name: string, help: string, value: (member: EngineMember) => number) =>

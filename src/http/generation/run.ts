@@ -12,7 +12,7 @@
  *   with the dialect's error event after whatever content was already sent, never mixed output.
  * A refusal before anything started (a full queue) is no completion: its hold is released uncharged.
  */
-import type { RunningGeneration } from "../../engines/engine.ts";
+import type { QueueTicket, RunningGeneration } from "../../engines/engine.ts";
 import type { Metrics } from "../../metrics/metrics.ts";
 import type { GenerationOutcome } from "../../protocol/generation.ts";
 import { ClientClosedRequestError, ShuttingDownError } from "../../protocol/errors.ts";
@@ -44,6 +44,8 @@ export type RunInput<Shape> = AdmittedGeneration<Shape> & {
    * shutdown (a `ShuttingDownError` reason). The run aborts it too when a stream's client stalls.
    */
   cut: AbortController;
+  /** Whose share the request draws on and its band (admission's; none: the default band). */
+  ticket?: QueueTicket;
   /** For the completion's log line. */
   keyId: string | undefined;
   /** `performance.now()` when the request arrived. */
@@ -153,6 +155,17 @@ async function start(dependencies: RunDependencies, input: RunInput<unknown>): P
   }
 }
 
+/** Waits until the generation has its slot; a refusal meanwhile (no capacity in time, a client gone) releases the hold uncharged and is rethrown. */
+async function admittedOrReleased(dependencies: RunDependencies, input: RunInput<unknown>, generation: RunningGeneration): Promise<void> {
+  try {
+    await generation.admitted;
+  } catch (error) {
+    const status = input.cut.signal.aborted ? cutStatus(input.cut.signal) : toApiError(error).status;
+    await release(dependencies, input, { outcome: undefined, status });
+    throw input.cut.signal.aborted && !(input.cut.signal.reason instanceof ShuttingDownError) ? new ClientClosedRequestError() : error;
+  }
+}
+
 /**
  * Runs a non-streamed request to its end and returns the completion. Throws the typed error of a
  * failure, `ShuttingDownError` for a shutdown and `ClientClosedRequestError` for a client that left
@@ -196,15 +209,24 @@ export async function runStream<Shape, Event>(
   openSink: () => ChunkSink,
 ): Promise<void> {
   const generation = await start(dependencies, input);
+  // A flex request may yet be refused for want of capacity (429): its stream opens only once it
+  // has a slot, so that refusal is still a plain error answer, not an error event after a 200.
+  if (input.ticket?.tier === "flex") await admittedOrReleased(dependencies, input, generation);
   const sink = openSink();
   const { cut } = input;
   let admitted = false;
+  /** While it waits: `queued N`, its place in the model's queue (SSE comments, so proxies keep the stream open). */
+  const waitingText = () => {
+    const position = generation.position?.() ?? 0;
+    return position > 0 ? `queued ${position}` : "waiting for a slot";
+  };
+  if ((generation.position?.() ?? 0) > 0) sink.comment(waitingText());
   /** The first event went out: a dialect's keep-alive event (Anthropic's `ping`) may follow it. */
   let delivered = false;
   const keepAliveEvent = dialect.keepAliveEvent;
   const stopKeepAlive = sink.keepAlive(
     dependencies.keepAliveIntervalMs,
-    () => (admitted ? "generating" : "waiting for a slot"),
+    () => (admitted ? "generating" : waitingText()),
     keepAliveEvent === undefined ? undefined : () => (delivered ? [keepAliveEvent.name, keepAliveEvent.payload] : undefined),
   );
   const outcome: { value?: GenerationOutcome } = {};

@@ -8,6 +8,8 @@ export type ChunkSink = {
   event(name: string, payload: unknown): void;
   /** Several events (each named or not) in one write to the socket: what one generation part made. */
   many(events: ReadonlyArray<readonly [name: string | undefined, payload: unknown]>): void;
+  /** An SSE comment line (`: text`): read by no client, it keeps proxies from timing the stream out. */
+  comment(text: string): void;
   /** Ends with `data: [DONE]`. */
   done(): void;
   /** Ends without `[DONE]` (after an error event, or a dialect that has no terminator line). */

@@ -8,6 +8,7 @@
 import { componentSchemasOf, openApiDocumentOf, type ApiOperation } from "../../protocol/openapi.ts";
 import { showAccountOperation } from "./account/route.ts";
 import { ADMIN_ACCOUNT_OPERATIONS, ADMIN_KEY_OPERATIONS } from "./admin-accounts/route.ts";
+import { listQueuesOperation } from "./admin-queues/route.ts";
 import { listModelsForConsoleOperation } from "./api-models/route.ts";
 import { AUTH_OPERATIONS } from "./auth/route.ts";
 import { billingHistoryOperation } from "./billing-history/route.ts";
@@ -53,6 +54,7 @@ export const API_OPERATIONS: readonly ApiOperation[] = [
   ...ADMIN_ACCOUNT_OPERATIONS,
   ...ADMIN_KEY_OPERATIONS,
   ...ADMIN_PLAN_OPERATIONS,
+  listQueuesOperation,
   healthOperation,
   readyOperation,
   metricsOperation,

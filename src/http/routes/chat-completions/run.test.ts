@@ -38,6 +38,10 @@ class MemorySink implements ChunkSink {
   many(events: ReadonlyArray<readonly [string | undefined, unknown]>): void {
     for (const [, payload] of events) this.events.push(payload);
   }
+  readonly comments: string[] = [];
+  comment(text: string): void {
+    this.comments.push(text);
+  }
   done(): void {
     this.ending = "done";
   }
