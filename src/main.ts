@@ -231,6 +231,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     parallel: settings.parallel,
     queueSize: settings.queue_size,
     queuePerAccount: settings.queue_per_account,
+    queuePolicy: settings.queue_policy,
     threads: settings.threads,
     upstreamApiKeys: Object.fromEntries(Object.entries(settings.upstream_api_keys).map(([variable, key]) => [variable, key.reveal()])),
     hub: { endpoint: settings.hf_endpoint, ...(settings.hf_token === null ? {} : { token: settings.hf_token.reveal() }) },

@@ -142,6 +142,14 @@ export const serveOptions = {
     default: 0,
     description: "requests one account may have waiting per model (more get 429 queue_share_exceeded); 0: half the queue",
   }),
+  queue_policy: option({
+    flag: "--queue-policy <policy>",
+    env: "TURNPIKE_QUEUE_POLICY",
+    kind: "string",
+    schema: z.enum(["fair", "fifo"]),
+    default: "fair",
+    description: "who gets a free slot: fair (service tier, then the account served least, weighted by its plan) or fifo (service tier, then arrival)",
+  }),
   flex_max_wait: option({
     flag: "--flex-max-wait <seconds>",
     env: "TURNPIKE_FLEX_MAX_WAIT",

@@ -17,6 +17,8 @@ export type EngineEnvironment = {
   queueSize: number;
   /** Requests one account may have waiting per model (`--queue-per-account`; 0: half of `queueSize`). */
   queuePerAccount?: number;
+  /** Who gets a free slot (`--queue-policy`): `fair` by default. */
+  queuePolicy?: "fair" | "fifo";
   /** Told how long each request waited for a model's slot or member, in which band, and how the wait ended (metrics). */
   onQueueWait?: (modelId: string, tier: ServiceTier, waitedMs: number, outcome: "served" | "left" | "refused") => void;
   threads: number;
@@ -41,6 +43,7 @@ export function perAccountQueue(queueSize: number, queuePerAccount = 0): number 
 export function queuingOf(modelId: string, environment: EngineEnvironment): QueuingOptions {
   return {
     maxWaitingPerAccount: perAccountQueue(environment.queueSize, environment.queuePerAccount),
+    policy: environment.queuePolicy ?? "fair",
     onWaited: (tier, waitedMs, outcome) => environment.onQueueWait?.(modelId, tier, waitedMs, outcome),
   };
 }

@@ -53,21 +53,19 @@ export type QueueSnapshot = {
 
 /** What a model's queues share: the per-account cap, and where waits are reported. */
 export type QueuingOptions = {
+  /** `fair` (bands, then the least served account: this file) or `fifo` (bands, then arrival: what every queue did before). */
+  policy?: "fair" | "fifo";
   /** Requests one account may have waiting (default: the whole queue). */
   maxWaitingPerAccount?: number;
   /** Told how long each request waited, in which band, and how the wait ended (metrics). */
   onWaited?: (tier: ServiceTier, waitedMs: number, outcome: "served" | "left" | "refused") => void;
 };
 
-export type FairQueueOptions = {
+export type FairQueueOptions = QueuingOptions & {
   /** Requests that may wait in all; one more is refused with 503. */
   maxWaiting: number;
-  /** Requests one account may have waiting; one more is refused with 429. Default: all of `maxWaiting`. */
-  maxWaitingPerAccount?: number;
   /** What the overload message says is running (e.g. "2 requests are running"). */
   describeRunning: () => string;
-  /** Told how long each request waited, in which band, and whether it got capacity (for metrics). */
-  onWaited?: (tier: ServiceTier, waitedMs: number, outcome: "served" | "left" | "refused") => void;
   now?: () => number;
 };
 
@@ -309,7 +307,7 @@ export class FairQueue<Meta> {
   #before(a: Entry<Meta, unknown>, b: Entry<Meta, unknown>): boolean {
     const band = BAND_RANK[a.ticket.tier] - BAND_RANK[b.ticket.tier];
     if (band !== 0) return band < 0;
-    if (a.account !== b.account) {
+    if (a.account !== b.account && this.#options.policy !== "fifo") {
       if (a.account.counter !== b.account.counter) return a.account.counter < b.account.counter;
       // Equal counters (an account just lifted to the least served one): the one served less lately first.
       const now = this.#now();

@@ -37,9 +37,8 @@ export class SlotQueue<Slot> {
     this.#free = [...slots];
     this.#capacity = slots.length;
     this.#queue = new FairQueue({
+      ...options,
       maxWaiting,
-      maxWaitingPerAccount: options.maxWaitingPerAccount,
-      onWaited: options.onWaited,
       describeRunning: () => `${this.#capacity} requests are running`,
     });
   }
