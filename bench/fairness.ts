@@ -1,0 +1,156 @@
+/**
+ * Fair share between accounts on a saturated model, as figures: the fair queue (`--queue-policy
+ * fair`, the default) against plain FIFO (`--queue-policy fifo`, every queue before it) in the same
+ * run, on the embedded engine (stories260K, 2 slots, 1 thread) and on a pool of one real
+ * llama-server (2 slots, 1 thread), Turnpike in this process, real HTTP.
+ *
+ * Per engine and policy:
+ * - **alone**: account B sends `--probes` short requests (4 tokens), one every 0.5 s, on an idle
+ *   model: its wait (time to the first streamed chunk) p50/p95, the baseline;
+ * - **flooded**: account A keeps 42 requests open (2 running, 40 queued, 48 tokens each) while B
+ *   probes again: B's wait p50/p95, and the position the queue first gave it (`: queued N`);
+ * - **shares**: four backlogged accounts of plan weights 2:1:1:1 (6 requests open each, 24 tokens
+ *   each, greedy) until `--requests` requests finished after a warm-up: each one's share of the
+ *   generated tokens, Jain's index, and the throughput (generated tokens/s), fair ÷ FIFO.
+ * JSON to bench/results/fairness.json.
+ *
+ *   node bench/fairness.ts [--engines embedded,llama-server] [--probes 12] [--requests 160] [--out bench/results/fairness.json]
+ */
+import fs from "node:fs";
+import path from "node:path";
+import { performance } from "node:perf_hooks";
+import { parseArgs } from "node:util";
+import { openStore } from "../src/store/open.ts";
+import { backlog, jainIndex, percentile, streamOnce, until, type Backlog } from "../test/helpers/fair-load.ts";
+import { findLlamaServer, startLlamaServer, type RunningLlamaServer } from "../test/helpers/llama-server.ts";
+import { meteredKey } from "../test/helpers/metered.ts";
+import { repoRoot, startTestServer, storiesModel, temporaryDirectory, type TestServer } from "../test/helpers/server.ts";
+
+const { values } = parseArgs({
+  options: {
+    engines: { type: "string", default: "embedded,llama-server" },
+    probes: { type: "string", default: "12" },
+    requests: { type: "string", default: "160" },
+    out: { type: "string", default: path.join(repoRoot, "bench", "results", "fairness.json") },
+  },
+});
+const PROBES = Number(values.probes);
+const REQUESTS = Number(values.requests);
+const PROMPT = [{ role: "user", content: "Once upon a time" }];
+const TIERS = { default: 1, flex: 0.5, priority: 2 };
+const PLANS = [
+  { id: "basic", name: "Basic", price: { amount: 100, currency: "usd" }, credit: 1_000_000_000, weight: 1, service_tiers: TIERS },
+  { id: "heavy", name: "Heavy", price: { amount: 200, currency: "usd" }, credit: 1_000_000_000, weight: 2, service_tiers: TIERS },
+];
+
+type Engine = "embedded" | "llama-server";
+type Policy = "fair" | "fifo";
+
+async function serve(engine: Engine, policy: Policy, llama: RunningLlamaServer | undefined) {
+  const configFile = path.join(temporaryDirectory("turnpike-bench-"), "turnpike.json");
+  const model =
+    engine === "embedded"
+      ? { id: "story", path: storiesModel }
+      : { id: "story", upstream: { urls: [`${llama!.url}/v1`], kind: "llama-server", max_in_flight: 2, health_interval: 60 } };
+  fs.writeFileSync(configFile, JSON.stringify({ models: [model], plans: PLANS }));
+  const server = await startTestServer({ configFile, flags: { parallel: "2", threads: "1", queue_size: "64", queue_per_account: "48", queue_policy: policy, context_size: "512", log_level: "warn" } });
+  const database = await openStore({ dataDir: server.dataDir, databaseUrl: "" });
+  return { server, database };
+}
+
+function waiting(server: TestServer): number {
+  return server.server.catalog.get("story")!.engine.members().reduce((sum, member) => sum + member.waiting, 0);
+}
+
+async function probe(server: TestServer, key: string) {
+  const waits: number[] = [];
+  const positions: number[] = [];
+  for (let index = 0; index < PROBES; index++) {
+    const outcome = await streamOnce(server.baseURL, key, { model: "story", messages: PROMPT, max_tokens: 4, temperature: 0 });
+    if (outcome.status !== 200 || outcome.firstDataMs === undefined) throw new Error(`probe refused: ${JSON.stringify(outcome.error)}`);
+    waits.push(outcome.firstDataMs);
+    if (outcome.queued.length > 0) positions.push(outcome.queued[0]!);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+  return { p50: percentile(waits, 50), p95: percentile(waits, 95), positions };
+}
+
+async function run(engine: Engine, policy: Policy, llama: RunningLlamaServer | undefined) {
+  const { server, database } = await serve(engine, policy, llama);
+  try {
+    const b = await meteredKey(database, "basic");
+    const alone = await probe(server, b.key);
+    const a = await meteredKey(database, "basic");
+    const flood = backlog(server.baseURL, a.key, { model: "story", messages: PROMPT, max_tokens: 48, temperature: 0 }, 42);
+    let flooded;
+    let aWait: number;
+    try {
+      await until(() => waiting(server) >= 40 && flood.done.length >= 4, 60_000, "A's backlog");
+      const before = flood.done.length;
+      flooded = await probe(server, b.key);
+      aWait = percentile(flood.done.slice(before).map((outcome) => outcome.firstDataMs ?? NaN), 50);
+    } finally {
+      await flood.stop();
+    }
+    await until(() => waiting(server) === 0, 30_000, "an idle model");
+    const keys = await Promise.all(["heavy", "basic", "basic", "basic"].map((plan) => meteredKey(database, plan)));
+    const backlogs: Backlog[] = keys.map((key) => backlog(server.baseURL, key.key, { model: "story", messages: PROMPT, max_tokens: 24, temperature: 0 }, 6));
+    let shares: number[];
+    let tokensPerSecond: number;
+    try {
+      const total = () => backlogs.reduce((sum, each) => sum + each.done.length, 0);
+      await until(() => total() >= 16, 60_000, "a warm-up");
+      const startTokens = backlogs.map((each) => each.tokens());
+      const startedAt = performance.now();
+      const counted = total();
+      await until(() => total() >= counted + REQUESTS, 300_000, `${REQUESTS} requests`);
+      const seconds = (performance.now() - startedAt) / 1000;
+      const gained = backlogs.map((each, index) => each.tokens() - startTokens[index]!);
+      const sum = gained.reduce((x, y) => x + y, 0);
+      shares = gained.map((value) => value / sum);
+      tokensPerSecond = sum / seconds;
+    } finally {
+      await Promise.all(backlogs.map((each) => each.stop()));
+    }
+    return { engine, policy, alone, flooded, floodingAccountP50WaitMs: aWait!, shares, jain: jainIndex(shares.slice(1)), tokensPerSecond };
+  } finally {
+    await database.destroy();
+    await server.close();
+  }
+}
+
+const results = [];
+for (const engine of values.engines!.split(",") as Engine[]) {
+  let llama: RunningLlamaServer | undefined;
+  if (engine === "llama-server") {
+    if (findLlamaServer() === undefined) {
+      console.log("llama-server is not built (scripts/build-llama-server.sh): skipping its pool");
+      continue;
+    }
+    llama = await startLlamaServer({ model: storiesModel, parallel: 2, contextSize: 2048 });
+  }
+  try {
+    // Alternated, so that drift in the machine's load falls on both policies.
+    for (const policy of ["fifo", "fair"] as const) {
+      const result = await run(engine, policy, llama);
+      results.push(result);
+      const pct = (value: number) => `${(value * 100).toFixed(1)}%`;
+      console.log(
+        `${engine.padEnd(12)} ${policy.padEnd(4)}  B alone p50/p95 ${result.alone.p50.toFixed(0)}/${result.alone.p95.toFixed(0)} ms` +
+          `  B flooded p50/p95 ${result.flooded.p50.toFixed(0)}/${result.flooded.p95.toFixed(0)} ms (first positions ${[...new Set(result.flooded.positions)].join(",")}; A's p50 wait ${result.floodingAccountP50WaitMs.toFixed(0)} ms)` +
+          `  shares 2:1:1:1 ${result.shares.map(pct).join("/")}  ${result.tokensPerSecond.toFixed(0)} tokens/s`,
+      );
+    }
+  } finally {
+    await llama?.close();
+  }
+}
+for (const engine of new Set(results.map((result) => result.engine))) {
+  const fair = results.find((result) => result.engine === engine && result.policy === "fair");
+  const fifo = results.find((result) => result.engine === engine && result.policy === "fifo");
+  if (fair && fifo) console.log(`${engine}: throughput fair ÷ FIFO ${(fair.tokensPerSecond / fifo.tokensPerSecond).toFixed(3)}`);
+}
+fs.mkdirSync(path.dirname(values.out!), { recursive: true });
+fs.writeFileSync(values.out!, JSON.stringify({ at: new Date().toISOString(), probes: PROBES, requests: REQUESTS, results }, null, 2));
+console.log(`written to ${values.out}`);
+process.exit(0);
