@@ -9,7 +9,7 @@ import type { Migration } from "kysely/migration";
  */
 export const migration0014PlanTiers: Migration = {
   async up(database: Kysely<unknown>) {
-    await database.schema.alterTable("plans").addColumn("weight", "real", (column) => column.notNull().defaultTo(1)).execute();
+    await database.schema.alterTable("plans").addColumn("weight", "double precision", (column) => column.notNull().defaultTo(1)).execute();
     await database.schema.alterTable("plans").addColumn("service_tiers", "text").execute();
     await database.schema.alterTable("usage_records").addColumn("service_tier", "text").execute();
     await database.schema.alterTable("usage_checkpoints").addColumn("service_tier", "text").execute();
