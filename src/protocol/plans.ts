@@ -7,7 +7,7 @@
  */
 import { z } from "zod";
 import { MAX_CREDIT, MAX_PLAN_DAYS, MAX_PRICE_AMOUNT } from "./money-bounds.ts";
-import { DEFAULT_SERVICE_TIER_PRICES } from "./service-tiers.ts";
+import { DEFAULT_SERVICE_TIER_PRICES, SERVICE_TIERS } from "./service-tiers.ts";
 
 /** The largest plan weight: 1000 times an ordinary account's share. */
 export const MAX_PLAN_WEIGHT = 1000;
@@ -23,7 +23,7 @@ const tierMultiplierSchema = z
 
 /** The tiers a plan allows, each with its price multiplier; a tier absent is not allowed; at least one. */
 export const serviceTierPricesSchema = z
-  .strictObject({ priority: tierMultiplierSchema.optional(), default: tierMultiplierSchema.optional(), flex: tierMultiplierSchema.optional() })
+  .partialRecord(z.enum(SERVICE_TIERS), tierMultiplierSchema)
   .refine((tiers) => Object.values(tiers).some((multiplier) => multiplier !== undefined), "must allow at least one tier (`default`, `flex` or `priority`).");
 
 export const planSchema = z.object({
