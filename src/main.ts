@@ -325,6 +325,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     bodyLimit: settings.body_limit,
     keepAliveIntervalMs: settings.keep_alive_interval * 1000,
     stallTimeoutMs: settings.stall_timeout * 1000,
+    flexMaxWaitMs: settings.flex_max_wait * 1000,
     transport: { requestTimeoutMs: settings.request_timeout * 1000, idleTimeoutMs: settings.idle_timeout * 1000, maxConnections: settings.max_connections },
   });
   const address = await app.server.listen({ host: settings.host, port: settings.port });

@@ -157,13 +157,14 @@ describe("GET /api/usage/export", () => {
     const [header, ...rows] = parseCsv(response.text);
     assert.deepEqual(header, [
       "time", "request_id", "account_id", "key_name", "key_prefix", "model", "prompt_tokens", "cached_prompt_tokens",
-      "completion_tokens", "cost_credits", "latency_ms", "status", "finish_reason", "stream",
+      "completion_tokens", "cost_credits", "latency_ms", "status", "finish_reason", "stream", "service_tier",
     ]);
     assert.equal(rows.length, 4);
     const column = (name: string) => header!.indexOf(name);
     assert.ok(rows.every((row) => row.length === header!.length));
     assert.ok(rows.every((row) => row[column("key_name")] === KEY_NAME), "the name with a comma and a quote survives quoting");
     assert.ok(response.text.includes('"build,""ci"" box"'));
+    assert.ok(rows.every((row) => row[column("service_tier")] === "default"), "served in the default tier");
     assert.ok(rows.every((row) => /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/.test(row[column("time")]!)));
 
     const recent = await alice.get("/api/usage/requests?limit=100");

@@ -254,10 +254,15 @@ describe("the web console in a browser", { skip: skipWithoutChromium() }, () => 
     await dialog.getByLabel("Price (minor units, e.g. cents)").fill("9900");
     await dialog.getByLabel("Credit granted").fill("100000");
     await dialog.getByLabel("Days the credit lasts").fill("90");
+    await dialog.getByLabel("Share weight").fill("2");
+    await dialog.getByLabel("Allow the flex tier").check();
+    await dialog.getByLabel("Service tier flex").fill("0.5");
     await dialog.getByRole("button", { name: "Save plan" }).click();
     await dialog.waitFor({ state: "detached" });
     await admin.getByRole("heading", { name: "Team" }).waitFor();
     await admin.getByText("$99.00").waitFor();
+    await admin.getByText("Service tiers: default ×1, flex ×0.5").waitFor();
+    await admin.getByText("Share weight 2").waitFor();
 
     await admin.getByRole("tab", { name: "Codes" }).click();
     await admin.getByLabel("Plan").selectOption("team");

@@ -335,7 +335,7 @@ describe("the answers /openapi.json documents", () => {
     const account = { id: "acct_1", email: "a@example.com", role: "user", balance: 0, plan: null, credit_expires: null, created: 1, disabled: null };
     assert.deepEqual(undeclaredProperties(account, [schema]), []);
     assert.deepEqual(undeclaredProperties({ ...account, secret: 1 }, [schema]), ["$.secret"]);
-    const withPlan = { ...account, plan: { id: "p", name: "P", price: { amount: 1, currency: "usd", cents: 1 }, credit: 1, days: null, rpm: null, tpm: null, models: null } };
+    const withPlan = { ...account, plan: { id: "p", name: "P", price: { amount: 1, currency: "usd", cents: 1 }, credit: 1, days: null, rpm: null, tpm: null, models: null, weight: 1, service_tiers: { default: 1 } } };
     assert.deepEqual(undeclaredProperties(withPlan, [schema]), ["$.plan.price.cents"]);
     assert.equal(validatorIn(document, written)({ ...account, balance: "0" }), false);
     assert.equal(validatorIn(document, written)({ ...account, disabled: undefined }), false);

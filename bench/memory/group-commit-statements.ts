@@ -45,7 +45,7 @@ try {
   let rows = 0;
   for (let batch = 0; batch < batches; batch++) {
     const size = nextSize();
-    const row = (index: number) => ({ request_id: `req-${batch}-${index}`, account_id: null, key_id: null, model: "bench", prompt_tokens: 7, cached_prompt_tokens: 0, completion_tokens: 3, reasoning_tokens: 0, usage_source: "upstream", cost: 0, stream: 1, created_at: 1 });
+    const row = (index: number) => ({ request_id: `req-${batch}-${index}`, account_id: null, key_id: null, model: "bench", prompt_tokens: 7, cached_prompt_tokens: 0, completion_tokens: 3, reasoning_tokens: 0, usage_source: "upstream", service_tier: "default", cost: 0, stream: 1, created_at: 1 });
     await writeUsageBatch(database, {
       records: Array.from({ length: size }, (_, index) => ({ ...row(index), id: `use-${batch}-${index}`, hold_id: null, latency_ms: 1, status: 200, finish_reason: "stop" })),
       checkpoints: Array.from({ length: size }, (_, index) => ({ ...row(index), id: `use-${batch + 1}-${index}`, hold_id: "hold", updated_at: 2 })),

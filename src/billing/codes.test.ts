@@ -29,7 +29,7 @@ for (const backend of backends) {
     let store: TestDatabase;
     before(async () => {
       store = await openTestDatabase(backend);
-      await savePlan(store.database, { id: "gift", name: "Gift", price: { amount: 0, currency: "usd" }, credit: 700, days: 10, rpm: null, tpm: null, models: null }, "admin");
+      await savePlan(store.database, { id: "gift", name: "Gift", price: { amount: 0, currency: "usd" }, credit: 700, days: 10, rpm: null, tpm: null, models: null, weight: 1, service_tiers: { default: 1 } }, "admin");
     });
     after(async () => {
       await store?.close();
@@ -80,7 +80,7 @@ for (const backend of backends) {
 
     it("makes no codes for a plan saved out of bounds before the bounds existed", async () => {
       // savePlan takes a plan as given; the database may hold one from an older release.
-      await savePlan(store.database, { id: "legacy", name: "Legacy", price: { amount: 0, currency: "usd" }, credit: 9007199254740991, days: null, rpm: null, tpm: null, models: null }, "admin");
+      await savePlan(store.database, { id: "legacy", name: "Legacy", price: { amount: 0, currency: "usd" }, credit: 9007199254740991, days: null, rpm: null, tpm: null, models: null, weight: 1, service_tiers: { default: 1 } }, "admin");
       await assert.rejects(createCodes(store.database, { planId: "legacy", count: 1 }), PlanOutOfBoundsError);
     });
   });

@@ -27,7 +27,7 @@ for (const backend of backends) {
     let store: TestDatabase;
     before(async () => {
       store = await openTestDatabase(backend);
-      const plan = { price: { amount: 1000, currency: "usd" }, credit: 1000, days: null, rpm: null, tpm: null, models: null };
+      const plan = { price: { amount: 1000, currency: "usd" }, credit: 1000, days: null, rpm: null, tpm: null, models: null, weight: 1, service_tiers: { default: 1 } };
       await savePlan(store.database, { ...plan, id: "pro", name: "Pro" }, "admin", T);
       await savePlan(store.database, { ...plan, id: "starter", name: "Starter" }, "admin", T);
     });

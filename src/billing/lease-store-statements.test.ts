@@ -62,6 +62,7 @@ function checkpointRow(id: string): CheckpointRow {
     stream: 1,
     created_at: 1,
     updated_at: 2,
+    service_tier: "default",
   };
 }
 

@@ -130,6 +130,7 @@ async function recordCheckpoints(transaction: Transaction<Database>, holdId: str
     stream: Number(checkpoint.stream),
     created_at: Number(checkpoint.created_at),
     hold_id: holdId,
+    service_tier: checkpoint.service_tier,
   }));
   for (const rows of chunks(records)) {
     await transaction.insertInto("usage_records").values(rows).onConflict((conflict) => conflict.column("id").doNothing()).execute();

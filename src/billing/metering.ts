@@ -10,11 +10,12 @@ import type { ApiKeyRecord } from "../auth/api-keys.ts";
 import type { CatalogModel } from "../catalog/catalog.ts";
 import type { GenerationUsage } from "../protocol/generation.ts";
 import type { Database } from "../store/schema.ts";
-import { InsufficientQuotaError, MeteringBehindError, ModelNotAllowedError } from "../protocol/errors.ts";
+import { InsufficientQuotaError, MeteringBehindError, ModelNotAllowedError, ServiceTierNotAllowedError } from "../protocol/errors.ts";
 import { CreditLeases, type BatchEvent, type LeaseSettings } from "./credit-leases.ts";
 import { costOf, worstCaseCost } from "../protocol/price.ts";
 import { findAccountPlan, findAccountStanding } from "./plans-store.ts";
 import type { Plan } from "../protocol/plans.ts";
+import { DEFAULT_SERVICE_TIER_PRICES, multiplierPercent, servedTier, SERVICE_TIERS, type RequestedServiceTier, type ServiceTier } from "../protocol/service-tiers.ts";
 import { recordUsage } from "./usage.ts";
 import { isDatabaseUnavailable } from "../store/errors.ts";
 import { newId } from "../store/ids.ts";
@@ -77,7 +78,14 @@ export type AdmitInput = {
   stream: boolean;
   /** The account's plan when the caller looked it up already (`planOf`); looked up otherwise. */
   plan?: Plan | null;
+  /** The tier it is served in (`serviceTierOf`), recorded with its usage; default `default`. */
+  serviceTier?: ServiceTier;
+  /** The tier's price multiplier in percent (`serviceTierOf`): the hold, checkpoints and the charge are at it; default 100. */
+  multiplierPercent?: number;
 };
+
+/** The tier a request is served in, and its price multiplier in percent (100: the model's prices). */
+export type ServedTier = { tier: ServiceTier; multiplierPercent: number };
 
 export type QuotaCheckInput = {
   key: ApiKeyRecord;
@@ -88,6 +96,8 @@ export type QuotaCheckInput = {
   promptTokens: number;
   /** Completion tokens (all choices) the hold will reserve at least. */
   completionTokens: number;
+  /** The served tier's price multiplier in percent (`serviceTierOf`); default 100. */
+  multiplierPercent?: number;
 };
 
 export type RequestOutcome = {
@@ -204,6 +214,25 @@ export class Metering {
   }
 
   /**
+   * The tier a request asking for `requested` is served in (`auto`: `default`) and its price
+   * multiplier: the plan's (an account without a plan: `default` alone at 1); the operator's keys
+   * may use every tier at 1. Throws 403 `service_tier_not_allowed`, listing the plan's tiers,
+   * when the plan does not offer it.
+   */
+  serviceTierOf(key: ApiKeyRecord, plan: Plan | null, requested: RequestedServiceTier | undefined): ServedTier {
+    const tier = servedTier(requested);
+    if (key.accountId === null) return { tier, multiplierPercent: 100 };
+    const prices = plan?.service_tiers ?? DEFAULT_SERVICE_TIER_PRICES;
+    const multiplier = prices[tier];
+    if (multiplier === undefined) {
+      const offered = SERVICE_TIERS.filter((name) => prices[name] !== undefined).map((name) => `'${name}'`);
+      const whose = plan === null ? "The account has no plan, which allows" : `The plan '${plan.id}' allows`;
+      throw new ServiceTierNotAllowedError(`The service tier '${tier}' is not available to this account. ${whose} only ${offered.join(", ")}: send one of those, or 'auto'.`);
+    }
+    return { tier, multiplierPercent: multiplierPercent(multiplier) };
+  }
+
+  /**
    * The key's plan and its account's balance, in one query (operator keys: no plan, no balance).
    * The plan is what `planOf` gives; the balance feeds the cheap quota checks below.
    */
@@ -235,7 +264,7 @@ export class Metering {
   checkQuota(input: QuotaCheckInput): void {
     const { key, model, balance } = input;
     if (key.accountId === null) return;
-    const least = worstCaseCost(model.pricing, input.promptTokens, input.completionTokens);
+    const least = worstCaseCost(model.pricing, input.promptTokens, input.completionTokens, input.multiplierPercent);
     if (least <= 0) return;
     if (key.spendCap !== null && key.spendCap - key.spent < least) {
       throw new InsufficientQuotaError("This API key reached its spend cap. Raise the cap or use another key.");
@@ -285,7 +314,8 @@ export class Metering {
     const plan = input.plan !== undefined ? input.plan : await this.planOf(key);
     this.checkModel(key, plan, model);
     const metered = key.accountId !== null;
-    const reserved = metered ? worstCaseCost(model.pricing, input.promptTokens, input.maxTokens * input.choices) : 0;
+    const percent = input.multiplierPercent ?? 100;
+    const reserved = metered ? worstCaseCost(model.pricing, input.promptTokens, input.maxTokens * input.choices, percent) : 0;
     // A busy key is served from a credit lease, its records written in group commits; a quiet
     // one settles each request's own hold before answering (`credit-leases.ts`).
     const hot = this.#leases.hot(key.id, reserved);
@@ -302,6 +332,7 @@ export class Metering {
       reasoning_tokens: usage?.reasoningTokens ?? 0,
       usage_source: usage?.source ?? null,
       stream: input.stream ? 1 : 0,
+      service_tier: input.serviceTier ?? "default",
     });
     let settled = false;
     return {
@@ -310,14 +341,14 @@ export class Metering {
         if (ticket === null) return;
         this.#leases.track(ticket, () => {
           const usage = progress();
-          return { ...row(usage), cost: Math.min(reserved, costOf(model.pricing, usage)), created_at: createdAt };
+          return { ...row(usage), cost: Math.min(reserved, costOf(model.pricing, usage, percent)), created_at: createdAt };
         });
       },
       beforeDelivery: (completionTokens) => (ticket === null ? undefined : this.#leases.beforeDelivery(ticket, completionTokens)),
       settle: async (outcome) => {
         if (settled) return { cost: 0 };
         settled = true;
-        const cost = outcome.usage === null || !metered ? 0 : costOf(model.pricing, outcome.usage);
+        const cost = outcome.usage === null || !metered ? 0 : costOf(model.pricing, outcome.usage, percent);
         const record = (charged: number) => ({
           ...row(outcome.usage),
           cost: charged,

@@ -2,11 +2,12 @@
  * Plans in the database: the operator's config plans are written at start (the file wins
  * for those ids); admins may add more through the API.
  */
-import type { Kysely } from "kysely";
+import type { Kysely, Selectable } from "kysely";
 import type { Database, PlanTable } from "../store/schema.ts";
 import type { Plan } from "../protocol/plans.ts";
+import { DEFAULT_SERVICE_TIER_PRICES, type ServiceTierPrices } from "../protocol/service-tiers.ts";
 
-function toPlan(row: PlanTable): Plan {
+function toPlan(row: Selectable<PlanTable>): Plan {
   return {
     id: row.id,
     name: row.name,
@@ -16,6 +17,8 @@ function toPlan(row: PlanTable): Plan {
     rpm: row.rpm,
     tpm: row.tpm,
     models: row.models === null ? null : (JSON.parse(row.models) as string[]),
+    weight: Number(row.weight),
+    service_tiers: row.service_tiers === null ? { ...DEFAULT_SERVICE_TIER_PRICES } : (JSON.parse(row.service_tiers) as ServiceTierPrices),
   };
 }
 
@@ -30,6 +33,8 @@ export async function savePlan(database: Kysely<Database>, plan: Plan, origin: "
     rpm: plan.rpm,
     tpm: plan.tpm,
     models: plan.models === null ? null : JSON.stringify(plan.models),
+    weight: plan.weight,
+    service_tiers: JSON.stringify(plan.service_tiers),
     origin,
     updated_at: now,
   };
@@ -73,6 +78,6 @@ export async function findAccountStanding(database: Kysely<Database>, accountId:
     .executeTakeFirst();
   if (row === undefined) return undefined;
   const { account_balance: balance, ...plan } = row;
-  return { plan: plan.id === null ? undefined : toPlan(plan as PlanTable), balance: Number(balance) };
+  return { plan: plan.id === null ? undefined : toPlan(plan as Selectable<PlanTable>), balance: Number(balance) };
 }
 

@@ -87,6 +87,8 @@ for (const backend of backends) {
         stream: input.stream === true ? 1 : 0,
         created_at: input.createdAt,
         hold_id: null,
+        // Some served in the flex tier; the others recorded before tiers (null: the default tier).
+        service_tier: input.index % 3 === 0 ? "flex" : null,
       };
       written.push({
         id: row.id,
@@ -105,6 +107,7 @@ for (const backend of backends) {
         status: row.status,
         finish_reason: row.finish_reason ?? null,
         stream: input.stream === true,
+        service_tier: row.service_tier ?? "default",
       });
       return row;
     }
@@ -225,7 +228,10 @@ for (const backend of backends) {
         status: 200,
         finish_reason: "stop",
         stream: false,
+        // Recorded before tiers: the default one.
+        service_tier: "default",
       });
+      assert.equal(records.find((record) => record.request_id === `req_${T + 999}_6`)!.service_tier, "flex");
       const keyless = records.find((record) => record.request_id === `req_${T + 2_001}_8`)!;
       assert.equal(keyless.key_id, null);
       assert.equal(keyless.key_name, null);

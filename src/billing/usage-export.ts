@@ -26,6 +26,8 @@ export type ExportedRecord = {
   status: number;
   finish_reason: string | null;
   stream: boolean;
+  /** The tier that served it (`default` for records made before tiers). */
+  service_tier: string;
 };
 
 /** Rows read per query. */

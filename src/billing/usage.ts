@@ -84,6 +84,7 @@ export function requestRecords(database: Kysely<Database>, accountId: string | n
       "usage.status",
       "usage.finish_reason",
       "usage.stream",
+      "usage.service_tier",
     ]);
   if (accountId === undefined) return query;
   return accountId === null ? query.where("usage.account_id", "is", null) : query.where("usage.account_id", "=", accountId);
@@ -128,5 +129,7 @@ export function requestFieldsOf(row: Awaited<ReturnType<ReturnType<typeof reques
     status: Number(row.status),
     finish_reason: row.finish_reason,
     stream: Number(row.stream) === 1,
+    // Records made before tiers were all served in the default one.
+    service_tier: row.service_tier ?? "default",
   };
 }

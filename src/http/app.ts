@@ -104,6 +104,8 @@ export type AppOptions = {
   creditValue?: CreditValue | null;
   /** Which image URLs may go to vision upstreams (`--image-urls`); public https only when absent. */
   imageUrls?: ImageUrlGuard;
+  /** How long a `service_tier: flex` request may wait for capacity (`--flex-max-wait`, in milliseconds); 30 s when absent. */
+  flexMaxWaitMs?: number;
   /** The Responses API's stored responses; without it `/v1/responses` is not served. */
   responses?: StoredResponses;
 };
@@ -231,6 +233,7 @@ export function buildApp(options: AppOptions): App {
     keepAliveIntervalMs: options.keepAliveIntervalMs,
     stallTimeoutMs: options.stallTimeoutMs ?? 30_000,
     ...(options.imageUrls !== undefined ? { imageUrls: options.imageUrls } : {}),
+    ...(options.flexMaxWaitMs !== undefined ? { flexMaxWaitMs: options.flexMaxWaitMs } : {}),
   };
   registerChatCompletionsRoute(server, generationOptions);
   registerCompletionsRoute(server, generationOptions);

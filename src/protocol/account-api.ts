@@ -67,6 +67,12 @@ export const planObjectSchema = z.object({
   tpm: z.number().int().nullable(),
   /** Model ids the plan may use; null: every model. */
   models: z.array(z.string()).nullable().describe("Model ids the plan may use; null: every model."),
+  /** The accounts' share of a saturated model relative to others' (1: an ordinary share). */
+  weight: z.number().describe("The accounts' share of a saturated model relative to other accounts' (1: an ordinary share)."),
+  /** Each service tier the plan allows, with its price multiplier; a tier absent is not allowed. */
+  service_tiers: z
+    .object({ priority: z.number().optional(), default: z.number().optional(), flex: z.number().optional() })
+    .describe("Each service tier the plan allows, with its price multiplier (1: the model's prices); a tier absent is not allowed."),
 });
 export type PlanObject = z.infer<typeof planObjectSchema>;
 
@@ -205,6 +211,8 @@ export const recentRequestSchema = z.object({
   status: z.number().int(),
   finish_reason: z.string().nullable(),
   stream: z.boolean(),
+  /** The service tier that served it: `default`, `flex` or `priority`. */
+  service_tier: z.string(),
 });
 export type RecentRequest = z.infer<typeof recentRequestSchema>;
 

@@ -37,3 +37,28 @@ test("tells which field of a stored plan is out of bounds", () => {
   assert.match(planOutOfBounds(stored) ?? "", /'credit' out of bounds/);
   assert.equal(planOutOfBounds(planSchema.parse(plan)), null);
 });
+
+test("a plan's weight and service tiers: defaults, bounds, hundredths, at least one tier", () => {
+  const parsed = planSchema.parse(plan);
+  assert.equal(parsed.weight, 1);
+  assert.deepEqual(parsed.service_tiers, { default: 1 });
+  const tiered = planSchema.parse({ ...plan, weight: 2.5, service_tiers: { default: 1, flex: 0.5, priority: 2.25 } });
+  assert.equal(tiered.weight, 2.5);
+  assert.deepEqual(tiered.service_tiers, { default: 1, flex: 0.5, priority: 2.25 });
+  assert.deepEqual(planSchema.parse({ ...plan, service_tiers: { flex: 0 } }).service_tiers, { flex: 0 });
+  assert.equal(planSchema.parse({ ...plan, weight: 1000 }).weight, 1000);
+  for (const [changes, field] of [
+    [{ weight: 0 }, "weight"],
+    [{ weight: -1 }, "weight"],
+    [{ weight: 1000.5 }, "weight"],
+    [{ service_tiers: {} }, "service_tiers"],
+    [{ service_tiers: { default: 1, flex: 0.125 } }, "service_tiers.flex"],
+    [{ service_tiers: { priority: 100.01 } }, "service_tiers.priority"],
+    [{ service_tiers: { default: -0.5 } }, "service_tiers.default"],
+    [{ service_tiers: { default: 1, scale: 1 } }, "service_tiers"],
+  ] as const) {
+    const checked = planSchema.safeParse({ ...plan, ...changes });
+    assert.equal(checked.success, false, JSON.stringify(changes));
+    assert.equal(checked.error?.issues[0]?.path.join("."), field, JSON.stringify(changes));
+  }
+});

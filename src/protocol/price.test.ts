@@ -20,6 +20,21 @@ describe("pricing", () => {
     assert.equal(worstCaseCost(pricing, 10, maxTokens * choices), 10 + 600);
     assert.ok(worstCaseCost(pricing, 10, maxTokens * choices) >= costOf(pricing, { promptTokens: 10, cachedPromptTokens: 0, completionTokens: 300 }));
   });
+
+  it("applies a service tier's multiplier in percent before the one rounding up", () => {
+    const usage = { promptTokens: 10, cachedPromptTokens: 4, completionTokens: 7 };
+    assert.equal(costOf(pricing, usage, 100), costOf(pricing, usage));
+    assert.equal(costOf(pricing, usage, 50), 11);
+    assert.equal(costOf(pricing, usage, 200), 44);
+    assert.equal(costOf(pricing, usage, 0), 0);
+    // 22 × 0.33 = 7.26: rounded up once, not per token.
+    assert.equal(costOf(pricing, usage, 33), 8);
+    assert.equal(costOf({ prompt: 1, cachedPrompt: 1, completion: 1 }, { promptTokens: 1, cachedPromptTokens: 0, completionTokens: 0 }, 1), 1);
+    assert.equal(worstCaseCost(pricing, 10, 300, 50), 305);
+    assert.equal(worstCaseCost(pricing, 10, 300, 150), 915);
+    // Past 2^53 in the product, still exact.
+    assert.equal(costOf({ prompt: 9_007_199_254, cachedPrompt: 0, completion: 0 }, { promptTokens: 1_000_000, cachedPromptTokens: 0, completionTokens: 0 }, 10_000), 900_719_925_400);
+  });
 });
 
 describe("the console's cost", () => {

@@ -9,6 +9,8 @@
 export type Pricing = { prompt: number; cachedPrompt: number; completion: number };
 
 const MILLION = 1_000_000n;
+/** A price multiplier of 1, in percent (a service tier's multiplier: `service-tiers.ts`). */
+const FULL_PRICE_PERCENT = 100;
 
 function ceilDivide(numerator: bigint, denominator: bigint): number {
   return Number((numerator + denominator - 1n) / denominator);
@@ -16,20 +18,25 @@ function ceilDivide(numerator: bigint, denominator: bigint): number {
 
 export type TokenCounts = { promptTokens: number; cachedPromptTokens: number; completionTokens: number };
 
-/** The exact cost of a finished request. */
-export function costOf(pricing: Pricing, usage: TokenCounts): number {
+/**
+ * The exact cost of a finished request; `multiplierPercent` is its service tier's price
+ * multiplier in percent (100: the model's prices; 50: half), applied before the one rounding up.
+ */
+export function costOf(pricing: Pricing, usage: TokenCounts, multiplierPercent = FULL_PRICE_PERCENT): number {
   const cached = BigInt(Math.min(usage.cachedPromptTokens, usage.promptTokens));
   const uncached = BigInt(usage.promptTokens) - cached;
   const total =
     uncached * BigInt(pricing.prompt) + cached * BigInt(pricing.cachedPrompt) + BigInt(usage.completionTokens) * BigInt(pricing.completion);
-  return ceilDivide(total, MILLION);
+  return ceilDivide(total * BigInt(multiplierPercent), MILLION * 100n);
 }
 
 /**
  * The most a request may cost: every prompt token at the dearer prompt price, every allowed
- * completion token (`maxCompletionTokens` counts all choices: `n × max_tokens`).
+ * completion token (`maxCompletionTokens` counts all choices: `n × max_tokens`), at the service
+ * tier's multiplier in percent (`costOf`).
  */
-export function worstCaseCost(pricing: Pricing, promptTokens: number, maxCompletionTokens: number): number {
+export function worstCaseCost(pricing: Pricing, promptTokens: number, maxCompletionTokens: number, multiplierPercent = FULL_PRICE_PERCENT): number {
   const promptPrice = BigInt(Math.max(pricing.prompt, pricing.cachedPrompt));
-  return ceilDivide(BigInt(promptTokens) * promptPrice + BigInt(maxCompletionTokens) * BigInt(pricing.completion), MILLION);
+  const total = BigInt(promptTokens) * promptPrice + BigInt(maxCompletionTokens) * BigInt(pricing.completion);
+  return ceilDivide(total * BigInt(multiplierPercent), MILLION * 100n);
 }

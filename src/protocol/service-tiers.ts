@@ -26,3 +26,8 @@ export const DEFAULT_SERVICE_TIER_PRICES: Readonly<ServiceTierPrices> = { defaul
 export function multiplierPercent(multiplier: number): number {
   return Math.round(multiplier * 100);
 }
+
+/** The tier a request is served in when it asks for `requested`: `auto` (or nothing) is `default`. */
+export function servedTier(requested: RequestedServiceTier | null | undefined): ServiceTier {
+  return requested === undefined || requested === null || requested === "auto" ? "default" : requested;
+}

@@ -62,6 +62,10 @@ export type PlanTable = {
   tpm: number | null;
   /** JSON array of model ids; null: every model. */
   models: string | null;
+  /** The accounts' share of a saturated model relative to others' (1: an ordinary share). */
+  weight: ColumnType<number, number | undefined, number>;
+  /** JSON object: each allowed service tier's price multiplier (`{"default":1,"flex":0.5}`); null: `default` alone at 1. */
+  service_tiers: ColumnType<string | null, string | null | undefined, string | null>;
   /** `config` (from the operator's file) or `admin` (made through the API). */
   origin: string;
   created_at: number;
@@ -142,6 +146,8 @@ export type UsageRecordTable = {
   created_at: number;
   /** The hold (credit lease) it was charged against; null for free requests and older records. */
   hold_id: ColumnType<string | null, string | null | undefined, string | null>;
+  /** The service tier it was served in (`default`, `flex`, `priority`); null: recorded before tiers (`default`). */
+  service_tier: ColumnType<string | null, string | null | undefined, string | null>;
 };
 
 /**
@@ -165,6 +171,8 @@ export type UsageCheckpointTable = {
   stream: number;
   created_at: number;
   updated_at: number;
+  /** The service tier it is served in; null: written before tiers. */
+  service_tier: string | null;
 };
 
 export type RedemptionCodeTable = {

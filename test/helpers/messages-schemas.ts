@@ -25,6 +25,8 @@ export const usageSchema = z.strictObject({
   cache_creation_input_tokens: integer,
   cache_read_input_tokens: integer,
   output_tokens: integer,
+  /** The tier that served the request (`Usage.service_tier` in the SDK: `standard`, `priority` or `batch`; null or absent where not said). */
+  service_tier: z.enum(["standard", "priority", "batch"]).nullable().optional(),
 });
 
 const stopReason = z.enum(["end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn", "refusal"]);

@@ -1,5 +1,6 @@
 /** Billing: balance, plan and expiry; the plans on offer (Buy → Stripe Checkout); redeem a code; the history. */
 import { useEffect, useState } from "react";
+import { SERVICE_TIERS } from "../../../src/protocol/service-tiers.ts";
 import { ApiError, post, type Account, type List, type Plan } from "../api.ts";
 import { formatCredits, formatDate, formatMoney, formatNumber } from "../format.ts";
 import { useRouter } from "../router.tsx";
@@ -77,6 +78,10 @@ export function planLimits(plan: Plan): string[] {
     plan.rpm === null ? "No request limit" : `${formatNumber(plan.rpm)} requests / minute`,
     plan.tpm === null ? "No token limit" : `${formatNumber(plan.tpm)} tokens / minute`,
     plan.models === null ? "All models" : `Models: ${plan.models.join(", ")}`,
+    `Service tiers: ${SERVICE_TIERS.filter((tier) => plan.service_tiers[tier] !== undefined)
+      .map((tier) => `${tier} ×${plan.service_tiers[tier]}`)
+      .join(", ")}`,
+    ...(plan.weight === 1 ? [] : [`Share weight ${plan.weight}`]),
   ];
 }
 

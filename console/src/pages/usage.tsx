@@ -311,6 +311,7 @@ function RequestsTable({ rows }: { rows: UsageRequest[] }) {
           <Badge tone={row.status < 400 ? "green" : "red"}>{row.status}</Badge>
           {row.finish_reason && <span className="muted small"> {row.finish_reason}</span>}
           {Boolean(row.stream) && <span className="muted small"> · stream</span>}
+          {row.service_tier !== "default" && <span className="muted small"> · {row.service_tier} tier</span>}
         </>
       ),
     },

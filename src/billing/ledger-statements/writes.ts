@@ -64,6 +64,7 @@ export const USAGE_OVERWRITTEN = [
   "finish_reason",
   "stream",
   "hold_id",
+  "service_tier",
 ] as const;
 
 /**

@@ -9,7 +9,7 @@ import { startFakeStripeApi, type FakeStripeApi } from "./fake-stripe-api.ts";
 import { createStripeClient } from "./stripe-client.ts";
 
 const secretKey = "sk_test_checkout_unit_key";
-const starter: Plan = { id: "starter", name: "Starter", price: { amount: 500, currency: "usd" }, credit: 1000, days: null, rpm: null, tpm: null, models: null };
+const starter: Plan = { id: "starter", name: "Starter", price: { amount: 500, currency: "usd" }, credit: 1000, days: null, rpm: null, tpm: null, models: null, weight: 1, service_tiers: { default: 1 } };
 const free: Plan = { ...starter, id: "free", name: "Free", price: { amount: 0, currency: "usd" } };
 
 let api: FakeStripeApi;

@@ -13,7 +13,7 @@ import { savePlan } from "../plans-store.ts";
 import { grantCheckoutPurchase, recordCheckoutSession } from "./purchases.ts";
 import type { StripePurchase } from "./webhook.ts";
 
-const starter: Plan = { id: "starter", name: "Starter", price: { amount: 500, currency: "usd" }, credit: 1000, days: 30, rpm: null, tpm: null, models: null };
+const starter: Plan = { id: "starter", name: "Starter", price: { amount: 500, currency: "usd" }, credit: 1000, days: 30, rpm: null, tpm: null, models: null, weight: 1, service_tiers: { default: 1 } };
 
 for (const backend of backends) {
   describe(`stripe purchases (${backend})`, () => {

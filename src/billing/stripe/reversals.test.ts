@@ -13,7 +13,7 @@ import { grantCheckoutPurchase, recordCheckoutSession } from "./purchases.ts";
 import { reverseCheckoutPurchase } from "./reversals.ts";
 import type { StripeReversal } from "./webhook.ts";
 
-const pro: Plan = { id: "pro", name: "Pro", price: { amount: 500, currency: "usd" }, credit: 1000, days: 30, rpm: null, tpm: null, models: null };
+const pro: Plan = { id: "pro", name: "Pro", price: { amount: 500, currency: "usd" }, credit: 1000, days: 30, rpm: null, tpm: null, models: null, weight: 1, service_tiers: { default: 1 } };
 const DAY_MS = 24 * 60 * 60 * 1000;
 
 for (const backend of backends) {

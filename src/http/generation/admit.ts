@@ -5,7 +5,9 @@
  * the key may use the model, its rate limits admit it and its account could pay. In order:
  *
  * 1. parse and map (linear in the body, which the request caps bound);
- * 2. model permission (403);
+ * 2. model permission, then the service tier (403: the plan must offer the tier asked for; `auto`
+ *    is `default`), which sets the request's queue ticket and the price multiplier the quota
+ *    pre-check, the hold and the charge are at;
  * 3. rate limits on a lower bound of the tokens (429), from the engine's cheap `boundPrompt`;
  * 4. a quota pre-check on the lower bounds, writing nothing (429 `insufficient_quota`);
  * 5. the image URL policy (400 `image_url_not_allowed`; looks up image hosts, a few seconds at
@@ -23,6 +25,8 @@
  */
 import type { ApiKeyRecord } from "../../auth/api-keys.ts";
 import type { Admission, Metering } from "../../billing/metering.ts";
+import type { QueueTicket } from "../../engines/fair-queue.ts";
+import type { RequestedServiceTier, ServiceTier } from "../../protocol/service-tiers.ts";
 import type { Catalog, CatalogModel } from "../../catalog/catalog.ts";
 import type { LimitAdmission, RequestLimits } from "../../limits/request-limits.ts";
 import { ImageUrlGuard } from "../image-urls/image-url-guard.ts";
@@ -35,7 +39,11 @@ export type AdmitDependencies = {
   limits: RequestLimits;
   /** Which image URLs may go upstream (`--image-urls`); the default policy (public https) when absent. */
   imageUrls?: ImageUrlGuard;
+  /** How long a `flex` request may wait for capacity (`--flex-max-wait`, in milliseconds); 30 s when absent. */
+  flexMaxWaitMs?: number;
 };
+
+const DEFAULT_FLEX_MAX_WAIT_MS = 30_000;
 
 const DEFAULT_IMAGE_URLS = new ImageUrlGuard({ policy: "public-https" });
 
@@ -58,7 +66,14 @@ export type AdmittedGeneration<Shape> = {
   limited: LimitAdmission;
   /** The hold: `settle` it when the request ends. */
   admission: Admission;
+  /** Whose share it draws on and in which band it waits: handed to the engine with `start`. */
+  ticket: QueueTicket;
+  /** The tier it is served in (what the reply's `service_tier` says). */
+  serviceTier: ServiceTier;
 };
+
+/** What `admitInOrder` admitted: the work, the rate-limit charge, the hold, the queue ticket and the served tier. */
+export type Admitted<Work> = { work: Work; limited: LimitAdmission; admission: Admission; ticket: QueueTicket; serviceTier: ServiceTier };
 
 /**
  * What one admission needs of its request, whatever the endpoint (a generation of any dialect, an
@@ -67,6 +82,8 @@ export type AdmittedGeneration<Shape> = {
 export type AdmissionSteps<Work> = {
   /** The model the request is billed for (its prices are the hold's; its id the permission's). */
   model: CatalogModel;
+  /** The service tier asked for; absent: `auto` (the default tier). */
+  serviceTier?: RequestedServiceTier;
   /** The cheap lower bounds (may throw `ModelNotReadyError`): run once the key may use the model. */
   least(): { tokens: number; promptTokens: number; completionTokens: number };
   /** The expensive work (checks that must precede it included), once the limits and the quota pre-check admitted the request. */
@@ -82,20 +99,27 @@ export type AdmissionSteps<Work> = {
  * admitted it gives their tokens back.
  */
 export async function admitInOrder<Work>(
-  dependencies: Pick<AdmitDependencies, "metering" | "limits">,
+  dependencies: Pick<AdmitDependencies, "metering" | "limits" | "flexMaxWaitMs">,
   input: AdmitRequest,
   steps: AdmissionSteps<Work>,
-): Promise<{ work: Work; limited: LimitAdmission; admission: Admission }> {
+): Promise<Admitted<Work>> {
   const { metering, limits } = dependencies;
   const { key } = input;
   // The plan and balance in one query: the quota pre-check below costs no round trip of its own.
   const { plan, balance } = await metering.standingOf(key);
   metering.checkModel(key, plan, steps.model);
+  const served = metering.serviceTierOf(key, plan, steps.serviceTier);
+  const ticket: QueueTicket = {
+    account: key.accountId ?? `key:${key.id}`,
+    weight: plan?.weight ?? 1,
+    tier: served.tier,
+    ...(served.tier === "flex" ? { maxWaitMs: dependencies.flexMaxWaitMs ?? DEFAULT_FLEX_MAX_WAIT_MS } : {}),
+  };
   const least = steps.least();
   const limited = await limits.admit({ key, plan, tokens: least.tokens, requestCounted: input.requestCounted });
   input.onLimited?.(limited);
   try {
-    metering.checkQuota({ key, model: steps.model, balance, promptTokens: least.promptTokens, completionTokens: least.completionTokens });
+    metering.checkQuota({ key, model: steps.model, balance, promptTokens: least.promptTokens, completionTokens: least.completionTokens, multiplierPercent: served.multiplierPercent });
     const work = await steps.prepare();
     const charge = steps.charge(work);
     await limited.raise(charge.tokens);
@@ -108,8 +132,10 @@ export async function admitInOrder<Work>(
       choices: charge.choices,
       requestId: input.requestId,
       stream: charge.stream,
+      serviceTier: served.tier,
+      multiplierPercent: served.multiplierPercent,
     });
-    return { work, limited, admission };
+    return { work, limited, admission, ticket, serviceTier: served.tier };
   } catch (error) {
     await limited.finish(0).catch((refundError: unknown) => input.onRefundError?.(refundError));
     throw error;
@@ -128,8 +154,9 @@ export async function admitGeneration<Shape>(
 ): Promise<AdmittedGeneration<Shape>> {
   const parsed = parse(dependencies.catalog, input.body);
   let least: CheapBound | undefined;
-  const { work, limited, admission } = await admitInOrder(dependencies, input, {
+  const { work, limited, admission, ticket, serviceTier } = await admitInOrder(dependencies, input, {
     model: parsed.model,
+    ...(parsed.serviceTier !== undefined ? { serviceTier: parsed.serviceTier } : {}),
     least: () => (least = cheapBound(parsed)),
     prepare: async (): Promise<GenerationJob<Shape>> => {
       if (parsed.imageUrls.length > 0) await (dependencies.imageUrls ?? DEFAULT_IMAGE_URLS).check(parsed.imageUrls);
@@ -145,5 +172,5 @@ export async function admitGeneration<Shape>(
       stream: job.stream,
     }),
   });
-  return { job: work, limited, admission };
+  return { job: work, limited, admission, ticket, serviceTier };
 }

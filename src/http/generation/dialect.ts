@@ -10,6 +10,7 @@ import type { PreparedGeneration } from "../../engines/engine.ts";
 import type { PromptBound } from "../../engines/prompt-bound.ts";
 import type { GenerationOutcome, GenerationOutput, GenerationRequest, ImageUrlPart } from "../../protocol/generation.ts";
 import type { Catalog } from "../../catalog/catalog.ts";
+import type { RequestedServiceTier } from "../../protocol/service-tiers.ts";
 import type { ChunkSink } from "./sink.ts";
 
 /** A request validated and mapped to the core: cheap work, bounded by the request caps; nothing rendered or tokenized yet. */
@@ -19,8 +20,10 @@ export type ParsedGeneration<Shape> = {
   request: GenerationRequest;
   /** The request's image URLs (data URLs too), each with its place: admission checks them against the image URL policy before anything goes upstream. */
   imageUrls: ImageUrlPart[];
-  /** What the dialect needs to answer besides the generated content (ids, echoed fields). */
+  /** What the dialect needs to answer besides the generated content (ids, echoed fields, the served tier). */
   shape: Shape;
+  /** The service tier asked for (admission resolves it against the plan: `admit.ts`); absent: `auto`. */
+  serviceTier?: RequestedServiceTier;
   /**
    * Prepares the request on its engine, in place of `model.engine.prepare(request, bound)`
    * (`bound`: the cheap bound of `request`): where a dialect fits the prompt to the context

@@ -32,6 +32,8 @@ export type GenerationRouteOptions = {
   stallTimeoutMs: number;
   /** Which image URLs may go upstream (`--image-urls`); the default policy when absent. */
   imageUrls?: ImageUrlGuard;
+  /** How long a `flex` request may wait for capacity (`--flex-max-wait`, in milliseconds); 30 s when absent. */
+  flexMaxWaitMs?: number;
 };
 
 /** Aborts when the client closes the connection before the response was finished. */

@@ -145,7 +145,7 @@ async function finish(dependencies: RunDependencies, input: RunInput<unknown>, e
 /** Starts the generation; a refusal before anything started (a full queue: 503) releases the hold uncharged and is rethrown. */
 async function start(dependencies: RunDependencies, input: RunInput<unknown>): Promise<RunningGeneration> {
   try {
-    const generation = input.job.prepared.start(input.cut.signal);
+    const generation = input.job.prepared.start(input.cut.signal, input.ticket);
     // Its progress is checkpointed while it runs: a node killed mid-stream is still billed for it.
     input.admission.track(() => generation.usage());
     return generation;

@@ -70,7 +70,7 @@ describe("MessageAssembly and streamMessage", () => {
     );
     assert.deepEqual(events[0], {
       type: "message_start",
-      message: { id: "msg_1", type: "message", role: "assistant", content: [], model: "tiny", stop_reason: null, stop_sequence: null, usage: { input_tokens: 18, cache_creation_input_tokens: 0, cache_read_input_tokens: 12, output_tokens: 0 } },
+      message: { id: "msg_1", type: "message", role: "assistant", content: [], model: "tiny", stop_reason: null, stop_sequence: null, usage: { input_tokens: 18, cache_creation_input_tokens: 0, cache_read_input_tokens: 12, output_tokens: 0, service_tier: "standard" } },
     });
     assert.deepEqual(events[8], { type: "content_block_start", index: 2, content_block: { type: "tool_use", id: "toolu_call_7", name: "get_weather", input: {} } });
     assert.deepEqual(events.at(-2), { type: "message_delta", delta: { stop_reason: "tool_use", stop_sequence: null }, usage: { input_tokens: 18, cache_creation_input_tokens: 0, cache_read_input_tokens: 12, output_tokens: 7 } });

@@ -10,6 +10,7 @@
  * sent with the first part (the prompt has been read by then, so its cached part is known);
  * `messageEnd` the last two (`message_delta` with the stop reason and the final usage, `message_stop`).
  */
+import type { ServiceTier } from "../service-tiers.ts";
 import type { EngineFinishReason, GenerationOutcome, GenerationOutput, GenerationUsage, StreamPart } from "../generation.ts";
 import { toolUseIdOf, type ContentBlock, type Message, type MessageStreamEvent, type MessageUsage, type StopReason } from "./message.ts";
 
@@ -21,7 +22,14 @@ export type MessageShape = {
   model: string;
   /** The prompt's tokens as prepared (exact, or an upper bound upstream): set once the prompt is prepared, for `message_start`. */
   promptTokens?: number;
+  /** The tier that serves it; `default` when absent (all a Messages request can ask for). */
+  serviceTier?: ServiceTier;
 };
+
+/** Anthropic's name of the tier that served a message: `priority`, or `standard` (the default and flex tiers). */
+export function anthropicServiceTier(tier: ServiceTier | undefined): "standard" | "priority" {
+  return tier === "priority" ? "priority" : "standard";
+}
 
 /** Anthropic's usage from the engine's counts: `input_tokens` excludes the cached part, which is `cache_read_input_tokens`. */
 export function messageUsageOf(usage: Pick<GenerationUsage, "promptTokens" | "cachedPromptTokens" | "completionTokens">): MessageUsage {
@@ -89,7 +97,10 @@ export class MessageAssembly {
     const prompt = this.shape.promptTokens ?? usage.promptTokens;
     return {
       type: "message_start",
-      message: { ...this.#frame([], null, null), usage: messageUsageOf({ promptTokens: prompt, cachedPromptTokens: usage.cachedPromptTokens, completionTokens: 0 }) },
+      message: {
+        ...this.#frame([], null, null),
+        usage: { ...messageUsageOf({ promptTokens: prompt, cachedPromptTokens: usage.cachedPromptTokens, completionTokens: 0 }), service_tier: anthropicServiceTier(this.shape.serviceTier) },
+      },
     };
   }
 
@@ -144,7 +155,7 @@ export class MessageAssembly {
 
   /** The whole message, once the generation ended normally. */
   message(stopReason: StopReason, stopSequence: string | null, usage: GenerationUsage): Message {
-    return { ...this.#frame([...this.#blocks], stopReason, stopSequence), usage: messageUsageOf(usage) };
+    return { ...this.#frame([...this.#blocks], stopReason, stopSequence), usage: { ...messageUsageOf(usage), service_tier: anthropicServiceTier(this.shape.serviceTier) } };
   }
 
   #frame(content: ContentBlock[], stopReason: StopReason | null, stopSequence: string | null): Omit<Message, "usage"> {

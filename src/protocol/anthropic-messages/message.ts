@@ -35,6 +35,8 @@ export const messageUsageSchema = z.object({
   /** Prompt tokens whose state was reused from an earlier request (billed at the model's cached prompt price). */
   cache_read_input_tokens: z.number().int(),
   output_tokens: z.number().int(),
+  /** The tier that served the message (`standard` or `priority`): in the message's usage and `message_start`'s, not in `message_delta`'s. */
+  service_tier: z.enum(["standard", "priority"]).optional(),
 });
 
 export const STOP_REASONS = ["end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn", "refusal"] as const;

@@ -214,6 +214,8 @@ const messagesRequestShape = {
   /** Required; lowered to what the model's context leaves after the prompt (see the README). */
   max_tokens: z.number().int().min(1).max(MESSAGES_LIMITS.maxTokens),
   metadata: z.object({ user_id: bounded(MESSAGES_LIMITS.userId).nullish() }).nullish(),
+  /** `auto` or `standard_only`: both are served in the default tier (Anthropic's priority tier is a commitment, not a request field). */
+  service_tier: z.enum(["auto", "standard_only"]).nullish(),
   stop_sequences: z.array(bounded(MESSAGES_LIMITS.stopLength)).max(MESSAGES_LIMITS.stopSequences).nullish(),
   stream: z.boolean().nullish(),
   system: stringOr(text, z.array(systemTextBlock).max(MESSAGES_LIMITS.contentBlocks), `Expected a string or an array of up to ${MESSAGES_LIMITS.contentBlocks} text blocks.`).optional(),

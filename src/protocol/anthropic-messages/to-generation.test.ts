@@ -51,7 +51,7 @@ describe("the Messages request schema", () => {
       service_tier: "auto",
       context_management: { edits: [] },
     });
-    assert.equal((request as Record<string, unknown>).service_tier, undefined);
+    assert.equal(request.service_tier, "auto");
     assert.equal(request.metadata?.user_id, "user-1");
   });
 

@@ -5,6 +5,7 @@
  * HTTP and billing: the shared run (`http/generation/run.ts`) drives it.
  */
 import { overallFinishReason, type GenerationOutcome, type GenerationOutput, type TokenLogprob } from "../generation.ts";
+import type { ServiceTier } from "../service-tiers.ts";
 import { usageOf, type ChatCompletion, type ChatCompletionChunk, type ChoiceLogprobs, type FinishReason, type ToolCallObject } from "./response.ts";
 
 /** What a chat reply says besides its generated content. */
@@ -22,6 +23,8 @@ export type ChatReplyShape = {
   toolCallsOnly: boolean;
   /** Whether choices carry `logprobs`. */
   logprobs: boolean;
+  /** The tier that serves it (`servedTier` of the one asked for). */
+  serviceTier: ServiceTier;
 };
 
 /** The wire form of engine log probabilities. */
@@ -77,6 +80,7 @@ export async function completeChatCompletion(
       object: "chat.completion",
       created: job.created,
       model: job.model,
+      service_tier: job.serviceTier,
       system_fingerprint: null,
       choices: contents.map((content, index) => {
         const reason = reasons[index];
@@ -121,6 +125,7 @@ export async function* streamChatCompletion(
     object: "chat.completion.chunk",
     created: job.created,
     model: job.model,
+    service_tier: job.serviceTier,
     system_fingerprint: null,
     choices: [{ index, delta, logprobs, finish_reason: finishReason }],
     ...(job.includeUsage ? { usage: null } : {}),
@@ -158,6 +163,7 @@ export async function* streamChatCompletion(
       object: "chat.completion.chunk",
       created: job.created,
       model: job.model,
+      service_tier: job.serviceTier,
       system_fingerprint: null,
       choices: [],
       usage: usageOf(usage),

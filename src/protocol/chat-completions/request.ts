@@ -5,6 +5,7 @@
  */
 import { z } from "zod";
 import { crossFieldIssue } from "../parse.ts";
+import { REQUESTED_SERVICE_TIERS } from "../service-tiers.ts";
 
 /**
  * Caps on what a request may hold, checked before anything else looks at it: every input that
@@ -295,6 +296,8 @@ const chatCompletionRequestShape = {
   presence_penalty: probability(-2, 2),
   response_format: responseFormat.nullish(),
   seed: z.number().int().nullish(),
+  /** The band it queues in when the engines are saturated, billed at the plan's multiplier: `auto` (the default tier), `default`, `flex` or `priority`. */
+  service_tier: z.enum(REQUESTED_SERVICE_TIERS).nullish(),
   stop: z
     .union([bounded(REQUEST_LIMITS.stopLength), z.array(bounded(REQUEST_LIMITS.stopLength)).max(REQUEST_LIMITS.stopSequences)], {
       error: `Expected a string or an array of up to ${REQUEST_LIMITS.stopSequences} strings, each of at most ${REQUEST_LIMITS.stopLength} characters.`,

@@ -4,6 +4,7 @@
  * Objects are open on the wire: clients ignore fields they do not know.
  */
 import { z } from "zod";
+import { SERVICE_TIERS } from "../service-tiers.ts";
 
 export const finishReasonSchema = z.enum(["stop", "length", "tool_calls", "content_filter"]);
 export type FinishReason = z.infer<typeof finishReasonSchema>;
@@ -49,6 +50,8 @@ export const chatCompletionSchema = z.object({
   /** Seconds since the epoch. */
   created: z.number().int(),
   model: z.string(),
+  /** The tier that served it: `default`, `flex` or `priority`. */
+  service_tier: z.enum(SERVICE_TIERS),
   system_fingerprint: z.string().nullable(),
   choices: z.array(
     z.object({
@@ -77,6 +80,8 @@ export const chatCompletionChunkSchema = z.object({
   object: z.literal("chat.completion.chunk"),
   created: z.number().int(),
   model: z.string(),
+  /** The tier that served it: `default`, `flex` or `priority`. */
+  service_tier: z.enum(SERVICE_TIERS),
   system_fingerprint: z.string().nullable(),
   /** Empty in the last chunk, the one carrying `usage`. */
   choices: z.array(

@@ -7,6 +7,7 @@
 import { z } from "zod";
 import { crossFieldIssue } from "../parse.ts";
 import { REQUEST_LIMITS } from "../chat-completions/request.ts";
+import { REQUESTED_SERVICE_TIERS } from "../service-tiers.ts";
 
 /** Caps on a text completion request, besides those it shares with chat (`REQUEST_LIMITS`). */
 export const COMPLETION_LIMITS = {
@@ -89,6 +90,8 @@ export const completionRequestShape = {
   n: z.number().int().min(1).max(COMPLETION_LIMITS.n).nullish(),
   presence_penalty: probability(-2, 2),
   seed: z.number().int().nullish(),
+  /** The band it queues in when the engines are saturated, billed at the plan's multiplier: `auto` (the default tier), `default`, `flex` or `priority`. */
+  service_tier: z.enum(REQUESTED_SERVICE_TIERS).nullish(),
   stop: stop.nullish(),
   stream: z.boolean().nullish(),
   stream_options: z.object({ include_usage: z.boolean().nullish() }).nullish(),

@@ -7,6 +7,7 @@
  */
 import { z } from "zod";
 import { REQUEST_LIMITS } from "../chat-completions/request.ts";
+import { REQUESTED_SERVICE_TIERS } from "../service-tiers.ts";
 
 /** Caps on what a request may hold (see `REQUEST_LIMITS` for why every input is bounded). */
 export const RESPONSES_LIMITS = {
@@ -407,7 +408,8 @@ const responsesRequestShape = {
   instructions: text.nullish(),
   /** Defaults to true. */
   store: z.boolean().nullish(),
-  service_tier: z.enum(["auto", "default", "flex", "priority", "scale"]).nullish(),
+  /** The band it queues in when the engines are saturated, billed at the plan's multiplier: `auto` (the default tier), `default`, `flex` or `priority`. */
+  service_tier: z.enum(REQUESTED_SERVICE_TIERS).nullish(),
   top_logprobs: z.number().int().min(0).max(20).nullish(),
   // OpenAI's fields beyond the spec.
   /** Deprecated by OpenAI in favour of `safety_identifier` and `prompt_cache_key`; echoed. */

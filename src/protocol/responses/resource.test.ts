@@ -66,7 +66,7 @@ describe("echoedRequestFields", () => {
     assert.deepEqual(echoed.reasoning, { effort: "high", summary: "concise" });
     assert.equal(echoed.temperature, 0);
     assert.equal(echoed.store, false);
-    assert.equal(echoed.service_tier, "default");
+    assert.equal(echoed.service_tier, "priority");
     assert.equal(echoed.max_output_tokens, 100);
     assert.deepEqual([echoed.instructions, echoed.previous_response_id, echoed.user], ["Rules.", "resp_0", "u"]);
   });

@@ -7,6 +7,7 @@
 import { randomBytes } from "node:crypto";
 import type { TokenUsage } from "../generation.ts";
 import type { ReasoningEffort, ReasoningSummary, ResponsesRequest } from "./request.ts";
+import { servedTier, type ServiceTier } from "../service-tiers.ts";
 
 /** `queued`/`in_progress` for a response still running (background ones are polled in these). */
 export type ResponseStatus = "queued" | "in_progress" | "completed" | "incomplete" | "failed" | "cancelled";
@@ -159,8 +160,8 @@ export type ResponseResource = {
   max_tool_calls: number | null;
   store: boolean;
   background: boolean;
-  /** The tier that served it: Turnpike has one, `default`. */
-  service_tier: string;
+  /** The tier that served it: `default`, `flex` or `priority` (`auto` asks for `default`). */
+  service_tier: ServiceTier;
   metadata: Record<string, string>;
   safety_identifier: string | null;
   prompt_cache_key: string | null;
@@ -232,7 +233,7 @@ function echoedText(request: ResponsesRequest): ResourceText {
  * The request-derived fields of the resource, with their defaults: `temperature` and `top_p` 1,
  * penalties 0, `top_logprobs` 0, `truncation` `disabled`, `parallel_tool_calls` and `store` true,
  * `background` false, `tool_choice` `auto`, `text.format` `text`, `metadata` {}, `service_tier`
- * `default` (the tier that served it, whatever was asked), the rest null.
+ * the tier that serves it (`auto` or none: `default`), the rest null.
  */
 export function echoedRequestFields(request: ResponsesRequest): EchoedRequestFields {
   const effort = request.reasoning?.effort ?? null;
@@ -256,7 +257,7 @@ export function echoedRequestFields(request: ResponsesRequest): EchoedRequestFie
     max_tool_calls: request.max_tool_calls ?? null,
     store: request.store ?? true,
     background: request.background ?? false,
-    service_tier: "default",
+    service_tier: servedTier(request.service_tier),
     metadata: (request.metadata ?? {}) as Record<string, string>,
     safety_identifier: request.safety_identifier ?? null,
     prompt_cache_key: request.prompt_cache_key ?? null,

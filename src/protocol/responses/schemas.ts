@@ -5,6 +5,7 @@
  * answers against schemas of their own, written from the specification (`test/helpers/responses-schemas.ts`).
  */
 import { z } from "zod";
+import { SERVICE_TIERS } from "../service-tiers.ts";
 
 const integer = z.number().int();
 
@@ -84,7 +85,8 @@ export const responseResourceSchema = z.object({
   max_tool_calls: integer.nullable(),
   store: z.boolean(),
   background: z.boolean(),
-  service_tier: z.string(),
+  /** The tier that served it. */
+  service_tier: z.enum(SERVICE_TIERS),
   metadata: z.record(z.string(), z.string()),
   safety_identifier: z.string().nullable(),
   prompt_cache_key: z.string().nullable(),

@@ -4,6 +4,7 @@ import { api, post, type List, type Plan } from "../../api.ts";
 import { formatCredits, formatMoney } from "../../format.ts";
 import { Dialog, EmptyState, ErrorState, Field, Loading, Notice, useApi } from "../../components/ui.tsx";
 import { planLimits } from "../billing.tsx";
+import { SERVICE_TIERS, type ServiceTier, type ServiceTierPrices } from "../../../../src/protocol/service-tiers.ts";
 
 export function PlansSection() {
   const plans = useApi<List<Plan>>("/api/admin/plans");
@@ -48,6 +49,18 @@ function optionalInteger(text: string): number | null {
   return text.trim() === "" ? null : Number(text);
 }
 
+/** Each tier's row of the form: allowed or not, and its price multiplier as typed. */
+type TierRows = Record<ServiceTier, { allowed: boolean; multiplier: string }>;
+
+function tierRowsOf(prices: ServiceTierPrices): TierRows {
+  const row = (tier: ServiceTier) => ({ allowed: prices[tier] !== undefined, multiplier: String(prices[tier] ?? 1) });
+  return { priority: row("priority"), default: row("default"), flex: row("flex") };
+}
+
+function tierPricesOf(rows: TierRows): ServiceTierPrices {
+  return Object.fromEntries(SERVICE_TIERS.filter((tier) => rows[tier].allowed).map((tier) => [tier, Number(rows[tier].multiplier)]));
+}
+
 function PlanDialog({ plan, onClose, onSaved }: { plan?: Plan; onClose: () => void; onSaved: () => void }) {
   const [form, setForm] = useState({
     id: plan?.id ?? "",
@@ -59,7 +72,9 @@ function PlanDialog({ plan, onClose, onSaved }: { plan?: Plan; onClose: () => vo
     rpm: plan?.rpm == null ? "" : String(plan.rpm),
     tpm: plan?.tpm == null ? "" : String(plan.tpm),
     models: plan?.models?.join(", ") ?? "",
+    weight: String(plan?.weight ?? 1),
   });
+  const [tiers, setTiers] = useState<TierRows>(() => tierRowsOf(plan?.service_tiers ?? { default: 1 }));
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<string>();
   const set = (field: keyof typeof form) => (event: React.ChangeEvent<HTMLInputElement>) => setForm({ ...form, [field]: event.target.value });
@@ -77,6 +92,8 @@ function PlanDialog({ plan, onClose, onSaved }: { plan?: Plan; onClose: () => vo
       rpm: optionalInteger(form.rpm),
       tpm: optionalInteger(form.tpm),
       models: form.models.trim() === "" ? null : form.models.split(",").map((model) => model.trim()).filter(Boolean),
+      weight: Number(form.weight),
+      service_tiers: tierPricesOf(tiers),
     };
     try {
       if (plan) await api("PATCH", `/api/admin/plans/${encodeURIComponent(plan.id)}`, body);
@@ -135,6 +152,32 @@ function PlanDialog({ plan, onClose, onSaved }: { plan?: Plan; onClose: () => vo
         <Field label="Models" htmlFor="plan-models" hint="Comma-separated ids; empty: every model">
           <input id="plan-models" value={form.models} onChange={set("models")} />
         </Field>
+        <Field label="Share weight" htmlFor="plan-weight" hint="Share of a busy model against other accounts (1: an even share)">
+          <input id="plan-weight" type="number" min={0.01} max={1000} step="any" required value={form.weight} onChange={set("weight")} />
+        </Field>
+        {SERVICE_TIERS.map((tier) => (
+          <Field key={tier} label={`Service tier ${tier}`} htmlFor={`plan-tier-${tier}`} hint="Allowed, at this price multiplier (1: the model's prices)">
+            <span className="copy-row">
+              <input
+                type="checkbox"
+                aria-label={`Allow the ${tier} tier`}
+                checked={tiers[tier].allowed}
+                onChange={(event) => setTiers({ ...tiers, [tier]: { ...tiers[tier], allowed: event.target.checked } })}
+              />
+              <input
+                id={`plan-tier-${tier}`}
+                type="number"
+                min={0}
+                max={100}
+                step={0.01}
+                disabled={!tiers[tier].allowed}
+                required={tiers[tier].allowed}
+                value={tiers[tier].multiplier}
+                onChange={(event) => setTiers({ ...tiers, [tier]: { ...tiers[tier], multiplier: event.target.value } })}
+              />
+            </span>
+          </Field>
+        ))}
       </form>
     </Dialog>
   );

@@ -12,6 +12,7 @@ import type { ChatCompletion, ChatCompletionChunk } from "../../../protocol/chat
 import { completeChatCompletion, streamChatCompletion, type ChatReplyShape } from "../../../protocol/chat-completions/from-generation.ts";
 import { imageUrlsOf, rejectUnsupported, toGenerationRequest, vendorFieldsOf } from "../../../protocol/chat-completions/to-generation.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
+import { servedTier } from "../../../protocol/service-tiers.ts";
 import { errorBody } from "../../errors.ts";
 import type { ParsedGeneration, WireDialect } from "../../generation/dialect.ts";
 
@@ -40,6 +41,7 @@ export function parseChatCompletion(catalog: Catalog, body: unknown): ParsedGene
     stream: request.stream === true,
     request: generationRequest,
     imageUrls: imageUrlsOf(request),
+    ...(request.service_tier == null ? {} : { serviceTier: request.service_tier }),
     shape: {
       id: `chatcmpl-${pooledRandomBytes(18).toString("base64url")}`,
       created: Math.floor(Date.now() / 1000),
@@ -48,6 +50,7 @@ export function parseChatCompletion(catalog: Catalog, body: unknown): ParsedGene
       includeUsage: request.stream_options?.include_usage === true,
       toolCallsOnly: generationRequest.tools !== undefined && (choice === "required" || typeof choice === "object"),
       logprobs: request.logprobs === true,
+      serviceTier: servedTier(request.service_tier),
     },
   };
 }

@@ -48,6 +48,7 @@ export function parseCompletion(catalog: Catalog, body: unknown): ParsedGenerati
     stream: request.stream === true,
     request: generation,
     imageUrls: [],
+    ...(request.service_tier == null ? {} : { serviceTier: request.service_tier }),
     shape: {
       id: `cmpl-${pooledRandomBytes(18).toString("base64url")}`,
       created: Math.floor(Date.now() / 1000),

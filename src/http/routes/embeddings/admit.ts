@@ -12,6 +12,7 @@ import { EndpointNotServedError, InvalidRequestError, TooManyTokensError } from 
 import { embeddingInputsOf, embeddingsRequestSchema, EMBEDDING_LIMITS, type EmbeddingsRequest } from "../../../protocol/embeddings/request.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
 import type { Admission } from "../../../billing/metering.ts";
+import type { QueueTicket } from "../../../engines/fair-queue.ts";
 import type { LimitAdmission } from "../../../limits/request-limits.ts";
 import { validatedInWorker } from "../../json-body/json-body-parser.ts";
 import { admitInOrder, type AdmitDependencies, type AdmitRequest } from "../../generation/admit.ts";
@@ -38,6 +39,8 @@ export type AdmittedEmbeddings = {
   limited: LimitAdmission;
   /** The hold: `settle` it when the request ends. */
   admission: Admission;
+  /** Whose share it draws on (the default band: embeddings have no `service_tier`): handed to the engine with `run`. */
+  ticket: QueueTicket;
 };
 
 /**
@@ -88,10 +91,10 @@ export function parseEmbeddings(catalog: Catalog, body: unknown): ParsedEmbeddin
 }
 
 /** Admits an embeddings request (see the file's comment) or throws the typed API error of the first check that refuses it. */
-export async function admitEmbeddings(dependencies: Pick<AdmitDependencies, "catalog" | "metering" | "limits">, input: AdmitRequest): Promise<AdmittedEmbeddings> {
+export async function admitEmbeddings(dependencies: Pick<AdmitDependencies, "catalog" | "metering" | "limits" | "flexMaxWaitMs">, input: AdmitRequest): Promise<AdmittedEmbeddings> {
   const parsed = parseEmbeddings(dependencies.catalog, input.body);
   const limit = EMBEDDING_LIMITS.tokensPerRequest;
-  const { work, limited, admission } = await admitInOrder(dependencies, input, {
+  const { work, limited, admission, ticket } = await admitInOrder(dependencies, input, {
     model: billedForEmbeddings(parsed.model),
     least: () => {
       const bound = parsed.engine.boundEmbeddings(parsed.request);
@@ -106,5 +109,5 @@ export async function admitEmbeddings(dependencies: Pick<AdmitDependencies, "cat
     },
     charge: (job) => ({ tokens: job.prepared.promptTokens, promptTokens: job.prepared.promptTokens, maxTokens: 0, choices: 1, stream: false }),
   });
-  return { job: work, limited, admission };
+  return { job: work, limited, admission, ticket };
 }

@@ -72,7 +72,7 @@ export async function runEmbeddings(dependencies: EmbeddingsRunDependencies, inp
   let reply: EmbeddingsResponse | undefined;
   let failure: unknown;
   try {
-    result = await job.prepared.run(signal);
+    result = await job.prepared.run(signal, input.ticket);
     reply = embeddingsReply(job, result);
   } catch (error) {
     failure = error;

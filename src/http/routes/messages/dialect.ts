@@ -77,7 +77,8 @@ export function parseMessages(catalog: Catalog, body: unknown): ParsedGeneration
   if (cached !== undefined) generation.affinityKey = `cache_control:${createHash("sha256").update(JSON.stringify(cached)).digest("hex")}`;
   const stream = request.stream === true;
   if (!stream) generation.buffered = true;
-  const assembly = new MessageAssembly({ id: newMessageId(), model: model.id });
+  // `auto` and `standard_only` both ask for the default tier.
+  const assembly = new MessageAssembly({ id: newMessageId(), model: model.id, serviceTier: "default" });
   return {
     model,
     stream,

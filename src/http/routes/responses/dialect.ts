@@ -94,6 +94,7 @@ export function parseResponse(catalog: Catalog, body: unknown, history: readonly
     stream: request.stream === true,
     request: generationRequest,
     imageUrls: imageUrlsOf(request),
+    ...(request.service_tier == null ? {} : { serviceTier: request.service_tier }),
     // Items get their ids (random bytes each) only for a response that is kept.
     shape: { assembly, request, inputItems: request.store === false ? [] : itemsOf(request) },
     prepare: (bound) => preparePrompt(model.engine, generationRequest, bound, assembly.shape, truncation),

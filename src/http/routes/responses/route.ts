@@ -189,8 +189,8 @@ export function registerResponsesRoutes(app: FastifyInstance, options: Responses
     // Queued until the engine gives it a slot, in progress from then on.
     const prepared = input.job.prepared;
     const start = prepared.start;
-    prepared.start = (signal) => {
-      const generation = start(signal);
+    prepared.start = (signal, ticket) => {
+      const generation = start(signal, ticket);
       void generation.admitted.then(progress, () => undefined);
       return generation;
     };

@@ -22,9 +22,9 @@ const secretKey = "sk_test_route_secret_key";
 const webhookSecret = "whsec_route_test_webhook_secret";
 const apiKey = "test-api-key";
 const plans: Plan[] = [
-  { id: "starter", name: "Starter", price: { amount: 500, currency: "usd" }, credit: 1000, days: null, rpm: null, tpm: null, models: null },
-  { id: "pro", name: "Pro", price: { amount: 2000, currency: "eur" }, credit: 5000, days: 30, rpm: null, tpm: null, models: null },
-  { id: "free", name: "Free", price: { amount: 0, currency: "usd" }, credit: 10, days: null, rpm: null, tpm: null, models: null },
+  { id: "starter", name: "Starter", price: { amount: 500, currency: "usd" }, credit: 1000, days: null, rpm: null, tpm: null, models: null, weight: 1, service_tiers: { default: 1 } },
+  { id: "pro", name: "Pro", price: { amount: 2000, currency: "eur" }, credit: 5000, days: 30, rpm: null, tpm: null, models: null, weight: 1, service_tiers: { default: 1 } },
+  { id: "free", name: "Free", price: { amount: 0, currency: "usd" }, credit: 10, days: null, rpm: null, tpm: null, models: null, weight: 1, service_tiers: { default: 1 } },
 ];
 
 let store: TestDatabase;

@@ -36,6 +36,7 @@ const COLUMNS: Array<[string, (record: ExportedRecord) => string | number | bool
   ["status", (record) => record.status],
   ["finish_reason", (record) => record.finish_reason],
   ["stream", (record) => record.stream],
+  ["service_tier", (record) => record.service_tier],
 ];
 
 /** The account to export: the caller's own, or (admins only) the one named. undefined: every account. */
@@ -61,7 +62,7 @@ export const exportUsageOperation = defineOperation({
   example: { from: "2026-11-01", to: "2026-12-01" },
   success: {
     status: 200,
-    description: "`text/csv`: a header row, then time (ISO 8601), request_id, account_id, key_name, key_prefix, model, tokens, cost_credits, latency_ms, status, finish_reason, stream.",
+    description: "`text/csv`: a header row, then time (ISO 8601), request_id, account_id, key_name, key_prefix, model, tokens, cost_credits, latency_ms, status, finish_reason, stream, service_tier.",
     contentType: "text/csv",
   },
   errors: ["range_too_long", "admin_required", "admin_scope_required"],
