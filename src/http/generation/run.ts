@@ -12,7 +12,7 @@
  *   with the dialect's error event after whatever content was already sent, never mixed output.
  * A refusal before anything started (a full queue) is no completion: its hold is released uncharged.
  */
-import type { QueueTicket, RunningGeneration } from "../../engines/engine.ts";
+import type { RunningGeneration } from "../../engines/engine.ts";
 import type { Metrics } from "../../metrics/metrics.ts";
 import type { GenerationOutcome } from "../../protocol/generation.ts";
 import { ClientClosedRequestError, ShuttingDownError } from "../../protocol/errors.ts";
@@ -44,8 +44,6 @@ export type RunInput<Shape> = AdmittedGeneration<Shape> & {
    * shutdown (a `ShuttingDownError` reason). The run aborts it too when a stream's client stalls.
    */
   cut: AbortController;
-  /** Whose share the request draws on and its band (admission's; none: the default band). */
-  ticket?: QueueTicket;
   /** For the completion's log line. */
   keyId: string | undefined;
   /** `performance.now()` when the request arrived. */
@@ -211,7 +209,7 @@ export async function runStream<Shape, Event>(
   const generation = await start(dependencies, input);
   // A flex request may yet be refused for want of capacity (429): its stream opens only once it
   // has a slot, so that refusal is still a plain error answer, not an error event after a 200.
-  if (input.ticket?.tier === "flex") await admittedOrReleased(dependencies, input, generation);
+  if (input.ticket.tier === "flex") await admittedOrReleased(dependencies, input, generation);
   const sink = openSink();
   const { cut } = input;
   let admitted = false;
