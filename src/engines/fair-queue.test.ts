@@ -102,6 +102,23 @@ describe("FairQueue", () => {
     running.end();
   });
 
+  it("sets an account that comes back to the current minimum: not starved for what it was served before it went idle", () => {
+    const queue = new FairQueue<undefined>({ maxWaiting: 8, describeRunning: () => "" });
+    let servedA = 0;
+    const a = queue.begin(ticket("a"), () => servedA);
+    servedA = 5000;
+    a.end();
+    const b = queue.begin(ticket("b"), () => 0);
+    // B arrived with nobody active: it starts where A left off, not at 0 (it would hold every slot for 5000 tokens).
+    assert.equal(queue.counterOf("b"), 5000);
+    b.end();
+    const c = queue.begin(ticket("c"), () => 100);
+    const again = queue.begin(ticket("a"), () => 0);
+    assert.equal(queue.counterOf("a"), queue.counterOf("c"), "A is back at the active minimum, not at its own 5000");
+    c.end();
+    again.end();
+  });
+
   it("refuses one account past its share of the queue with 429, and anyone past the whole queue with 503", async () => {
     const queue = new SlotQueue(["only"], 4, { maxWaitingPerAccount: 2 });
     await queue.acquire(never());

@@ -9,9 +9,10 @@
  *   in Serving Large Language Models", OSDI 2024): every token an account is served (its prompt
  *   when it starts, each generated token as it comes) adds `1 / weight` to its counter, and the
  *   waiting request of the account with the lowest counter goes next (its oldest one; on equal
- *   counters, the account served less lately, then the older request). An account that was idle (nothing waiting or running here) is lifted to the
- *   lowest counter of the active ones when it comes back: it is never starved by those already
- *   served, and banks no credit while away.
+ *   counters, the account served less lately, then the older request). An account that was idle
+ *   (nothing waiting or running here) is set to the
+ *   lowest counter of the active ones when it comes back (the current minimum): it is neither
+ *   starved for what it was served before, nor does it bank credit while away.
  * - **Work-conserving.** The queue orders waiters only: a free slot is taken at once by whoever
  *   asks, whatever the band, so one account alone, or spare capacity, waits for nothing.
  * - **Bounded.** `maxWaiting` requests in all (one more: 503 `engine_overloaded`) and
@@ -117,6 +118,8 @@ export class FairQueue<Meta> {
   readonly #runs = new Set<Run>();
   readonly #now: () => number;
   #seq = 0;
+  /** Where an account arriving while nobody is active starts (see `#lift`). */
+  #floor = 0;
 
   constructor(options: FairQueueOptions) {
     this.#options = options;
@@ -150,6 +153,7 @@ export class FairQueue<Meta> {
         this.#charge(run);
         this.#runs.delete(run);
         account.running--;
+        this.#idled(account);
         this.#forgetIdle();
       },
     };
@@ -212,8 +216,10 @@ export class FairQueue<Meta> {
       if (next === undefined) return;
       const capacity = find(next.meta);
       if (capacity === undefined) return;
+      // Running before it stops waiting: its account never looks idle in between (which would lift it).
+      const grant = this.begin(next.ticket, next.served);
       this.#remove(next, "served");
-      next.resolve(give(capacity, this.begin(next.ticket, next.served), next.meta));
+      next.resolve(give(capacity, grant, next.meta));
     }
   }
 
@@ -266,14 +272,25 @@ export class FairQueue<Meta> {
     return account;
   }
 
-  /** An account that comes back after being idle starts no lower than the least served active one. */
+  /**
+   * An account that comes back after being idle (or arrives) starts at the current minimum: the
+   * least counter of the active accounts, or, with none active, where the last one left off. Not
+   * lower, so it banks no credit while away; not higher, so it is not starved for what it was
+   * served before it went idle.
+   */
   #lift(account: Account): void {
     this.#syncRunning();
     let least = Infinity;
     for (const other of this.#accounts.values()) {
       if (other !== account && (other.waiting > 0 || other.running > 0)) least = Math.min(least, other.counter);
     }
-    if (least !== Infinity && account.counter < least) account.counter = least;
+    if (least !== Infinity) this.#floor = least;
+    account.counter = this.#floor;
+  }
+
+  /** An account went idle: the floor a newcomer starts at when nobody is active is at least where it left off. */
+  #idled(account: Account): void {
+    if (account.waiting === 0 && account.running === 0) this.#floor = Math.max(this.#floor, account.counter);
   }
 
   #syncRunning(): void {
@@ -332,6 +349,7 @@ export class FairQueue<Meta> {
     if (index === -1) return false;
     this.#entries.splice(index, 1);
     entry.account.waiting--;
+    this.#idled(entry.account);
     entry.signal.removeEventListener("abort", entry.onAbort);
     if (entry.timer !== undefined) clearTimeout(entry.timer);
     this.#options.onWaited?.(entry.ticket.tier, this.#now() - entry.joinedAt, outcome);
