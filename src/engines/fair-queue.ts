@@ -9,9 +9,9 @@
  *   in Serving Large Language Models", OSDI 2024): every token an account is served (its prompt
  *   when it starts, each generated token as it comes) adds `1 / weight` to its counter, and the
  *   waiting request of the account with the lowest counter goes next (its oldest one; on equal
- *   counters, the account served less lately, then the older request). An account that was idle
- *   (nothing waiting or running here) is set to the
- *   lowest counter of the active ones when it comes back (the current minimum): it is neither
+ *   counters, the account with fewer requests waiting and running, then the one served less lately,
+ *   then the older request). An account that was idle (nothing waiting or running here) is set to
+ *   the lowest counter of the active ones when it comes back (the current minimum): it is neither
  *   starved for what it was served before, nor does it bank credit while away.
  * - **Work-conserving.** The queue orders waiters only: a free slot is taken at once by whoever
  *   asks, whatever the band, so one account alone, or spare capacity, waits for nothing.
@@ -326,7 +326,11 @@ export class FairQueue<Meta> {
     if (band !== 0) return band < 0;
     if (a.account !== b.account && this.#options.policy !== "fifo") {
       if (a.account.counter !== b.account.counter) return a.account.counter < b.account.counter;
-      // Equal counters (an account just lifted to the least served one): the one served less lately first.
+      // Equal counters (an account just set to the current minimum): the one with fewer requests
+      // waiting and running first (a newcomer's one request before a backlog), then the one served less lately.
+      const outstandingA = a.account.waiting + a.account.running;
+      const outstandingB = b.account.waiting + b.account.running;
+      if (outstandingA !== outstandingB) return outstandingA < outstandingB;
       const now = this.#now();
       const recentA = this.#decayed(a.account, now);
       const recentB = this.#decayed(b.account, now);

@@ -465,3 +465,27 @@ test("status follows the pool; an unknown kind offers only what every kind honou
   assert.equal((await engine.prepare(request({ maxTokens: 4 }))).maxTokens, 4);
   await engine.close();
 });
+
+test("members started with priority scheduling get the ticket's tier as their priority field (vLLM: lower first; SGLang: higher first); others get none", async () => {
+  const sentPriorities = async (kind: UpstreamKind, entry: Record<string, unknown>, tiers: Array<"priority" | "default" | "flex" | undefined>) => {
+    const server = await upstream((request, response) => {
+      if (request.url?.endsWith("/tokenize")) {
+        response.writeHead(404).end();
+        return;
+      }
+      sse(response, helloStream);
+    });
+    const { engine } = await engineOver([server.url], { kind, entry });
+    for (const tier of tiers) {
+      const prepared = await engine.prepare(request({ maxTokens: 4 }));
+      const generation = prepared.start(new AbortController().signal, tier === undefined ? undefined : { account: "acct", weight: 1, tier });
+      await collect(generation.parts);
+    }
+    await engine.close();
+    return server.requests.filter((sent) => sent.path.endsWith("/chat/completions")).map((sent) => (JSON.parse(sent.body) as { priority?: number }).priority);
+  };
+  assert.deepEqual(await sentPriorities("vllm", { priority_scheduling: true }, ["priority", "default", "flex", undefined]), [-1, 0, 1, undefined]);
+  assert.deepEqual(await sentPriorities("sglang", { priority_scheduling: true }, ["priority", "default", "flex"]), [1, 0, -1]);
+  assert.deepEqual(await sentPriorities("vllm", {}, ["priority", "flex"]), [undefined, undefined], "not started with priority scheduling: vLLM would refuse the field");
+  assert.deepEqual(await sentPriorities("llama-server", { priority_scheduling: true }, ["priority"]), [undefined], "llama-server has no priority field");
+});
