@@ -11,10 +11,14 @@
  *   probes again: B's wait p50/p95, and the position the queue first gave it (`: queued N`);
  * - **shares**: four backlogged accounts of plan weights 2:1:1:1 (6 requests open each, 24 tokens
  *   each, greedy) until `--requests` requests finished after a warm-up: each one's share of the
- *   generated tokens, Jain's index, and the throughput (generated tokens/s), fair ÷ FIFO.
+ *   generated tokens, Jain's index of the three of weight 1, and the throughput (generated
+ *   tokens/s), in `--rounds` rounds alternating between the two servers (both up at once, the
+ *   first policy swapped each round): medians, and the median of the per-round ratios fair ÷ FIFO;
+ * - **solo**: in the same rounds, one account alone with 8 requests open (2 running, 6 waiting):
+ *   the throughput fair ÷ FIFO when there is nobody to be fair to.
  * JSON to bench/results/fairness.json.
  *
- *   node bench/fairness.ts [--engines embedded,llama-server] [--probes 12] [--requests 160] [--out bench/results/fairness.json]
+ *   node bench/fairness.ts [--engines embedded,llama-server] [--probes 12] [--requests 160] [--rounds 5] [--out bench/results/fairness.json]
  */
 import fs from "node:fs";
 import path from "node:path";
@@ -31,11 +35,13 @@ const { values } = parseArgs({
     engines: { type: "string", default: "embedded,llama-server" },
     probes: { type: "string", default: "12" },
     requests: { type: "string", default: "160" },
+    rounds: { type: "string", default: "5" },
     out: { type: "string", default: path.join(repoRoot, "bench", "results", "fairness.json") },
   },
 });
 const PROBES = Number(values.probes);
 const REQUESTS = Number(values.requests);
+const ROUNDS = Number(values.rounds);
 const PROMPT = [{ role: "user", content: "Once upon a time" }];
 const TIERS = { default: 1, flex: 0.5, priority: 2 };
 const PLANS = [
@@ -75,47 +81,76 @@ async function probe(server: TestServer, key: string) {
   return { p50: percentile(waits, 50), p95: percentile(waits, 95), positions };
 }
 
-async function run(engine: Engine, policy: Policy, llama: RunningLlamaServer | undefined) {
-  const { server, database } = await serve(engine, policy, llama);
+/** Four backlogged accounts (weights 2:1:1:1), 6 requests open each, until `REQUESTS` finished after a warm-up: token shares and tokens/s. */
+async function shares(server: TestServer, database: Awaited<ReturnType<typeof serve>>["database"], plans: readonly string[] = ["heavy", "basic", "basic", "basic"], inFlight = 6) {
+  const keys = await Promise.all(plans.map((plan) => meteredKey(database, plan)));
+  const backlogs: Backlog[] = keys.map((key) => backlog(server.baseURL, key.key, { model: "story", messages: PROMPT, max_tokens: 24, temperature: 0 }, inFlight));
   try {
-    const b = await meteredKey(database, "basic");
-    const alone = await probe(server, b.key);
-    const a = await meteredKey(database, "basic");
-    const flood = backlog(server.baseURL, a.key, { model: "story", messages: PROMPT, max_tokens: 48, temperature: 0 }, 42);
-    let flooded;
-    let aWait: number;
-    try {
-      await until(() => waiting(server) >= 40 && flood.done.length >= 4, 60_000, "A's backlog");
-      const before = flood.done.length;
-      flooded = await probe(server, b.key);
-      aWait = percentile(flood.done.slice(before).map((outcome) => outcome.firstDataMs ?? NaN), 50);
-    } finally {
-      await flood.stop();
-    }
-    await until(() => waiting(server) === 0, 30_000, "an idle model");
-    const keys = await Promise.all(["heavy", "basic", "basic", "basic"].map((plan) => meteredKey(database, plan)));
-    const backlogs: Backlog[] = keys.map((key) => backlog(server.baseURL, key.key, { model: "story", messages: PROMPT, max_tokens: 24, temperature: 0 }, 6));
-    let shares: number[];
-    let tokensPerSecond: number;
-    try {
-      const total = () => backlogs.reduce((sum, each) => sum + each.done.length, 0);
-      await until(() => total() >= 16, 60_000, "a warm-up");
-      const startTokens = backlogs.map((each) => each.tokens());
-      const startedAt = performance.now();
-      const counted = total();
-      await until(() => total() >= counted + REQUESTS, 300_000, `${REQUESTS} requests`);
-      const seconds = (performance.now() - startedAt) / 1000;
-      const gained = backlogs.map((each, index) => each.tokens() - startTokens[index]!);
-      const sum = gained.reduce((x, y) => x + y, 0);
-      shares = gained.map((value) => value / sum);
-      tokensPerSecond = sum / seconds;
-    } finally {
-      await Promise.all(backlogs.map((each) => each.stop()));
-    }
-    return { engine, policy, alone, flooded, floodingAccountP50WaitMs: aWait!, shares, jain: jainIndex(shares.slice(1)), tokensPerSecond };
+    const total = () => backlogs.reduce((sum, each) => sum + each.done.length, 0);
+    await until(() => total() >= 16, 60_000, "a warm-up");
+    const startTokens = backlogs.map((each) => each.tokens());
+    const startedAt = performance.now();
+    const counted = total();
+    await until(() => total() >= counted + REQUESTS, 300_000, `${REQUESTS} requests`);
+    const seconds = (performance.now() - startedAt) / 1000;
+    const gained = backlogs.map((each, index) => each.tokens() - startTokens[index]!);
+    const sum = gained.reduce((x, y) => x + y, 0);
+    return { shares: gained.map((value) => value / sum), tokensPerSecond: sum / seconds };
   } finally {
-    await database.destroy();
-    await server.close();
+    await Promise.all(backlogs.map((each) => each.stop()));
+  }
+}
+
+/** B alone, then B behind A's flood, on one server. */
+async function waits(server: TestServer, database: Awaited<ReturnType<typeof serve>>["database"]) {
+  const b = await meteredKey(database, "basic");
+  const alone = await probe(server, b.key);
+  const a = await meteredKey(database, "basic");
+  const flood = backlog(server.baseURL, a.key, { model: "story", messages: PROMPT, max_tokens: 48, temperature: 0 }, 42);
+  try {
+    await until(() => waiting(server) >= 40 && flood.done.length >= 4, 60_000, "A's backlog");
+    const before = flood.done.length;
+    const flooded = await probe(server, b.key);
+    const floodingAccountP50WaitMs = percentile(flood.done.slice(before).map((outcome) => outcome.firstDataMs ?? NaN), 50);
+    return { alone, flooded, floodingAccountP50WaitMs };
+  } finally {
+    await flood.stop();
+    await until(() => waiting(server) === 0, 30_000, "an idle model");
+  }
+}
+
+const median = (values: readonly number[]) => percentile(values, 50);
+
+async function run(engine: Engine, llama: RunningLlamaServer | undefined) {
+  const servers = { fifo: await serve(engine, "fifo", llama), fair: await serve(engine, "fair", llama) };
+  try {
+    type Rounds = Array<Awaited<ReturnType<typeof shares>>>;
+    const out: Record<Policy, { waits?: Awaited<ReturnType<typeof waits>>; rounds: Rounds; solo: Rounds }> = { fifo: { rounds: [], solo: [] }, fair: { rounds: [], solo: [] } };
+    for (const policy of ["fifo", "fair"] as const) out[policy].waits = await waits(servers[policy].server, servers[policy].database);
+    // Throughput in alternating rounds (the first policy swaps each round), so drift in the machine's load falls on both.
+    for (let round = 0; round < ROUNDS; round++) {
+      const order: Policy[] = round % 2 === 0 ? ["fifo", "fair"] : ["fair", "fifo"];
+      for (const policy of order) out[policy].rounds.push(await shares(servers[policy].server, servers[policy].database));
+      // One account alone, 8 requests open (2 running, 6 waiting): what fairness may not cost.
+      for (const policy of order) out[policy].solo.push(await shares(servers[policy].server, servers[policy].database, ["basic"], 8));
+    }
+    const ratios = out.fair.rounds.map((fair, index) => fair.tokensPerSecond / out.fifo.rounds[index]!.tokensPerSecond);
+    const soloRatios = out.fair.solo.map((fair, index) => fair.tokensPerSecond / out.fifo.solo[index]!.tokensPerSecond);
+    return {
+      engine,
+      fifo: { ...out.fifo.waits!, tokensPerSecond: median(out.fifo.rounds.map((each) => each.tokensPerSecond)), shares: out.fifo.rounds.at(-1)!.shares },
+      fair: { ...out.fair.waits!, tokensPerSecond: median(out.fair.rounds.map((each) => each.tokensPerSecond)), shares: out.fair.rounds.at(-1)!.shares, jain: jainIndex(out.fair.rounds.at(-1)!.shares.slice(1)) },
+      throughputRatio: median(ratios),
+      ratios,
+      soloTokensPerSecond: { fifo: median(out.fifo.solo.map((each) => each.tokensPerSecond)), fair: median(out.fair.solo.map((each) => each.tokensPerSecond)) },
+      soloRatio: median(soloRatios),
+      soloRatios,
+    };
+  } finally {
+    for (const { server, database } of Object.values(servers)) {
+      await database.destroy();
+      await server.close();
+    }
   }
 }
 
@@ -130,27 +165,24 @@ for (const engine of values.engines!.split(",") as Engine[]) {
     llama = await startLlamaServer({ model: storiesModel, parallel: 2, contextSize: 2048 });
   }
   try {
-    // Alternated, so that drift in the machine's load falls on both policies.
+    const result = await run(engine, llama);
+    results.push(result);
+    const pct = (value: number) => `${(value * 100).toFixed(1)}%`;
     for (const policy of ["fifo", "fair"] as const) {
-      const result = await run(engine, policy, llama);
-      results.push(result);
-      const pct = (value: number) => `${(value * 100).toFixed(1)}%`;
+      const side = result[policy];
       console.log(
-        `${engine.padEnd(12)} ${policy.padEnd(4)}  B alone p50/p95 ${result.alone.p50.toFixed(0)}/${result.alone.p95.toFixed(0)} ms` +
-          `  B flooded p50/p95 ${result.flooded.p50.toFixed(0)}/${result.flooded.p95.toFixed(0)} ms (first positions ${[...new Set(result.flooded.positions)].join(",")}; A's p50 wait ${result.floodingAccountP50WaitMs.toFixed(0)} ms)` +
-          `  shares 2:1:1:1 ${result.shares.map(pct).join("/")}  ${result.tokensPerSecond.toFixed(0)} tokens/s`,
+        `${engine.padEnd(12)} ${policy.padEnd(4)}  B alone p50/p95 ${side.alone.p50.toFixed(0)}/${side.alone.p95.toFixed(0)} ms` +
+          `  B flooded p50/p95 ${side.flooded.p50.toFixed(0)}/${side.flooded.p95.toFixed(0)} ms (first positions ${[...new Set(side.flooded.positions)].join(",")}; A's p50 wait ${side.floodingAccountP50WaitMs.toFixed(0)} ms)` +
+          `  shares 2:1:1:1 ${side.shares.map(pct).join("/")}  ${side.tokensPerSecond.toFixed(0)} tokens/s (median of ${ROUNDS})`,
       );
     }
+    console.log(`${engine}: throughput fair ÷ FIFO, four accounts ${result.throughputRatio.toFixed(3)} (per round ${result.ratios.map((ratio) => ratio.toFixed(3)).join(", ")})`);
+    console.log(`${engine}: throughput fair ÷ FIFO, one account alone ${result.soloRatio.toFixed(3)} (${result.soloTokensPerSecond.fair.toFixed(0)} ÷ ${result.soloTokensPerSecond.fifo.toFixed(0)} tokens/s; per round ${result.soloRatios.map((ratio) => ratio.toFixed(3)).join(", ")})`);
   } finally {
     await llama?.close();
   }
 }
-for (const engine of new Set(results.map((result) => result.engine))) {
-  const fair = results.find((result) => result.engine === engine && result.policy === "fair");
-  const fifo = results.find((result) => result.engine === engine && result.policy === "fifo");
-  if (fair && fifo) console.log(`${engine}: throughput fair ÷ FIFO ${(fair.tokensPerSecond / fifo.tokensPerSecond).toFixed(3)}`);
-}
 fs.mkdirSync(path.dirname(values.out!), { recursive: true });
-fs.writeFileSync(values.out!, JSON.stringify({ at: new Date().toISOString(), probes: PROBES, requests: REQUESTS, results }, null, 2));
+fs.writeFileSync(values.out!, JSON.stringify({ at: new Date().toISOString(), probes: PROBES, requests: REQUESTS, rounds: ROUNDS, results }, null, 2));
 console.log(`written to ${values.out}`);
 process.exit(0);
