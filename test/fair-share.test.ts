@@ -139,6 +139,11 @@ for (const kind of ["embedded", "llama-server"] as const) {
 
     it("serves an account's single request next, not behind another account's 40 queued, and never starves the flooder", async () => {
       assertNotBehindTheBacklog(await floodedProbe(setup!));
+      // Every wait is in /metrics, by tier and how it ended.
+      const metrics = await (await fetch(`${setup!.server.url}/metrics`)).text();
+      const served = /turnpike_queue_wait_seconds_count\{model="story",tier="default",outcome="served"\} (\d+)/.exec(metrics);
+      assert.ok(served !== null && Number(served[1]) >= 40, `waits counted: ${served?.[1]}`);
+      assert.match(metrics, /turnpike_queue_account_share\{model="story",account="[^"]+"\} 0\.\d+/);
     });
 
     it("shares generated tokens 40/20/20/20 between backlogged accounts of weights 2:1:1:1", async () => {
