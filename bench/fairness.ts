@@ -16,7 +16,8 @@
  *   first policy swapped each round): medians, and the median of the per-round ratios fair ÷ FIFO;
  * - **solo**: in the same rounds, one account alone with 8 requests open (2 running, 6 waiting):
  *   the throughput fair ÷ FIFO when there is nobody to be fair to.
- * JSON to bench/results/fairness.json.
+ * First, what the queue's own work costs per hand-over of a slot (no HTTP, no engine), fair
+ * against FIFO. JSON to bench/results/fairness.json.
  *
  *   node bench/fairness.ts [--engines embedded,llama-server] [--probes 12] [--requests 160] [--rounds 5] [--out bench/results/fairness.json]
  */
@@ -24,6 +25,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { performance } from "node:perf_hooks";
 import { parseArgs } from "node:util";
+import { SlotQueue } from "../src/engines/slot-queue.ts";
 import { openStore } from "../src/store/open.ts";
 import { backlog, jainIndex, percentile, streamOnce, until, type Backlog } from "../test/helpers/fair-load.ts";
 import { findLlamaServer, startLlamaServer, type RunningLlamaServer } from "../test/helpers/llama-server.ts";
@@ -154,8 +156,45 @@ async function run(engine: Engine, llama: RunningLlamaServer | undefined) {
   }
 }
 
+/**
+ * What the queue's own work costs, without HTTP or an engine: a slot queue of 2 slots with 24
+ * requests of 4 accounts waiting, every release handing the slot to the next (its account charged
+ * 25 tokens): microseconds per hand-over, fair against FIFO, the median of 5 runs of 50,000.
+ */
+async function queueCost(policy: Policy): Promise<number> {
+  const runs: number[] = [];
+  for (let run = 0; run < 5; run++) {
+    const queue = new SlotQueue(["s0", "s1"], 64, { policy });
+    const served = new Map<string, number>();
+    const never = new AbortController().signal;
+    let handed = 0;
+    let finish: () => void = () => {};
+    const finished = new Promise<void>((resolve) => (finish = resolve));
+    const ask = (account: string, weight: number): void => {
+      const waiting = queue.acquire(never, undefined, { ticket: { account, weight, tier: "default" }, served: () => served.get(account) ?? 0 });
+      void waiting.then((lease) => {
+        served.set(account, (served.get(account) ?? 0) + 25);
+        if (++handed === 50_000) finish();
+        queueMicrotask(() => {
+          lease.release();
+          if (handed < 50_000) ask(account, weight);
+        });
+      });
+    };
+    const started = performance.now();
+    for (let index = 0; index < 26; index++) ask(`account-${index % 4}`, index % 4 === 0 ? 2 : 1);
+    await finished;
+    runs.push(((performance.now() - started) * 1000) / handed);
+  }
+  return percentile(runs, 50);
+}
+
+const costs = { fifo: await queueCost("fifo"), fair: await queueCost("fair") };
+console.log(`queue hand-over (2 slots, 24 waiting, 4 accounts): FIFO ${costs.fifo.toFixed(2)} µs, fair ${costs.fair.toFixed(2)} µs`);
+
 const results = [];
-for (const engine of values.engines!.split(",") as Engine[]) {
+// `--engines none`: the queue's cost alone.
+for (const engine of values.engines!.split(",").filter((name): name is Engine => name === "embedded" || name === "llama-server")) {
   let llama: RunningLlamaServer | undefined;
   if (engine === "llama-server") {
     if (findLlamaServer() === undefined) {
@@ -183,6 +222,6 @@ for (const engine of values.engines!.split(",") as Engine[]) {
   }
 }
 fs.mkdirSync(path.dirname(values.out!), { recursive: true });
-fs.writeFileSync(values.out!, JSON.stringify({ at: new Date().toISOString(), probes: PROBES, requests: REQUESTS, rounds: ROUNDS, results }, null, 2));
+fs.writeFileSync(values.out!, JSON.stringify({ at: new Date().toISOString(), probes: PROBES, requests: REQUESTS, rounds: ROUNDS, queueCostMicroseconds: costs, results }, null, 2));
 console.log(`written to ${values.out}`);
 process.exit(0);

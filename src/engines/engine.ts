@@ -126,8 +126,8 @@ export type EngineMember = {
   /** Requests waiting for it (or for the pool). */
   waiting: number;
   healthy: boolean;
-  /** The queue's bands, oldest waits and top shares, on the member that holds the queue (the first of a pool). */
-  queue?: QueueSnapshot;
+  /** The queue's bands, oldest waits and top shares, on the member that holds the queue (the first of a pool); computed when asked. */
+  queue?: () => QueueSnapshot;
   /**
    * Since start, for an engine that makes its own batches (the embedded one): `llama_decode` calls,
    * the sequences in them (÷ batches: how many streams share one), the tokens (prompts included).

@@ -73,7 +73,7 @@ export class Metrics {
     /** The queues' snapshots, per model (the member that holds each queue carries it). */
     const queues = function* () {
       for (const { model, members } of sources.members?.() ?? []) {
-        for (const member of members) if (member.queue !== undefined) yield { model, queue: member.queue };
+        for (const member of members) if (member.queue !== undefined) yield { model, queue: member.queue() };
       }
     };
     new Gauge({

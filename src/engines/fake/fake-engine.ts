@@ -193,7 +193,7 @@ export class FakeEngine implements Engine {
   }
 
   members(): EngineMember[] {
-    return [{ id: "fake", busy: this.#queue.busy, capacity: this.#queue.capacity, waiting: this.#queue.waiting, queue: this.#queue.snapshot(), healthy: this.status_.state !== "unavailable" }];
+    return [{ id: "fake", busy: this.#queue.busy, capacity: this.#queue.capacity, waiting: this.#queue.waiting, queue: () => this.#queue.snapshot(), healthy: this.status_.state !== "unavailable" }];
   }
 
   /** Throws what a real engine throws when it cannot take work: loading, unavailable, or closed. */

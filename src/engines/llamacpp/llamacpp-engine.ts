@@ -231,7 +231,7 @@ export class LlamaCppEngine implements Engine {
         busy: queue?.busy ?? 0,
         capacity: queue?.capacity ?? this.#options.parallel,
         waiting: queue?.waiting ?? 0,
-        ...(queue === undefined ? {} : { queue: queue.snapshot() }),
+        ...(queue === undefined ? {} : { queue: () => queue.snapshot() }),
         healthy: this.#status.state === "ready",
         batching: this.#loaded === undefined ? undefined : batchingOf(this.#loaded.barrier.stats()),
       },

@@ -214,7 +214,7 @@ class Pool implements UpstreamPoolHandle {
       busy: member.inFlight,
       capacity: member.capacity,
       waiting: index === 0 ? this.#queue.waiting : 0,
-      ...(index === 0 ? { queue: this.#queue.snapshot() } : {}),
+      ...(index === 0 ? { queue: () => this.#queue.snapshot() } : {}),
       healthy: member.health === "healthy",
     }));
   }

@@ -12,7 +12,7 @@ export type AdminQueuesRouteOptions = { catalog: Catalog; authenticate: preHandl
 
 /** A model's queue from its engine's members (the member that holds the queue carries its snapshot). */
 export function describeQueue(model: string, members: readonly EngineMember[]): ModelQueue {
-  const queue = members.find((member) => member.queue !== undefined)?.queue;
+  const queue = members.find((member) => member.queue !== undefined)?.queue?.();
   const round = (value: number | null) => (value === null ? null : Math.round(value));
   return {
     object: "model.queue",
