@@ -20,7 +20,7 @@
  * large as the context, so an input always decodes whole (mean pooling over a sequence split across
  * two decodes would average its last part only).
  *
- * Requests queue in one bounded FIFO (`SlotQueue`, a slot per lane); a request holds its lane for
+ * Requests queue in one bounded fair queue (`SlotQueue`, a slot per lane); a request holds its lane for
  * its inputs and spreads them over lanes that are free with nobody waiting, the vectors in the
  * inputs' order whichever lane computed them. An aborted request stops before its next input; one
  * still waiting leaves the queue.
