@@ -169,7 +169,7 @@ describe("a storm of requests cut at random moments", () => {
   let test: TestServer;
   let closed = false;
   before(async () => {
-    test = await startTestServer({ flags: { parallel: "2", queue_size: "4", keep_alive_interval: "0.05", models: [storiesModel, `random=${randomModel}`] } });
+    test = await startTestServer({ flags: { parallel: "2", queue_size: "4", queue_per_account: "4", keep_alive_interval: "0.05", models: [storiesModel, `random=${randomModel}`] } });
   });
   after(async () => {
     if (!closed) await test?.close();

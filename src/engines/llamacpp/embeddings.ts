@@ -153,8 +153,13 @@ export class LlamaEmbedder {
   }
 
   /** Lanes in use, requests waiting, and how many lanes there are. */
-  load(): { busy: number; waiting: number; capacity: number; queue: () => QueueSnapshot } {
-    return { busy: this.#queue.busy, waiting: this.#queue.waiting, capacity: this.#queue.capacity, queue: () => this.#queue.snapshot() };
+  load(): { busy: number; waiting: number; capacity: number } {
+    return { busy: this.#queue.busy, waiting: this.#queue.waiting, capacity: this.#queue.capacity };
+  }
+
+  /** The queue's tiers, oldest waits and top shares. */
+  queue(): QueueSnapshot {
+    return this.#queue.snapshot();
   }
 
   stats(): EmbeddingStats {

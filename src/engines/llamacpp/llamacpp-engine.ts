@@ -223,7 +223,8 @@ export class LlamaCppEngine implements Engine {
   members(): EngineMember[] {
     // An embedding model: its one embedding context, and how its decodes went.
     if (this.#loaded === undefined && this.#embedder !== undefined) {
-      return [{ id: "embedded", ...this.#embedder.load(), healthy: this.#status.state === "ready", batching: this.#embedder.stats() }];
+      const embedder = this.#embedder;
+      return [{ id: "embedded", ...embedder.load(), queue: () => embedder.queue(), healthy: this.#status.state === "ready", batching: embedder.stats() }];
     }
     const queue = this.#loaded?.queue;
     return [
