@@ -94,7 +94,7 @@ describe("Messages shapes on the fake engine", () => {
     assert.deepEqual(toolStart, { type: "content_block_start", index: 2, content_block: { type: "tool_use", id: "toolu_call_42", name: "get_weather", input: {} } });
     const prompt = fakePromptTokens({ messages: [{ role: "user", content: "think and call" }] } as unknown as GenerationRequest);
     const usage = { input_tokens: prompt - 4, cache_creation_input_tokens: 0, cache_read_input_tokens: 4, output_tokens: 7 };
-    assert.deepEqual(replayed!.message.usage, usage, "the cached part once, in cache_read_input_tokens");
+    assert.deepEqual(replayed!.message.usage, { ...usage, service_tier: "standard" }, "the cached part once, in cache_read_input_tokens; the tier from message_start");
     assert.deepEqual(JSON.parse(events[0]!.data).message.usage, { ...usage, output_tokens: 0, service_tier: "standard" }, "message_start carries the input usage and the tier");
     // The same request, not streamed and through the SDK's stream: the same content.
     const message = await client.messages.create(body as unknown as Anthropic.MessageCreateParamsNonStreaming);

@@ -200,7 +200,8 @@ export function checkMessageStream(events: readonly SseEvent[]): { problems: str
         if (open !== undefined) problems.push(`${where}: message_delta while block ${open.index} is open`);
         message.stop_reason = payload.delta.stop_reason;
         message.stop_sequence = payload.delta.stop_sequence;
-        message.usage = payload.usage;
+        // The SDK updates the counts message_delta carries and keeps the rest of message_start's usage (its service_tier).
+        message.usage = { ...message.usage, ...payload.usage };
         break;
       case "message_stop":
         if (names.at(-2) !== "message_delta" && !names.slice(0, -1).includes("message_delta")) problems.push(`${where}: message_stop without message_delta`);
