@@ -222,6 +222,8 @@ describe("the answers /openapi.json documents", () => {
     await call(alice, "post", "/api/billing/redeem", { body: { code: codes.data[0].code } });
     await call(alice, "post", "/api/billing/redeem", { body: { code: codes.data[0].code }, status: 409 });
     await call(admin, "get", "/api/admin/codes");
+    const queues = await call(admin, "get", "/api/admin/queues");
+    assert.ok(queues.data.some((queue: Json) => queue.model === "story"), "every model's queue");
     const accounts = await call(admin, "get", "/api/admin/accounts");
     const bobId = accounts.data.find((account: Json) => account.email === "bob@example.com").id;
     await call(admin, "post", `/api/admin/accounts/${bobId}/grant`, { route: "/api/admin/accounts/{id}/grant", body: { plan: "pro" } });
