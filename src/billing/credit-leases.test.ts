@@ -28,6 +28,22 @@ const FAST: Partial<LeaseSettings> = { flushIntervalMs: 20, leaseIdleMs: 60, lea
 
 const usage = (completionTokens: number): GenerationUsage => ({ promptTokens: 10, cachedPromptTokens: 0, completionTokens, reasoningTokens: 0, source: "counted" });
 
+
+/** Runs `work`, or fails once `ms` have passed, printing `what` first (a hang leaves no counterexample otherwise). */
+async function withinDeadline<T>(ms: number, what: string, work: () => Promise<T>): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      console.error(`property run still running after ${ms} ms: ${what}`);
+      reject(new Error(`a property run hung for ${ms} ms: ${what}`));
+    }, ms);
+  });
+  try {
+    return await Promise.race([work(), deadline]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
 for (const backend of backends) {
   describe(`credit leases (${backend})`, () => {
     let store: TestDatabase;
@@ -213,7 +229,9 @@ for (const backend of backends) {
       );
       let run = 0;
       await fc.assert(
-        fc.asyncProperty(fc.oneof(fc.integer({ min: 0, max: 600 }), fc.integer({ min: 600, max: 20_000 })), fc.array(step, { minLength: 3, maxLength: 14 }), fc.boolean(), async (credit, steps, busy) => {
+        fc.asyncProperty(fc.oneof(fc.integer({ min: 0, max: 600 }), fc.integer({ min: 600, max: 20_000 })), fc.array(step, { minLength: 3, maxLength: 14 }), fc.boolean(), (credit, steps, busy) =>
+          // A run takes milliseconds; one seen once to hang (PostgreSQL, in CI) prints its case at once, so it can be replayed.
+          withinDeadline(30_000, `credit ${credit}, busy ${busy}, steps ${JSON.stringify(steps)}`, async () => {
           const { accountId, key } = await fundedKey(credit);
           let granted = credit;
           // Node 0 serves from leases (busy) or own holds; node 1 the other way round.
@@ -292,7 +310,7 @@ for (const backend of backends) {
           assert.equal(after.balance, after.sumOfEntries);
           assert.equal(after.lotsRemaining, after.balance);
           run++;
-        }),
+        })),
         { numRuns: backend === "sqlite" ? 60 : 20 },
       );
     });
