@@ -23,7 +23,7 @@
  * waiter is picked, so a long generation weighs on its account while it runs, not only when it ends.
  */
 import { EngineOverloadedError, QueueShareExceededError, ResourceUnavailableError } from "../protocol/errors.ts";
-import { SERVICE_TIERS, type ServiceTier } from "../protocol/service-tiers.ts";
+import type { ServiceTier } from "../protocol/service-tiers.ts";
 
 /** Whose share a request draws on, and in which band it waits: set by admission from the key's account and plan. */
 export type QueueTicket = {
@@ -108,6 +108,14 @@ export type Waiting<Grant> = Promise<Grant> & {
   position(): number;
 };
 
+/** What a request given capacity without a `served` of its own is charged: nothing (its first lease's counts). */
+export const NOTHING_SERVED: Served = () => 0;
+
+/** A promise already settled (capacity free at once, or a refusal): nowhere in the queue. */
+export function settledWaiting<T>(promise: Promise<T>): Waiting<T> {
+  return Object.assign(promise, { position: () => 0 });
+}
+
 /** A granted request's account bookkeeping: `end` once its slot is given back (safe to call twice). */
 export type Grant = { end(): void };
 
@@ -116,6 +124,8 @@ export class FairQueue<Meta> {
   readonly #entries: Entry<Meta, unknown>[] = [];
   readonly #accounts = new Map<string, Account>();
   readonly #runs = new Set<Run>();
+  /** Accounts with requests waiting or running here: the ones a newcomer is set level with. */
+  readonly #active = new Set<Account>();
   readonly #now: () => number;
   #seq = 0;
   /** Where an account arriving while nobody is active starts (see `#lift`). */
@@ -130,10 +140,6 @@ export class FairQueue<Meta> {
     return this.#entries.length;
   }
 
-  get maxWaiting(): number {
-    return this.#options.maxWaiting;
-  }
-
   /**
    * A request got capacity without waiting (or was handed it by `serve`): its account counts as
    * active, and is charged what it is served until `end`.
@@ -142,6 +148,7 @@ export class FairQueue<Meta> {
     const account = this.#account(ticket.account);
     if (account.waiting === 0 && account.running === 0) this.#lift(account);
     account.running++;
+    this.#active.add(account);
     const run: Run = { account, ticket, served, charged: 0 };
     this.#runs.add(run);
     this.#charge(run);
@@ -200,6 +207,7 @@ export class FairQueue<Meta> {
       entry.timer.unref?.();
     }
     account.waiting++;
+    this.#active.add(account);
     this.#entries.push(entry as Entry<Meta, unknown>);
     return Object.assign(promise, { position: () => this.#position(entry as Entry<Meta, unknown>) });
   }
@@ -281,16 +289,16 @@ export class FairQueue<Meta> {
   #lift(account: Account): void {
     this.#syncRunning();
     let least = Infinity;
-    for (const other of this.#accounts.values()) {
-      if (other !== account && (other.waiting > 0 || other.running > 0)) least = Math.min(least, other.counter);
-    }
+    for (const other of this.#active) if (other !== account) least = Math.min(least, other.counter);
     if (least !== Infinity) this.#floor = least;
     account.counter = this.#floor;
   }
 
   /** An account went idle: the floor a newcomer starts at when nobody is active is at least where it left off. */
   #idled(account: Account): void {
-    if (account.waiting === 0 && account.running === 0) this.#floor = Math.max(this.#floor, account.counter);
+    if (account.waiting > 0 || account.running > 0) return;
+    this.#active.delete(account);
+    this.#floor = Math.max(this.#floor, account.counter);
   }
 
   #syncRunning(): void {
@@ -364,11 +372,6 @@ export class FairQueue<Meta> {
   /** Keeps the map of accounts bounded: past the limit, idle accounts are forgotten (they are lifted anyway when they return). */
   #forgetIdle(): void {
     if (this.#accounts.size <= IDLE_ACCOUNTS_KEPT) return;
-    for (const [name, account] of this.#accounts) {
-      if (account.waiting === 0 && account.running === 0) this.#accounts.delete(name);
-    }
+    for (const [name, account] of this.#accounts) if (!this.#active.has(account)) this.#accounts.delete(name);
   }
 }
-
-/** The bands in the order they are served. */
-export const BANDS: readonly ServiceTier[] = SERVICE_TIERS;

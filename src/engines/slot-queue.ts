@@ -4,7 +4,7 @@
  * arrival). A free slot is taken at once by whoever asks; a released slot goes to the waiter the
  * queue picks; a waiter that is aborted leaves the queue.
  */
-import { FairQueue, UNTICKETED, type Grant, type QueuingOptions, type QueueSnapshot, type QueueTicket, type Served, type Waiting } from "./fair-queue.ts";
+import { FairQueue, NOTHING_SERVED, settledWaiting, UNTICKETED, type Grant, type QueuingOptions, type QueueSnapshot, type QueueTicket, type Served, type Waiting } from "./fair-queue.ts";
 
 export type SlotLease<Slot> = {
   readonly slot: Slot;
@@ -22,7 +22,6 @@ export type SlotQueueOptions = QueuingOptions;
 
 type Meta<Slot> = { rank: ((slot: Slot) => number) | undefined };
 
-const NOTHING_SERVED: Served = () => 0;
 
 export class SlotQueue<Slot> {
   readonly #free: Slot[];
@@ -70,9 +69,9 @@ export class SlotQueue<Slot> {
   acquire(signal: AbortSignal, rank?: (slot: Slot) => number, claim?: SlotClaim): Waiting<SlotLease<Slot>> {
     const ticket = claim?.ticket ?? UNTICKETED;
     const served = claim?.served ?? NOTHING_SERVED;
-    if (signal.aborted) return settled(Promise.reject(signal.reason));
+    if (signal.aborted) return settledWaiting(Promise.reject(signal.reason));
     const slot = this.#takeFree(rank);
-    if (slot !== undefined) return settled(Promise.resolve(this.#lease(slot, this.#queue.begin(ticket, served))));
+    if (slot !== undefined) return settledWaiting(Promise.resolve(this.#lease(slot, this.#queue.begin(ticket, served))));
     return this.#queue.join<SlotLease<Slot>>(ticket, signal, { rank }, served);
   }
 
@@ -120,9 +119,4 @@ export class SlotQueue<Slot> {
       },
     };
   }
-}
-
-/** A promise already settled (a free slot, an aborted signal): nowhere in the queue. */
-function settled<T>(promise: Promise<T>): Waiting<T> {
-  return Object.assign(promise, { position: () => 0 });
 }

@@ -29,14 +29,7 @@ import { LruMap } from "./lru-map.ts";
 import { memberName, memberUrl } from "./upstream-url.ts";
 import { PoolMember, type MemberHealthOptions, type MemberStats } from "./member.ts";
 import type { AcquireOptions, MemberOutcome, PoolLease, UpstreamMember, UpstreamPool } from "./pool-types.ts";
-import { FairQueue, UNTICKETED, type Grant, type QueuingOptions, type Served, type Waiting } from "../fair-queue.ts";
-
-const NOTHING_SERVED: Served = () => 0;
-
-/** A promise already settled (a free member, a refusal): nowhere in the queue. */
-function settled<T>(promise: Promise<T>): Waiting<T> {
-  return Object.assign(promise, { position: () => 0 });
-}
+import { FairQueue, NOTHING_SERVED, settledWaiting, UNTICKETED, type Grant, type QueuingOptions, type Waiting } from "../fair-queue.ts";
 
 export type UpstreamPoolOptions = {
   /** One base URL per member (`/v1` is added when missing). */
@@ -195,13 +188,13 @@ class Pool implements UpstreamPoolHandle {
   }
 
   acquire(options: AcquireOptions): Waiting<PoolLease> {
-    if (this.#closed) return settled(Promise.reject(new ShuttingDownError()));
-    if (options.signal.aborted) return settled(Promise.reject(options.signal.reason));
+    if (this.#closed) return settledWaiting(Promise.reject(new ShuttingDownError()));
+    if (options.signal.aborted) return settledWaiting(Promise.reject(options.signal.reason));
     const ticket = options.ticket ?? UNTICKETED;
     const served = options.served ?? NOTHING_SERVED;
     const member = this.#pick(options);
-    if (member !== undefined) return settled(Promise.resolve(this.#lease(member, this.#queue.begin(ticket, served))));
-    if (!this.#members.some((candidate) => candidate.serves())) return settled(Promise.reject(this.#unavailable()));
+    if (member !== undefined) return settledWaiting(Promise.resolve(this.#lease(member, this.#queue.begin(ticket, served))));
+    if (!this.#members.some((candidate) => candidate.serves())) return settledWaiting(Promise.reject(this.#unavailable()));
     // Throws, not a rejected promise, when the queue refuses: the engine's `start` must refuse at
     // once, before the caller answers 200 and opens a stream (as the embedded engine's slot queue does).
     return this.#queue.join<PoolLease>(ticket, options.signal, options, served);
