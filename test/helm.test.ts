@@ -242,6 +242,19 @@ describe("the Helm chart renders valid Kubernetes objects", () => {
     });
   }
 
+  it("NOTES.txt renders for one node and for several", () => {
+    for (const values of [{}, clusterValues]) {
+      const valuesFile = path.join(workDirectory, `notes-${++renderCount}.json`);
+      fs.writeFileSync(valuesFile, JSON.stringify(values));
+      const result = spawnSync(renderer, ["tp", chart, "-n", "ai", "-f", valuesFile, "--notes"], { encoding: "utf8" });
+      assert.equal(result.status, 0, result.stderr);
+      const notes = result.stdout.slice(result.stdout.indexOf("\nNOTES:\n"));
+      assert.match(notes, /deployed as tp-turnpike in ai/);
+      assert.match(notes, /http:\/\/tp-turnpike\.ai\.svc:80/);
+      assert.doesNotMatch(notes, /<no value>|%!/);
+    }
+  });
+
   it("refuses a field Kubernetes does not know (the strict check itself works)", async () => {
     const deployment = structuredClone(find(renderOk({}).objects, "Deployment"));
     (deployment.spec.template.spec.containers[0] as any).readinesProbe = { httpGet: { path: "/ready", port: "http" } };
