@@ -184,7 +184,7 @@ const clusterValues = {
     models: [{ id: "llama", upstream: { kind: "vllm", urls: ["http://vllm-0.vllm:8000/v1"], api_key_env: "VLLM_API_KEY" }, pricing: { prompt: 100, completion: 300 } }],
     plans: [{ id: "pro", name: "Pro", credits: 1000000 }],
   },
-  env: { TURNPIKE_SIGNUP: "closed", TURNPIKE_PARALLEL: 8 },
+  env: { TURNPIKE_SIGNUP: "closed", TURNPIKE_PARALLEL: 8, TURNPIKE_BODY_LIMIT: 10485760 },
   autoscaling: { enabled: true, minReplicas: 3, maxReplicas: 12, targetCPUUtilizationPercentage: 80 },
   ingress: {
     enabled: true,
@@ -346,12 +346,14 @@ describe("serving pods", () => {
     assert.equal(byDefault.spec.template.spec.terminationGracePeriodSeconds, 5 + 5 + 30 + 10);
     assert.deepEqual(servingContainer(byDefault).lifecycle, { preStop: { sleep: { seconds: 5 } } });
 
-    const drain = { preStopSleepSeconds: 10, drainDelaySeconds: 3, shutdownTimeoutSeconds: 120, marginSeconds: 7.5 };
+    const drain = { preStopSleepSeconds: 10, drainDelaySeconds: 2.5, shutdownTimeoutSeconds: 1200000, marginSeconds: 7.25 };
     const deployment = find(renderOk({ drain }).objects, "Deployment");
-    assert.equal(deployment.spec.template.spec.terminationGracePeriodSeconds, 141, "10 + 3 + 120 + 7.5, rounded up");
+    assert.equal(deployment.spec.template.spec.terminationGracePeriodSeconds, 1200020, "10 + 2.5 + 1,200,000 + 7.25, rounded up");
     const env = envOf(servingContainer(deployment));
-    assert.equal(env.get("TURNPIKE_DRAIN_DELAY")?.value, "3");
-    assert.equal(env.get("TURNPIKE_SHUTDOWN_TIMEOUT")?.value, "120");
+    assert.equal(env.get("TURNPIKE_DRAIN_DELAY")?.value, "2.5");
+    assert.equal(env.get("TURNPIKE_SHUTDOWN_TIMEOUT")?.value, "1200000");
+    const rounded = find(renderOk({ drain: { ...drain, shutdownTimeoutSeconds: 120 } }).objects, "Deployment");
+    assert.equal(rounded.spec.template.spec.terminationGracePeriodSeconds, 140, "10 + 2.5 + 120 + 7.25, rounded up");
     assert.deepEqual(servingContainer(deployment).lifecycle, { preStop: { sleep: { seconds: 10 } } });
   });
 
@@ -398,6 +400,7 @@ describe("serving pods", () => {
     const env = envOf(servingContainer(clusterDeployment));
     assert.equal(env.get("TURNPIKE_CONFIG")?.value, "/etc/turnpike/turnpike.json");
     assert.equal(env.get("TURNPIKE_PARALLEL")?.value, "8");
+    assert.equal(env.get("TURNPIKE_BODY_LIMIT")?.value, "10485760", "a large whole number is written whole (Helm reads numbers as float64)");
     assert.equal(env.get("TURNPIKE_SIGNUP")?.value, "closed");
     assert.equal(env.get("TURNPIKE_PUBLIC_URL")?.value, "https://ai.example.com");
     assert.equal(env.get("TURNPIKE_TRUST_PROXY")?.value, "1");

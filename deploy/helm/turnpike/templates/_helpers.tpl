@@ -121,6 +121,15 @@ metricsToken: TURNPIKE_METRICS_TOKEN
 {{- $hosts | uniq | join "," -}}
 {{- end -}}
 
+{{/* A setting's value as text: whole numbers as integers (Helm reads numbers as float64, which print as 1.048576e+07). */}}
+{{- define "turnpike.text" -}}
+{{- if and (kindIs "float64" .) (eq . (floor .)) -}}
+{{- int64 . -}}
+{{- else -}}
+{{- toString . -}}
+{{- end -}}
+{{- end -}}
+
 {{/* An env entry from a Secret: (list "VARIABLE" $reference) where $reference is {name, key}. */}}
 {{- define "turnpike.secretEnv" -}}
 {{- $variable := index . 0 -}}
