@@ -341,6 +341,12 @@ describe("serving pods", () => {
     assert.equal(deployment.spec.template.spec.automountServiceAccountToken, false);
   });
 
+  it("get no service link variables (a Service named turnpike would set TURNPIKE_PORT=tcp://…), nor does the Job", () => {
+    const { objects } = renderOk({ ...clusterValues, fullnameOverride: "turnpike" });
+    assert.equal(find(objects, "Deployment").spec.template.spec.enableServiceLinks, false);
+    assert.equal(find(objects, "Job").spec.template.spec.enableServiceLinks, false);
+  });
+
   it("get a grace period of preStop sleep + drain delay + shutdown timeout + margin, and pass the two delays to the server", () => {
     const byDefault = find(renderOk({}).objects, "Deployment");
     assert.equal(byDefault.spec.template.spec.terminationGracePeriodSeconds, 5 + 5 + 30 + 10);
