@@ -509,8 +509,8 @@ describe("secrets", () => {
 
 describe("several pods", () => {
   it("refuse to render without a PostgreSQL URL secret", () => {
-    for (const values of [{ replicaCount: 2 }, { autoscaling: { enabled: true } }]) {
-      const rendered = render(values);
+    for (const [values, flags] of [[{ replicaCount: 2 }, []], [{}, ["--set", "replicaCount=2"]], [{ autoscaling: { enabled: true } }, []]] as const) {
+      const rendered = render(values, [...flags]);
       assert.equal(rendered.ok, false);
       assert.match((rendered as { error: string }).error, /replicaCount > 1 or autoscaling\.enabled needs PostgreSQL shared by every pod: .*secrets\.databaseUrl\.name/);
     }
