@@ -42,6 +42,8 @@ if [ ! -x "$binary" ]; then
     GO111MODULE=off GOPATH=/usr/share/gocode GOFLAGS= GOCACHE="$cache/go-build" \
       go build -o "$binary.partial" .)
   mv "$binary.partial" "$binary"
+  # Builds of older main.go versions are not needed any more (a checkout that still has one rebuilds it in seconds).
+  find "$(dirname "$cache")" -mindepth 1 -maxdepth 1 -type d ! -name "$key" -exec rm -rf {} +
 fi
 
 if [ "${1:-}" = "--build" ]; then

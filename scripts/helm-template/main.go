@@ -33,7 +33,7 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-type options struct {
+type renderOptions struct {
 	chartDir    string
 	releaseName string
 	namespace   string
@@ -48,9 +48,9 @@ type options struct {
 }
 
 func main() {
-	opts, err := parseArgs(os.Args[1:])
+	options, err := parseArgs(os.Args[1:])
 	if err == nil {
-		err = run(opts)
+		err = run(options)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "Error: "+err.Error())
@@ -61,8 +61,8 @@ func main() {
 const usage = `usage: helm-template [RELEASE] CHART [-n NAMESPACE] [-f values.yaml]... [--set k=v]... [--set-string k=v]...
                      [--kube-version v1.36.0] [--api-versions group/version]... [--is-upgrade] [--notes] [--values-json FILE]`
 
-func parseArgs(args []string) (options, error) {
-	opts := options{releaseName: "release-name", namespace: "default", kubeVersion: "v1.36.0"}
+func parseArgs(args []string) (renderOptions, error) {
+	options := renderOptions{releaseName: "release-name", namespace: "default", kubeVersion: "v1.36.0"}
 	// --flag=value is --flag value.
 	var expanded []string
 	for _, arg := range args {
@@ -88,51 +88,51 @@ func parseArgs(args []string) (options, error) {
 		switch arg {
 		case "-n", "--namespace":
 			value, err = next()
-			opts.namespace = value
+			options.namespace = value
 		case "-f", "--values":
 			value, err = next()
-			opts.valueFiles = append(opts.valueFiles, value)
+			options.valueFiles = append(options.valueFiles, value)
 		case "--set":
 			value, err = next()
-			opts.sets = append(opts.sets, value)
+			options.sets = append(options.sets, value)
 		case "--set-string":
 			value, err = next()
-			opts.setStrings = append(opts.setStrings, value)
+			options.setStrings = append(options.setStrings, value)
 		case "--kube-version":
 			value, err = next()
-			opts.kubeVersion = value
+			options.kubeVersion = value
 		case "-a", "--api-versions":
 			value, err = next()
-			opts.apiVersions = append(opts.apiVersions, value)
+			options.apiVersions = append(options.apiVersions, value)
 		case "--is-upgrade":
-			opts.isUpgrade = true
+			options.isUpgrade = true
 		case "--notes":
-			opts.showNotes = true
+			options.showNotes = true
 		case "--values-json":
 			value, err = next()
-			opts.valuesJSON = value
+			options.valuesJSON = value
 		case "-h", "--help":
 			fmt.Println(usage)
 			os.Exit(0)
 		default:
 			if strings.HasPrefix(arg, "-") {
-				return opts, fmt.Errorf("unknown flag %s\n%s", arg, usage)
+				return options, fmt.Errorf("unknown flag %s\n%s", arg, usage)
 			}
 			positional = append(positional, arg)
 		}
 		if err != nil {
-			return opts, err
+			return options, err
 		}
 	}
 	switch len(positional) {
 	case 1:
-		opts.chartDir = positional[0]
+		options.chartDir = positional[0]
 	case 2:
-		opts.releaseName, opts.chartDir = positional[0], positional[1]
+		options.releaseName, options.chartDir = positional[0], positional[1]
 	default:
-		return opts, errors.New(usage)
+		return options, errors.New(usage)
 	}
-	return opts, nil
+	return options, nil
 }
 
 // readYAMLFile reads a YAML mapping with numbers as float64, as Helm's sigs.k8s.io/yaml does.
@@ -432,8 +432,8 @@ func funcMap(templates **template.Template) template.FuncMap {
 	return functions
 }
 
-func run(opts options) error {
-	chart, err := readYAMLFile(filepath.Join(opts.chartDir, "Chart.yaml"))
+func run(options renderOptions) error {
+	chart, err := readYAMLFile(filepath.Join(options.chartDir, "Chart.yaml"))
 	if err != nil {
 		return err
 	}
@@ -441,10 +441,10 @@ func run(opts options) error {
 	if chartName == "" {
 		return errors.New("Chart.yaml has no name")
 	}
-	version := strings.TrimPrefix(opts.kubeVersion, "v")
+	version := strings.TrimPrefix(options.kubeVersion, "v")
 	parsedVersion, err := semver.NewVersion(version)
 	if err != nil {
-		return fmt.Errorf("--kube-version %q: %w", opts.kubeVersion, err)
+		return fmt.Errorf("--kube-version %q: %w", options.kubeVersion, err)
 	}
 	if constraintText, ok := chart["kubeVersion"].(string); ok && constraintText != "" {
 		constraint, err := semver.NewConstraint(constraintText)
@@ -457,12 +457,12 @@ func run(opts options) error {
 	}
 
 	values := map[string]any{}
-	if defaults, err := readYAMLFile(filepath.Join(opts.chartDir, "values.yaml")); err == nil {
+	if defaults, err := readYAMLFile(filepath.Join(options.chartDir, "values.yaml")); err == nil {
 		values = defaults
 	} else if !os.IsNotExist(errors.Unwrap(err)) && !os.IsNotExist(err) {
 		return err
 	}
-	for _, file := range opts.valueFiles {
+	for _, file := range options.valueFiles {
 		overrides, err := readYAMLFile(file)
 		if err != nil {
 			return err
@@ -470,23 +470,23 @@ func run(opts options) error {
 		values = coalesce(values, overrides)
 	}
 	setValues := map[string]any{}
-	for _, argument := range opts.sets {
+	for _, argument := range options.sets {
 		if err := applySet(setValues, argument, false); err != nil {
 			return err
 		}
 	}
-	for _, argument := range opts.setStrings {
+	for _, argument := range options.setStrings {
 		if err := applySet(setValues, argument, true); err != nil {
 			return err
 		}
 	}
 	values = coalesce(values, setValues)
-	if opts.valuesJSON != "" {
+	if options.valuesJSON != "" {
 		data, err := json.MarshalIndent(values, "", "  ")
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(opts.valuesJSON, data, 0o644); err != nil {
+		if err := os.WriteFile(options.valuesJSON, data, 0o644); err != nil {
 			return err
 		}
 	}
@@ -499,10 +499,10 @@ func run(opts options) error {
 		chartObject[strings.ToUpper(key[:1])+key[1:]] = value
 	}
 	release := map[string]any{
-		"Name": opts.releaseName, "Namespace": opts.namespace, "IsInstall": !opts.isUpgrade, "IsUpgrade": opts.isUpgrade,
+		"Name": options.releaseName, "Namespace": options.namespace, "IsInstall": !options.isUpgrade, "IsUpgrade": options.isUpgrade,
 		"Revision": 1, "Service": "Helm",
 	}
-	if opts.isUpgrade {
+	if options.isUpgrade {
 		release["Revision"] = 2
 	}
 	caps := capabilities{
@@ -510,11 +510,11 @@ func run(opts options) error {
 			Version: "v" + parsedVersion.String(), Major: strconv.FormatUint(parsedVersion.Major(), 10),
 			Minor: strconv.FormatUint(parsedVersion.Minor(), 10), GitVersion: "v" + parsedVersion.String(),
 		},
-		APIVersions: append(append(versionSet{}, builtinAPIVersions...), opts.apiVersions...),
+		APIVersions: append(append(versionSet{}, builtinAPIVersions...), options.apiVersions...),
 		HelmVersion: map[string]string{"Version": "v3-compatible (scripts/helm-template)"},
 	}
 
-	templateDir := filepath.Join(opts.chartDir, "templates")
+	templateDir := filepath.Join(options.chartDir, "templates")
 	entries, err := os.ReadDir(templateDir)
 	if err != nil {
 		return err
@@ -566,7 +566,7 @@ func run(opts options) error {
 			output.WriteString("---\n# Source: " + name + "\n" + document + "\n")
 		}
 	}
-	if opts.showNotes && notes != "" {
+	if options.showNotes && notes != "" {
 		output.WriteString("\nNOTES:\n" + notes + "\n")
 	}
 	_, err = os.Stdout.WriteString(output.String())
