@@ -12,7 +12,7 @@ import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { before, describe, it } from "node:test";
+import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { Ajv } from "ajv";
 import { parseAllDocuments } from "yaml";
@@ -216,6 +216,8 @@ const imageVolumeValues = {
   models: ["qwen=/models/qwen.gguf"],
   modelVolume: { source: { image: { reference: "registry.example.com/models/qwen:2.5", pullPolicy: "IfNotPresent" } } },
 };
+
+after(() => fs.rmSync(workDirectory, { recursive: true, force: true }));
 
 before(() => {
   const build = spawnSync(renderer, ["--build"], { encoding: "utf8" });
