@@ -79,7 +79,7 @@ describe("turnpike serve --log-format pretty", () => {
       await waitUntilReady(url);
       assert.equal(await chat(url, key), 200);
       const line = await waitFor(() => stdout, /^.*POST \/v1\/chat\/completions.*$/m, "request line");
-      assert.match(line[0], /^\[\d\d:\d\d:\d\d\] INFO: POST \/v1\/chat\/completions 200 \d+ms$/);
+      assert.match(line[0], /^\[\d\d:\d\d:\d\d\] INFO: POST \/v1\/chat\/completions 200 \d+ms model=stories key=key_\S+ \d+\+\d+ tok$/);
       assert.match(stdout, /INFO: model stories: ready$/m, "each change of a model's state is one line");
       assert.ok(!stdout.includes(key), "the key is never printed");
       assert.ok(!stdout.split("\n").some((text) => text.startsWith("{")), "no JSON line");

@@ -31,8 +31,15 @@ export function colorsFor(stream: OutputStream, env: NodeJS.ProcessEnv = process
   return force !== undefined && force !== "0" && force !== "false";
 }
 
+/** What a request served: its generation's record (`chat completion`, `embeddings` …) joined to the request's line. */
+type Served = { model: string; keyId?: string; promptTokens: number; completionTokens?: number };
+/** Where a request record carries what it served (a key no logged field uses). */
+const SERVED = "\u0000served";
+/** Records remembered for joining (generations waiting for their request's line, lines already shown): a bound. */
+const MOST_REMEMBERED = 1000;
+
 /** Fields every record carries that a person at a terminal does not need. */
-const NOISE = new Set(["level", "time", "msg", "pid", "hostname", "service", "reqId"]);
+const NOISE = new Set(["level", "time", "msg", "pid", "hostname", "service", "reqId", SERVED]);
 
 /** A value as `key=value` shows it: quoted when it holds spaces; an error as its message. */
 function fieldText(value: unknown): string | undefined {
@@ -54,14 +61,20 @@ function statusColor(status: number): "green" | "cyan" | "yellow" | "red" {
 
 /**
  * The text after time and level. A request record (`http/app.ts`'s one line per request) reads
- * `POST /v1/chat/completions 200 312ms`; any other record is its message, then its fields as
+ * `POST /v1/chat/completions 200 312ms`, then what it served when `prettyPrinter` joined its
+ * generation's record (`model=stories key=key_… 21+16 tok`: prompt + completion); any other record is its message, then its fields as
  * `key=value` (leaving out those already in the message), then an error's stack at error level.
  */
 export const formatMessage: MessageFormatFunc = (log, messageKey, _levelLabel, { colors }) => {
   const message = typeof log[messageKey] === "string" ? (log[messageKey] as string) : "";
   if (message === "request" && typeof log.method === "string" && typeof log.url === "string" && typeof log.status === "number") {
     const latency = typeof log.latency_ms === "number" ? ` ${colors.gray(`${log.latency_ms}ms`)}` : "";
-    return `${log.method} ${log.url} ${colors[statusColor(log.status)](String(log.status))}${latency}`;
+    const served = log[SERVED] as Served | undefined;
+    const summary =
+      served === undefined
+        ? ""
+        : ` ${colors.gray("model=")}${served.model}${served.keyId === undefined ? "" : ` ${colors.gray("key=")}${served.keyId}`} ${served.promptTokens}${served.completionTokens === undefined ? "" : `+${served.completionTokens}`} tok`;
+    return `${log.method} ${log.url} ${colors[statusColor(log.status)](String(log.status))}${latency}${summary}`;
   }
   const fields: string[] = [];
   let stack: string | undefined;
@@ -81,8 +94,60 @@ export const formatMessage: MessageFormatFunc = (log, messageKey, _levelLabel, {
   return stack !== undefined && level >= 50 ? `${line}\n${stack.replace(/^/gm, "    ")}` : line;
 };
 
-/** Turns one JSON log line into its readable line (with its line end). */
-export function prettyLine(options: { color: boolean }): (jsonLine: string) => string {
+/** A generation's record: logged on the request's logger with its model, key and tokens, just before the request's own record. */
+function servedBy(record: Record<string, unknown>): Served | undefined {
+  if (typeof record.reqId !== "string" || typeof record.model !== "string" || typeof record.prompt_tokens !== "number" || record.level !== 30) return undefined;
+  return {
+    model: record.model,
+    ...(typeof record.key_id === "string" ? { keyId: record.key_id } : {}),
+    promptTokens: record.prompt_tokens,
+    ...(typeof record.completion_tokens === "number" ? { completionTokens: record.completion_tokens } : {}),
+  };
+}
+
+/**
+ * Turns JSON log lines into readable lines (each with its line end; empty when held back). A
+ * generation's record is held back and shown on its request's line (model, key id, prompt +
+ * completion tokens), so a request reads as one line; should it come after the request's line
+ * instead, it is shown on its own.
+ */
+export function prettyPrinter(options: { color: boolean }): (jsonLine: string) => string {
+  const pretty = prettyLine(options);
+  const waiting = new Map<string, Served>();
+  /** Requests whose line went out with nothing joined: a generation's record coming later is shown on its own. */
+  const shown = new Set<string>();
+  const remember = <T>(collection: { size: number; keys(): IterableIterator<T>; delete(key: T): boolean }) => {
+    if (collection.size > MOST_REMEMBERED) collection.delete(collection.keys().next().value!);
+  };
+  return (jsonLine) => {
+    let record: Record<string, unknown>;
+    try {
+      record = JSON.parse(jsonLine) as Record<string, unknown>;
+    } catch {
+      return jsonLine.endsWith("\n") ? jsonLine : `${jsonLine}\n`;
+    }
+    const served = servedBy(record);
+    if (served !== undefined && !shown.delete(record.reqId as string)) {
+      waiting.set(record.reqId as string, served);
+      remember(waiting);
+      return "";
+    }
+    if (record.msg === "request" && typeof record.reqId === "string") {
+      const found = waiting.get(record.reqId);
+      if (found === undefined) {
+        shown.add(record.reqId);
+        remember(shown);
+      } else {
+        waiting.delete(record.reqId);
+        record[SERVED] = found;
+      }
+    }
+    return pretty(record);
+  };
+}
+
+/** Turns one log record (a JSON line or its object) into its readable line, with its line end. */
+export function prettyLine(options: { color: boolean }): (record: string | object) => string {
   return prettyFactory({
     colorize: options.color,
     translateTime: "SYS:HH:MM:ss",
@@ -98,7 +163,7 @@ export function prettyLine(options: { color: boolean }): (jsonLine: string) => s
  * is on the terminal before the next statement runs (and before an exit).
  */
 export function prettyLogStream(options: { color: boolean; fd?: number }): DestinationStream {
-  const pretty = prettyLine(options);
+  const pretty = prettyPrinter(options);
   const out = pino.destination({ dest: options.fd ?? 1, sync: true });
   return {
     write(line: string) {

@@ -34,7 +34,7 @@ async function startFacts(
   const storeFlags =
     settings.config !== ""
       ? `--config ${shellWord(settings.config)}`
-      : settings.database_url === "" && settings.data_dir !== serveOptions.data_dir.default
+      : settings.database_url === "" && path.resolve(settings.data_dir) !== path.resolve(serveOptions.data_dir.default)
         ? `--data-dir ${shellWord(settings.data_dir)}`
         : "";
   return {
