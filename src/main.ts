@@ -4,7 +4,7 @@
  */
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { pino, type Logger } from "pino";
+import { pino, type DestinationStream, type Logger } from "pino";
 import cliProgress from "cli-progress";
 import type { ResolvedSettings } from "./config/load.ts";
 import { Catalog, FREE, type CatalogModel } from "./catalog/catalog.ts";
@@ -76,12 +76,14 @@ export type RunningServer = {
   close(): Promise<void>;
 };
 
-export function createLogger(level: string): Logger {
-  return pino({
+/** The server's logger: JSON lines on standard output, or into `destination` (`serve`'s readable lines on a terminal). */
+export function createLogger(level: string, destination?: DestinationStream): Logger {
+  const options = {
     level,
     base: { service: "turnpike" },
     redact: { paths: ["req.headers.authorization", "headers.authorization", "authorization", "key", "*.key"], censor: "[redacted]" },
-  });
+  };
+  return destination === undefined ? pino(options) : pino(options, destination);
 }
 
 /** Shows download progress: a bar on a terminal, a log line every 10% elsewhere. */
@@ -128,6 +130,11 @@ export type StartServerOptions = {
    * own engine). The entry still gives the model's id, pricing and other settings.
    */
   engines?: Readonly<Record<string, Engine>> | ((entry: ModelEntry) => Engine | undefined);
+  /**
+   * Log "turnpike listening" and where the setup code is (default true). `serve` turns it off on
+   * a terminal, where its start banner says both.
+   */
+  announceStart?: boolean;
 };
 
 /** The engine `options.engines` gives for `entry`, if any. */
@@ -342,8 +349,8 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
           throw error;
         });
   if (metricsServer !== undefined) logger.info({ url: metricsServer.url }, "metrics listening");
-  logger.info({ url: address, data_dir: path.resolve(settings.data_dir), models: settings.models.map((model) => model.id), threads: settings.threads }, "turnpike listening");
-  if (setupCode !== null) logger.info({ signup_url: `${publicUrl}/signup` }, "no admin account yet: sign up in the console with the one-time setup code printed at start-up to become the admin (or run `turnpike accounts create --admin`)");
+  if (options.announceStart !== false) logger.info({ url: address, data_dir: path.resolve(settings.data_dir), models: settings.models.map((model) => model.id), threads: settings.threads }, "turnpike listening");
+  if (setupCode !== null && options.announceStart !== false) logger.info({ signup_url: `${publicUrl}/signup` }, "no admin account yet: sign up in the console with the one-time setup code printed at start-up to become the admin (or run `turnpike accounts create --admin`)");
 
   let closed: Promise<void> | undefined;
   const close = () => {

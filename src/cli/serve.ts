@@ -2,9 +2,14 @@
  * `turnpike serve`: validates the settings, starts the server, and stops gracefully on
  * SIGINT/SIGTERM (running requests finish within the shutdown timeout), exiting 0.
  */
+import fs from "node:fs";
+import path from "node:path";
 import type { Command } from "commander";
-import { ConfigError, loadProcessSettings } from "../config/load.ts";
-import { defaultTextOf, serveOptionList } from "../config/options.ts";
+import { ConfigError, loadProcessSettings, type ResolvedSettings } from "../config/load.ts";
+import type { RunningServer } from "../main.ts";
+import { defaultTextOf, serveOptionList, serveOptions } from "../config/options.ts";
+import { chooseLogFormat, colorsFor, prettyLogStream } from "./log-format.ts";
+import { renderStartBanner, type StartFacts } from "./start-banner.ts";
 
 /** Commander's camelCase attribute name for a flag like `--data-dir <dir>`. */
 function attributeName(flag: string): string {
@@ -12,6 +17,40 @@ function attributeName(flag: string): string {
     .split(" ")[0]!
     .replace(/^--/, "")
     .replace(/-([a-z])/g, (_match, letter: string) => letter.toUpperCase());
+}
+
+/** A path as a shell reads it back: quoted when it holds anything but plain characters. */
+function shellWord(text: string): string {
+  return /^[\w./:@%+=-]+$/.test(text) ? text : `'${text.replaceAll("'", "'\\''")}'`;
+}
+
+/** What the start banner shows, from the settings and the running server. */
+async function startFacts(
+  settings: ResolvedSettings,
+  server: RunningServer,
+  consoleDirectory: string,
+): Promise<StartFacts> {
+  const { serverVersion } = await import("../http/routes/openapi/route.ts");
+  const storeFlags =
+    settings.config !== ""
+      ? `--config ${shellWord(settings.config)}`
+      : settings.database_url === "" && path.resolve(settings.data_dir) !== path.resolve(serveOptions.data_dir.default)
+        ? `--data-dir ${shellWord(settings.data_dir)}`
+        : "";
+  return {
+    version: serverVersion(),
+    baseUrl: settings.public_url.replace(/\/$/, "") || server.url,
+    consoleBuilt: fs.existsSync(path.join(consoleDirectory, "index.html")),
+    ...(server.metricsUrl === undefined ? {} : { metricsUrl: server.metricsUrl }),
+    models: server.catalog.list().map((model) => ({ id: model.id, status: model.engine.status() })),
+    dataDir: path.resolve(settings.data_dir),
+    databaseUrl: settings.database_url,
+    redisUrl: settings.redis_url,
+    setupCode: server.setupCode,
+    // npm puts node_modules/.bin on the PATH of its scripts only: from a shell, npx finds the command.
+    command: process.env.npm_lifecycle_event === undefined ? "turnpike" : "npx turnpike",
+    storeFlags,
+  };
 }
 
 export function registerServeCommand(program: Command): void {
@@ -35,11 +74,14 @@ export function registerServeCommand(program: Command): void {
       throw error;
     }
     // Loaded here, not at the top: `keys` and `migrate` need none of the engine code.
-    const { createLogger, startServer } = await import("../main.ts");
-    const logger = createLogger(settings.log_level);
+    const { createLogger, startServer, CONSOLE_DIRECTORY } = await import("../main.ts");
+    // The log goes to standard output: it decides whether a person is reading.
+    const pretty = chooseLogFormat(settings.log_format, process.stdout.isTTY === true) === "pretty";
+    const color = pretty && colorsFor(process.stdout);
+    const logger = createLogger(settings.log_level, pretty ? prettyLogStream({ color }) : undefined);
     let server: Awaited<ReturnType<typeof startServer>>;
     try {
-      server = await startServer(settings, logger);
+      server = await startServer(settings, logger, { announceStart: !pretty });
     } catch (error) {
       const message = error instanceof Error ? error.message : String(error);
       const { isDatabaseUnavailable } = await import("../store/errors.ts");
@@ -47,7 +89,9 @@ export function registerServeCommand(program: Command): void {
       process.stderr.write(`turnpike: could not start: ${advice}${message}\n`);
       process.exit(1);
     }
-    if (server.setupCode !== null) {
+    if (pretty) {
+      process.stdout.write(renderStartBanner(await startFacts(settings, server, CONSOLE_DIRECTORY), { color }));
+    } else if (server.setupCode !== null) {
       // Like Jupyter's token: on the terminal (or the service's journal), never in the JSON log.
       process.stderr.write(
         `\nturnpike: no admin account yet. To become the admin, sign up at ${settings.public_url.replace(/\/$/, "") || server.url}/signup with this one-time setup code:\n\n    ${server.setupCode}\n\n` +

@@ -182,6 +182,14 @@ export const serveOptions = {
     default: "info",
     description: "fatal, error, warn, info, debug, trace or silent",
   }),
+  log_format: option({
+    flag: "--log-format <format>",
+    env: "TURNPIKE_LOG_FORMAT",
+    kind: "string",
+    schema: z.enum(["auto", "pretty", "json"]),
+    default: "auto",
+    description: "auto (pretty on a terminal, JSON lines otherwise), pretty (a start banner and one readable line per record) or json",
+  }),
   body_limit: option({ flag: "--body-limit <bytes>", env: "TURNPIKE_BODY_LIMIT", kind: "integer", schema: z.number().int().min(1024), default: 10 * 1024 * 1024, description: "largest request body" }),
   request_timeout: option({
     flag: "--request-timeout <seconds>",
