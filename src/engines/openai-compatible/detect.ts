@@ -15,6 +15,7 @@
  * - OpenAI and other OpenAI-compatible servers: `GET /v1/models` alone.
  */
 import type { UpstreamKind } from "./config-schema.ts";
+import { refusalOf, type RefusalStatus } from "./credentials.ts";
 import { callJson } from "./upstream-json.ts";
 import { serverRoot } from "./upstream-url.ts";
 
@@ -22,6 +23,8 @@ export type DetectOptions = {
   /** Milliseconds each probe may take (default 2000). */
   timeoutMs?: number;
   signal?: AbortSignal;
+  /** A probe was answered 401 or 403: the server refused the credentials (the kind is then unknown). */
+  onRefused?: (status: RefusalStatus, url: string) => void;
 };
 
 type Json = Record<string, unknown>;
@@ -33,12 +36,22 @@ function isObject(value: unknown): value is Json {
 /**
  * The kind of server at `baseUrl`, or undefined when none of the probes is answered as a known
  * server answers (unreachable, or not OpenAI-compatible). The probes run at once; the most
- * specific match wins (llama-server, SGLang, vLLM, Ollama, then plain OpenAI-compatible).
+ * specific match wins (llama-server, SGLang, vLLM, Ollama, then plain OpenAI-compatible). A
+ * server that refused the credentials on any probe is of no kind yet (its public endpoints alone
+ * would pass llama-server for a plain OpenAI server): `onRefused` hears of it.
  */
 export async function detectKind(baseUrl: string, apiKey?: string, options: DetectOptions = {}): Promise<UpstreamKind | undefined> {
   const root = serverRoot(baseUrl);
+  // A refusal at `/v1/models` or `/props` says the key is wrong; elsewhere (a path this kind does
+  // not have) only when nothing answered at all.
+  let refused: { status: RefusalStatus; url: string; telling: boolean } | undefined;
+  let answered = false;
   const get = async (url: string): Promise<Json | undefined> => {
     const answer = await callJson(url, { apiKey, timeoutMs: options.timeoutMs ?? 2000, signal: options.signal, maxBytes: 1024 * 1024 });
+    const refusal = refusalOf(answer);
+    if (answer.ok) answered = true;
+    const telling = url.endsWith("/v1/models") || url.endsWith("/props");
+    if (refusal !== undefined && (refused === undefined || (telling && !refused.telling))) refused = { status: refusal, url, telling };
     return answer.ok && isObject(answer.body) ? answer.body : undefined;
   };
   const models = get(`${root}/v1/models`).then((list) => (Array.isArray(list?.data) ? list.data.filter(isObject) : undefined));
@@ -59,5 +72,9 @@ export async function detectKind(baseUrl: string, apiKey?: string, options: Dete
   ];
   const matches = await Promise.all(checks.map(([, check]) => check()));
   if (options.signal?.aborted) throw options.signal.reason;
+  if (refused !== undefined && (refused.telling || !answered)) {
+    options.onRefused?.(refused.status, refused.url);
+    return undefined;
+  }
   return checks.find((_, index) => matches[index])?.[0];
 }
