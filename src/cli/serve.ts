@@ -4,26 +4,12 @@
  */
 import type { Command } from "commander";
 import { ConfigError, loadProcessSettings } from "../config/load.ts";
-import { defaultTextOf, serveOptionList } from "../config/options.ts";
-
-/** Commander's camelCase attribute name for a flag like `--data-dir <dir>`. */
-function attributeName(flag: string): string {
-  return flag
-    .split(" ")[0]!
-    .replace(/^--/, "")
-    .replace(/-([a-z])/g, (_match, letter: string) => letter.toUpperCase());
-}
+import { serveFlagsOf, withServeOptions, type RawServeFlags } from "./serve-options.ts";
 
 export function registerServeCommand(program: Command): void {
-  const command = program.command("serve").description("serve the OpenAI-compatible API");
-  for (const option of serveOptionList) {
-    const description = `${option.description} (${option.env}, default: ${defaultTextOf(option)})`;
-    if (option.kind === "models" || option.kind === "upstreams") command.option(option.flag, description, (value: string, previous: string[] = []) => [...previous, value]);
-    else command.option(option.flag, description);
-  }
-  command.action(async (raw: Record<string, string | string[] | undefined>) => {
-    const flags: Record<string, string | string[] | undefined> = {};
-    for (const option of serveOptionList) flags[option.key] = raw[attributeName(option.flag)];
+  const command = withServeOptions(program.command("serve").description("serve the OpenAI-compatible API"));
+  command.action(async (raw: RawServeFlags) => {
+    const flags = serveFlagsOf(raw);
     let settings;
     try {
       settings = loadProcessSettings(flags);
