@@ -130,6 +130,14 @@ describe("an upstream refusing the credentials", () => {
     await accepted.close();
   });
 
+  it("does not take a gateway refusing a path it does not have for a refusal of the key", async () => {
+    const { url, server } = await serve((path) => (path === "/v1/models" ? [200, { object: "list", data: [{ id: "gpt-x", object: "model", owned_by: "someone" }] }] : [401, unauthorized]));
+    servers.push(server);
+    let refused: number | undefined;
+    assert.equal(await detectKind(`${url}/v1`, GOOD_KEY, { onRefused: (status) => (refused = status) }), "openai");
+    assert.equal(refused, undefined);
+  });
+
   describe("a real llama-server started with --api-key", { skip: skipWithoutLlamaServer() }, () => {
     it("is said to refuse a wrong key and serves with the right one", async () => {
       const llama = await startLlamaServer({ model: path.join(sharedModelsDir, "stories260K.gguf"), contextSize: 1024, extraArgs: ["--api-key", GOOD_KEY] });
