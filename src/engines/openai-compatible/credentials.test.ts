@@ -123,6 +123,14 @@ describe("an upstream refusing the credentials", () => {
     assert.match(status.detail, /401 Unauthorized: the server refused the credentials; no key is sent: set the model entry's upstream.api_key_env/);
     await engine.close();
 
+    const configured = engineFor(`${url}/v1`, "STORIES_UPSTREAM_KEY", { STORIES_UPSTREAM_KEY: WRONG_KEY }, [], [], "llama-server");
+    await configured.open();
+    const configuredStatus = configured.status();
+    assert.equal(configuredStatus.state, "unavailable", "a configured kind skips detection: the key is still checked");
+    assert.ok("detail" in configuredStatus);
+    assert.match(configuredStatus.detail, /401 Unauthorized: the server refused the credentials; the key comes from the environment variable STORIES_UPSTREAM_KEY/);
+    await configured.close();
+
     const accepted = engineFor(`${url}/v1`, "STORIES_UPSTREAM_KEY", { STORIES_UPSTREAM_KEY: GOOD_KEY }, [], []);
     await accepted.open();
     assert.equal(accepted.status().state, "ready");

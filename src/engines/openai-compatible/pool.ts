@@ -23,9 +23,9 @@
 import type { UpstreamEntry, UpstreamKind } from "./config-schema.ts";
 import { ShuttingDownError, UpstreamUnavailableError } from "../../protocol/errors.ts";
 import type { EngineMember } from "../engine.ts";
-import type { RefusalStatus } from "./credentials.ts";
+import { refusalOf, type RefusalStatus } from "./credentials.ts";
 import { detectKind } from "./detect.ts";
-import { HealthChecker } from "./health.ts";
+import { HealthChecker, probeMember } from "./health.ts";
 import { LruMap } from "./lru-map.ts";
 import { memberName, memberUrl } from "./upstream-url.ts";
 import { PoolMember, type MemberHealthOptions, type MemberStats } from "./member.ts";
@@ -68,7 +68,7 @@ export type UpstreamPoolOptions = {
 export type UpstreamPoolHandle = UpstreamPool & {
   /**
    * Detects the kind when not given (asking the first 8 members, 4 at a time, until one answers;
-   * unknown, probes use `/v1/models`), probes every
+   * unknown, probes use `/v1/models`), asks each member once whether it accepts the key, probes every
    * member once and starts the periodic probes. Never throws: an unreachable pool stays as it is
    * (its requests fail and trip the members).
    */
@@ -145,6 +145,8 @@ class Pool implements UpstreamPoolHandle {
   async #open(): Promise<void> {
     await this.#detect();
     if (this.#closed) return;
+    await this.#checkCredentials();
+    if (this.#closed) return;
     this.#startProbes();
     await this.#health?.probeAll();
     if (!this.#closed) this.#health?.start();
@@ -169,6 +171,26 @@ class Pool implements UpstreamPoolHandle {
       );
       this.#kind = detected.find((kind) => kind !== undefined);
     }
+  }
+
+  /**
+   * Asks each member once, where the key is needed (`credentialsUrl`), whether it accepts it: a
+   * configured kind skips detection, and vLLM's and llama-server's `/health` answer anyone, so
+   * the probes alone would miss a refused key. A 401/403 marks the member as refusing.
+   */
+  async #checkCredentials(): Promise<void> {
+    const kind = this.#kind;
+    if (kind === undefined || kind === "ollama") return;
+    await Promise.all(
+      this.#members.map(async (member) => {
+        if (member.refusal !== undefined) return;
+        const answer = await probeMember(kind, member.baseUrl, { apiKey: this.#options.apiKey, timeoutMs: this.#options.probeTimeoutMs, credentials: true }).catch(() => undefined);
+        const refusal = answer === undefined ? undefined : refusalOf(answer);
+        if (refusal === undefined || this.#closed) return;
+        member.probed(false, refusal);
+        this.#changed(member);
+      }),
+    );
   }
 
   /** (Re)starts the periodic probes for the kind known now (not started: none configured). */
