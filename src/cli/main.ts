@@ -1,8 +1,9 @@
 /**
- * The `turnpike` command: `serve`, `keys create|list|revoke`, `migrate`.
+ * The `turnpike` command: `serve`, `check`, `keys create|list|revoke`, `migrate`.
  */
 import { Command } from "commander";
 import { registerServeCommand } from "./serve.ts";
+import { registerCheckCommand } from "./check.ts";
 import { registerKeysCommands } from "./keys.ts";
 import { registerMigrateCommand } from "./migrate.ts";
 import { registerAccountCommands } from "./accounts.ts";
@@ -15,6 +16,7 @@ const program = new Command()
   .configureOutput({ outputError: (text, write) => write(text) });
 
 registerServeCommand(program);
+registerCheckCommand(program);
 registerKeysCommands(program);
 registerMigrateCommand(program);
 registerAccountCommands(program);

@@ -7,17 +7,10 @@ import path from "node:path";
 import type { Command } from "commander";
 import { ConfigError, loadProcessSettings, type ResolvedSettings } from "../config/load.ts";
 import type { RunningServer } from "../main.ts";
-import { defaultTextOf, serveOptionList, serveOptions } from "../config/options.ts";
+import { serveOptions } from "../config/options.ts";
 import { chooseLogFormat, colorsFor, prettyLogStream } from "./log-format.ts";
 import { renderStartBanner, type StartFacts } from "./start-banner.ts";
-
-/** Commander's camelCase attribute name for a flag like `--data-dir <dir>`. */
-function attributeName(flag: string): string {
-  return flag
-    .split(" ")[0]!
-    .replace(/^--/, "")
-    .replace(/-([a-z])/g, (_match, letter: string) => letter.toUpperCase());
-}
+import { serveFlagsOf, withServeOptions, type RawServeFlags } from "./serve-options.ts";
 
 /** A path as a shell reads it back: quoted when it holds anything but plain characters. */
 function shellWord(text: string): string {
@@ -54,15 +47,9 @@ async function startFacts(
 }
 
 export function registerServeCommand(program: Command): void {
-  const command = program.command("serve").description("serve the OpenAI-compatible API");
-  for (const option of serveOptionList) {
-    const description = `${option.description} (${option.env}, default: ${defaultTextOf(option)})`;
-    if (option.kind === "models" || option.kind === "upstreams") command.option(option.flag, description, (value: string, previous: string[] = []) => [...previous, value]);
-    else command.option(option.flag, description);
-  }
-  command.action(async (raw: Record<string, string | string[] | undefined>) => {
-    const flags: Record<string, string | string[] | undefined> = {};
-    for (const option of serveOptionList) flags[option.key] = raw[attributeName(option.flag)];
+  const command = withServeOptions(program.command("serve").description("serve the OpenAI-compatible API"));
+  command.action(async (raw: RawServeFlags) => {
+    const flags = serveFlagsOf(raw);
     let settings;
     try {
       settings = loadProcessSettings(flags);

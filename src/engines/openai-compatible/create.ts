@@ -5,6 +5,7 @@
 import type { Engine } from "../engine.ts";
 import { queuingOf, type EngineEnvironment } from "../environment.ts";
 import type { UpstreamModelEntry } from "./config-schema.ts";
+import { credentialsSource, refusalDetail } from "./credentials.ts";
 import { OpenAiCompatibleEngine } from "./openai-compatible-engine.ts";
 import { createUpstreamPool, poolOptionsFromEntry } from "./pool.ts";
 import { memberName, memberUrl, normalizeBaseUrl, withoutCredentials } from "./upstream-url.ts";
@@ -26,11 +27,16 @@ export function createUpstreamEngine(entry: UpstreamModelEntry, environment: Eng
     queueSize: environment.queueSize,
     queuing: queuingOf(entry.id, environment),
     onOutcome: (member, outcome) => environment.onUpstreamOutcome(entry.id, member.id, outcome),
-    onHealthChange: (member, healthy) =>
-      onEvent(healthy ? "info" : "warn", healthy ? `upstream ${member.id} is back` : `upstream ${member.id} is down: requests go to the other members`, {
-        member: member.id,
-        url: member.url,
-      }),
+    onHealthChange: (member, healthy, refusal) =>
+      onEvent(
+        healthy ? "info" : "warn",
+        healthy
+          ? `upstream ${member.id} is back`
+          : refusal !== undefined
+            ? `${refusalDetail(`upstream ${member.id} (${member.url})`, refusal, credentialsSource(upstream, member.baseUrl))}; requests go to the other members`
+            : `upstream ${member.id} is down: requests go to the other members`,
+        { member: member.id, url: member.url },
+      ),
   });
   // Metrics and clients know members by name only: the log says where each one is.
   onEvent("info", `model ${entry.id}: upstream members`, {

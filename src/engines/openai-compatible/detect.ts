@@ -15,6 +15,7 @@
  * - OpenAI and other OpenAI-compatible servers: `GET /v1/models` alone.
  */
 import type { UpstreamKind } from "./config-schema.ts";
+import { refusalOf, type RefusalStatus } from "./credentials.ts";
 import { callJson } from "./upstream-json.ts";
 import { serverRoot } from "./upstream-url.ts";
 
@@ -22,6 +23,8 @@ export type DetectOptions = {
   /** Milliseconds each probe may take (default 2000). */
   timeoutMs?: number;
   signal?: AbortSignal;
+  /** A probe was answered 401 or 403: the server refused the credentials (the kind is then unknown). */
+  onRefused?: (status: RefusalStatus, url: string) => void;
 };
 
 type Json = Record<string, unknown>;
@@ -33,12 +36,19 @@ function isObject(value: unknown): value is Json {
 /**
  * The kind of server at `baseUrl`, or undefined when none of the probes is answered as a known
  * server answers (unreachable, or not OpenAI-compatible). The probes run at once; the most
- * specific match wins (llama-server, SGLang, vLLM, Ollama, then plain OpenAI-compatible).
+ * specific match wins (llama-server, SGLang, vLLM, Ollama, then plain OpenAI-compatible). A
+ * server that refused the credentials is of no kind yet (its public endpoints alone would pass
+ * llama-server for a plain OpenAI server): `onRefused` hears of it (see `refusalAmong`).
  */
 export async function detectKind(baseUrl: string, apiKey?: string, options: DetectOptions = {}): Promise<UpstreamKind | undefined> {
   const root = serverRoot(baseUrl);
+  const refusals = new Map<string, RefusalStatus>();
+  let answered = false;
   const get = async (url: string): Promise<Json | undefined> => {
     const answer = await callJson(url, { apiKey, timeoutMs: options.timeoutMs ?? 2000, signal: options.signal, maxBytes: 1024 * 1024 });
+    const refusal = refusalOf(answer);
+    if (refusal !== undefined) refusals.set(url, refusal);
+    if (answer.ok) answered = true;
     return answer.ok && isObject(answer.body) ? answer.body : undefined;
   };
   const models = get(`${root}/v1/models`).then((list) => (Array.isArray(list?.data) ? list.data.filter(isObject) : undefined));
@@ -59,5 +69,25 @@ export async function detectKind(baseUrl: string, apiKey?: string, options: Dete
   ];
   const matches = await Promise.all(checks.map(([, check]) => check()));
   if (options.signal?.aborted) throw options.signal.reason;
+  const refused = refusalAmong(refusals, root, await models, answered);
+  if (refused !== undefined) {
+    options.onRefused?.(refused[1], refused[0]);
+    return undefined;
+  }
   return checks.find((_, index) => matches[index])?.[0];
+}
+
+/**
+ * The refusal that says the key is wrong, as [url, status]: one at `/v1/models`; one at `/props`
+ * from a llama-server (its `/v1/models`, public, lists `owned_by: "llamacpp"`, or is refused too);
+ * any one when nothing answered at all. A gateway refusing a path it does not have, while its
+ * `/v1/models` accepts the key, is no refusal of the key.
+ */
+function refusalAmong(refusals: ReadonlyMap<string, RefusalStatus>, root: string, models: Json[] | undefined, answered: boolean): [string, RefusalStatus] | undefined {
+  const at = (url: string): [string, RefusalStatus] | undefined => (refusals.has(url) ? [url, refusals.get(url)!] : undefined);
+  const fromModels = at(`${root}/v1/models`);
+  if (fromModels !== undefined) return fromModels;
+  const fromProps = at(`${root}/props`);
+  if (fromProps !== undefined && (models === undefined || models.some((model) => model.owned_by === "llamacpp"))) return fromProps;
+  return answered ? undefined : refusals.entries().next().value;
 }

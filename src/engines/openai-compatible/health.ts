@@ -9,14 +9,19 @@
  * - Ollama: `GET /api/version` at the root (not under `/v1`): any 200 means the server answers.
  * - OpenAI and unknown kinds: `GET /v1/models` with the API key (a 401 there means our key is refused).
  *
+ * A member that refused our credentials (401/403, see `credentials.ts`) is probed where the key
+ * is needed instead (`credentialsUrl`: vLLM's and llama-server's `/health` answer anyone), so
+ * only an accepted key brings it back.
+ *
  * Every probe carries the bearer key when one is configured; nothing here logs, and no error
  * holds the key. A failed probe takes the member out at once; a success after the cooldown brings
  * it back (see `PoolMember.probed`). The timer is `unref`ed: probes never keep the process alive.
  */
 import type { UpstreamKind } from "./config-schema.ts";
+import { refusalOf } from "./credentials.ts";
 import type { PoolMember } from "./member.ts";
 import { callJson, type JsonAnswer } from "./upstream-json.ts";
-import { serverRoot } from "./upstream-url.ts";
+import { normalizeBaseUrl, serverRoot } from "./upstream-url.ts";
 
 /** The URL a member of this kind is probed at. */
 export function healthUrl(kind: UpstreamKind | undefined, baseUrl: string): string {
@@ -32,16 +37,33 @@ export function healthUrl(kind: UpstreamKind | undefined, baseUrl: string): stri
   }
 }
 
+/**
+ * A URL of a member of this kind that answers only with accepted credentials: llama-server's
+ * `/props` (its `/health` and `/v1/models` are public), `/v1/models` for the others (vLLM's and
+ * SGLang's keys guard `/v1`). Ollama has no credentials of its own: its health URL.
+ */
+export function credentialsUrl(kind: UpstreamKind | undefined, baseUrl: string): string {
+  if (kind === "llama-server") return `${serverRoot(baseUrl)}/props`;
+  if (kind === "ollama") return healthUrl(kind, baseUrl);
+  return `${normalizeBaseUrl(baseUrl)}/models`;
+}
+
 /** How long one probe may take by default, in milliseconds (SGLang's `/health` generates a token). */
 export function defaultProbeTimeoutMs(kind: UpstreamKind | undefined): number {
   return kind === "sglang" ? 25_000 : 5_000;
 }
 
-export type ProbeOptions = { apiKey?: string; timeoutMs?: number; signal?: AbortSignal };
+export type ProbeOptions = {
+  apiKey?: string;
+  timeoutMs?: number;
+  signal?: AbortSignal;
+  /** Probe where the credentials are needed (`credentialsUrl`), not the health endpoint. */
+  credentials?: boolean;
+};
 
-/** Probes one member once: `ok` when it answered 2xx at its health endpoint. */
+/** Probes one member once: `ok` when it answered 2xx at its health endpoint (or its credentials URL). */
 export async function probeMember(kind: UpstreamKind | undefined, baseUrl: string, options: ProbeOptions = {}): Promise<JsonAnswer> {
-  return callJson(healthUrl(kind, baseUrl), {
+  return callJson(options.credentials === true ? credentialsUrl(kind, baseUrl) : healthUrl(kind, baseUrl), {
     apiKey: options.apiKey,
     timeoutMs: options.timeoutMs ?? defaultProbeTimeoutMs(kind),
     signal: options.signal,
@@ -101,9 +123,10 @@ export class HealthChecker {
         apiKey: this.#options.apiKey,
         timeoutMs: this.#options.timeoutMs,
         signal: this.#stop.signal,
+        credentials: member.refusal !== undefined,
       });
       if (this.#stop.signal.aborted) return;
-      member.probed(answer.ok);
+      member.probed(answer.ok, refusalOf(answer));
       this.#options.onProbe?.(member, answer);
     } catch {
       // Only the stop aborts a probe: nothing to record.

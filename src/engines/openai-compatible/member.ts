@@ -13,6 +13,7 @@
  * longer pause with `retry-after` (so a restarted server is back within a probe or two). `neutral` outcomes (the client left, a 4xx for the request itself) count for
  * nothing; an `ok` resets the count.
  */
+import type { RefusalStatus } from "./credentials.ts";
 import type { MemberOutcome, UpstreamMember } from "./pool-types.ts";
 import { memberIdOf, normalizeBaseUrl } from "./upstream-url.ts";
 
@@ -68,6 +69,8 @@ export class PoolMember implements UpstreamMember {
   #pausedUntil = 0;
   /** Trial requests running while recovering (at most one is let through). */
   #trials = 0;
+  /** The 401/403 its last probe (or detection) got: it refused our credentials; cleared by a success. */
+  #refusal: RefusalStatus | undefined;
   readonly #failureThreshold: number;
   readonly #cooldownMs: number;
   readonly #maxCooldownMs: number;
@@ -99,6 +102,14 @@ export class PoolMember implements UpstreamMember {
   get health(): MemberHealth {
     if (!this.#tripped) return "healthy";
     return this.#now() < this.#retryAt ? "down" : "recovering";
+  }
+
+  /**
+   * 401 or 403 while the member refuses our credentials (found by a probe or by detection; it is
+   * out meanwhile, and probed where the key is needed until it accepts it); undefined otherwise.
+   */
+  get refusal(): RefusalStatus | undefined {
+    return this.#refusal;
   }
 
   /** Milliseconds until the cooldown ends (0 when not cooling down). */
@@ -146,14 +157,16 @@ export class PoolMember implements UpstreamMember {
    * serve); a success brings it back once the first cooldown has passed since it went out and no
    * `retry-after` pause is running.
    */
-  probed(ok: boolean): void {
+  probed(ok: boolean, refusal?: RefusalStatus): void {
     if (ok) {
+      this.#refusal = undefined;
       // A healthy member's count of request failures stands: /health can say ok while requests time out.
       if (!this.#tripped) return;
       const now = this.#now();
       if (this.health === "recovering" || (now >= this.#pausedUntil && now - this.#downSince >= this.#cooldownMs)) this.#succeeded();
       return;
     }
+    if (refusal !== undefined) this.#refusal = refusal;
     this.#consecutiveFailures = Math.max(this.#consecutiveFailures + 1, this.#failureThreshold);
     this.#trip(0, true);
   }
@@ -169,6 +182,7 @@ export class PoolMember implements UpstreamMember {
   }
 
   #succeeded(): void {
+    this.#refusal = undefined;
     this.#consecutiveFailures = 0;
     this.#tripped = false;
     this.#retryAt = 0;

@@ -29,6 +29,7 @@ import { buildCompletionBody, checkCompletionForKind, completionWire, servesFill
 import { ContextLengthExceededError, InvalidRequestError, ModelNotReadyError, UnsupportedParameterError } from "../../protocol/errors.ts";
 import { affinityKey } from "./affinity.ts";
 import { detectContextLength } from "./context-length.ts";
+import { credentialsSource, refusalDetail } from "./credentials.ts";
 import { checkRequestForDialect, dialectFor, upstreamsOf } from "./dialects.ts";
 import { planCustomTools, withCustomToolCalls } from "./custom-tool-plan.ts";
 import type { UpstreamPool } from "./pool-types.ts";
@@ -152,7 +153,8 @@ export class OpenAiCompatibleEngine implements Engine {
           signal: AbortSignal.any([this.#closing.signal, AbortSignal.timeout(30_000)]),
         });
         if (found.contextLength === undefined) {
-          this.#fail(found.reason);
+          // A server that refused the key said nothing: that, not a missing length, is the news.
+          this.#fail(this.#refusalWords() ?? found.reason);
           this.#tryAgainLater();
           return;
         }
@@ -170,6 +172,16 @@ export class OpenAiCompatibleEngine implements Engine {
       this.#tryAgainLater();
     }
     this.#report();
+  }
+
+  /**
+   * What the members refusing our credentials say, by name (`model#0: 401 Unauthorized: the server
+   * refused the credentials; the key comes from …`), or undefined when none refuses.
+   */
+  #refusalWords(): string | undefined {
+    const refusals = this.#options.pool.refusals?.() ?? [];
+    if (refusals.length === 0) return undefined;
+    return refusals.map(({ member, status }) => refusalDetail(`upstream ${member.id}`, status, credentialsSource(this.#options.upstream, member.baseUrl))).join("; ");
   }
 
   /** Tries `#learn` again after 5 s, doubling to a minute per try; never once closing. */
@@ -201,7 +213,9 @@ export class OpenAiCompatibleEngine implements Engine {
     if (state === "ready") return { state: "ready" };
     const members = this.#options.pool.members();
     const healthy = members.filter((member) => member.healthy).length;
-    if (state === "degraded") return { state: "degraded", detail: `${healthy} of ${members.length} upstream servers are healthy` };
+    const refused = this.#refusalWords();
+    if (state === "degraded") return { state: "degraded", detail: `${healthy} of ${members.length} upstream servers are healthy${refused === undefined ? "" : `; ${refused}`}` };
+    if (refused !== undefined) return { state: "unavailable", detail: `Model '${this.#options.modelId}' is not available: ${refused}.` };
     return { state: "unavailable", detail: `Model '${this.#options.modelId}': none of its ${members.length} upstream servers is reachable at the moment.` };
   }
 

@@ -4,6 +4,7 @@
  */
 import type { UpstreamKind } from "./config-schema.ts";
 import type { EngineMember } from "../engine.ts";
+import type { RefusalStatus } from "./credentials.ts";
 import type { QueueTicket, Served } from "../fair-queue.ts";
 
 /** One upstream server of a pool. */
@@ -66,6 +67,8 @@ export interface UpstreamPool {
   acquire(options: AcquireOptions): Promise<PoolLease> & { position?(): number };
   /** Each member's load and health (for `/v1/models`, metrics). */
   members(): EngineMember[];
+  /** The members refusing our credentials now (401/403), with the status. Optional, as `open`. */
+  refusals?(): Array<{ member: UpstreamMember; status: RefusalStatus }>;
   /** `ready`: every member healthy; `degraded`: some; `unavailable`: none. */
   state(): "ready" | "degraded" | "unavailable";
   /** The kind the members speak (given, or detected by `open`). */

@@ -23,8 +23,9 @@
 import type { UpstreamEntry, UpstreamKind } from "./config-schema.ts";
 import { ShuttingDownError, UpstreamUnavailableError } from "../../protocol/errors.ts";
 import type { EngineMember } from "../engine.ts";
+import { refusalOf, type RefusalStatus } from "./credentials.ts";
 import { detectKind } from "./detect.ts";
-import { HealthChecker } from "./health.ts";
+import { HealthChecker, probeMember } from "./health.ts";
 import { LruMap } from "./lru-map.ts";
 import { memberName, memberUrl } from "./upstream-url.ts";
 import { PoolMember, type MemberHealthOptions, type MemberStats } from "./member.ts";
@@ -56,15 +57,18 @@ export type UpstreamPoolOptions = {
   health?: MemberHealthOptions;
   /** Each released lease's outcome (for metrics). */
   onOutcome?: (member: UpstreamMember, outcome: MemberOutcome) => void;
-  /** A member went out (`healthy` false) or came back, by requests or by probes (for logs). */
-  onHealthChange?: (member: UpstreamMember, healthy: boolean) => void;
+  /**
+   * A member went out (`healthy` false) or came back, by requests or by probes, or began or
+   * stopped refusing our credentials (`refusal`: 401/403 while it refuses them), for logs: once per change.
+   */
+  onHealthChange?: (member: UpstreamMember, healthy: boolean, refusal?: RefusalStatus) => void;
 };
 
 /** What `createUpstreamPool` returns: the seam's pool, plus opening and per-member stats. */
 export type UpstreamPoolHandle = UpstreamPool & {
   /**
    * Detects the kind when not given (asking the first 8 members, 4 at a time, until one answers;
-   * unknown, probes use `/v1/models`), probes every
+   * unknown, probes use `/v1/models`), asks each member once whether it accepts the key, probes every
    * member once and starts the periodic probes. Never throws: an unreachable pool stays as it is
    * (its requests fail and trip the members).
    */
@@ -107,7 +111,8 @@ class Pool implements UpstreamPoolHandle {
   readonly #members: PoolMember[];
   readonly #queue: FairQueue<AcquireOptions>;
   readonly #affinity: LruMap<string, PoolMember>;
-  readonly #wasHealthy = new Map<PoolMember, boolean>();
+  /** What each member was when last reported: `healthy`, `down`, or the status it refused our credentials with. */
+  readonly #wasHealthy = new Map<PoolMember, "healthy" | "down" | RefusalStatus>();
   #kind: UpstreamKind | undefined;
   #health: HealthChecker | undefined;
   #rotation = 0;
@@ -119,7 +124,7 @@ class Pool implements UpstreamPoolHandle {
     this.#options = options;
     this.#kind = options.kind;
     this.#members = options.urls.map((url, index) => new PoolMember(url, options.maxInFlight, options.health, options.names?.[index]));
-    for (const member of this.#members) this.#wasHealthy.set(member, true);
+    for (const member of this.#members) this.#wasHealthy.set(member, "healthy");
     this.#affinity = new LruMap(options.affinityEntries ?? 4096);
     this.#queue = new FairQueue({
       maxWaiting: options.queueSize ?? 256,
@@ -140,6 +145,8 @@ class Pool implements UpstreamPoolHandle {
   async #open(): Promise<void> {
     await this.#detect();
     if (this.#closed) return;
+    await this.#checkCredentials();
+    if (this.#closed) return;
     this.#startProbes();
     await this.#health?.probeAll();
     if (!this.#closed) this.#health?.start();
@@ -152,9 +159,38 @@ class Pool implements UpstreamPoolHandle {
     const asked = Math.min(this.#members.length, DETECT_AT_MOST);
     for (let start = 0; this.#kind === undefined && start < asked && !this.#closed; start += DETECT_AT_ONCE) {
       const batch = this.#members.slice(start, Math.min(asked, start + DETECT_AT_ONCE));
-      const detected = await Promise.all(batch.map((member) => detectKind(member.baseUrl, this.#options.apiKey).catch(() => undefined)));
+      const detected = await Promise.all(
+        batch.map((member) =>
+          detectKind(member.baseUrl, this.#options.apiKey, {
+            onRefused: (status) => {
+              member.probed(false, status);
+              this.#changed(member);
+            },
+          }).catch(() => undefined),
+        ),
+      );
       this.#kind = detected.find((kind) => kind !== undefined);
     }
+  }
+
+  /**
+   * Asks each member once, where the key is needed (`credentialsUrl`), whether it accepts it: a
+   * configured kind skips detection, and vLLM's and llama-server's `/health` answer anyone, so
+   * the probes alone would miss a refused key. A 401/403 marks the member as refusing.
+   */
+  async #checkCredentials(): Promise<void> {
+    const kind = this.#kind;
+    if (kind === undefined || kind === "ollama") return;
+    await Promise.all(
+      this.#members.map(async (member) => {
+        if (member.refusal !== undefined) return;
+        const answer = await probeMember(kind, member.baseUrl, { apiKey: this.#options.apiKey, timeoutMs: this.#options.probeTimeoutMs, credentials: true }).catch(() => undefined);
+        const refusal = answer === undefined ? undefined : refusalOf(answer);
+        if (refusal === undefined || this.#closed) return;
+        member.probed(false, refusal);
+        this.#changed(member);
+      }),
+    );
   }
 
   /** (Re)starts the periodic probes for the kind known now (not started: none configured). */
@@ -218,6 +254,10 @@ class Pool implements UpstreamPoolHandle {
     return healthy === 0 ? "unavailable" : "degraded";
   }
 
+  refusals(): Array<{ member: UpstreamMember; status: RefusalStatus }> {
+    return this.#members.flatMap((member) => (member.refusal === undefined ? [] : [{ member, status: member.refusal }]));
+  }
+
   stats(): Array<MemberStats & { id: string }> {
     return this.#members.map((member) => ({ id: member.id, ...member.stats() }));
   }
@@ -272,9 +312,10 @@ class Pool implements UpstreamPoolHandle {
   /** A member's load or health changed: tell whoever listens, and serve the waiters that now can be. */
   #changed(member: PoolMember): void {
     const healthy = member.health === "healthy";
-    if (this.#wasHealthy.get(member) !== healthy) {
-      this.#wasHealthy.set(member, healthy);
-      this.#options.onHealthChange?.(member, healthy);
+    const now = member.refusal ?? (healthy ? "healthy" : "down");
+    if (this.#wasHealthy.get(member) !== now) {
+      this.#wasHealthy.set(member, now);
+      this.#options.onHealthChange?.(member, healthy, member.refusal);
     }
     this.#queue.serve(
       (options) => this.#pick(options),

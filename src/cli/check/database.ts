@@ -1,0 +1,100 @@
+/**
+ * `turnpike check`'s database line: SQLite in the data dir or PostgreSQL (its URL printed without
+ * the password), whether it answers, and how its migrations stand against this binary's: up to
+ * date, some pending (`serve` applies them at start), or newer than this binary (an older binary
+ * over a newer schema: it would refuse to start). Nothing is written: SQLite is opened read-only,
+ * and a database not created yet is only said to be so.
+ */
+import fs from "node:fs";
+import path from "node:path";
+import { DatabaseSync } from "node:sqlite";
+import pg from "pg";
+import { migrations } from "../../store/migrations/index.ts";
+import { messageOf, redactUrl, within, type CheckResult } from "./result.ts";
+
+const MIGRATION_TABLE = "turnpike_migrations";
+
+/** How the applied migrations stand against the ones this binary knows. */
+export function migrationState(applied: readonly string[]): { ok: boolean; words: string; pending: number; unknown: string[] } {
+  const known = Object.keys(migrations);
+  const appliedSet = new Set(applied);
+  const unknown = applied.filter((name) => !(name in migrations));
+  const pending = known.filter((name) => !appliedSet.has(name)).length;
+  if (unknown.length > 0) {
+    return { ok: false, pending, unknown, words: `migrations newer than this binary (${unknown.join(", ")}): run the Turnpike version that applied them, or newer` };
+  }
+  if (pending === 0) return { ok: true, pending, unknown, words: `migrations up to date (${known.length})` };
+  return { ok: true, pending, unknown, words: `${pending} migration(s) pending (serve applies them at start, or run turnpike migrate)` };
+}
+
+/** Checks the database the settings name. */
+export async function checkDatabase(settings: { data_dir: string; database_url: string }, timeoutMs: number): Promise<CheckResult> {
+  return settings.database_url === "" ? checkSqlite(path.join(settings.data_dir, "turnpike.sqlite")) : checkPostgres(settings.database_url, timeoutMs);
+}
+
+function checkSqlite(file: string): CheckResult {
+  const name = `SQLite ${file}`;
+  if (!fs.existsSync(file)) {
+    const directory = nearestDirectory(path.dirname(file));
+    try {
+      fs.accessSync(directory, fs.constants.W_OK);
+    } catch {
+      return { check: "database", name, ok: false, detail: `${name}: not created yet, and ${directory} is not writable: set --data-dir (TURNPIKE_DATA_DIR) to a writable directory`, facts: { engine: "sqlite", path: file, exists: false } };
+    }
+    const state = migrationState([]);
+    return { check: "database", name, ok: true, detail: `${name}: not created yet (serve creates it and applies ${state.pending} migrations)`, facts: { engine: "sqlite", path: file, exists: false, pending_migrations: state.pending } };
+  }
+  let database: DatabaseSync | undefined;
+  try {
+    database = new DatabaseSync(file, { readOnly: true });
+    const table = database.prepare("select name from sqlite_master where type = 'table' and name = ?").get(MIGRATION_TABLE);
+    const applied = table === undefined ? [] : database.prepare(`select name from ${MIGRATION_TABLE}`).all().map((row) => String(row.name));
+    const state = migrationState(applied);
+    return { check: "database", name, ok: state.ok, detail: `${name}: readable, ${state.words}`, facts: { engine: "sqlite", path: file, exists: true, pending_migrations: state.pending, unknown_migrations: state.unknown } };
+  } catch (error) {
+    return { check: "database", name, ok: false, detail: `${name}: cannot be read: ${messageOf(error)}`, facts: { engine: "sqlite", path: file, exists: true } };
+  } finally {
+    database?.close();
+  }
+}
+
+/** `directory`, or its nearest ancestor that exists (where `serve` would create the rest). */
+function nearestDirectory(directory: string): string {
+  let current = path.resolve(directory);
+  while (!fs.existsSync(current) && path.dirname(current) !== current) current = path.dirname(current);
+  return current;
+}
+
+async function checkPostgres(url: string, timeoutMs: number): Promise<CheckResult> {
+  const name = `PostgreSQL ${redactUrl(url)}`;
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: timeoutMs, query_timeout: timeoutMs });
+  // A connection that breaks after the check answered is of no interest.
+  client.on("error", () => {});
+  try {
+    await within(client.connect(), timeoutMs, "PostgreSQL");
+    const schema = (await client.query<{ schema: string | null }>("select current_schema() as schema")).rows[0]?.schema ?? null;
+    if (schema === null) return { check: "database", name, ok: false, detail: `${name}: the search_path names no schema that exists`, facts: { engine: "postgres" } };
+    const exists = (await client.query<{ table: string | null }>("select to_regclass(quote_ident($1) || '.' || $2)::text as table", [schema, MIGRATION_TABLE])).rows[0]?.table ?? null;
+    const applied = exists === null ? [] : (await client.query<{ name: string }>(`select name from ${quoteIdentifier(schema)}.${MIGRATION_TABLE}`)).rows.map((row) => row.name);
+    const state = migrationState(applied);
+    return { check: "database", name, ok: state.ok, detail: `${name}: reachable, ${state.words}`, facts: { engine: "postgres", schema, pending_migrations: state.pending, unknown_migrations: state.unknown } };
+  } catch (error) {
+    return { check: "database", name, ok: false, detail: `${name}: unreachable: ${withoutUrl(messageOf(error), url)}: check --database-url (TURNPIKE_DATABASE_URL) and that the server is up`, facts: { engine: "postgres" } };
+  } finally {
+    await client.end().catch(() => {});
+  }
+}
+
+function quoteIdentifier(identifier: string): string {
+  return `"${identifier.replace(/"/g, '""')}"`;
+}
+
+/** An error's words without the URL (or its password) in them. */
+function withoutUrl(words: string, url: string): string {
+  let password = "";
+  try {
+    password = decodeURIComponent(new URL(url).password);
+  } catch {}
+  const redacted = words.split(url).join(redactUrl(url));
+  return password === "" ? redacted : redacted.split(password).join("***");
+}
