@@ -101,15 +101,15 @@ build docker.io/library/nginx:stable-bookworm "$(echo "$debian_id" | cat - "$rec
 
 # 4. llama-server, from the binary scripts/build-llama-server.sh caches (with its libraries beside it).
 llama_server="$("$root/scripts/build-llama-server.sh" --print-path)"
-if [ ! -x "$llama_server" ]; then
-  log "no llama-server at $llama_server: run scripts/build-llama-server.sh first"
-  exit 1
+if [ -x "$llama_server" ]; then
+  context="$work/llama-server-context"
+  rm -rf "$context" && mkdir -p "$context/bin"
+  cp -a "$(dirname "$llama_server")"/. "$context/bin/"
+  llama_recipe="$( (echo "$debian_id $llama_server"; cat "$recipes/llama-server.Containerfile") | sha256sum | cut -c1-16)"
+  build ghcr.io/ggml-org/llama.cpp:server "$llama_recipe" "$context" "$recipes/llama-server.Containerfile"
+  rm -rf "$context"
+else
+  log "ghcr.io/ggml-org/llama.cpp:server: NOT built, no llama-server at $llama_server (run scripts/build-llama-server.sh)"
 fi
-context="$work/llama-server-context"
-rm -rf "$context" && mkdir -p "$context/bin"
-cp -a "$(dirname "$llama_server")"/. "$context/bin/"
-llama_recipe="$( (echo "$debian_id $llama_server"; cat "$recipes/llama-server.Containerfile") | sha256sum | cut -c1-16)"
-build ghcr.io/ggml-org/llama.cpp:server "$llama_recipe" "$context" "$recipes/llama-server.Containerfile"
-rm -rf "$context"
 
 echo "export CONTAINERS_CONF=$CONTAINERS_CONF"
