@@ -227,16 +227,24 @@ describe("the container image", { skip: skipWithoutPodman(), timeout: 900_000 },
     /** Runs `turnpike ...args` in a node's container (its environment names the database and config). */
     const turnpike = async (service: string, args: string[]) => (await podman(["exec", container(service), "node", "bin/turnpike.js", ...args])).trim();
 
-    it("answers on each node and through nginx with both upstreams ready", async () => {
+    it("asks for a key on each node and through nginx, and each node sees both llama-servers", async () => {
       for (const port of [ports.node1, ports.node2, ports.nginx]) {
         const response = await fetch(`http://127.0.0.1:${port}/v1/models`, { headers: { authorization: "Bearer nothing" } });
         assert.equal(response.status, 401, "the models list needs a key");
       }
       const key = JSON.parse(await turnpike("turnpike-1", ["keys", "create", "--name", "operator", "--json"])).key;
-      const models = await new OpenAI({ baseURL: `http://127.0.0.1:${ports.nginx}/v1`, apiKey: key, maxRetries: 0 }).models.list();
-      const llama = models.data.find((model) => model.id === "llama") as unknown as { status: string; members_healthy: number; members_total: number };
-      assert.ok(llama !== undefined, "the upstream model is listed");
-      assert.equal(llama.members_total, 2);
+      for (const port of [ports.node1, ports.node2]) {
+        const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: key, maxRetries: 0 });
+        // Each node probes the pool's members itself; poll until it has seen both answer.
+        let status: { state: string; members_healthy?: number; members_total?: number } | undefined;
+        for (let attempt = 0; attempt < 240 && status?.members_healthy !== 2; attempt++) {
+          if (attempt > 0) await delay(500);
+          const llama = (await client.models.list()).data.find((model) => model.id === "llama");
+          assert.ok(llama !== undefined, "the upstream model is listed");
+          status = (llama as unknown as { status: typeof status }).status;
+        }
+        assert.deepEqual(status, { state: "ready", members_healthy: 2, members_total: 2 }, `node on ${port} sees both llama-servers`);
+      }
     });
 
     it("a metered key made on node 1 serves on node 2 and through nginx, and the books balance", async () => {
