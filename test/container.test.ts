@@ -57,7 +57,7 @@ describe("the container image", { skip: skipWithoutPodman(), timeout: 900_000 },
     phase("image build", started);
     const size = JSON.parse(await podman(["image", "inspect", image]))[0].Size as number;
     process.stderr.write(`container test: image ${image} is ${(size / 1e6).toFixed(0)} MB\n`);
-  });
+  }, { timeout: 900_000 });
 
   after(async () => {
     // Kept for the next run's layer cache; only the tag this test made goes.
@@ -127,7 +127,7 @@ describe("the container image", { skip: skipWithoutPodman(), timeout: 900_000 },
       phase("one container: start to /ready", started);
       const key = (await podman(["exec", name, "node", "bin/turnpike.js", "keys", "create", "--name", "container-test", "--json"])).trim();
       client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: JSON.parse(key).key, maxRetries: 0 });
-    });
+    }, { timeout: 300_000 });
     after(remove);
 
     it("runs as uid 1000 and can write only to its data volume", async () => {
@@ -221,7 +221,7 @@ describe("the container image", { skip: skipWithoutPodman(), timeout: 900_000 },
       };
       for (const port of [ports.node1, ports.node2, ports.nginx]) await waitForOk(`http://127.0.0.1:${port}/ready`, 240, statusOf);
       phase("compose: up to every /ready", started);
-    });
+    }, { timeout: 600_000 });
     after(down);
 
     /** Runs `turnpike ...args` in a node's container (its environment names the database and config). */
