@@ -142,12 +142,15 @@ describe("the container image", { skip: skipWithoutPodman(), timeout: 900_000 },
       assert.ok(files.includes("turnpike.sqlite"), `the SQLite database is on the volume (${files.join(", ")})`);
     });
 
-    it("answers /health and /ready and serves the model from the read-only mount", async () => {
+    it("answers /health and /ready, serves the model from the read-only mount and the built console", async () => {
       assert.equal((await fetch(`http://127.0.0.1:${port}/health`)).status, 200);
       const ready = await (await fetch(`http://127.0.0.1:${port}/ready`)).json();
       assert.equal(ready.status, "ready");
       const models = await client.models.list();
       assert.deepEqual(models.data.map((model) => model.id), ["stories"]);
+      const page = await fetch(`http://127.0.0.1:${port}/`);
+      assert.equal(page.status, 200, "the built console is in the image");
+      assert.match(await page.text(), /<script type="module"[^>]+src="\/assets\//);
     });
 
     it("serves chat completions to the openai SDK, whole and streamed", async () => {
