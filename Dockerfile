@@ -18,7 +18,9 @@ COPY package.json package-lock.json ./
 # `npm install` from the lockfile, as CI does (`npm ci` refuses this lockfile: it lacks some of
 # node-llama-cpp's optional packages for other platforms). Of node-llama-cpp's prebuilt backends the
 # CPU one of this architecture stays, the CUDA ones are set aside for `cuda`, the rest (Vulkan, other
-# architectures) go, and so does the llama.cpp source bundle, used only to build llama.cpp.
+# architectures) go, and so does the llama.cpp source bundle, used only to build llama.cpp. TypeScript
+# (node-llama-cpp's optional peer, which npm keeps as a dev-or-optional package) is never loaded: Node
+# strips the types itself.
 RUN --mount=type=cache,target=/root/.npm \
     npm install --omit=dev --ignore-scripts --no-audit --no-fund \
  && platform="linux-$(node -p process.arch)" && mkdir /gpu-backends \
@@ -29,7 +31,7 @@ RUN --mount=type=cache,target=/root/.npm \
         *) rm -rf "$backend" ;; \
       esac; \
     done \
- && rm -f node_modules/node-llama-cpp/llama/gitRelease.bundle
+ && rm -rf node_modules/node-llama-cpp/llama/gitRelease.bundle node_modules/typescript node_modules/@typescript
 
 FROM ${NODE_IMAGE} AS console
 WORKDIR /app
