@@ -6,7 +6,7 @@
 # to build the web console with Vite), `runtime` (node, node_modules, the server's TypeScript, which
 # Node 24 runs as is, and console/dist; llama.cpp's CPU backends; no compilers), `cuda` (runtime plus
 # node-llama-cpp's prebuilt CUDA backends and the CUDA libraries they link). The image runs as uid
-# 1000 on a read-only root filesystem: everything it writes goes to the volume at /var/lib/turnpike.
+# 1000 on a read-only root filesystem: everything it writes goes to the volume at /data.
 
 ARG NODE_IMAGE=node:24-bookworm-slim
 
@@ -48,14 +48,14 @@ ENV NODE_ENV=production \
     NODE_LLAMA_CPP_SKIP_DOWNLOAD=true \
     TURNPIKE_HOST=0.0.0.0 \
     TURNPIKE_PORT=8080 \
-    TURNPIKE_DATA_DIR=/var/lib/turnpike
+    TURNPIKE_DATA_DIR=/data
 COPY --from=dependencies /app/node_modules node_modules
 COPY --from=console /app/console/dist console/dist
 COPY package.json ./
 COPY bin bin
 COPY src src
-RUN mkdir -p /var/lib/turnpike && chown 1000:1000 /var/lib/turnpike
-VOLUME /var/lib/turnpike
+RUN mkdir -p /data && chown 1000:1000 /data
+VOLUME /data
 USER 1000:1000
 EXPOSE 8080
 ENTRYPOINT ["node", "bin/turnpike.js"]

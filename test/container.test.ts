@@ -16,7 +16,7 @@ import { freePort, mustRun, prepareBaseImages, runCommand, secondsSince, skipWit
 import { modelsDir, repoRoot, temporaryDirectory } from "./helpers/server.ts";
 
 const image = "localhost/turnpike:container-test";
-const dataPath = "/var/lib/turnpike";
+const dataPath = "/data";
 const composeDirectory = path.join(repoRoot, "deploy", "compose");
 
 function phase(name: string, started: number): void {
