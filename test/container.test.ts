@@ -23,7 +23,7 @@ function phase(name: string, started: number): void {
   process.stderr.write(`container test: ${name} took ${secondsSince(started)} s\n`);
 }
 
-/** Every chat case both ways: whole and streamed, returning the text. */
+/** A chat completion both ways, whole and streamed, each with text and usage. */
 async function chatBothWays(client: OpenAI, model: string): Promise<void> {
   const body = { model, messages: [{ role: "user" as const, content: "Once upon a time" }], max_tokens: 12, temperature: 0 };
   const whole = await client.chat.completions.create(body);
@@ -47,6 +47,7 @@ async function chatBothWays(client: OpenAI, model: string): Promise<void> {
 describe("the container image", { skip: skipWithoutPodman(), timeout: 900_000 }, () => {
   let env: NodeJS.ProcessEnv;
   const podman = (args: string[]) => mustRun("podman", args, { env });
+  const testStarted = performance.now();
 
   before(async () => {
     let started = performance.now();
@@ -62,6 +63,7 @@ describe("the container image", { skip: skipWithoutPodman(), timeout: 900_000 },
   after(async () => {
     // Kept for the next run's layer cache; only the tag this test made goes.
     if (env !== undefined) await runCommand("podman", ["image", "rm", image], { env });
+    phase("the whole container test", testStarted);
   });
 
   it("declares a non-root user and carries no compiler", async () => {
