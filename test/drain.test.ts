@@ -186,6 +186,29 @@ describe("draining", () => {
     }
   });
 
+  it("turnpike serve: a second signal cuts a running stream with a shutting_down error event and exits 1", async () => {
+    const dataDir = temporaryDirectory();
+    const key = JSON.parse((await runCli(["keys", "create", "--json", "--data-dir", dataDir])).stdout).key as string;
+    // Long enough that only the second signal can end this stop.
+    const serve = await startServeProcess(["--data-dir", dataDir, "--model", `random=${randomModel}`, "--drain-delay", "600", "--shutdown-timeout", "600", "--context-size", "2048"]);
+    try {
+      while ((await fetch(`${serve.url}/ready`)).status !== 200) await new Promise((resolve) => setTimeout(resolve, 50));
+      const client = new OpenAI({ baseURL: `${serve.url}/v1`, apiKey: key, maxRetries: 0 });
+      const running = await startedStream(client, "random", 1900);
+      const exited = serve.stop("SIGTERM");
+      while (!serve.stdout().includes('"msg":"draining:')) await new Promise((resolve) => setTimeout(resolve, 10));
+      serve.child.kill("SIGTERM");
+      const end = await running.rest();
+      assert.ok(end.error instanceof OpenAI.APIError, `the stream ended with an error event: ${String(end.error)}`);
+      assert.equal(end.error.code, "shutting_down");
+      assert.equal(await exited, 1, serve.stderr());
+      assert.match(serve.stdout(), /"msg":"second signal: cutting running requests/);
+    } finally {
+      await serve.stop("SIGKILL");
+      fs.rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
   it("turnpike serve on SIGTERM: /ready 503 while still serving for the drain delay, then stops accepting, finishes and exits 0", async () => {
     const dataDir = temporaryDirectory();
     const created = await runCli(["keys", "create", "--json", "--data-dir", dataDir]);
