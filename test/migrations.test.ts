@@ -68,6 +68,20 @@ for (const backend of backends) {
       assert.match(check.stdout, new RegExp(`up to date \\(${LATEST_MIGRATION}\\)`));
     });
 
+    it("two nodes starting at once on a fresh database both migrate it safely (--auto-migrate true) and serve", async () => {
+      const database = await freshDatabase(backend);
+      drops.push(database.drop);
+      const nodes = await Promise.all([0, 1].map(() => startServeProcess(["--model", storiesModel, ...database.flags])));
+      try {
+        for (const node of nodes) assert.equal((await fetch(`${node.url}/health`)).status, 200);
+        assert.deepEqual(await recorded(database.open), KNOWN, "each migration recorded once");
+        const applied = nodes.flatMap((node) => [...node.stdout().matchAll(/"migration":"([^"]+)"/g)].map((match) => match[1]));
+        assert.deepEqual(applied.sort(), KNOWN, "each applied by one of them");
+      } finally {
+        for (const node of nodes) assert.equal(await node.stop("SIGTERM"), 0, node.stderr());
+      }
+    });
+
     it("--check exits 1 listing what is pending, and changes nothing", async () => {
       const database = await freshDatabase(backend);
       drops.push(database.drop);
@@ -114,7 +128,7 @@ for (const backend of backends) {
       assert.equal(refused.code, 1, refused.stdout);
       assert.match(refused.stderr, new RegExp(`the database needs ${KNOWN.length} migrations: run \`turnpike migrate\` \\(pending: 0001-api-keys`));
       assert.equal((await runCli(["migrate", ...database.flags])).code, 0);
-      const server = await startServeProcess(["--model", storiesModel, "--auto-migrate", "false", ...database.flags], { TURNPIKE_DRAIN_DELAY: "0" });
+      const server = await startServeProcess(["--model", storiesModel, "--auto-migrate", "false", ...database.flags]);
       assert.equal((await fetch(`${server.url}/health`)).status, 200);
       assert.equal(await server.stop("SIGTERM"), 0, server.stderr());
     });
