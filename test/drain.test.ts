@@ -162,7 +162,8 @@ describe("draining", () => {
   });
 
   it("a stream still running at the shutdown timeout is cut with a shutting_down error event and billed exactly for what it generated", async () => {
-    const metered = await meteredServer({ shutdown_timeout: "0.2" });
+    // No grace at all: the stream is surely still running when the timeout comes, however fast the machine.
+    const metered = await meteredServer({ shutdown_timeout: "0" });
     const { server, client } = metered;
     try {
       // The random model does not stop on its own: this stream outlasts the timeout.
@@ -190,11 +191,13 @@ describe("draining", () => {
     const dataDir = temporaryDirectory();
     const key = JSON.parse((await runCli(["keys", "create", "--json", "--data-dir", dataDir])).stdout).key as string;
     // Long enough that only the second signal can end this stop.
-    const serve = await startServeProcess(["--data-dir", dataDir, "--model", `random=${randomModel}`, "--drain-delay", "600", "--shutdown-timeout", "600", "--context-size", "2048"]);
+    const serve = await startServeProcess(["--data-dir", dataDir, "--model", `random=${randomModel}`, "--drain-delay", "600", "--shutdown-timeout", "600"]);
     try {
       while ((await fetch(`${serve.url}/ready`)).status !== 200) await new Promise((resolve) => setTimeout(resolve, 50));
       const client = new OpenAI({ baseURL: `${serve.url}/v1`, apiKey: key, maxRetries: 0 });
-      const running = await startedStream(client, "random", 1900);
+      // As long as the context allows: still running when the second signal comes.
+      const { context_length: contextLength } = (await client.models.retrieve("random")) as unknown as { context_length: number };
+      const running = await startedStream(client, "random", contextLength - 64);
       const exited = serve.stop("SIGTERM");
       while (!serve.stdout().includes('"msg":"draining:')) await new Promise((resolve) => setTimeout(resolve, 10));
       serve.child.kill("SIGTERM");
