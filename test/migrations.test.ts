@@ -71,8 +71,10 @@ for (const backend of backends) {
     it("two nodes starting at once on a fresh database both migrate it safely (--auto-migrate true) and serve", async () => {
       const database = await freshDatabase(backend);
       drops.push(database.drop);
-      const nodes = await Promise.all([0, 1].map(() => startServeProcess(["--model", storiesModel, ...database.flags])));
+      const starts = await Promise.allSettled([0, 1].map(() => startServeProcess(["--model", storiesModel, ...database.flags])));
+      const nodes = starts.flatMap((start) => (start.status === "fulfilled" ? [start.value] : []));
       try {
+        for (const start of starts) if (start.status === "rejected") throw start.reason;
         for (const node of nodes) assert.equal((await fetch(`${node.url}/health`)).status, 200);
         assert.deepEqual(await recorded(database.open), KNOWN, "each migration recorded once");
         const applied = nodes.flatMap((node) => [...node.stdout().matchAll(/"migration":"([^"]+)"/g)].map((match) => match[1]));

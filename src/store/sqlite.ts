@@ -114,8 +114,10 @@ function storeIterator<Row>(rows: Iterator<Row>): IterableIterator<Row> {
 export function openSqlite(file: string): Kysely<Database> {
   if (file !== ":memory:") fs.mkdirSync(path.dirname(file), { recursive: true });
   const database = new DatabaseSync(file);
-  database.exec("PRAGMA journal_mode = WAL");
+  // The busy timeout first: switching a new file to WAL takes a lock that another process
+  // opening it at the same moment (two nodes, or `turnpike migrate`, starting together) may hold.
   database.exec("PRAGMA busy_timeout = 5000");
+  database.exec("PRAGMA journal_mode = WAL");
   database.exec("PRAGMA synchronous = NORMAL");
   database.exec("PRAGMA foreign_keys = ON");
   return withDialect(new Kysely<Database>({ dialect: new LockingSqliteDialect({ database: adapt(database) }) }), "sqlite");
