@@ -110,6 +110,27 @@ function storeIterator<Row>(rows: Iterator<Row>): IterableIterator<Row> {
   return iterator;
 }
 
+/**
+ * `PRAGMA journal_mode = WAL`, tried again for up to 5 s while another process holds the lock
+ * it needs, in case SQLite answers "database is locked" without waiting on the busy handler (two
+ * nodes opening a new file together failed so once, before the busy timeout was set first; once
+ * more, cause not caught, after).
+ */
+function enableWal(database: DatabaseSync): void {
+  const deadline = Date.now() + 5000;
+  for (;;) {
+    try {
+      database.exec("PRAGMA journal_mode = WAL");
+      return;
+    } catch (error) {
+      const errcode = (error as { errcode?: unknown }).errcode;
+      if (typeof errcode !== "number" || ![5, 6].includes(errcode & 0xff) || Date.now() > deadline) throw error;
+      // Synchronous like the rest of opening: 20 ms, then again.
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 20);
+    }
+  }
+}
+
 /** Opens (creating if needed) the SQLite database at `file`; `:memory:` for a private in-memory one. */
 export function openSqlite(file: string): Kysely<Database> {
   if (file !== ":memory:") fs.mkdirSync(path.dirname(file), { recursive: true });
@@ -117,7 +138,7 @@ export function openSqlite(file: string): Kysely<Database> {
   // The busy timeout first: switching a new file to WAL takes a lock that another process
   // opening it at the same moment (two nodes, or `turnpike migrate`, starting together) may hold.
   database.exec("PRAGMA busy_timeout = 5000");
-  database.exec("PRAGMA journal_mode = WAL");
+  enableWal(database);
   database.exec("PRAGMA synchronous = NORMAL");
   database.exec("PRAGMA foreign_keys = ON");
   return withDialect(new Kysely<Database>({ dialect: new LockingSqliteDialect({ database: adapt(database) }) }), "sqlite");
