@@ -72,8 +72,15 @@ export type RunningServer = {
   setupCode: string | null;
   /** The Responses API's stored responses (tests read its group-commit counter). */
   responses: StoredResponses;
-  /** Graceful stop: refuse new work, let running requests finish (bounded), free everything. */
+  /**
+   * SIGTERM's stop: `/ready` answers 503 at once while requests are still served for `delayMs`
+   * (the load balancer's health check needs that long to stop sending), then `close()`.
+   */
+  drain(delayMs: number): Promise<void>;
+  /** Graceful stop: refuse new work, let running requests finish (bounded), free everything. Ends a drain's delay early. */
   close(): Promise<void>;
+  /** Cuts running requests now (a second signal): they end as at the shutdown timeout, billed for what they generated. Starts `close()` if it was not. */
+  abortNow(): Promise<void>;
 };
 
 /** The server's logger: JSON lines on standard output, or into `destination` (`serve`'s readable lines on a terminal). */
@@ -151,6 +158,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     onMigration: (name) => logger.info({ migration: name }, "applied database migration"),
     onConnectionError: (error) => logger.warn({ err: error }, "a database connection broke; the next query reconnects"),
     queryTimeoutMs: settings.database_timeout * 1000,
+    migrate: settings.auto_migrate ? "apply" : "verify",
   });
   await syncConfigPlans(database, settings.plans);
   let plans = await listPlans(database);
@@ -353,10 +361,44 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
   if (setupCode !== null && options.announceStart !== false) logger.info({ signup_url: `${publicUrl}/signup` }, "no admin account yet: sign up in the console with the one-time setup code printed at start-up to become the admin (or run `turnpike accounts create --admin`)");
 
   let closed: Promise<void> | undefined;
+  let drained: Promise<void> | undefined;
+  /** Ends the drain delay early (`close()` called during it). */
+  let endDelay = () => {};
+  let cut = false;
+  /** Cuts what still runs (at the shutdown timeout, or at once on `abortNow`), once. */
+  const cutRunning = (reason: string) => {
+    if (cut) return;
+    cut = true;
+    const running = app.inFlight();
+    if (running > 0) logger.warn({ requests: running, reason }, `cutting ${running} running request(s): streams end with a shutting_down error event, billed for what they generated`);
+    app.abortRunning();
+  };
+  const drain = (delayMs: number) => {
+    drained ??= (async () => {
+      if (closed === undefined && delayMs > 0) {
+        app.beginDraining();
+        logger.info({ drain_delay_seconds: delayMs / 1000, running: app.inFlight() }, "draining: /ready answers 503 so load balancers stop sending; new requests are still served during the drain delay");
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, delayMs);
+          endDelay = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+      }
+      await close();
+    })();
+    return drained;
+  };
   const close = () => {
+    endDelay();
     closed ??= (async () => {
       app.beginShutdown();
-      const timer = setTimeout(() => app.abortRunning(), settings.shutdown_timeout * 1000);
+      logger.info(
+        { running: app.inFlight(), shutdown_timeout_seconds: settings.shutdown_timeout },
+        `stopped accepting: new requests get 503; ${app.inFlight()} request(s) still running may finish within the shutdown timeout`,
+      );
+      const timer = setTimeout(() => cutRunning("shutdown timeout"), settings.shutdown_timeout * 1000);
       // Connections whose last response just ended would otherwise hold the close until the
       // client's own keep-alive timeout. Once no response is pending, every connection left is
       // idle, whatever Node's bookkeeping says (a client that abandoned a request but kept its
@@ -372,6 +414,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
         clearInterval(sweep);
       }
       clearInterval(sweeper);
+      logger.info("no request running: flushing usage records, credit leases and stored responses");
       const unwritten = await metering.drain();
       if (unwritten > 0) logger.error({ unwritten }, "stopping with usage records or leases the database did not take: the sweeper charges what was written and releases the rest");
       const unsettled = metering.stop();
@@ -393,5 +436,10 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     return closed;
   };
   const url = address.replace("[::1]", "127.0.0.1");
-  return { app, catalog, url, ...(metricsServer !== undefined ? { metricsUrl: metricsServer.url } : {}), modelsSettled, setupCode, responses, close };
+  const abortNow = () => {
+    const closing = close();
+    cutRunning("second signal");
+    return closing;
+  };
+  return { app, catalog, url, ...(metricsServer !== undefined ? { metricsUrl: metricsServer.url } : {}), modelsSettled, setupCode, responses, drain, close, abortNow };
 }

@@ -366,7 +366,7 @@ describe("graceful shutdown under load", () => {
       }),
     );
     const email = "shutdown@example.com";
-    const server = await startServeProcess(["--config", configFile, "--data-dir", dataDir, "--parallel", "2", "--queue-size", "50", "--shutdown-timeout", "1"]);
+    const server = await startServeProcess(["--config", configFile, "--data-dir", dataDir, "--parallel", "2", "--queue-size", "50", "--shutdown-timeout", "1", "--drain-delay", "0"]);
     const account = await cliJson(["accounts", "create", "--email", email, "--data-dir", dataDir]);
     assert.equal((await runCli(["plans", "grant", "--account", email, "--plan", "big", "--data-dir", dataDir])).code, 0);
     const key = await cliJson(["keys", "create", "--account", email, "--data-dir", dataDir]);

@@ -147,7 +147,8 @@ describe("turnpike serve lifecycle", () => {
     const dataDir = temporaryDirectory();
     const key = JSON.parse((await runCli(["keys", "create", "--json", "--data-dir", dataDir])).stdout).key as string;
     const randomModel = path.join(path.dirname(storiesModel), "llama-2-tiny-random.gguf");
-    const server = await startServeProcess(["--data-dir", dataDir, "--model", `random=${randomModel}`]);
+    // No drain delay: the refusal of new work is what this test is about (test/drain.test.ts drains).
+    const server = await startServeProcess(["--data-dir", dataDir, "--model", `random=${randomModel}`, "--drain-delay", "0"]);
     for (let attempt = 0; attempt < 100; attempt++) {
       if ((await fetch(`${server.url}/ready`)).status === 200) break;
       await new Promise((resolve) => setTimeout(resolve, 50));

@@ -1,6 +1,7 @@
 /**
  * `turnpike serve`: validates the settings, starts the server, and stops gracefully on
- * SIGINT/SIGTERM (running requests finish within the shutdown timeout), exiting 0.
+ * SIGTERM (after the drain delay) or SIGINT (at once): running requests finish within the
+ * shutdown timeout, then exit 0.
  */
 import fs from "node:fs";
 import path from "node:path";
@@ -85,23 +86,45 @@ export function registerServeCommand(program: Command): void {
           "It stops working once an admin exists. (Or create one with `turnpike accounts create --admin`.)\n\n",
       );
     }
-    let stopping = false;
+    // SIGTERM (an orchestrator, a rolling restart): drain first, so the load balancer's health
+    // check sees /ready 503 and stops sending before the port closes. SIGINT (Ctrl-C on a
+    // terminal): nobody balances onto this process, so it stops accepting at once. Either way
+    // running requests get --shutdown-timeout. A second signal cuts them now (billed for what
+    // they generated, as at the timeout) and exits 1 once what is quick to flush is flushed,
+    // within FORCED_STOP_MS; a third exits at once. Anything left held is swept by the other
+    // nodes or by the next start, as after a crash.
+    let signals = 0;
+    const FORCED_STOP_MS = 3000;
+    const exit = (code: number) => {
+      logger.info({ exit_code: code }, "exit");
+      logger.flush();
+      process.exit(code);
+    };
     const stop = (signal: NodeJS.Signals) => {
-      if (stopping) {
-        logger.warn({ signal }, "second signal: exiting now");
-        process.exit(1);
+      signals++;
+      if (signals === 2) {
+        logger.warn({ signal }, "second signal: cutting running requests, flushing what is quick, exiting");
+        setTimeout(() => exit(1), FORCED_STOP_MS).unref();
+        server.abortNow().then(
+          () => exit(1),
+          () => exit(1),
+        );
+        return;
       }
-      stopping = true;
-      logger.info({ signal, grace_seconds: settings.shutdown_timeout }, "shutting down: finishing running requests");
-      server.close().then(
+      if (signals > 2) {
+        logger.warn({ signal }, "third signal: exiting now");
+        exit(1);
+      }
+      const drainMs = signal === "SIGTERM" ? settings.drain_delay * 1000 : 0;
+      logger.info({ signal, drain_delay_seconds: drainMs / 1000, shutdown_timeout_seconds: settings.shutdown_timeout }, "shutting down");
+      server.drain(drainMs).then(
         () => {
           logger.info("stopped");
-          logger.flush();
-          process.exit(0);
+          exit(0);
         },
         (error: unknown) => {
           logger.error({ err: error }, "error while shutting down");
-          process.exit(1);
+          exit(1);
         },
       );
     };

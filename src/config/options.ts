@@ -65,6 +65,14 @@ export const serveOptions = {
     defaultText: "SQLite in the data dir",
     description: "postgres://… to share state between several nodes",
   }),
+  auto_migrate: option({
+    flag: "--auto-migrate <bool>",
+    env: "TURNPIKE_AUTO_MIGRATE",
+    kind: "string",
+    schema: z.union([z.boolean(), z.enum(["true", "false"]).transform((text) => text === "true")]),
+    default: true,
+    description: "apply pending database migrations at start (under a lock, so nodes starting together are safe); false: refuse to start on a database that needs them, for `turnpike migrate` to apply first",
+  }),
   redis_url: option({
     flag: "--redis-url <url>",
     env: "TURNPIKE_REDIS_URL",
@@ -164,7 +172,16 @@ export const serveOptions = {
     kind: "number",
     schema: z.number().min(0),
     default: 30,
-    description: "how long running requests may finish after SIGINT/SIGTERM",
+    description: "how long running requests may finish once the server stops accepting (after the drain delay on SIGTERM, at once on SIGINT); then they are cut, billed for what they generated",
+  }),
+  drain_delay: option({
+    flag: "--drain-delay <seconds>",
+    env: "TURNPIKE_DRAIN_DELAY",
+    kind: "number",
+    schema: z.number().min(0).max(3600),
+    default: 5,
+    description:
+      "on SIGTERM, /ready answers 503 at once but new requests are still served this long (for a load balancer's health check to notice) before the server stops accepting; SIGINT (Ctrl-C) skips it; a second signal cuts running requests and exits at once",
   }),
   keep_alive_interval: option({
     flag: "--keep-alive-interval <seconds>",

@@ -112,6 +112,8 @@ export type AppOptions = {
 
 export type App = {
   server: FastifyInstance;
+  /** Draining: `/ready` answers 503 `draining` (load balancers stop sending), requests are still served. */
+  beginDraining(): void;
   /** Stops taking requests: new ones get 503 `shutting_down`. */
   beginShutdown(): void;
   /** Aborts running generations (after the grace period). */
@@ -147,6 +149,7 @@ export function buildApp(options: AppOptions): App {
     trustProxy: typeof options.trustProxy === "number" ? trustHops(options.trustProxy) : (options.trustProxy ?? false),
   });
   let closing = false;
+  let draining = false;
   const shutdown = new AbortController();
   const routes: Array<{ method: string; url: string }> = [];
   server.addHook("onRoute", function collectRoute(route) {
@@ -219,7 +222,7 @@ export function buildApp(options: AppOptions): App {
   const authenticateAnthropic = apiKeyAuth({ database: options.database, xApiKey: true });
   const authenticateAccount = accountAuth({ database: options.database, sessions: options.sessions });
   server.register(fastifyCookie);
-  registerHealthRoutes(server, { catalog: options.catalog, isClosing: () => closing });
+  registerHealthRoutes(server, { catalog: options.catalog, isClosing: () => closing, isDraining: () => draining });
   registerMetricsRoute(server, options.metrics, options.metricsRoute);
   registerOpenApiRoute(server, { operations: API_OPERATIONS });
   registerModelsRoutes(server, { catalog: options.catalog, authenticate: authenticateAnthropic });
@@ -278,6 +281,9 @@ export function buildApp(options: AppOptions): App {
 
   return {
     server,
+    beginDraining: () => {
+      draining = true;
+    },
     beginShutdown: () => {
       closing = true;
     },

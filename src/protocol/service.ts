@@ -7,7 +7,7 @@ export type Health = z.infer<typeof healthSchema>;
 
 /** `GET /ready`: 200 when every model is ready, else 503 with the same body. */
 export const readinessSchema = z.object({
-  status: z.enum(["ready", "not_ready", "shutting_down"]),
+  status: z.enum(["ready", "not_ready", "draining", "shutting_down"]),
   models: z.record(z.string(), z.enum(["ready", "degraded", "loading", "downloading", "unavailable"])).describe("Each model's state, by id."),
 });
 export type Readiness = z.infer<typeof readinessSchema>;

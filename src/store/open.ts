@@ -7,7 +7,7 @@ import type { Kysely } from "kysely";
 import type { Database } from "./schema.ts";
 import { openSqlite } from "./sqlite.ts";
 import { openPostgres } from "./postgres.ts";
-import { migrateToLatest } from "./migrate.ts";
+import { MigrationsPendingError, migrateToLatest, refuseNewerDatabase } from "./migrate.ts";
 
 export type StoreOptions = {
   dataDir: string;
@@ -22,23 +22,38 @@ export type StoreOptions = {
    * dropped (`--database-timeout`); undefined: no limit. Migrations run without it.
    */
   queryTimeoutMs?: number;
+  /**
+   * `apply` (the default): apply pending migrations, under the migration lock. `verify`
+   * (`--auto-migrate false`): refuse a database that needs migrations (`MigrationsPendingError`),
+   * changing nothing. `none`: open it as it is (`turnpike migrate --check` reads its state). A
+   * database migrated by a newer Turnpike is refused by the first two (`DatabaseNewerError`).
+   */
+  migrate?: "apply" | "verify" | "none";
 };
 
-/** Opens the database `options` name, migrated to the latest schema. */
+/** Opens the database `options` name, migrated to the latest schema (or checked to be, or as it is). */
 export async function openStore(options: StoreOptions): Promise<Kysely<Database>> {
   const url = options.databaseUrl;
-  if (!url) return migrated(openSqlite(path.join(options.dataDir, "turnpike.sqlite")), options.onMigration);
-  if (options.queryTimeoutMs === undefined) return migrated(openPostgres(url, { onConnectionError: options.onConnectionError }), options.onMigration);
+  const prepare = (database: Kysely<Database>) => prepared(database, options);
+  if (!url) return prepare(openSqlite(path.join(options.dataDir, "turnpike.sqlite")));
+  if (options.queryTimeoutMs === undefined || options.migrate === "none") {
+    return prepare(openPostgres(url, { onConnectionError: options.onConnectionError, ...(options.queryTimeoutMs === undefined ? {} : { queryTimeoutMs: options.queryTimeoutMs }) }));
+  }
   // A migration may rightly run long (an index on a large table), or wait for another node's:
   // it gets connections of its own, without the query timeout.
-  await (await migrated(openPostgres(url, { onConnectionError: options.onConnectionError }), options.onMigration)).destroy();
+  await (await prepare(openPostgres(url, { onConnectionError: options.onConnectionError }))).destroy();
   return openPostgres(url, { onConnectionError: options.onConnectionError, queryTimeoutMs: options.queryTimeoutMs });
 }
 
-/** `database`, migrated to the latest schema (and destroyed if that fails). */
-async function migrated(database: Kysely<Database>, onMigration: StoreOptions["onMigration"]): Promise<Kysely<Database>> {
+/** `database`, migrated or checked as `options.migrate` says (and destroyed if that fails). */
+async function prepared(database: Kysely<Database>, options: StoreOptions): Promise<Kysely<Database>> {
   try {
-    await migrateToLatest(database, onMigration);
+    const mode = options.migrate ?? "apply";
+    if (mode === "apply") await migrateToLatest(database, options.onMigration);
+    else if (mode === "verify") {
+      const state = await refuseNewerDatabase(database);
+      if (state.pending.length > 0) throw new MigrationsPendingError(state);
+    }
   } catch (error) {
     await database.destroy();
     throw error;

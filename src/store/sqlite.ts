@@ -5,7 +5,7 @@
 import fs from "node:fs";
 import path from "node:path";
 import { DatabaseSync, type SQLInputValue, type StatementSync } from "node:sqlite";
-import { Kysely, SqliteDialect, type SqliteDatabase, type SqliteStatement } from "kysely";
+import { Kysely, SqliteAdapter, SqliteDialect, sql, type DialectAdapter, type SqliteDatabase, type SqliteStatement } from "kysely";
 import type { Database } from "./schema.ts";
 import { withDialect } from "./dialect.ts";
 import { markStoreError } from "./errors.ts";
@@ -110,13 +110,75 @@ function storeIterator<Row>(rows: Iterator<Row>): IterableIterator<Row> {
   return iterator;
 }
 
+/**
+ * `PRAGMA journal_mode = WAL`, tried again for up to 5 s while another process holds the lock
+ * it needs, in case SQLite answers "database is locked" without waiting on the busy handler (two
+ * nodes opening a new file together failed so once, before the busy timeout was set first; once
+ * more, cause not caught, after).
+ */
+function enableWal(database: DatabaseSync): void {
+  const deadline = Date.now() + 5000;
+  for (;;) {
+    try {
+      database.exec("PRAGMA journal_mode = WAL");
+      return;
+    } catch (error) {
+      const errcode = (error as { errcode?: unknown }).errcode;
+      if (typeof errcode !== "number" || ![5, 6].includes(errcode & 0xff) || Date.now() > deadline) throw error;
+      // Synchronous like the rest of opening: 20 ms, then again.
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 20);
+    }
+  }
+}
+
 /** Opens (creating if needed) the SQLite database at `file`; `:memory:` for a private in-memory one. */
 export function openSqlite(file: string): Kysely<Database> {
   if (file !== ":memory:") fs.mkdirSync(path.dirname(file), { recursive: true });
   const database = new DatabaseSync(file);
-  database.exec("PRAGMA journal_mode = WAL");
+  // The busy timeout first: switching a new file to WAL takes a lock that another process
+  // opening it at the same moment (two nodes, or `turnpike migrate`, starting together) may hold.
   database.exec("PRAGMA busy_timeout = 5000");
+  enableWal(database);
   database.exec("PRAGMA synchronous = NORMAL");
   database.exec("PRAGMA foreign_keys = ON");
-  return withDialect(new Kysely<Database>({ dialect: new SqliteDialect({ database: adapt(database) }) }), "sqlite");
+  return withDialect(new Kysely<Database>({ dialect: new LockingSqliteDialect({ database: adapt(database) }) }), "sqlite");
+}
+
+/**
+ * Kysely's SQLite adapter takes no migration lock (one connection, it assumes one process). Two
+ * processes migrating one file at once (`turnpike migrate` beside a starting node) would both
+ * apply the same migration: here the lock is a write transaction (`BEGIN IMMEDIATE`) held for the
+ * whole run, so the second waits and then finds nothing pending. Kysely runs SQLite migrations
+ * without a transaction of their own, so this one is never nested.
+ */
+class LockingSqliteAdapter extends SqliteAdapter {
+  override async acquireMigrationLock(database: Kysely<any>): Promise<void> {
+    // The busy timeout (5 s) bounds one try; a long migration elsewhere may hold the lock longer.
+    const deadline = Date.now() + MIGRATION_LOCK_WAIT_MS;
+    for (;;) {
+      try {
+        await sql`begin immediate`.execute(database);
+        return;
+      } catch (error) {
+        const errcode = (error as { errcode?: unknown }).errcode;
+        if (typeof errcode !== "number" || ![5, 6].includes(errcode & 0xff) || Date.now() > deadline) throw error;
+      }
+    }
+  }
+
+  override async releaseMigrationLock(database: Kysely<any>): Promise<void> {
+    // Kysely calls this after a failed acquire too: then there is no transaction to end.
+    await sql`commit`.execute(database).catch((error: unknown) => {
+      if (!/no transaction is active/.test(String((error as Error).message))) throw error;
+    });
+  }
+}
+
+/** How long a migration waits for another process's to finish (as Kysely's PostgreSQL lock timeout). */
+const MIGRATION_LOCK_WAIT_MS = 60 * 60 * 1000;
+
+class LockingSqliteDialect extends SqliteDialect {
+  override createAdapter(): DialectAdapter {
+    return new LockingSqliteAdapter();
+  }
 }

@@ -33,11 +33,15 @@ export type ServeProcess = {
   stop(signal?: NodeJS.Signals): Promise<number | null>;
 };
 
-/** Starts `turnpike serve ...args` and waits until it logs that it listens. */
+/**
+ * Starts `turnpike serve ...args` and waits until it logs that it listens. No drain delay unless
+ * `--drain-delay` or `env` gives one: nothing balances onto a test's node, and the delay would
+ * only slow every SIGTERM.
+ */
 export async function startServeProcess(args: string[], env: Record<string, string> = {}): Promise<ServeProcess> {
   const child = spawn(nodeBinary, [cliPath, "serve", "--port", "0", "--threads", "1", "--gpu", "cpu", ...args], {
     cwd: repoRoot,
-    env: { ...process.env, ...env },
+    env: { ...process.env, TURNPIKE_DRAIN_DELAY: "0", ...env },
     stdio: ["ignore", "pipe", "pipe"],
   });
   let stdout = "";

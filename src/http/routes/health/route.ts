@@ -4,7 +4,12 @@ import type { Catalog } from "../../../catalog/catalog.ts";
 import { healthSchema, readinessSchema, type Health, type Readiness } from "../../../protocol/service.ts";
 import { defineOperation, registerOperations } from "../../operation.ts";
 
-export type HealthRouteOptions = { catalog: Catalog; isClosing: () => boolean };
+export type HealthRouteOptions = {
+  catalog: Catalog;
+  isClosing: () => boolean;
+  /** Draining (SIGTERM's drain delay): still serving, but asking load balancers to stop sending. */
+  isDraining?: () => boolean;
+};
 
 export const healthOperation = defineOperation({
   method: "get",
@@ -30,16 +35,18 @@ export const readyOperation = defineOperation({
   success: {
     status: 200,
     description: "`{status: \"ready\", models}`: every model is ready.",
-    alsoAnswered: [{ status: 503, description: "The same body while a model is not ready (`status: \"not_ready\"`) or the server is stopping (`\"shutting_down\"`)." }],
+    alsoAnswered: [{ status: 503, description: "The same body while a model is not ready (`status: \"not_ready\"`) or the server is draining (`\"draining\"`: SIGTERM's drain delay, still serving requests sent anyway) or stopping (`\"shutting_down\"`)." }],
   },
   response: readinessSchema,
   errors: [],
   schemas: { Readiness: readinessSchema },
   async handler({ reply }, options: HealthRouteOptions): Promise<Readiness> {
     const models = Object.fromEntries(options.catalog.list().map((model) => [model.id, model.engine.status().state]));
-    const isReady = !options.isClosing() && options.catalog.allReady();
+    const closing = options.isClosing();
+    const draining = !closing && (options.isDraining?.() ?? false);
+    const isReady = !closing && !draining && options.catalog.allReady();
     void reply.code(isReady ? 200 : 503);
-    return { status: isReady ? "ready" : options.isClosing() ? "shutting_down" : "not_ready", models };
+    return { status: isReady ? "ready" : closing ? "shutting_down" : draining ? "draining" : "not_ready", models };
   },
 });
 
