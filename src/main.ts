@@ -152,14 +152,23 @@ function suppliedEngine(engines: StartServerOptions["engines"], entry: ModelEntr
 }
 
 export async function startServer(settings: ResolvedSettings, logger: Logger = createLogger(settings.log_level), options: StartServerOptions = {}): Promise<RunningServer> {
+  // On a terminal (the banner announces the start) a first start's migrations are one line, not one each.
+  const announce = options.announceStart !== false;
+  const migrations: string[] = [];
   const database = await openStore({
     dataDir: settings.data_dir,
     databaseUrl: settings.database_url,
-    onMigration: (name) => logger.info({ migration: name }, "applied database migration"),
+    onMigration: (name) => {
+      migrations.push(name);
+      logger[announce ? "info" : "debug"]({ migration: name }, "applied database migration");
+    },
     onConnectionError: (error) => logger.warn({ err: error }, "a database connection broke; the next query reconnects"),
     queryTimeoutMs: settings.database_timeout * 1000,
     migrate: settings.auto_migrate ? "apply" : "verify",
   });
+  if (!announce && migrations.length > 0) {
+    logger.info(`applied ${migrations.length} database migration${migrations.length === 1 ? "" : "s"} (${migrations.length === 1 ? migrations[0] : `${migrations[0]} … ${migrations.at(-1)}`})`);
+  }
   await syncConfigPlans(database, settings.plans);
   let plans = await listPlans(database);
   const nodeId = await registerNode(database);
@@ -357,8 +366,8 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
           throw error;
         });
   if (metricsServer !== undefined) logger.info({ url: metricsServer.url }, "metrics listening");
-  if (options.announceStart !== false) logger.info({ url: address, data_dir: path.resolve(settings.data_dir), models: settings.models.map((model) => model.id), threads: settings.threads }, "turnpike listening");
-  if (setupCode !== null && options.announceStart !== false) logger.info({ signup_url: `${publicUrl}/signup` }, "no admin account yet: sign up in the console with the one-time setup code printed at start-up to become the admin (or run `turnpike accounts create --admin`)");
+  if (announce) logger.info({ url: address, data_dir: path.resolve(settings.data_dir), models: settings.models.map((model) => model.id), threads: settings.threads }, "turnpike listening");
+  if (setupCode !== null && announce) logger.info({ signup_url: `${publicUrl}/signup` }, "no admin account yet: sign up in the console with the one-time setup code printed at start-up to become the admin (or run `turnpike accounts create --admin`)");
 
   let closed: Promise<void> | undefined;
   let drained: Promise<void> | undefined;
