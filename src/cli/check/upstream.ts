@@ -6,7 +6,8 @@
  */
 import type { UpstreamEntry, UpstreamKind } from "../../engines/openai-compatible/config-schema.ts";
 import { detectContextLength } from "../../engines/openai-compatible/context-length.ts";
-import { credentialsSource, refusalDetail, refusalOf, type RefusalStatus } from "../../engines/openai-compatible/credentials.ts";
+import { credentialsSource, refusalDetail, refusalOf } from "../../engines/openai-compatible/credentials.ts";
+import type { RefusalStatus } from "../../engines/openai-compatible/pool-types.ts";
 import { detectKind } from "../../engines/openai-compatible/detect.ts";
 import { credentialsUrl, probeMember } from "../../engines/openai-compatible/health.ts";
 import { UpstreamClient } from "../../engines/openai-compatible/upstream-client.ts";

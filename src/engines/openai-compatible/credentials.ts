@@ -5,9 +5,7 @@
  */
 import type { UpstreamEntry } from "./config-schema.ts";
 import type { JsonAnswer } from "./upstream-json.ts";
-
-/** The statuses that mean "your credentials are refused". */
-export type RefusalStatus = 401 | 403;
+import type { RefusalStatus } from "./pool-types.ts";
 
 /** 401 or 403 when the answer refused the credentials; else undefined. */
 export function refusalOf(answer: JsonAnswer): RefusalStatus | undefined {

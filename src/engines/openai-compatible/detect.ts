@@ -15,7 +15,8 @@
  * - OpenAI and other OpenAI-compatible servers: `GET /v1/models` alone.
  */
 import type { UpstreamKind } from "./config-schema.ts";
-import { refusalOf, type RefusalStatus } from "./credentials.ts";
+import { refusalOf } from "./credentials.ts";
+import type { RefusalStatus } from "./pool-types.ts";
 import { callJson } from "./upstream-json.ts";
 import { serverRoot } from "./upstream-url.ts";
 

@@ -13,8 +13,7 @@
  * longer pause with `retry-after` (so a restarted server is back within a probe or two). `neutral` outcomes (the client left, a 4xx for the request itself) count for
  * nothing; an `ok` resets the count.
  */
-import type { RefusalStatus } from "./credentials.ts";
-import type { MemberOutcome, UpstreamMember } from "./pool-types.ts";
+import type { MemberOutcome, RefusalStatus, UpstreamMember } from "./pool-types.ts";
 import { memberIdOf, normalizeBaseUrl } from "./upstream-url.ts";
 
 export type FailureKind = "connect" | "timeout" | "status" | "protocol";

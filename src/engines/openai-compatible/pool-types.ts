@@ -4,8 +4,10 @@
  */
 import type { UpstreamKind } from "./config-schema.ts";
 import type { EngineMember } from "../engine.ts";
-import type { RefusalStatus } from "./credentials.ts";
 import type { QueueTicket, Served } from "../fair-queue.ts";
+
+/** The statuses that mean "your credentials are refused". */
+export type RefusalStatus = 401 | 403;
 
 /** One upstream server of a pool. */
 export type UpstreamMember = {

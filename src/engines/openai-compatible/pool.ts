@@ -23,13 +23,13 @@
 import type { UpstreamEntry, UpstreamKind } from "./config-schema.ts";
 import { ShuttingDownError, UpstreamUnavailableError } from "../../protocol/errors.ts";
 import type { EngineMember } from "../engine.ts";
-import { refusalOf, type RefusalStatus } from "./credentials.ts";
+import { refusalOf } from "./credentials.ts";
 import { detectKind } from "./detect.ts";
 import { HealthChecker, probeMember } from "./health.ts";
 import { LruMap } from "./lru-map.ts";
 import { memberName, memberUrl } from "./upstream-url.ts";
 import { PoolMember, type MemberHealthOptions, type MemberStats } from "./member.ts";
-import type { AcquireOptions, MemberOutcome, PoolLease, UpstreamMember, UpstreamPool } from "./pool-types.ts";
+import type { AcquireOptions, MemberOutcome, PoolLease, RefusalStatus, UpstreamMember, UpstreamPool } from "./pool-types.ts";
 import { FairQueue, NOTHING_SERVED, settledWaiting, UNTICKETED, type Grant, type QueuingOptions, type Waiting } from "../fair-queue.ts";
 
 export type UpstreamPoolOptions = {
