@@ -25,7 +25,7 @@ export type OutputStream = { isTTY?: boolean; hasColors?: () => boolean };
  * (it honours FORCE_COLOR, NO_COLOR, NODE_DISABLE_COLORS and TERM=dumb); elsewhere only
  * FORCE_COLOR (other than 0 or false) turns them on.
  */
-export function colorsFor(stream: OutputStream, env: NodeJS.ProcessEnv = process.env): boolean {
+export function colorsFor(stream: OutputStream, env: { FORCE_COLOR?: string }): boolean {
   if (stream.isTTY === true && typeof stream.hasColors === "function") return stream.hasColors();
   const force = env.FORCE_COLOR;
   return force !== undefined && force !== "0" && force !== "false";

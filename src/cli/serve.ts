@@ -9,6 +9,7 @@ import type { Command } from "commander";
 import { ConfigError, loadProcessSettings, type ResolvedSettings } from "../config/load.ts";
 import type { RunningServer } from "../main.ts";
 import { serveOptions } from "../config/options.ts";
+import { terminalEnvironment } from "../config/terminal.ts";
 import { chooseLogFormat, colorsFor, prettyLogStream } from "./log-format.ts";
 import { renderStartBanner, type StartFacts } from "./start-banner.ts";
 import { serveFlagsOf, withServeOptions, type RawServeFlags } from "./serve-options.ts";
@@ -42,7 +43,7 @@ async function startFacts(
     redisUrl: settings.redis_url,
     setupCode: server.setupCode,
     // npm puts node_modules/.bin on the PATH of its scripts only: from a shell, npx finds the command.
-    command: process.env.npm_lifecycle_event === undefined ? "turnpike" : "npx turnpike",
+    command: terminalEnvironment().startedByNpm ? "npx turnpike" : "turnpike",
     storeFlags,
   };
 }
@@ -65,7 +66,7 @@ export function registerServeCommand(program: Command): void {
     const { createLogger, startServer, CONSOLE_DIRECTORY } = await import("../main.ts");
     // The log goes to standard output: it decides whether a person is reading.
     const pretty = chooseLogFormat(settings.log_format, process.stdout.isTTY === true) === "pretty";
-    const color = pretty && colorsFor(process.stdout);
+    const color = pretty && colorsFor(process.stdout, terminalEnvironment());
     const logger = createLogger(settings.log_level, pretty ? prettyLogStream({ color }) : undefined);
     let server: Awaited<ReturnType<typeof startServer>>;
     try {
