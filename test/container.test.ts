@@ -12,7 +12,8 @@ import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { setTimeout as delay } from "node:timers/promises";
 import OpenAI from "openai";
-import { freePort, mustRun, prepareBaseImages, runCommand, secondsSince, skipWithoutPodman, waitForOk } from "./helpers/podman.ts";
+import { mustRun, prepareBaseImages, runCommand, secondsSince, skipWithoutPodman, waitForOk } from "./helpers/podman.ts";
+import { freePort } from "./helpers/process.ts";
 import { modelsDir, repoRoot, temporaryDirectory } from "./helpers/server.ts";
 
 const image = "localhost/turnpike:container-test";

@@ -6,7 +6,6 @@
  * PostgreSQL.
  */
 import assert from "node:assert/strict";
-import net from "node:net";
 import { spawn } from "node:child_process";
 import { after, describe, it } from "node:test";
 import { sql, type Kysely } from "kysely";
@@ -15,7 +14,7 @@ import { LATEST_MIGRATION } from "../src/store/migrate.ts";
 import { migrations } from "../src/store/migrations/index.ts";
 import type { Database } from "../src/store/schema.ts";
 import { backends, freshPostgresSchema } from "./helpers/databases.ts";
-import { runCli, startServeProcess } from "./helpers/process.ts";
+import { freePort, runCli, startServeProcess } from "./helpers/process.ts";
 import { cliPath, nodeBinary, repoRoot, storiesModel, temporaryDirectory } from "./helpers/server.ts";
 import { TcpProxy } from "./helpers/tcp-proxy.ts";
 
@@ -40,13 +39,6 @@ async function recorded(open: () => Promise<Kysely<Database>>): Promise<string[]
   }
 }
 
-async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 for (const backend of backends) {
   describe(`turnpike migrate on ${backend}`, () => {

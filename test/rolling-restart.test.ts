@@ -18,7 +18,6 @@ import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
 import fs from "node:fs";
-import net from "node:net";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { setTimeout as delay } from "node:timers/promises";
@@ -27,7 +26,7 @@ import { openStore } from "../src/store/open.ts";
 import { assertBooksBalanced } from "./helpers/audit-books.ts";
 import { freshPostgresSchema } from "./helpers/databases.ts";
 import { billedExactly, meteredKey } from "./helpers/metered.ts";
-import { startServeProcess, type ServeProcess } from "./helpers/process.ts";
+import { freePort, startServeProcess, type ServeProcess } from "./helpers/process.ts";
 import { storiesModel, temporaryDirectory } from "./helpers/server.ts";
 
 const pricing = { prompt: 1_000_000, cached_prompt: 1_000_000, completion: 2_000_000 };
@@ -35,13 +34,6 @@ const CREDIT = 1_000_000_000;
 const NGINX = process.env.TURNPIKE_TEST_NGINX ?? "/usr/sbin/nginx";
 const CLIENTS = 4;
 
-async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 /** nginx in front of `ports`, with its own prefix, pid file, logs and temp paths under `directory`. */
 function nginxConfig(directory: string, listen: number, ports: number[]): string {

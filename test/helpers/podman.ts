@@ -5,7 +5,6 @@
  */
 import { execFileSync, spawn } from "node:child_process";
 import { once } from "node:events";
-import net from "node:net";
 import path from "node:path";
 import { setTimeout as delay } from "node:timers/promises";
 import { repoRoot } from "./server.ts";
@@ -58,17 +57,6 @@ export async function prepareBaseImages(): Promise<NodeJS.ProcessEnv> {
   const match = /^export CONTAINERS_CONF=(.+)$/m.exec(stdout);
   if (!match) throw new Error(`container-base-images.sh did not print CONTAINERS_CONF:\n${stdout}`);
   return { ...process.env, CONTAINERS_CONF: match[1]!.trim() };
-}
-
-/** A TCP port free on 127.0.0.1 right now. */
-export async function freePort(): Promise<number> {
-  const server = net.createServer();
-  server.listen(0, "127.0.0.1");
-  await once(server, "listening");
-  const { port } = server.address() as net.AddressInfo;
-  server.close();
-  await once(server, "close");
-  return port;
 }
 
 /**

@@ -3,6 +3,7 @@
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
+import net from "node:net";
 import { cliPath, nodeBinary, repoRoot } from "./server.ts";
 
 export type CommandResult = { code: number | null; stdout: string; stderr: string };
@@ -75,4 +76,15 @@ export async function startServeProcess(args: string[], env: Record<string, stri
       return code;
     },
   };
+}
+
+/** A TCP port free on 127.0.0.1 right now. */
+export async function freePort(): Promise<number> {
+  const server = net.createServer();
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  const { port } = server.address() as net.AddressInfo;
+  server.close();
+  await once(server, "close");
+  return port;
 }
