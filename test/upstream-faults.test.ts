@@ -182,20 +182,40 @@ describe("upstream faults through Turnpike", () => {
     }
   });
 
-  it("answers 503 upstream_unavailable when the upstream refuses our key, and logs it for the operator without the key", async () => {
-    first.mode = { kind: "status", status: 401, message: `Invalid key ${SECRET}` };
-    second.mode = { kind: "status", status: 401, message: `Invalid key ${SECRET}` };
-    await assert.rejects(ask(false), (error: unknown) => {
-      assert.ok(error instanceof OpenAI.APIError);
-      assert.equal(error.status, 503);
-      assert.equal((error.error as { code: string }).code, "upstream_unavailable");
-      assert.ok(!JSON.stringify(error.error).includes(SECRET));
-      return true;
-    });
-    assert.ok(gateway.logs().some((line) => line.level === 50 && String(line.msg).includes("upstream")), "an error line for the operator");
-    assert.ok(!gateway.logText().includes(SECRET), "the key is in no log line");
-    // The key went to the upstream as a bearer token.
-    assert.equal(first.requests.at(-1)?.authorization ?? second.requests.at(-1)?.authorization, `Bearer ${SECRET}`);
+  it("answers 503 upstream_unavailable when the upstream refuses our key, logs it for the operator without the key, and says the member refuses it", async () => {
+    // Its own pool: a refusal takes the member out until a probe finds the key accepted (60 s here).
+    const refusing = await FaultUpstream.start({ model: "refusing", maxModelLen: 4096 });
+    const directory = temporaryDirectory("turnpike-refusing-");
+    const configFile = path.join(directory, "turnpike.json");
+    fs.writeFileSync(
+      configFile,
+      JSON.stringify({ models: [{ id: "refusing", upstream: { kind: "vllm", urls: [refusing.baseUrl], api_key_env: "TURNPIKE_TEST_FAULT_KEY", health_interval: 60 } }] }),
+    );
+    const server = await startTestServer({ configFile, env: { TURNPIKE_TEST_FAULT_KEY: SECRET } });
+    try {
+      // The key was accepted when the pool opened; the upstream refuses it from now on (revoked there).
+      refusing.mode = { kind: "status", status: 401, message: `Invalid key ${SECRET}` };
+      await assert.rejects(server.client.chat.completions.create({ model: "refusing", messages: [{ role: "user", content: "Hi" }], max_tokens: 10 }), (error: unknown) => {
+        assert.ok(error instanceof OpenAI.APIError);
+        assert.equal(error.status, 503);
+        assert.equal((error.error as { code: string }).code, "upstream_unavailable");
+        assert.ok(!JSON.stringify(error.error).includes(SECRET));
+        return true;
+      });
+      assert.ok(server.logs().some((line) => line.level === 50 && String(line.msg).includes("upstream")), "an error line for the operator");
+      // One refused request is enough: the member is out, said to refuse the key that comes from this variable.
+      const model = (await (await fetch(`${server.baseURL}/models/refusing`, { headers: { authorization: `Bearer ${server.key}` } })).json()) as { status: { state: string; detail?: string } };
+      assert.equal(model.status.state, "unavailable");
+      assert.match(model.status.detail ?? "", /401 Unauthorized: the server refused the credentials; the key comes from the environment variable TURNPIKE_TEST_FAULT_KEY/);
+      assert.ok(server.logs().some((line) => String(line.msg).includes("refused the credentials")), "the refusal logged");
+      assert.ok(!server.logText().includes(SECRET), "the key is in no log line");
+      // The key went to the upstream as a bearer token.
+      assert.equal(refusing.requests.at(-1)?.authorization, `Bearer ${SECRET}`);
+    } finally {
+      await server.close();
+      await refusing.close();
+      fs.rmSync(directory, { recursive: true, force: true });
+    }
   });
   // Last: it takes both members out for a cooldown.
   it("answers 502 when every member fails, and 504 when none answers in time", async () => {

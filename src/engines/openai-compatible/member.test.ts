@@ -47,6 +47,24 @@ describe("PoolMember", () => {
     assert.equal(upstream.stats().lastTimeToFirstTokenMs, 42);
   });
 
+  it("is out at once, refusing our credentials, when a request gets 401 or 403; an accepted probe brings it back", () => {
+    for (const status of [401, 403] as const) {
+      const { member: upstream } = member({ failureThreshold: 3, cooldownMs: 1000 });
+      upstream.finish((upstream.begin(), { kind: "status", status }), false);
+      assert.equal(upstream.health, "down", "one refusal, not three failures");
+      assert.equal(upstream.refusal, status);
+      assert.equal(upstream.canTake(), false);
+      assert.deepEqual(upstream.stats().errors, { connect: 0, timeout: 0, status: 1, protocol: 0 });
+      upstream.probed(true);
+      assert.equal(upstream.refusal, undefined);
+    }
+    // Any other 4xx/5xx status is a failure like the rest: the threshold applies.
+    const { member: other } = member({ failureThreshold: 3 });
+    other.finish((other.begin(), { kind: "status", status: 404 }), false);
+    assert.equal(other.health, "healthy");
+    assert.equal(other.refusal, undefined);
+  });
+
   it("goes down after consecutive failures, then recovers through one trial request", () => {
     const { member: upstream, time } = member({ failureThreshold: 2, cooldownMs: 1000 });
     upstream.finish((upstream.begin(), { kind: "connect" }), false);

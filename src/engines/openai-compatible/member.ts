@@ -148,6 +148,12 @@ export class PoolMember implements UpstreamMember {
       return;
     }
     this.#errors[outcome.kind]++;
+    if (outcome.kind === "status" && (outcome.status === 401 || outcome.status === 403)) {
+      // Our key refused on a request (revoked or changed at the upstream since the pool opened): the
+      // member can serve nobody, so it is out at once and said to refuse, as a probe's refusal takes it.
+      this.probed(false, outcome.status);
+      return;
+    }
     this.#failed(outcome.retryAfterMs);
   }
 
