@@ -15,12 +15,13 @@ WORKDIR /app
 # node-llama-cpp ships prebuilt binaries as optional packages: never download or build llama.cpp.
 ENV NODE_LLAMA_CPP_SKIP_DOWNLOAD=true
 COPY package.json package-lock.json ./
-# `npm install` from the lockfile, as CI does (`npm ci` refuses this lockfile: it lacks node-llama-cpp's
-# optional packages for riscv64, macOS and Windows, which the registry it was made against does not
-# hold). Of node-llama-cpp's prebuilt backends the CPU one of this architecture stays, the CUDA ones are set aside for `cuda`, the rest (Vulkan, other
-# architectures) go, and so does the llama.cpp source bundle, used only to build llama.cpp. TypeScript
-# (node-llama-cpp's optional peer, which npm keeps as a dev-or-optional package) is never loaded: Node
-# strips the types itself.
+# `npm install` from the lockfile, as CI does (`npm ci` refuses this lockfile: it lacks
+# node-llama-cpp's optional packages for riscv64, macOS and Windows, which the registry it was made
+# against does not hold). Of node-llama-cpp's prebuilt backends the CPU one of this architecture
+# stays, the CUDA ones are set aside for `cuda`, the rest (Vulkan, other architectures) go, and so
+# does the llama.cpp source bundle, used only to build llama.cpp. TypeScript (node-llama-cpp's
+# optional peer, which npm keeps as a dev-or-optional package) is never loaded: Node strips the
+# types itself.
 RUN --mount=type=cache,target=/root/.npm \
     npm install --omit=dev --ignore-scripts --no-audit --no-fund \
  && platform="linux-$(node -p process.arch)" && mkdir /gpu-backends \
