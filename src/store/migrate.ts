@@ -40,10 +40,14 @@ export class MigrationsPendingError extends MigrationError {
   }
 }
 
-/** The name of the newest migration this binary knows: its schema version. */
-export const LATEST_MIGRATION = Object.keys(migrations).sort().at(-1)!;
+/** The migrations this binary knows, oldest first. */
+const KNOWN_MIGRATIONS = Object.keys(migrations).sort();
 
-const MIGRATION_TABLE = "turnpike_migrations";
+/** The name of the newest migration this binary knows: its schema version. */
+export const LATEST_MIGRATION = KNOWN_MIGRATIONS.at(-1)!;
+
+/** Where a database records the migrations applied to it (Kysely's bookkeeping table). */
+export const MIGRATION_TABLE = "turnpike_migrations";
 
 /** Where a database stands against this binary's migrations. */
 export type SchemaState = {
@@ -55,16 +59,17 @@ export type SchemaState = {
   unknown: string[];
 };
 
+/** Where a database that records `applied` (oldest first) stands against this binary's migrations. */
+export function schemaStateOf(applied: readonly string[]): SchemaState {
+  const recorded = new Set(applied);
+  return { applied: [...applied], pending: KNOWN_MIGRATIONS.filter((name) => !recorded.has(name)), unknown: applied.filter((name) => !Object.hasOwn(migrations, name)) };
+}
+
 /** Reads which migrations `database` has, without changing anything (no table is created). */
 export async function schemaState(database: Kysely<any>): Promise<SchemaState> {
-  const known = Object.keys(migrations).sort();
-  let applied: string[] = [];
-  if (await migrationTableExists(database)) {
-    const { rows } = await sql<{ name: string }>`select name from ${sql.table(MIGRATION_TABLE)} order by name`.execute(database);
-    applied = rows.map((row) => row.name);
-  }
-  const recorded = new Set(applied);
-  return { applied, pending: known.filter((name) => !recorded.has(name)), unknown: applied.filter((name) => !Object.hasOwn(migrations, name)) };
+  if (!(await migrationTableExists(database))) return schemaStateOf([]);
+  const { rows } = await sql<{ name: string }>`select name from ${sql.table(MIGRATION_TABLE)} order by name`.execute(database);
+  return schemaStateOf(rows.map((row) => row.name));
 }
 
 async function migrationTableExists(database: Kysely<any>): Promise<boolean> {

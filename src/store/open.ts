@@ -36,7 +36,8 @@ export async function openStore(options: StoreOptions): Promise<Kysely<Database>
   const url = options.databaseUrl;
   const prepare = (database: Kysely<Database>) => prepared(database, options);
   if (!url) return prepare(openSqlite(path.join(options.dataDir, "turnpike.sqlite")));
-  if (options.queryTimeoutMs === undefined || options.migrate === "none") {
+  // Only applying migrations needs connections of its own (below): checking them reads one table.
+  if (options.queryTimeoutMs === undefined || (options.migrate ?? "apply") !== "apply") {
     return prepare(openPostgres(url, { onConnectionError: options.onConnectionError, ...(options.queryTimeoutMs === undefined ? {} : { queryTimeoutMs: options.queryTimeoutMs }) }));
   }
   // A migration may rightly run long (an index on a large table), or wait for another node's:

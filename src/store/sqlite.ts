@@ -110,6 +110,12 @@ function storeIterator<Row>(rows: Iterator<Row>): IterableIterator<Row> {
   return iterator;
 }
 
+/** SQLITE_BUSY or SQLITE_LOCKED (any extended code): another connection holds the lock needed. */
+function isBusy(error: unknown): boolean {
+  const errcode = (error as { errcode?: unknown }).errcode;
+  return typeof errcode === "number" && [5, 6].includes(errcode & 0xff);
+}
+
 /**
  * `PRAGMA journal_mode = WAL`, tried again for up to 5 s while another process holds the lock
  * it needs, in case SQLite answers "database is locked" without waiting on the busy handler (two
@@ -123,8 +129,7 @@ function enableWal(database: DatabaseSync): void {
       database.exec("PRAGMA journal_mode = WAL");
       return;
     } catch (error) {
-      const errcode = (error as { errcode?: unknown }).errcode;
-      if (typeof errcode !== "number" || ![5, 6].includes(errcode & 0xff) || Date.now() > deadline) throw error;
+      if (!isBusy(error) || Date.now() > deadline) throw error;
       // Synchronous like the rest of opening: 20 ms, then again.
       Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 20);
     }
@@ -160,8 +165,7 @@ class LockingSqliteAdapter extends SqliteAdapter {
         await sql`begin immediate`.execute(database);
         return;
       } catch (error) {
-        const errcode = (error as { errcode?: unknown }).errcode;
-        if (typeof errcode !== "number" || ![5, 6].includes(errcode & 0xff) || Date.now() > deadline) throw error;
+        if (!isBusy(error) || Date.now() > deadline) throw error;
       }
     }
   }

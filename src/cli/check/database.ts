@@ -9,21 +9,18 @@ import fs from "node:fs";
 import path from "node:path";
 import { DatabaseSync } from "node:sqlite";
 import pg from "pg";
-import { migrations } from "../../store/migrations/index.ts";
-import { messageOf, redactUrl, within, type CheckResult } from "./result.ts";
+import { MIGRATION_TABLE, schemaStateOf } from "../../store/migrate.ts";
+import { messageOf, redactUrl, within, withoutUrlSecrets, type CheckResult } from "./result.ts";
 
-const MIGRATION_TABLE = "turnpike_migrations";
-
-/** How the applied migrations stand against the ones this binary knows. */
+/** How the applied migrations stand against the ones this binary knows, in words. */
 export function migrationState(applied: readonly string[]): { ok: boolean; words: string; pending: number; unknown: string[] } {
-  const known = Object.keys(migrations);
-  const appliedSet = new Set(applied);
-  const unknown = applied.filter((name) => !(name in migrations));
-  const pending = known.filter((name) => !appliedSet.has(name)).length;
+  const state = schemaStateOf(applied);
+  const { unknown } = state;
+  const pending = state.pending.length;
   if (unknown.length > 0) {
     return { ok: false, pending, unknown, words: `migrations newer than this binary (${unknown.join(", ")}): run the Turnpike version that applied them, or newer` };
   }
-  if (pending === 0) return { ok: true, pending, unknown, words: `migrations up to date (${known.length})` };
+  if (pending === 0) return { ok: true, pending, unknown, words: `migrations up to date (${state.applied.length})` };
   return { ok: true, pending, unknown, words: `${pending} migration(s) pending (serve applies them at start, or run turnpike migrate)` };
 }
 
@@ -79,7 +76,7 @@ async function checkPostgres(url: string, timeoutMs: number): Promise<CheckResul
     const state = migrationState(applied);
     return { check: "database", name, ok: state.ok, detail: `${name}: reachable, ${state.words}`, facts: { engine: "postgres", schema, pending_migrations: state.pending, unknown_migrations: state.unknown } };
   } catch (error) {
-    return { check: "database", name, ok: false, detail: `${name}: unreachable: ${withoutUrl(messageOf(error), url)}: check --database-url (TURNPIKE_DATABASE_URL) and that the server is up`, facts: { engine: "postgres" } };
+    return { check: "database", name, ok: false, detail: `${name}: unreachable: ${withoutUrlSecrets(messageOf(error), url)}: check --database-url (TURNPIKE_DATABASE_URL) and that the server is up`, facts: { engine: "postgres" } };
   } finally {
     await client.end().catch(() => {});
   }
@@ -87,14 +84,4 @@ async function checkPostgres(url: string, timeoutMs: number): Promise<CheckResul
 
 function quoteIdentifier(identifier: string): string {
   return `"${identifier.replace(/"/g, '""')}"`;
-}
-
-/** An error's words without the URL (or its password) in them. */
-function withoutUrl(words: string, url: string): string {
-  let password = "";
-  try {
-    password = decodeURIComponent(new URL(url).password);
-  } catch {}
-  const redacted = words.split(url).join(redactUrl(url));
-  return password === "" ? redacted : redacted.split(password).join("***");
 }

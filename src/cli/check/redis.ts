@@ -1,6 +1,6 @@
 /** `turnpike check`'s Redis line: the URL without its password, and whether it answers PING. */
 import { Redis } from "ioredis";
-import { messageOf, redactUrl, within, type CheckResult } from "./result.ts";
+import { messageOf, redactUrl, within, withoutUrlSecrets, type CheckResult } from "./result.ts";
 
 /** PINGs the Redis at `url`, bounded by `timeoutMs`; never retries. */
 export async function checkRedis(url: string, timeoutMs: number): Promise<CheckResult> {
@@ -13,15 +13,7 @@ export async function checkRedis(url: string, timeoutMs: number): Promise<CheckR
     const answer = await within(redis.ping(), timeoutMs, "Redis");
     return { check: "redis", name, ok: answer === "PONG", detail: `${name}: ${answer === "PONG" ? "answers PING" : `answered PING with ${answer}`}` };
   } catch (error) {
-    const password = (() => {
-      try {
-        return decodeURIComponent(new URL(url).password);
-      } catch {
-        return "";
-      }
-    })();
-    const words = password === "" ? messageOf(error) : messageOf(error).split(password).join("***");
-    return { check: "redis", name, ok: false, detail: `${name}: unreachable: ${words}: check --redis-url (TURNPIKE_REDIS_URL) and that the server is up` };
+    return { check: "redis", name, ok: false, detail: `${name}: unreachable: ${withoutUrlSecrets(messageOf(error), url)}: check --redis-url (TURNPIKE_REDIS_URL) and that the server is up` };
   } finally {
     redis.disconnect();
   }

@@ -29,6 +29,16 @@ export function redactUrl(url: string): string {
   }
 }
 
+/** An error's words with `url` (printed without its password) and its password, wherever it appears, replaced. */
+export function withoutUrlSecrets(words: string, url: string): string {
+  let password = "";
+  try {
+    password = decodeURIComponent(new URL(url).password);
+  } catch {}
+  const redacted = words.split(url).join(redactUrl(url));
+  return password === "" ? redacted : redacted.split(password).join("***");
+}
+
 /** The results as lines: `✓ database: …` on a terminal, `ok   database: …` / `FAIL database: …` otherwise. */
 export function formatResults(results: readonly CheckResult[], terminal: boolean): string {
   return results

@@ -162,10 +162,7 @@ class Pool implements UpstreamPoolHandle {
       const detected = await Promise.all(
         batch.map((member) =>
           detectKind(member.baseUrl, this.#options.apiKey, {
-            onRefused: (status) => {
-              member.probed(false, status);
-              this.#changed(member);
-            },
+            onRefused: (status) => this.#refused(member, status),
           }).catch(() => undefined),
         ),
       );
@@ -186,11 +183,15 @@ class Pool implements UpstreamPoolHandle {
         if (member.refusal !== undefined) return;
         const answer = await probeMember(kind, member.baseUrl, { apiKey: this.#options.apiKey, timeoutMs: this.#options.probeTimeoutMs, credentials: true }).catch(() => undefined);
         const refusal = answer === undefined ? undefined : refusalOf(answer);
-        if (refusal === undefined || this.#closed) return;
-        member.probed(false, refusal);
-        this.#changed(member);
+        if (refusal !== undefined && !this.#closed) this.#refused(member, refusal);
       }),
     );
+  }
+
+  /** `member` refused our credentials: out, and said so (once). */
+  #refused(member: PoolMember, status: RefusalStatus): void {
+    member.probed(false, status);
+    this.#changed(member);
   }
 
   /** (Re)starts the periodic probes for the kind known now (not started: none configured). */
