@@ -37,7 +37,7 @@ export async function startTurnpikeChild(options: {
       env: { ...process.env, TURNPIKE_CONFIG: "" },
     });
     const key = (JSON.parse(stdout) as { key: string }).key;
-    child = startChild("turnpike", [cli, "serve", ...options.serveArgs(dataDir, port)], { cwd: root, env: { TURNPIKE_CONFIG: "" }, captureStdout: true });
+    child = startChild("turnpike", [cli, "serve", ...options.serveArgs(dataDir, port)], { cwd: root, env: { TURNPIKE_DRAIN_DELAY: "0", TURNPIKE_CONFIG: "" }, captureStdout: true });
     const origin = `http://127.0.0.1:${port}`;
     await waitForOk(`${origin}/ready`, child, options.readyTimeoutMs ?? 60_000);
     return { child, origin, key, cleanup };

@@ -4,6 +4,7 @@
  * when their parent is revoked or expires.
  */
 import assert from "node:assert/strict";
+import { setTimeout as sleep } from "node:timers/promises";
 import { after, before, describe, it } from "node:test";
 import type { Kysely } from "kysely";
 import OpenAI from "openai";
@@ -110,10 +111,14 @@ describe("a key creating a key", () => {
     const parent = await restrictedKey();
     const child = await withKey(parent.key).post("/api/keys", { name: "child", models: ["stories260K"], spend_cap: 5, rpm: 5, expires_at: parent.expires });
     const client = new OpenAI({ baseURL: test.baseURL, apiKey: child.body.key, maxRetries: 0 });
-    await client.models.list();
-    // The parent's hour is up; the child's own expiry (no later than the parent's, by the rule) is moved out of the way.
-    await database.updateTable("api_keys").set({ expires_at: Date.now() - 1000 }).where("id", "=", parent.id).execute();
+    // The parent's hour is nearly up; the child's own expiry (no later than the parent's, by the rule) is moved out of the way.
+    const parentExpires = Date.now() + 500;
+    await database.updateTable("api_keys").set({ expires_at: parentExpires }).where("id", "=", parent.id).execute();
     await database.updateTable("api_keys").set({ expires_at: null }).where("id", "=", child.body.id).execute();
+    // Verified (and kept in the node's cache of verified keys) while the parent still works...
+    await client.models.list();
+    // ...and refused the moment the parent expires, cached or not.
+    await sleep(Math.max(0, parentExpires - Date.now()) + 10);
     await assert.rejects(client.models.list(), (error: unknown) => error instanceof OpenAI.AuthenticationError && /created by a key that has been revoked or has expired/.test((error as Error).message));
   });
 });

@@ -72,5 +72,22 @@ for (const node of profile.nodes) {
   total += node.hitCount;
 }
 for (const [where, hits] of [...self].sort((a, b) => b[1] - a[1]).slice(0, Number(values.top))) console.log(`${((hits / total) * 100).toFixed(1).padStart(5)}%  ${where}`);
+// Self time by area: a package, a folder of src/, Node's internals, V8's own entries (GC, program, idle).
+const byArea = new Map<string, number>();
+for (const node of profile.nodes) {
+  const url = node.callFrame.url.replace(/^file:\/\//, "").replace(root + "/", "");
+  const area =
+    url === ""
+      ? `(${node.callFrame.functionName.replace(/[()]/g, "") || "native"})`
+      : url.startsWith("node:")
+        ? url.replace(/^node:(internal\/)?/, "node:").split("/").slice(0, 2).join("/")
+        : url.includes("node_modules/")
+          ? url.slice(url.lastIndexOf("node_modules/") + 13).split("/").slice(0, url.includes("node_modules/@") ? 2 : 1).join("/")
+          : url.split("/").slice(0, url.startsWith("src/") ? 3 : 2).join("/");
+  byArea.set(area, (byArea.get(area) ?? 0) + node.hitCount);
+}
+const idle = byArea.get("(idle)") ?? 0;
+console.log(`\nself time by area (of ${total - idle} busy samples; idle ${((idle / total) * 100).toFixed(1)}% of all):`);
+for (const [area, hits] of [...byArea].filter(([area]) => area !== "(idle)").sort((a, b) => b[1] - a[1]).slice(0, 30)) console.log(`${((hits / (total - idle)) * 100).toFixed(1).padStart(5)}%  ${area}`);
 console.log(`profile: ${path.join(profileDir, file)}`);
 await turnpike.cleanup();

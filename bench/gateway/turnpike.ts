@@ -138,7 +138,8 @@ export async function startTurnpike(
     const profile = process.env.TURNPIKE_BENCH_PROFILE_DIR ? ["--cpu-prof", `--cpu-prof-dir=${process.env.TURNPIKE_BENCH_PROFILE_DIR}`] : [];
     child = startChild("turnpike", [...profile, ...(extra.nodeArgs ?? []), path.join(root, "bin/turnpike.js"), "serve", "--config", configFile], {
       cwd: root,
-      env: { ...extra.env, TURNPIKE_CONFIG: "", TURNPIKE_DATABASE_URL: database.url },
+      // No drain delay: the bench stops the node with SIGTERM and waits 5 s for it to exit (and write its profile).
+      env: { TURNPIKE_DRAIN_DELAY: "0", ...extra.env, TURNPIKE_CONFIG: "", TURNPIKE_DATABASE_URL: database.url },
       captureStdout: true,
     });
     const origin = `http://127.0.0.1:${port}`;

@@ -4,10 +4,11 @@
  * A key has a scope (`key-scopes.ts`); a key created by another key over `/api` records it as
  * its parent and works only while every key above it does.
  */
-import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import { hash, randomBytes, timingSafeEqual } from "node:crypto";
 import { sql, type Kysely } from "kysely";
 import type { Database } from "../store/schema.ts";
 import { dialectOf } from "../store/dialect.ts";
+import { noteChange } from "../store/changes.ts";
 import { pastCursor } from "../store/keyset.ts";
 import { ApiError } from "../protocol/errors.ts";
 import { checkChildWithinParent, KeyLooserThanParentError, toKeyScope, type KeyScope } from "./key-scopes.ts";
@@ -54,7 +55,12 @@ export type CreatedApiKey = ApiKeyRecord & {
 
 /** SHA-256 of a key, hex: what the database stores and looks up. */
 export function hashKey(key: string): string {
-  return createHash("sha256").update(key, "utf8").digest("hex");
+  return hash("sha256", key, "hex");
+}
+
+/** Whether `presented` could be a key at all (else it is refused as malformed, unhashed). */
+export function wellFormedKey(presented: string): boolean {
+  return presented.startsWith(KEY_PREFIX) && presented.length <= 256;
 }
 
 /** A fresh key: 32 random bytes, base64url, with the recognisable prefix. */
@@ -183,6 +189,8 @@ export async function createApiKey(database: Kysely<Database>, options: CreateKe
     }
     await transaction.insertInto("api_keys").values(row).execute();
   });
+  // The parent's cap moved: cached copies of it forget it.
+  if (parent !== undefined) noteChange(database);
   return { ...toRecord(row), key };
 }
 
@@ -298,6 +306,8 @@ export async function revokeApiKey(database: Kysely<Database>, id: string, now =
     )
     update api_keys set revoked_at = ${now} where revoked_at is null and id in (select id from descendants)
   `.execute(database);
+  // Caches of verified keys on this node forget them at once (other nodes' within their age bound).
+  noteChange(database);
   return true;
 }
 
@@ -306,7 +316,7 @@ export async function revokeApiKey(database: Kysely<Database>, id: string, now =
  * revoked, none expired, the chain no deeper than `MAX_KEY_CHAIN` and ending at a key without a
  * parent; otherwise null. One query on the primary key. Gives the limits of those that have any.
  */
-async function activeAncestors(database: Kysely<Database>, parentId: string, now: number): Promise<AncestorLimits[] | null> {
+async function activeAncestors(database: Kysely<Database>, parentId: string, now: number): Promise<{ limits: AncestorLimits[]; expires: number | null } | null> {
   const result = await sql<{ id: string; parent_key_id: string | null; revoked_at: number | string | null; expires_at: number | string | null; rpm: number | null; tpm: number | null }>`
     with recursive ancestors (id, parent_key_id, revoked_at, expires_at, rpm, tpm, depth) as (
       select id, parent_key_id, revoked_at, expires_at, rpm, tpm, 1 from api_keys where id = ${parentId}
@@ -322,11 +332,16 @@ async function activeAncestors(database: Kysely<Database>, parentId: string, now
   const roots = rows.filter((row) => row.parent_key_id === null).length;
   // A chain that does not reach a key without a parent (too deep, or a key missing) is refused.
   if (rows.length === 0 || broken || roots !== 1) return null;
-  return rows.filter((row) => row.rpm !== null || row.tpm !== null).map((row) => ({ id: row.id, rpm: row.rpm, tpm: row.tpm }));
+  const expiries = rows.filter((row) => row.expires_at !== null).map((row) => Number(row.expires_at));
+  return {
+    limits: rows.filter((row) => row.rpm !== null || row.tpm !== null).map((row) => ({ id: row.id, rpm: row.rpm, tpm: row.tpm })),
+    expires: expiries.length === 0 ? null : Math.min(...expiries),
+  };
 }
 
 export type KeyCheck =
-  | { ok: true; key: ApiKeyRecord }
+  /** `parentsExpire`: the earliest expiry among the keys above it (null: none expires); it stops working then too. */
+  | { ok: true; key: ApiKeyRecord; parentsExpire?: number | null }
   | { ok: false; reason: "malformed" | "unknown" | "revoked" | "expired" | "parent_inactive" | "account_disabled" };
 
 /**
@@ -334,8 +349,12 @@ export type KeyCheck =
  * timing differences in the index lookup's final compare.
  */
 export async function verifyApiKey(database: Kysely<Database>, presented: string, now = Date.now()): Promise<KeyCheck> {
-  if (!presented.startsWith(KEY_PREFIX) || presented.length > 256) return { ok: false, reason: "malformed" };
-  const hash = hashKey(presented);
+  if (!wellFormedKey(presented)) return { ok: false, reason: "malformed" };
+  return verifyKeyHash(database, hashKey(presented), now);
+}
+
+/** `verifyApiKey` of a well-formed key by its hash (`hashKey`). */
+export async function verifyKeyHash(database: Kysely<Database>, hash: string, now = Date.now()): Promise<KeyCheck> {
   const row = await database
     .selectFrom("api_keys")
     .leftJoin("accounts", "accounts.id", "api_keys.account_id")
@@ -350,10 +369,10 @@ export async function verifyApiKey(database: Kysely<Database>, presented: string
   if (row.expires_at !== null && Number(row.expires_at) <= now) return { ok: false, reason: "expired" };
   if (row.account_disabled_at != null) return { ok: false, reason: "account_disabled" };
   // Only keys created by keys pay for a second query.
-  const ancestors = row.parent_key_id === null ? [] : await activeAncestors(database, row.parent_key_id, now);
+  const ancestors = row.parent_key_id === null ? { limits: [], expires: null } : await activeAncestors(database, row.parent_key_id, now);
   if (ancestors === null) return { ok: false, reason: "parent_inactive" };
   const { account_disabled_at: _disabled, ...key } = row;
-  return { ok: true, key: { ...toRecord(key), ancestorLimits: ancestors } };
+  return { ok: true, key: { ...toRecord(key), ancestorLimits: ancestors.limits }, parentsExpire: ancestors.expires };
 }
 
 /** Records that a key was used; callers throttle this (at most once a minute per key). */

@@ -29,6 +29,7 @@ import { InvalidRequestError, RouteNotFoundError, ShuttingDownError } from "../p
 import { handleClientError, handleError, toApiError } from "./errors.ts";
 import { requestIdFrom, requestIdHeader } from "./middleware/request-id/request-id.ts";
 import { apiKeyAuth } from "./middleware/api-key-auth/api-key-auth.ts";
+import { VerifiedKeys } from "../auth/verified-keys.ts";
 import { accountAuth, accountIdOf, type SessionResolver } from "./middleware/account-auth/account-auth.ts";
 import { registerChatCompletionsRoute } from "./routes/chat-completions/route.ts";
 import { registerCompletionsRoute } from "./routes/completions/route.ts";
@@ -217,10 +218,12 @@ export function buildApp(options: AppOptions): App {
     throw new RouteNotFoundError(request.method, request.url.split("?")[0] ?? request.url);
   });
 
-  const authenticate = apiKeyAuth({ database: options.database });
+  // One cache of verified keys for every route that takes keys (see `verified-keys.ts` for what holds exactly).
+  const keys = new VerifiedKeys(options.database);
+  const authenticate = apiKeyAuth({ database: options.database, keys });
   // Anthropic's clients send the key as `x-api-key`: the Messages routes and the model list take it too.
-  const authenticateAnthropic = apiKeyAuth({ database: options.database, xApiKey: true });
-  const authenticateAccount = accountAuth({ database: options.database, sessions: options.sessions });
+  const authenticateAnthropic = apiKeyAuth({ database: options.database, keys, xApiKey: true });
+  const authenticateAccount = accountAuth({ database: options.database, keys, sessions: options.sessions });
   server.register(fastifyCookie);
   registerHealthRoutes(server, { catalog: options.catalog, isClosing: () => closing, isDraining: () => draining });
   registerMetricsRoute(server, options.metrics, options.metricsRoute);

@@ -9,6 +9,7 @@ import { Kysely, SqliteAdapter, SqliteDialect, sql, type DialectAdapter, type Sq
 import type { Database } from "./schema.ts";
 import { withDialect } from "./dialect.ts";
 import { markStoreError } from "./errors.ts";
+import { withForeignChanges } from "./changes.ts";
 
 /** A row with its BigInts as numbers (approximate past 2^53, as PostgreSQL's BIGINTs are through `pg`). */
 function withNumbers<Row>(row: Row): Row {
@@ -146,7 +147,10 @@ export function openSqlite(file: string): Kysely<Database> {
   enableWal(database);
   database.exec("PRAGMA synchronous = NORMAL");
   database.exec("PRAGMA foreign_keys = ON");
-  return withDialect(new Kysely<Database>({ dialect: new LockingSqliteDialect({ database: adapt(database) }) }), "sqlite");
+  // Other connections' commits (the CLI's, another process's): what caches of keys watch for.
+  const dataVersion = database.prepare("PRAGMA data_version");
+  const kysely = withDialect(new Kysely<Database>({ dialect: new LockingSqliteDialect({ database: adapt(database) }) }), "sqlite");
+  return withForeignChanges(kysely, () => Number((dataVersion.get() as { data_version: number | bigint }).data_version));
 }
 
 /**

@@ -9,7 +9,8 @@
  */
 import type { FastifyRequest, preHandlerHookHandler } from "fastify";
 import type { Kysely } from "kysely";
-import { verifyApiKey, type KeyCheck } from "../../../auth/api-keys.ts";
+import type { KeyCheck } from "../../../auth/api-keys.ts";
+import type { VerifiedKeys } from "../../../auth/verified-keys.ts";
 import type { Database } from "../../../store/schema.ts";
 import { ApiError, InvalidApiKeyError, InvalidRequestError } from "../../../protocol/errors.ts";
 
@@ -33,6 +34,8 @@ export type SessionResolver = (request: FastifyRequest) => Promise<Principal | n
 
 export type AccountAuthOptions = {
   database: Kysely<Database>;
+  /** Where keys are verified (from memory for a moment, `verified-keys.ts`). */
+  keys: VerifiedKeys;
   /** Sessions come with the console; without a resolver only API keys are accepted. */
   sessions?: SessionResolver;
 };
@@ -91,7 +94,7 @@ export function bearerToken(request: FastifyRequest): string | undefined {
 export function accountAuth(options: AccountAuthOptions): preHandlerHookHandler {
   return async function authenticateAccount(request: FastifyRequest) {
     if (request.headers.authorization !== undefined) {
-      const check = await verifyApiKey(options.database, bearerToken(request) ?? "");
+      const check = await options.keys.verify(bearerToken(request) ?? "");
       if (!check.ok) throw keyRefusal(check.reason);
       if (check.key.scope === "inference") throw new KeyScopeExceededError();
       request.apiKey = check.key;

@@ -4,7 +4,8 @@
  */
 import type { FastifyRequest, onRequestHookHandler } from "fastify";
 import type { Kysely } from "kysely";
-import { touchApiKey, verifyApiKey, type ApiKeyRecord } from "../../../auth/api-keys.ts";
+import { touchApiKey, type ApiKeyRecord } from "../../../auth/api-keys.ts";
+import type { VerifiedKeys } from "../../../auth/verified-keys.ts";
 import type { Database } from "../../../store/schema.ts";
 import { InvalidApiKeyError } from "../../../protocol/errors.ts";
 import { bearerToken, keyRefusal } from "../account-auth/account-auth.ts";
@@ -21,6 +22,8 @@ const TOUCH_INTERVAL_MS = 60_000;
 
 export type ApiKeyAuthOptions = {
   database: Kysely<Database>;
+  /** Where keys are verified (from memory for a moment, `verified-keys.ts`). */
+  keys: VerifiedKeys;
   /**
    * Also take the key as `x-api-key` (what the Anthropic SDKs and Claude Code send), before
    * `Authorization: Bearer`: on the Anthropic routes and the model list.
@@ -44,7 +47,7 @@ export function apiKeyAuth(options: ApiKeyAuthOptions): onRequestHookHandler {
   return async function authenticateApiKey(request: FastifyRequest) {
     const presented = (options.xApiKey === true ? xApiKeyOf(request) : undefined) ?? bearerToken(request);
     if (presented === undefined) throw new InvalidApiKeyError(missing);
-    const check = await verifyApiKey(options.database, presented);
+    const check = await options.keys.verify(presented);
     if (!check.ok) {
       request.log.info({ reason: check.reason }, "api key refused");
       throw keyRefusal(check.reason);

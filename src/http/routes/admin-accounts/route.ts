@@ -16,6 +16,7 @@ import type { Plan } from "../../../protocol/plans.ts";
 import { findAccountById, listAccounts } from "../../../accounts/accounts.ts";
 import { describeAccount, type AccountDescription } from "../../../accounts/describe-account.ts";
 import { findApiKey, revokeApiKey } from "../../../auth/api-keys.ts";
+import { noteChange } from "../../../store/changes.ts";
 import { deleteAccountSessions } from "../../../auth/sessions.ts";
 import { grantPlan } from "../../../billing/grant-plan.ts";
 import { newId } from "../../../store/ids.ts";
@@ -130,6 +131,8 @@ async function setAccountEnabled(request: FastifyRequest, database: Kysely<Datab
     .set({ disabled_at: action === "disable" ? Date.now() : null })
     .where("id", "=", account.id)
     .execute();
+  // Its keys, cached as verified on this node, are looked up again.
+  noteChange(database);
   if (action === "disable") await deleteAccountSessions(database, account.id);
   request.log.info({ account_id: account.id, by: admin.accountId }, `account ${action}d`);
   return describeAccount(database, account.id);

@@ -1,0 +1,103 @@
+/**
+ * The per-node cache of verified keys, on real SQLite and PostgreSQL: what it serves from memory,
+ * and every change that must reach it (a revocation here, a write by another connection, the age
+ * bound for writes it cannot see, an expiry).
+ */
+import assert from "node:assert/strict";
+import path from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { afterEach, beforeEach, describe, it } from "node:test";
+import { sql } from "kysely";
+import { backends, openTestDatabase, type TestDatabase } from "../../test/helpers/databases.ts";
+import { openSqlite } from "../store/sqlite.ts";
+import { FOREIGN_CHANGES_CHECK_MS, noteChange } from "../store/changes.ts";
+import { createApiKey, revokeApiKey } from "./api-keys.ts";
+import { VERIFIED_KEY_MAX_AGE_MS, VerifiedKeys } from "./verified-keys.ts";
+
+for (const backend of backends) {
+  describe(`verified keys (${backend})`, () => {
+    let store: TestDatabase;
+    let clock: number;
+    let keys: VerifiedKeys;
+    beforeEach(async () => {
+      store = await openTestDatabase(backend);
+      clock = 1_000_000;
+      keys = new VerifiedKeys(store.database, { now: () => clock });
+    });
+    afterEach(async () => {
+      await store.close();
+    });
+
+    /** Revokes behind the cache's back: a write no code on this node noted (another node's). */
+    const revokeElsewhere = (id: string) => sql`update api_keys set revoked_at = ${clock} where id = ${id}`.execute(store.database);
+
+    it("serves a verified key from memory for up to the age bound, then reads it again", async () => {
+      const created = await createApiKey(store.database, { now: clock });
+      assert.equal((await keys.verify(created.key)).ok, true);
+      await revokeElsewhere(created.id);
+      clock += VERIFIED_KEY_MAX_AGE_MS - 1;
+      const cached = await keys.verify(created.key);
+      assert.equal(cached.ok, true, "within the bound the key comes from memory");
+      clock += 1;
+      assert.deepEqual(await keys.verify(created.key), { ok: false, reason: "revoked" });
+    });
+
+    it("refuses a key revoked on this node at the next request", async () => {
+      const created = await createApiKey(store.database, { now: clock });
+      assert.equal((await keys.verify(created.key)).ok, true);
+      await revokeApiKey(store.database, created.id, clock);
+      assert.deepEqual(await keys.verify(created.key), { ok: false, reason: "revoked" });
+    });
+
+    it("forgets every key when this node notes a change (an account disabled)", async () => {
+      const account = `acct_${backend}`;
+      await sql`insert into accounts (id, email, password_hash, role, created_at) values (${account}, ${`${backend}@example.com`}, ${"x"}, ${"user"}, ${clock})`.execute(store.database);
+      const created = await createApiKey(store.database, { accountId: account, now: clock });
+      assert.equal((await keys.verify(created.key)).ok, true);
+      await sql`update accounts set disabled_at = ${clock} where id = ${account}`.execute(store.database);
+      noteChange(store.database);
+      assert.deepEqual(await keys.verify(created.key), { ok: false, reason: "account_disabled" });
+    });
+
+    it("checks a cached key's expiry on every request", async () => {
+      const created = await createApiKey(store.database, { now: clock, expires: clock + 100 });
+      assert.equal((await keys.verify(created.key)).ok, true);
+      clock += 100;
+      assert.deepEqual(await keys.verify(created.key), { ok: false, reason: "expired" });
+    });
+
+    it("keeps no refusal: a malformed or unknown key is refused, and a new key works at once", async () => {
+      assert.deepEqual(await keys.verify("sk-nope"), { ok: false, reason: "malformed" });
+      assert.deepEqual(await keys.verify(`tp-${"a".repeat(43)}`), { ok: false, reason: "unknown" });
+      const created = await createApiKey(store.database, { now: clock });
+      assert.equal((await keys.verify(created.key)).ok, true);
+    });
+
+    it("never caches a key over a revocation made while it was being read", async () => {
+      const created = await createApiKey(store.database, { now: clock });
+      const reading = keys.verify(created.key);
+      await revokeApiKey(store.database, created.id, clock);
+      await reading;
+      assert.deepEqual(await keys.verify(created.key), { ok: false, reason: "revoked" });
+    });
+  });
+}
+
+describe("verified keys on SQLite, written by another process", () => {
+  it("sees another connection's revocation within the foreign-change check interval", async () => {
+    const store = await openTestDatabase("sqlite");
+    // Another process's connection to the same file (the CLI's `keys revoke`).
+    const other = openSqlite(path.join(store.dataDir, "turnpike.sqlite"));
+    try {
+      const keys = new VerifiedKeys(store.database);
+      const created = await createApiKey(store.database);
+      assert.equal((await keys.verify(created.key)).ok, true);
+      assert.equal(await revokeApiKey(other, created.id), true);
+      await sleep(FOREIGN_CHANGES_CHECK_MS + 5);
+      assert.deepEqual(await keys.verify(created.key), { ok: false, reason: "revoked" });
+    } finally {
+      await other.destroy();
+      await store.close();
+    }
+  });
+});

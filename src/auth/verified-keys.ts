@@ -1,0 +1,73 @@
+/**
+ * Keys verified on this node, kept for a moment so that a busy key costs one hash and one map
+ * lookup per request instead of a query (the gateway bench's profile: the lookup was the largest
+ * single cost of a proxied request). What holds exactly:
+ * - a key revoked, or its account disabled, on this node is refused by the next request (the
+ *   write notes the change, `store/changes.ts`, and the cache starts over);
+ * - on SQLite, a write by another process (the CLI) is seen by the next request too
+ *   (`PRAGMA data_version`);
+ * - a write by another node reaches this one within `maxAgeMs` (1 s): no entry is used longer;
+ * - an expiry (the key's, or that of a key above it) is checked on every request; refusals are never kept (a key created a moment ago
+ *   works at once), so a flood of unknown keys costs what it did.
+ * What a cached key carries but may lag by up to the age bound (its `spent`) feeds only the cheap
+ * pre-checks; the hold, which reads the database, decides.
+ */
+import type { Kysely } from "kysely";
+import type { Database } from "../store/schema.ts";
+import { changeMark, sameMark, type ChangeMark } from "../store/changes.ts";
+import { hashKey, verifyKeyHash, wellFormedKey, type ApiKeyRecord, type KeyCheck } from "./api-keys.ts";
+
+/** No entry is used for longer: a key revoked on another node is refused here within this. */
+export const VERIFIED_KEY_MAX_AGE_MS = 1_000;
+/** Entries kept at most; past it the cache starts over (a bound on memory, not a policy). */
+const MAX_ENTRIES = 10_000;
+
+export type VerifiedKeysOptions = {
+  maxAgeMs?: number;
+  maxEntries?: number;
+  now?: () => number;
+};
+
+export class VerifiedKeys {
+  readonly #database: Kysely<Database>;
+  readonly #maxAgeMs: number;
+  readonly #maxEntries: number;
+  readonly #now: () => number;
+  /** By the key's hash: the key and when it was read. */
+  readonly #entries = new Map<string, { key: ApiKeyRecord; at: number; expires: number }>();
+  #mark: ChangeMark;
+
+  constructor(database: Kysely<Database>, options: VerifiedKeysOptions = {}) {
+    this.#database = database;
+    this.#maxAgeMs = options.maxAgeMs ?? VERIFIED_KEY_MAX_AGE_MS;
+    this.#maxEntries = options.maxEntries ?? MAX_ENTRIES;
+    this.#now = options.now ?? Date.now;
+    this.#mark = changeMark(database);
+  }
+
+  /** `verifyApiKey`, from memory while the key was verified less than the age bound ago and nothing changed since. */
+  async verify(presented: string): Promise<KeyCheck> {
+    if (!wellFormedKey(presented)) return { ok: false, reason: "malformed" };
+    const hash = hashKey(presented);
+    const now = this.#now();
+    const before = changeMark(this.#database);
+    if (!sameMark(before, this.#mark)) {
+      this.#entries.clear();
+      this.#mark = before;
+    }
+    const entry = this.#entries.get(hash);
+    if (entry !== undefined) {
+      if (now - entry.at < this.#maxAgeMs && entry.expires > now) return { ok: true, key: entry.key };
+      this.#entries.delete(hash);
+    }
+    const check = await verifyKeyHash(this.#database, hash, now);
+    // Kept only when nothing changed while it was read: a revocation meanwhile is never cached over.
+    if (check.ok && sameMark(changeMark(this.#database), before)) {
+      if (this.#entries.size >= this.#maxEntries) this.#entries.clear();
+      // It stops working when it expires or a key above it does: checked on every request.
+      const expires = Math.min(check.key.expires ?? Infinity, check.parentsExpire ?? Infinity);
+      this.#entries.set(hash, { key: check.key, at: now, expires });
+    }
+    return check;
+  }
+}
