@@ -5,6 +5,7 @@
  * (`waitForRoom`) before it makes more, and cuts a client that has not read for the stall timeout.
  */
 import type { ServerResponse } from "node:http";
+import type { Socket } from "node:net";
 import { performance } from "node:perf_hooks";
 
 /** How a wait for the client to read ended: it read (`drained`), it went (`closed`), it did not read in time (`stalled`), or the caller gave up (`aborted`). */
@@ -27,6 +28,7 @@ export class SseWriter {
     response.on("drain", () => {
       this.#congested = false;
     });
+    this.#cork();
     response.writeHead(200, {
       ...headers,
       "content-type": "text/event-stream; charset=utf-8",
@@ -83,9 +85,32 @@ export class SseWriter {
 
   #write(text: string): void {
     if (!this.open) return;
+    this.#cork();
     if (!this.#response.write(text)) this.#congested = true;
     this.#lastWriteAt = performance.now();
   }
+
+  /**
+   * What is written in one turn of the event loop (the headers; the events of one upstream read,
+   * which reach here through promise jobs, and the stream's end when it follows at once) leaves
+   * in one system call: each write would be one otherwise, and a send costs more CPU than making
+   * the event. The socket is corked, not the
+   * response: Node's `end()` on a corked response drops what was written since the cork.
+   */
+  #cork(): void {
+    const socket = this.#response.socket;
+    if (this.#corked !== null || socket === null) return;
+    this.#corked = socket;
+    socket.cork();
+    setImmediate(this.#uncork);
+  }
+
+  #corked: Socket | null = null;
+  readonly #uncork = (): void => {
+    const socket = this.#corked;
+    this.#corked = null;
+    socket?.uncork();
+  };
 
   /**
    * Resolves once the stream has room again: at once when it is not congested, else when the
