@@ -70,18 +70,16 @@ export function limitApiBodies(bodyLimit: number): (route: RouteOptions) => void
 export const UNROUTED_BODY_BYTES = 1024;
 
 /**
- * An `onRequest` hook: a request for a URL without a route is answered 404 on its headers, before
+ * For the app's `onRequest` hook: a request for a URL without a route is answered 404 on its headers, before
  * any of its body is read or parsed (the not-found route passes no `onRoute` hook, so it would
  * otherwise read bodies up to `--body-limit`). A body announced larger than `UNROUTED_BODY_BYTES`,
  * or of unknown length, is not read at all: the connection closes after the 404.
  */
-export function refuseUnroutedOnHeaders(): (request: FastifyRequest, reply: FastifyReply) => Promise<void> {
-  return async function refuseUnrouted(request, reply) {
-    if (!request.is404) return;
-    const length = Number(request.headers["content-length"] ?? 0);
-    if (request.headers["transfer-encoding"] !== undefined || !Number.isFinite(length) || length > UNROUTED_BODY_BYTES) void reply.header("connection", "close");
-    throw new RouteNotFoundError(request.method, request.url.split("?")[0] ?? request.url);
-  };
+export function unroutedRefusal(request: FastifyRequest, reply: FastifyReply): RouteNotFoundError | undefined {
+  if (!request.is404) return undefined;
+  const length = Number(request.headers["content-length"] ?? 0);
+  if (request.headers["transfer-encoding"] !== undefined || !Number.isFinite(length) || length > UNROUTED_BODY_BYTES) void reply.header("connection", "close");
+  return new RouteNotFoundError(request.method, request.url.split("?")[0] ?? request.url);
 }
 
 /**

@@ -303,7 +303,7 @@ export class OpenAiCompatibleEngine implements Engine {
     body[dialect.maxTokensField] = maxTokens;
     // Written now, once: a body that cannot be written is this request's 400, before any member is tried.
     const text = serializeRequestBody(body);
-    const affinity = affinityKey(request);
+    const affinity = this.#affinityOf(request);
     return {
       promptTokens,
       promptCount,
@@ -350,7 +350,7 @@ export class OpenAiCompatibleEngine implements Engine {
     const body = buildCompletionBody(request, { dialect, model, maxTokens, wire, ...(this.#options.fim !== undefined ? { fim: this.#options.fim } : {}) });
     const text = serializeRequestBody(body);
     const first = completion.prompts[0]!;
-    const affinity = affinityKey({ ...request, messages: [{ role: "user", content: "text" in first ? first.text : first.tokens.slice(0, 256).join(",") }] });
+    const affinity = this.#affinityOf({ ...request, messages: [{ role: "user", content: "text" in first ? first.text : first.tokens.slice(0, 256).join(",") }] });
     // llama-server runs several prompts as one task each, each finishing with its own usage.
     const endpoint = { wire, perTaskUsage: this.kind === "llama-server", url: (baseUrl: string) => (wire === "infill" ? `${serverRoot(baseUrl)}/infill` : `${baseUrl.replace(/\/+$/, "")}/completions`) };
     return {
@@ -449,6 +449,14 @@ export class OpenAiCompatibleEngine implements Engine {
     };
   }
 
+  /** The request's affinity key (`affinity.ts`), only where the pool has members to choose between: hashing the prefix costs a one-member pool for nothing. */
+  #affinityOf(request: GenerationRequest): string | undefined {
+    this.#severalMembers ??= this.#options.pool.members().length > 1;
+    return this.#severalMembers ? affinityKey(request) : undefined;
+  }
+
+  #severalMembers: boolean | undefined;
+
   /**
    * What a started upstream generation needs besides its endpoint (chat's, unless a text completion
    * names another): the pool, the written body, the bounds, the retries and timeouts of the entry.
@@ -457,7 +465,7 @@ export class OpenAiCompatibleEngine implements Engine {
   #generationOptions(
     request: GenerationRequest,
     dialect: ReturnType<typeof dialectFor>,
-    sent: { body: string; promptTokens: number; affinity: string; stopSequences: boolean },
+    sent: { body: string; promptTokens: number; affinity: string | undefined; stopSequences: boolean },
   ): UpstreamGenerationOptions {
     const upstream = this.#options.upstream;
     return {
@@ -469,7 +477,7 @@ export class OpenAiCompatibleEngine implements Engine {
       logprobs: request.logprobs !== undefined,
       ...(dialect.stopSequenceField !== undefined && sent.stopSequences ? { stopSequenceField: dialect.stopSequenceField, stop: request.sampling.stop } : {}),
       buffered: request.buffered === true,
-      affinity: sent.affinity,
+      ...(sent.affinity !== undefined ? { affinity: sent.affinity } : {}),
       maxAttempts: upstream.max_attempts,
       firstTokenTimeoutMs: upstream.first_token_timeout * 1000,
       idleTimeoutMs: upstream.idle_timeout * 1000,

@@ -55,8 +55,8 @@ export type UpstreamGenerationOptions = {
   stop?: readonly string[];
   /** The caller sends nothing before the reply is whole: parts are held per attempt, and a failure mid-answer is retried. */
   buffered: boolean;
-  /** The pool's affinity key for this request's prefix. */
-  affinity: string;
+  /** The pool's affinity key for this request's prefix (none where the pool has one member). */
+  affinity?: string;
   /** Members tried at most, the first included. */
   maxAttempts: number;
   /** Milliseconds from sending the request to the first content before the member counts as failed. */

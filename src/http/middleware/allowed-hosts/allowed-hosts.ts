@@ -111,13 +111,13 @@ export function createHostPolicy(options: HostPolicyOptions): HostPolicy {
   };
 }
 
-/** `onRequest` hook: refuses (421) a request naming a host this server does not answer to. */
-export function allowedHosts(policy: HostPolicy) {
-  return async function checkHost(request: FastifyRequest): Promise<void> {
-    // `request.host` is X-Forwarded-Host when a trusted proxy sent one, else the Host header.
-    // HTTP/1.0 without a Host: no browser sends that, so it cannot be a rebinding page.
-    for (const host of [request.headers.host, request.host]) {
-      if (host !== undefined && host !== "" && !policy.allowsHost(host)) throw new HostNotAllowedError(host);
-    }
-  };
+/** The refusal (421) of a request naming a host this server does not answer to; undefined when it may go on. */
+export function hostRefusal(policy: HostPolicy, request: FastifyRequest): HostNotAllowedError | undefined {
+  // `request.host` is X-Forwarded-Host when a trusted proxy sent one, else the Host header.
+  // HTTP/1.0 without a Host: no browser sends that, so it cannot be a rebinding page.
+  const header = request.headers.host;
+  if (header !== undefined && header !== "" && !policy.allowsHost(header)) return new HostNotAllowedError(header);
+  const host = request.host;
+  if (host !== header && host !== undefined && host !== "" && !policy.allowsHost(host)) return new HostNotAllowedError(host);
+  return undefined;
 }

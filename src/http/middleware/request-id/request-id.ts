@@ -3,7 +3,7 @@
  * Every response carries it back in `x-request-id`.
  */
 import { pooledRandomBytes } from "../../../store/random.ts";
-import type { FastifyReply, FastifyRequest, onRequestHookHandler } from "fastify";
+import type { FastifyReply, FastifyRequest } from "fastify";
 import type { IncomingMessage } from "node:http";
 
 const SANE_ID = /^[A-Za-z0-9._:@\-]{1,128}$/;
@@ -16,10 +16,7 @@ export function requestIdFrom(request: IncomingMessage): string {
   return `req_${pooledRandomBytes(12).toString("base64url")}`;
 }
 
-/** Echoes the request id on every response, including errors and streams. */
-export function requestIdHeader(): onRequestHookHandler {
-  return function setRequestIdHeader(request: FastifyRequest, reply: FastifyReply, done: () => void) {
-    void reply.header("x-request-id", request.id);
-    done();
-  };
+/** Echoes the request id on every response, including errors and streams (called first thing by the app's one `onRequest` hook). */
+export function setRequestIdHeader(request: FastifyRequest, reply: FastifyReply): void {
+  void reply.header("x-request-id", request.id);
 }

@@ -3,7 +3,7 @@
  * no framing, no referrer, and a Content-Security-Policy that allows nothing: an API response
  * is never a document. The console's own routes replace the policy with `CONSOLE_POLICY`.
  */
-import type { FastifyReply, FastifyRequest, onRequestHookHandler } from "fastify";
+import type { FastifyReply } from "fastify";
 
 /** Headers every response carries; `handleClientError` writes them on its raw answers too. */
 export const SECURITY_HEADERS: Readonly<Record<string, string>> = {
@@ -35,9 +35,7 @@ export const CONSOLE_POLICY = [
  * Sets `SECURITY_HEADERS` on the raw response, so that they reach hijacked responses (SSE) too;
  * headers a route sets through the reply take precedence.
  */
-export function securityHeaders(): onRequestHookHandler {
-  return function setSecurityHeaders(_request: FastifyRequest, reply: FastifyReply, done: () => void) {
-    for (const [name, value] of Object.entries(SECURITY_HEADERS)) reply.raw.setHeader(name, value);
-    done();
-  };
+export function setSecurityHeaders(reply: FastifyReply): void {
+  const raw = reply.raw;
+  for (const name in SECURITY_HEADERS) raw.setHeader(name, SECURITY_HEADERS[name]!);
 }
