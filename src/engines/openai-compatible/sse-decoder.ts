@@ -27,101 +27,120 @@ export class SseProtocolError extends Error {
 }
 
 /**
- * The events of an SSE byte stream, in order. Ends when the bytes end; an event not closed by a
- * blank line before the end is still given (a stream cut mid-event loses nothing it delivered
- * whole), unless it has no data. Throws `SseProtocolError` past the limits.
+ * The events of an SSE byte stream, in order, decoded as the pieces come (`push`), with no promise
+ * per event: an upstream's whole answer often arrives in one piece. `end` gives what the last
+ * piece left open: an event not closed by a blank line before the end is still given (a stream
+ * cut mid-event loses nothing it delivered whole), unless it has no data. Throws
+ * `SseProtocolError` past the limits.
  */
-export async function* decodeServerSentEvents(body: AsyncIterable<Uint8Array>, options: SseDecoderOptions = {}): AsyncGenerator<ServerSentEvent> {
-  const maxLine = options.maxLineLength ?? DEFAULT_MAX_SSE_LINE;
-  const maxEvent = options.maxEventLength ?? DEFAULT_MAX_SSE_LINE;
-  const decoder = new TextDecoder("utf-8");
-  let buffer = "";
-  // Where the search for the next line end resumes: a long line arriving in small pieces is
-  // scanned once, not once per piece.
-  let scanned = 0;
-  let data: string[] = [];
-  let dataLength = 0;
-  let event: string | undefined;
-  let sawField = false;
+export class SseDecoder {
+  readonly #maxLine: number;
+  readonly #maxEvent: number;
+  readonly #decoder = new TextDecoder("utf-8");
+  #buffer = "";
+  /** Where lines are cut from: the consumed head is dropped once per piece. */
+  #start = 0;
+  /** Where the search for the next line end resumes: a long line arriving in small pieces is scanned once, not once per piece. */
+  #scanned = 0;
+  #data: string[] = [];
+  #dataLength = 0;
+  #event: string | undefined;
+  #sawField = false;
 
-  const take = (line: string): ServerSentEvent | undefined => {
+  constructor(options: SseDecoderOptions = {}) {
+    this.#maxLine = options.maxLineLength ?? DEFAULT_MAX_SSE_LINE;
+    this.#maxEvent = options.maxEventLength ?? DEFAULT_MAX_SSE_LINE;
+  }
+
+  /** The events that `piece` completes. */
+  push(piece: Uint8Array): ServerSentEvent[] {
+    this.#buffer += this.#decoder.decode(piece, { stream: true });
+    const events: ServerSentEvent[] = [];
+    this.#lines(false, events);
+    return events;
+  }
+
+  /** The bytes ended: the events still open. */
+  end(): ServerSentEvent[] {
+    this.#buffer += this.#decoder.decode();
+    const events: ServerSentEvent[] = [];
+    this.#lines(true, events);
+    const last = this.#take("");
+    if (last !== undefined) events.push(last);
+    return events;
+  }
+
+  #take(line: string): ServerSentEvent | undefined {
     if (line === "") {
-      const complete = sawField && data.length > 0 ? { data: data.join("\n"), ...(event !== undefined ? { event } : {}) } : undefined;
-      data = [];
-      dataLength = 0;
-      event = undefined;
-      sawField = false;
+      const complete = this.#sawField && this.#data.length > 0 ? { data: this.#data.length === 1 ? this.#data[0]! : this.#data.join("\n"), ...(this.#event !== undefined ? { event: this.#event } : {}) } : undefined;
+      this.#data = [];
+      this.#dataLength = 0;
+      this.#event = undefined;
+      this.#sawField = false;
       return complete;
     }
-    if (line.startsWith(":")) return undefined;
+    if (line.charCodeAt(0) === 58 /* : */) return undefined;
     const colon = line.indexOf(":");
     const field = colon === -1 ? line : line.slice(0, colon);
     let value = colon === -1 ? "" : line.slice(colon + 1);
-    if (value.startsWith(" ")) value = value.slice(1);
-    sawField = true;
+    if (value.charCodeAt(0) === 32 /* space */) value = value.slice(1);
+    this.#sawField = true;
     if (field === "data") {
-      dataLength += value.length + 1;
-      if (dataLength > maxEvent) throw new SseProtocolError(`The upstream sent an event larger than ${maxEvent} characters.`);
-      data.push(value);
+      this.#dataLength += value.length + 1;
+      if (this.#dataLength > this.#maxEvent) throw new SseProtocolError(`The upstream sent an event larger than ${this.#maxEvent} characters.`);
+      this.#data.push(value);
     } else if (field === "event") {
-      event = value;
+      this.#event = value;
     }
     // `id` and `retry` mean nothing to a one-shot stream; unknown fields are ignored, as the spec says.
     return undefined;
-  };
+  }
 
-  // Lines are cut out of `buffer` from `start` on; the consumed head is dropped once per piece.
-  let start = 0;
-  const lines = function* (final: boolean): Generator<string> {
+  /** Cuts the complete lines out of the buffer (all of it when `final`), taking each; completed events go to `events`. */
+  #lines(final: boolean, events: ServerSentEvent[]): void {
+    const buffer = this.#buffer;
+    let start = this.#start;
+    // The next CR at or after where the search is: searched again only once passed (-1: none left
+    // in this buffer), so a piece of many lines is scanned for CRs once, not once per line.
+    let nextCr = -2;
     for (;;) {
-      let end = -1;
-      for (let index = Math.max(scanned, start); index < buffer.length; index++) {
-        const code = buffer.charCodeAt(index);
-        if (code === 10 || code === 13) {
-          end = index;
-          break;
-        }
-      }
+      // A line ends at LF, CR or CRLF; indexOf (native) finds the next of each.
+      const from = Math.max(this.#scanned, start);
+      let end = buffer.indexOf("\n", from);
+      if (nextCr !== -1 && nextCr < from) nextCr = buffer.indexOf("\r", from);
+      if (nextCr !== -1 && (end === -1 || nextCr < end)) end = nextCr;
       if (end === -1) {
-        scanned = buffer.length;
-        if (buffer.length - start > maxLine) throw new SseProtocolError(`The upstream sent a line longer than ${maxLine} characters.`);
-        const rest = buffer.slice(start);
-        buffer = final ? "" : rest;
-        scanned -= start;
-        start = 0;
-        if (final) {
-          scanned = 0;
-          if (rest.length > 0) yield rest;
+        if (buffer.length - start > this.#maxLine) throw new SseProtocolError(`The upstream sent a line longer than ${this.#maxLine} characters.`);
+        const rest = start === 0 ? buffer : buffer.slice(start);
+        this.#buffer = final ? "" : rest;
+        this.#scanned = final ? 0 : rest.length;
+        this.#start = 0;
+        if (final && rest.length > 0) {
+          const complete = this.#take(rest);
+          if (complete !== undefined) events.push(complete);
         }
         return;
       }
       // A CR at the end of what arrived may be the first half of a CRLF: wait for the next piece.
       if (buffer.charCodeAt(end) === 13 && end === buffer.length - 1 && !final) {
-        buffer = buffer.slice(start);
-        scanned = end - start;
-        start = 0;
+        this.#buffer = buffer.slice(start);
+        this.#scanned = end - start;
+        this.#start = 0;
         return;
       }
       const line = buffer.slice(start, end);
       start = end + (buffer.charCodeAt(end) === 13 && buffer.charCodeAt(end + 1) === 10 ? 2 : 1);
-      scanned = start;
-      if (line.length > maxLine) throw new SseProtocolError(`The upstream sent a line longer than ${maxLine} characters.`);
-      yield line;
+      this.#scanned = start;
+      if (line.length > this.#maxLine) throw new SseProtocolError(`The upstream sent a line longer than ${this.#maxLine} characters.`);
+      const complete = this.#take(line);
+      if (complete !== undefined) events.push(complete);
     }
-  };
+  }
+}
 
-  for await (const piece of body) {
-    buffer += decoder.decode(piece, { stream: true });
-    for (const line of lines(false)) {
-      const complete = take(line);
-      if (complete !== undefined) yield complete;
-    }
-  }
-  buffer += decoder.decode();
-  for (const line of lines(true)) {
-    const complete = take(line);
-    if (complete !== undefined) yield complete;
-  }
-  const last = take("");
-  if (last !== undefined) yield last;
+/** The events of an SSE byte stream, in order, as `SseDecoder` gives them. */
+export async function* decodeServerSentEvents(body: AsyncIterable<Uint8Array>, options: SseDecoderOptions = {}): AsyncGenerator<ServerSentEvent> {
+  const decoder = new SseDecoder(options);
+  for await (const piece of body) yield* decoder.push(piece);
+  yield* decoder.end();
 }

@@ -90,6 +90,124 @@ export function describeConnectionFailure(error: unknown): UpstreamConnectionErr
   return new UpstreamConnectionError("connect", code !== undefined && CONNECTION_CODES.has(code) ? `connection failed (${code})` : `connection failed (${code ?? "unknown error"})`);
 }
 
+/** An upstream's streamed answer: status, headers, and the body's pieces as they arrive (iterate once). */
+export type UpstreamStream = {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: AsyncIterable<Uint8Array>;
+};
+
+/** Pieces held unread before the upstream's connection is paused (TCP then slows the upstream). */
+const HELD_BYTES = 64 * 1024;
+
+/**
+ * One streamed answer as undici's dispatch handler: the status and headers resolve `response`,
+ * then each piece is queued for the one reader of `body` (a promise only when it has to wait).
+ * The request's signal aborts it; a reader that stops early aborts it too, so the connection is
+ * not left half read. Failures before the answer reject `response` as `UpstreamClient.#send`'s do.
+ */
+class StreamedAnswer implements Dispatcher.DispatchHandler, AsyncIterator<Uint8Array> {
+  readonly response: Promise<UpstreamStream>;
+  readonly #signal: AbortSignal;
+  #resolve!: (stream: UpstreamStream) => void;
+  #reject!: (error: unknown) => void;
+  #controller: Dispatcher.DispatchController | undefined;
+  #started = false;
+  readonly #pieces: Uint8Array[] = [];
+  #held = 0;
+  #ended = false;
+  #failure: Error | undefined;
+  #waiting: { resolve: (result: IteratorResult<Uint8Array>) => void; reject: (error: unknown) => void } | undefined;
+
+  constructor(signal: AbortSignal) {
+    this.#signal = signal;
+    this.response = new Promise((resolve, reject) => {
+      this.#resolve = resolve;
+      this.#reject = reject;
+    });
+    if (!signal.aborted) signal.addEventListener("abort", this.#onAbort, { once: true });
+  }
+
+  readonly #onAbort = (): void => {
+    const reason = this.#signal.reason instanceof Error ? this.#signal.reason : Object.assign(new Error("aborted"), { name: "AbortError" });
+    if (this.#controller !== undefined && !this.#controller.aborted) this.#controller.abort(reason);
+    else if (this.#controller === undefined) this.onResponseError(undefined, reason);
+  };
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.#controller = controller;
+    if (this.#signal.aborted) this.#onAbort();
+  }
+
+  onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
+    this.#started = true;
+    this.#resolve({ status: statusCode, headers, body: { [Symbol.asyncIterator]: () => this } });
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    const waiting = this.#waiting;
+    if (waiting !== undefined) {
+      this.#waiting = undefined;
+      waiting.resolve({ done: false, value: chunk });
+      return;
+    }
+    this.#pieces.push(chunk);
+    this.#held += chunk.length;
+    if (this.#held > HELD_BYTES) controller.pause();
+  }
+
+  onResponseEnd(): void {
+    this.#ended = true;
+    this.#finish();
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController | undefined, error: Error): void {
+    this.#signal.removeEventListener("abort", this.#onAbort);
+    if (!this.#started) {
+      this.#started = true;
+      const signal = this.#signal;
+      this.#reject(!signal.aborted && !isNetworkFailure(error) ? new UpstreamRequestError("the request could not be sent", error) : describeConnectionFailure(signal.aborted ? Object.assign(new Error("aborted"), { name: "AbortError" }) : error));
+      return;
+    }
+    this.#failure ??= error;
+    this.#finish();
+  }
+
+  #finish(): void {
+    this.#signal.removeEventListener("abort", this.#onAbort);
+    const waiting = this.#waiting;
+    if (waiting === undefined) return;
+    this.#waiting = undefined;
+    if (this.#failure !== undefined) waiting.reject(this.#failure);
+    else waiting.resolve({ done: true, value: undefined });
+  }
+
+  next(): Promise<IteratorResult<Uint8Array>> {
+    const piece = this.#pieces.shift();
+    if (piece !== undefined) {
+      this.#held -= piece.length;
+      if (this.#controller?.paused === true && this.#held <= HELD_BYTES / 2) this.#controller.resume();
+      return Promise.resolve({ done: false, value: piece });
+    }
+    if (this.#failure !== undefined) return Promise.reject(this.#failure);
+    if (this.#ended) return Promise.resolve({ done: true, value: undefined });
+    return new Promise((resolve, reject) => {
+      this.#waiting = { resolve, reject };
+    });
+  }
+
+  /** The reader stopped early (a `break`, a throw): the rest is not wanted. */
+  return(): Promise<IteratorResult<Uint8Array>> {
+    if (!this.#ended && this.#failure === undefined) {
+      this.#failure = new Error("the answer was not read to its end");
+      if (this.#controller !== undefined && !this.#controller.aborted) this.#controller.abort(this.#failure);
+    }
+    this.#pieces.length = 0;
+    this.#signal.removeEventListener("abort", this.#onAbort);
+    return Promise.resolve({ done: true, value: undefined });
+  }
+}
+
 /** The HTTP side of one pool: chat completion and embeddings posts and JSON probes over one keep-alive agent. */
 export class UpstreamClient {
   readonly #agent: Dispatcher;
@@ -128,6 +246,33 @@ export class UpstreamClient {
   async postGeneration(url: string, body: string, signal: AbortSignal): Promise<UpstreamResponse> {
     return this.#send(url, { method: "POST", headers: this.#headers(false), body }, signal, true);
   }
+
+  /**
+   * POSTs a generation body to `url` as `postGeneration` does (failing the same way before the
+   * answer), and gives its body as the pieces arrive, with no stream in between: undici's own
+   * callbacks feed them (see `StreamedAnswer`). The one to use on the path of every request.
+   */
+  streamGeneration(url: string, body: string, signal: AbortSignal): Promise<UpstreamStream> {
+    let target = this.#targets.get(url);
+    if (target === undefined) {
+      const parsed = new URL(url);
+      target = { origin: parsed.origin, path: `${parsed.pathname}${parsed.search}` };
+      if (this.#targets.size >= 64) this.#targets.clear();
+      this.#targets.set(url, target);
+    }
+    this.#streamHeaders ??= this.#headers(false);
+    const answer = new StreamedAnswer(signal);
+    try {
+      this.#agent.dispatch({ origin: target.origin, path: target.path, method: "POST", headers: this.#streamHeaders, body }, answer);
+    } catch (error) {
+      answer.onResponseError(undefined, error as Error);
+    }
+    return answer.response;
+  }
+
+  /** Chat completion URLs by member base URL, and URLs split for `dispatch`: the same few, every request. */
+  readonly #targets = new Map<string, { origin: string; path: string }>();
+  #streamHeaders: Record<string, string> | undefined;
 
   /**
    * POSTs an embeddings body (JSON text) to `{baseUrl}/embeddings`; the answer is JSON. Throws as

@@ -23,7 +23,7 @@ import type { MemberOutcome, PoolLease, UpstreamPool } from "./pool-types.ts";
 import { chatChunksOf } from "./completion-chunks.ts";
 import type { UpstreamWire } from "./completion-request.ts";
 import { ChunkReader, readServerSentEvent, UpstreamProtocolError, UpstreamStreamError } from "./chunk-reader.ts";
-import { decodeServerSentEvents, SseProtocolError } from "./sse-decoder.ts";
+import { SseDecoder, SseProtocolError, type ServerSentEvent } from "./sse-decoder.ts";
 import { classifyHttpError, classifyStreamError, classifyTransportFailure, midStreamFailure, type UpstreamVerdict } from "./upstream-errors.ts";
 import type { UpstreamClient } from "./upstream-client.ts";
 
@@ -89,6 +89,8 @@ class AttemptTimeout extends Error {
 }
 
 type AttemptResult = { kind: "done" } | { kind: "retry"; error: ApiError; retryAfterMs?: number };
+
+const NO_PARTS: readonly StreamPart[] = [];
 
 /** The body of an error answer, read up to 64 KiB (an upstream's error page can be large). */
 async function readErrorBody(body: AsyncIterable<Uint8Array>): Promise<string> {
@@ -190,17 +192,6 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
       controller.abort(stop.reason);
     };
     stop.addEventListener("abort", onStop, { once: true });
-    /** The body, bounded while draining. */
-    async function* bounded(body: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8Array> {
-      let drained = 0;
-      for await (const piece of body) {
-        if (draining) {
-          drained += piece.length;
-          if (drained > USAGE_AFTER_LEAVE_BYTES) throw new Error("the upstream sent too much after the client left");
-        }
-        yield piece;
-      }
-    }
     let timer: NodeJS.Timeout | undefined;
     const arm = (phase: "first-token" | "idle") => {
       clearTimeout(timer);
@@ -217,10 +208,8 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
       arm("first-token");
       sent = true;
       const endpoint = options.endpoint;
-      const response =
-        endpoint === undefined
-          ? await options.client.postChatCompletion(lease.member.baseUrl, options.body, controller.signal)
-          : await options.client.postGeneration(endpoint.url(lease.member.baseUrl), options.body, controller.signal);
+      const url = endpoint === undefined ? `${lease.member.baseUrl.replace(/\/+$/, "")}/chat/completions` : endpoint.url(lease.member.baseUrl);
+      const response = await options.client.streamGeneration(url, options.body, controller.signal);
       if (response.status < 200 || response.status >= 300) {
         const verdict = classifyHttpError(response.status, await readErrorBody(response.body), response.headers, options.secrets);
         release(verdict.outcome);
@@ -228,26 +217,51 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
         options.onEvent("warn", `upstream answered HTTP ${response.status}`, { member, status: response.status, ...upstreamWords(verdict) });
         return settle(verdict);
       }
-      for await (const event of decodeServerSentEvents(bounded(response.body))) {
+      /** One event read: the parts to give out now, or `stop` (the client left and the usage came). */
+      const readEvent = (event: ServerSentEvent): readonly StreamPart[] | "stop" => {
         // What follows [DONE] is drained, not read, so the connection can be kept.
-        if (done) continue;
+        if (done) return NO_PARTS;
         const read = readServerSentEvent(reader, event, toChatChunk);
         if (read.done) {
           done = true;
-          continue;
+          return NO_PARTS;
         }
-        if (draining) {
-          // The client left: nobody reads parts any more, only the usage is wanted.
-          if (reader.usage().source === "upstream") break;
-          continue;
-        }
-        const parts = read.parts;
+        // The client left: nobody reads parts any more, only the usage is wanted.
+        if (draining) return reader.usage().source === "upstream" ? "stop" : NO_PARTS;
         if (reader.sawContent) {
           firstContentMs ??= performance.now() - startedAt;
           arm("idle");
         }
-        if (held !== undefined) held.push(...parts);
-        else for (const part of parts) yield part;
+        if (held === undefined) return read.parts;
+        held.push(...read.parts);
+        return NO_PARTS;
+      };
+      // The pieces are decoded as they come, every event of a piece at once (`SseDecoder`): an
+      // upstream's whole answer often arrives in one, and a promise per event and layer cost more
+      // than reading it. What arrives while draining is bounded.
+      const decoder = new SseDecoder();
+      let drained = 0;
+      let stopped = false;
+      pieces: for await (const piece of response.body) {
+        if (draining) {
+          drained += piece.length;
+          if (drained > USAGE_AFTER_LEAVE_BYTES) throw new Error("the upstream sent too much after the client left");
+        }
+        for (const event of decoder.push(piece)) {
+          const parts = readEvent(event);
+          if (parts === "stop") {
+            stopped = true;
+            break pieces;
+          }
+          for (const part of parts) yield part;
+        }
+      }
+      if (!stopped) {
+        for (const event of decoder.end()) {
+          const parts = readEvent(event);
+          if (parts === "stop") break;
+          for (const part of parts) yield part;
+        }
       }
       if (draining) {
         // The reply was whole when the client left; the usage came (or the stream ended without it).
