@@ -5,7 +5,6 @@
  * (`waitForRoom`) before it makes more, and cuts a client that has not read for the stall timeout.
  */
 import type { ServerResponse } from "node:http";
-import type { Socket } from "node:net";
 import { performance } from "node:perf_hooks";
 
 /** How a wait for the client to read ended: it read (`drained`), it went (`closed`), it did not read in time (`stalled`), or the caller gave up (`aborted`). */
@@ -28,7 +27,6 @@ export class SseWriter {
     response.on("drain", () => {
       this.#congested = false;
     });
-    this.#cork();
     response.writeHead(200, {
       ...headers,
       "content-type": "text/event-stream; charset=utf-8",
@@ -36,7 +34,8 @@ export class SseWriter {
       connection: "keep-alive",
       "x-accel-buffering": "no",
     });
-    response.flushHeaders();
+    // The headers leave with what is written in this turn, or alone at its end.
+    this.#schedule();
   }
 
   /** False once the client closed the connection or the stream was ended. */
@@ -54,7 +53,7 @@ export class SseWriter {
 
   /** Bytes written but not yet handed to the kernel (what a client that stops reading makes us hold). */
   get buffered(): number {
-    return this.#response.writableLength;
+    return this.#response.writableLength + this.#pending.length;
   }
 
   /** Sends one event with a JSON payload. */
@@ -85,32 +84,41 @@ export class SseWriter {
 
   #write(text: string): void {
     if (!this.open) return;
-    this.#cork();
-    if (!this.#response.write(text)) this.#congested = true;
+    this.#pending += text;
     this.#lastWriteAt = performance.now();
+    // Past the socket's high-water mark the client is behind: write now, so that `congested` says so.
+    if (this.#pending.length >= this.#response.writableHighWaterMark) this.#flush();
+    else this.#schedule();
   }
 
   /**
    * What is written in one turn of the event loop (the headers; the events of one upstream read,
-   * which reach here through promise jobs, and the stream's end when it follows at once) leaves
-   * in one system call: each write would be one otherwise, and a send costs more CPU than making
-   * the event. The socket is corked, not the
-   * response: Node's `end()` on a corked response drops what was written since the cork.
+   * which reach here through promise jobs; the stream's end when it follows at once) leaves as one
+   * string in one write, at the turn's end (`setImmediate`): each event would be a system call
+   * otherwise (three buffers each, as chunked encoding frames it), and on loopback a send costs
+   * more CPU than making the event.
    */
-  #cork(): void {
-    const socket = this.#response.socket;
-    if (this.#corked !== null || socket === null) return;
-    this.#corked = socket;
-    socket.cork();
-    setImmediate(this.#uncork);
+  #pending = "";
+  #scheduled = false;
+
+  #schedule(): void {
+    if (this.#scheduled) return;
+    this.#scheduled = true;
+    setImmediate(this.#flushLater);
   }
 
-  #corked: Socket | null = null;
-  readonly #uncork = (): void => {
-    const socket = this.#corked;
-    this.#corked = null;
-    socket?.uncork();
+  readonly #flushLater = (): void => {
+    this.#scheduled = false;
+    if (this.open) this.#flush();
   };
+
+  #flush(): void {
+    const text = this.#pending;
+    this.#pending = "";
+    if (text !== "") {
+      if (!this.#response.write(text)) this.#congested = true;
+    } else if (!this.#response.headersSent) this.#response.flushHeaders();
+  }
 
   /**
    * Resolves once the stream has room again: at once when it is not congested, else when the
@@ -160,19 +168,26 @@ export class SseWriter {
     else if (!this.congested) this.event(event[0], event[1]);
   }
 
-  /** Sends `data: [DONE]` and ends the response. */
+  /** Sends `data: [DONE]` and ends the response (with what is still to be written, in one write). */
   done(): void {
     if (!this.open) return;
-    this.#response.end("data: [DONE]\n\n");
+    const text = `${this.#pending}data: [DONE]\n\n`;
+    this.#pending = "";
+    this.#response.end(text);
   }
 
   /** Ends the response without `[DONE]` (after an error event). */
   end(): void {
-    if (this.open) this.#response.end();
+    if (!this.open) return;
+    const text = this.#pending;
+    this.#pending = "";
+    if (text === "") this.#response.end();
+    else this.#response.end(text);
   }
 
   /** Drops the connection and whatever is still buffered for it (a client cut for not reading). */
   destroy(): void {
+    this.#pending = "";
     this.#response.destroy();
   }
 }
