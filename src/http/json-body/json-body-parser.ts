@@ -217,15 +217,15 @@ export function registerJsonBodyParser(server: FastifyInstance, worker: JsonBody
   // A large body whose owner holds its share of the queue already (or a full queue) is refused on
   // its headers, once the route's own `onRequest` hooks named its key: none of it is read (the
   // connection closes after the 503, rather than reading the rest of the body to keep it).
-  server.addHook("preParsing", async function refuseWhileQueueFull(request, reply, payload) {
-    if (!request.headers["content-type"]?.toLowerCase().startsWith("application/json")) return payload;
-    if ((request.routeOptions.bodyLimit ?? 0) <= WORKER_BODY_BYTES) return payload;
+  // Synchronous: it runs for every request with a body, and decides on the headers alone.
+  server.addHook("preParsing", function refuseWhileQueueFull(request, reply, payload, done) {
+    if (!request.headers["content-type"]?.toLowerCase().startsWith("application/json")) return done(null, payload);
+    if ((request.routeOptions.bodyLimit ?? 0) <= WORKER_BODY_BYTES) return done(null, payload);
     const length = Number(request.headers["content-length"]);
-    if (Number.isFinite(length) && length <= WORKER_BODY_BYTES) return payload;
-    if (!worker.wouldRefuse(ownerOf(request))) return payload;
+    if (Number.isFinite(length) && length <= WORKER_BODY_BYTES) return done(null, payload);
+    if (!worker.wouldRefuse(ownerOf(request))) return done(null, payload);
     void reply.header("connection", "close");
-    throw new ServerBusyError();
-    return payload;
+    done(new ServerBusyError());
   });
   server.addHook("onClose", async () => worker.close());
 }
