@@ -270,10 +270,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     },
     onUpstreamEvent: (modelId, level, message, fields) => logger[level]({ model: modelId, ...fields }, message),
     onUpstreamOutcome: (modelId, memberId, outcome) => {
-      metrics.upstreamRequests.inc({ model: modelId, member: memberId, outcome: outcome.kind });
-      if (outcome.kind === "ok" && outcome.timeToFirstTokenMs !== undefined) {
-        metrics.upstreamTimeToFirstToken.observe({ model: modelId, member: memberId }, outcome.timeToFirstTokenMs / 1000);
-      }
+      metrics.countUpstream(modelId, memberId, outcome.kind, outcome.kind === "ok" && outcome.timeToFirstTokenMs !== undefined ? outcome.timeToFirstTokenMs / 1000 : undefined);
     },
     onQueueWait: (modelId, tier, waitedMs, outcome) => metrics.queueWait.observe({ model: modelId, tier, outcome }, waitedMs / 1000),
   };

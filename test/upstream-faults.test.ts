@@ -14,7 +14,7 @@ import { after, before, beforeEach, describe, it } from "node:test";
 import { setTimeout as delay } from "node:timers/promises";
 import OpenAI from "openai";
 import { openStore } from "../src/store/open.ts";
-import { FaultUpstream } from "./helpers/fault-upstream.ts";
+import { FaultUpstream, type FaultStep } from "./helpers/fault-upstream.ts";
 import { startTestServer, temporaryDirectory, type TestServer } from "./helpers/server.ts";
 
 const SECRET = "sk-upstream-secret-0123456789";
@@ -105,22 +105,19 @@ describe("upstream faults through Turnpike", () => {
         { kind: "hang" },
         { kind: "complete", firstTokenDelayMs: 3000 },
       ] as const) {
-        first.mode = fault;
-        second.mode = fault;
-        // Whichever member is asked first fails; the other one answers.
-        const before = [first.requests.length, second.requests.length];
-        const failing = new Promise<void>((resolve) => {
-          const check = setInterval(() => {
-            const asked = [first.requests.length - before[0]!, second.requests.length - before[1]!];
-            if (asked[0]! + asked[1]! === 0) return;
-            clearInterval(check);
-            (asked[0]! > 0 ? second : first).mode = { kind: "complete" };
-            resolve();
-          }, 1);
-        });
-        const answer = text(stream);
-        await failing;
-        assert.equal(await answer, "Hello there!", `${fault.kind}`);
+        // Whichever member is asked first fails; the other one answers. Decided as each request
+        // arrives (not by a timer racing the failover, which a quick failover could beat).
+        let failed = false;
+        const firstFails = (): FaultStep => {
+          if (failed) return { kind: "complete" };
+          failed = true;
+          return fault;
+        };
+        first.mode = firstFails;
+        second.mode = firstFails;
+        const before = first.requests.length + second.requests.length;
+        assert.equal(await text(stream), "Hello there!", `${fault.kind}`);
+        assert.equal(first.requests.length + second.requests.length - before, 2, `${fault.kind}: one failed attempt, then the other member`);
       }
     });
   }

@@ -189,8 +189,7 @@ export function buildApp(options: AppOptions): App {
       const elapsedMs = performance.now() - started;
       request.log.info({ method: request.method, url: request.url, status, latency_ms: Math.round(elapsedMs) }, "request");
       const route = request.routeOptions.url ?? "unmatched";
-      options.metrics.httpRequests.inc({ method: request.method, route, status });
-      options.metrics.httpDuration.observe({ route }, elapsedMs / 1000);
+      options.metrics.countHttp(request.method, route, status, elapsedMs / 1000);
     });
     const refusal =
       hostRefusal(hosts, request) ??

@@ -17,6 +17,32 @@ export type MetricsSources = {
   leases?: () => { open: number; pendingRecords: number };
 };
 
+/**
+ * The children of a labelled metric by their label values (in its label names' order).
+ * prom-client's `inc(labels)` and `observe(labels)` hash the labels (their names sorted) on every
+ * call; a child from `labels()` hashed them once. For what is counted on every request.
+ */
+class Children<Child> {
+  readonly #cache = new Map<string, Child>();
+  readonly #make: (values: string[]) => Child;
+
+  constructor(make: (values: string[]) => Child) {
+    this.#make = make;
+  }
+
+  of(...values: Array<string | number>): Child {
+    const key = values.join("\u0000");
+    let child = this.#cache.get(key);
+    if (child === undefined) {
+      // Label values are few (models, members, routes, statuses); the bound is for safety only.
+      if (this.#cache.size >= 10_000) this.#cache.clear();
+      child = this.#make(values.map(String));
+      this.#cache.set(key, child);
+    }
+    return child;
+  }
+}
+
 export class Metrics {
   readonly registry = new Registry();
   readonly httpRequests: Counter<"method" | "route" | "status">;
@@ -33,6 +59,39 @@ export class Metrics {
   readonly upstreamTimeToFirstToken: Histogram<"model" | "member">;
   /** Seconds requests waited in a model's queue, by band and how the wait ended (`served`, `left`, `refused`). */
   readonly queueWait: Histogram<"model" | "tier" | "outcome">;
+
+  readonly #http: Children<{ count: { inc(value?: number): void }; duration: { observe(value: number): void } }>;
+  readonly #completions: Children<{ inc(value?: number): void }>;
+  readonly #tokens: Children<{ inc(value?: number): void }>;
+  readonly #upstream: Children<{ inc(value?: number): void }>;
+  readonly #firstToken: Children<{ observe(value: number): void }>;
+
+  /** One HTTP request answered (or cut: 499): `httpRequests` and `httpDuration`. */
+  countHttp(method: string, route: string, status: number, seconds: number): void {
+    const { count, duration } = this.#http.of(method, route, status);
+    count.inc();
+    duration.observe(seconds);
+  }
+
+  /** One completion finished: `completions`, and its tokens when it has usage. */
+  countCompletion(model: string, finishReason: string, usage?: { promptTokens: number; cachedPromptTokens: number; completionTokens: number }): void {
+    this.#completions.of(model, finishReason).inc();
+    if (usage === undefined) return;
+    this.countTokens(model, "prompt", usage.promptTokens);
+    this.countTokens(model, "cached_prompt", usage.cachedPromptTokens);
+    this.countTokens(model, "completion", usage.completionTokens);
+  }
+
+  /** Tokens processed: `tokens` by kind (prompt, cached_prompt, completion). */
+  countTokens(model: string, kind: "prompt" | "cached_prompt" | "completion", tokens: number): void {
+    this.#tokens.of(model, kind).inc(tokens);
+  }
+
+  /** One request to an upstream member ended: `upstreamRequests`, and its time to a first token when it had one. */
+  countUpstream(model: string, member: string, outcome: string, timeToFirstTokenSeconds?: number): void {
+    this.#upstream.of(model, member, outcome).inc();
+    if (timeToFirstTokenSeconds !== undefined) this.#firstToken.of(model, member).observe(timeToFirstTokenSeconds);
+  }
 
   constructor(sources: MetricsSources) {
     collectDefaultMetrics({ register: this.registry, prefix: "turnpike_process_" });
@@ -70,6 +129,11 @@ export class Metrics {
       buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120],
       registers,
     });
+    this.#http = new Children((values) => ({ count: this.httpRequests.labels(...values), duration: this.httpDuration.labels(values[1]!) }));
+    this.#completions = new Children((values) => this.completions.labels(...values));
+    this.#tokens = new Children((values) => this.tokens.labels(...values));
+    this.#upstream = new Children((values) => this.upstreamRequests.labels(...values));
+    this.#firstToken = new Children((values) => this.upstreamTimeToFirstToken.labels(...values));
     /** The queues' snapshots, per model (the member that holds each queue carries it). */
     const queues = function* () {
       for (const { model, members } of sources.members?.() ?? []) {

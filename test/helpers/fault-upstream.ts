@@ -93,8 +93,11 @@ export class FaultUpstream {
   readonly #sockets = new Set<net.Socket>();
   readonly #options: FaultUpstreamOptions;
   readonly #script: FaultStep[] = [];
-  /** What requests do once the script is used up. */
-  mode: FaultStep = { kind: "complete" };
+  /**
+   * What requests do once the script is used up; a function is asked at each request (one shared
+   * by two members decides for the pair: "the first request to either fails").
+   */
+  mode: FaultStep | (() => FaultStep) = { kind: "complete" };
   /** `/health` answers 200 while true, 503 (as llama-server does while loading) otherwise. */
   healthy = true;
   /** Chat requests received, in order. */
@@ -188,7 +191,7 @@ export class FaultUpstream {
 
   /** `wire`: a chat completion, or a text completion (`/v1/completions`: `text_completion` objects, prompts × `n` choices). */
   async #chat(request: http.IncomingMessage, response: http.ServerResponse, body: Record<string, unknown>, wire: "chat" | "completions" = "chat"): Promise<void> {
-    const step = this.#script.shift() ?? this.mode;
+    const step = this.#script.shift() ?? (typeof this.mode === "function" ? this.mode() : this.mode);
     let finished = false;
     let markClosed: () => void = () => {};
     const received: ReceivedRequest = {

@@ -132,12 +132,7 @@ async function finish(dependencies: RunDependencies, input: RunInput<unknown>, e
     },
     logName,
   );
-  dependencies.metrics.completions.inc({ model, finish_reason: outcome?.finishReason ?? "error" });
-  if (outcome !== undefined) {
-    dependencies.metrics.tokens.inc({ model, kind: "prompt" }, outcome.usage.promptTokens);
-    dependencies.metrics.tokens.inc({ model, kind: "cached_prompt" }, outcome.usage.cachedPromptTokens);
-    dependencies.metrics.tokens.inc({ model, kind: "completion" }, outcome.usage.completionTokens);
-  }
+  dependencies.metrics.countCompletion(model, outcome?.finishReason ?? "error", outcome?.usage);
 }
 
 /** Starts the generation; a refusal before anything started (a full queue: 503) releases the hold uncharged and is rethrown. */

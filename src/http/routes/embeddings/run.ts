@@ -104,7 +104,7 @@ export async function runEmbeddings(dependencies: EmbeddingsRunDependencies, inp
   dependencies.metrics.embeddings.inc({ model, outcome });
   if (usage !== null) {
     dependencies.metrics.embeddingInputs.inc({ model }, job.request.inputs.length);
-    dependencies.metrics.tokens.inc({ model, kind: "prompt" }, usage.promptTokens);
+    dependencies.metrics.countTokens(model, "prompt", usage.promptTokens);
   }
   if (signal.aborted) throw signal.reason instanceof ShuttingDownError ? signal.reason : new ClientClosedRequestError();
   if (failure !== undefined) throw failure;
