@@ -24,6 +24,7 @@ import { chatChunksOf } from "./completion-chunks.ts";
 import type { UpstreamWire } from "./completion-request.ts";
 import { ChunkReader, readServerSentEvent, UpstreamProtocolError, UpstreamStreamError } from "./chunk-reader.ts";
 import { SseDecoder, SseProtocolError, type ServerSentEvent } from "./sse-decoder.ts";
+import { abortWith } from "../abort-group.ts";
 import { classifyHttpError, classifyStreamError, classifyTransportFailure, midStreamFailure, type UpstreamVerdict } from "./upstream-errors.ts";
 import type { UpstreamClient } from "./upstream-client.ts";
 
@@ -137,7 +138,21 @@ function releasing(lease: PoolLease): (outcome: MemberOutcome) => void {
  * lent). Throws `EngineOverloadedError` here, synchronously, when the pool's queue is full.
  */
 export function startUpstreamGeneration(options: UpstreamGenerationOptions, signal: AbortSignal, ticket?: QueueTicket): RunningGeneration {
-  const stop = AbortSignal.any([signal, options.closing]);
+  // Stops on the request's signal or the engine's closing (joined through `abortWith`, not a
+  // composite signal: see `abort-group.ts`); unlinked from both once the generation is over.
+  const stopper = new AbortController();
+  const stop = stopper.signal;
+  const onCut = () => stopper.abort(signal.reason);
+  if (signal.aborted) onCut();
+  else signal.addEventListener("abort", onCut, { once: true });
+  const leaveClosing = abortWith(options.closing, stopper);
+  let unlinked = false;
+  const unlink = () => {
+    if (unlinked) return;
+    unlinked = true;
+    signal.removeEventListener("abort", onCut);
+    leaveClosing();
+  };
   const tried = new Set<string>();
   const newReader = () =>
     new ChunkReader({
@@ -162,11 +177,13 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
         if (consumed) return;
         releasedIdle = true;
         lease.release({ kind: "neutral" });
+        unlink();
       };
       if (stop.aborted) releaseIfIdle();
       else stop.addEventListener("abort", releaseIfIdle, { once: true });
     },
-    () => {},
+    // No member was lent (refused, or aborted while waiting): nothing will run.
+    unlink,
   );
   const admitted = firstLease.then(() => undefined);
   admitted.catch(() => {});
@@ -341,32 +358,36 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
   }
 
   async function* generate(): AsyncGenerator<StreamPart> {
-    consumed = true;
-    if (releaseIfIdle !== undefined) stop.removeEventListener("abort", releaseIfIdle);
-    let lease = await firstLease;
-    // Aborted before anyone read: the lease went back already, nothing was sent.
-    if (releasedIdle) {
-      yield* reader.cancel();
-      return;
-    }
-    const maxWait = options.maxRetryWaitMs ?? 2000;
-    for (let number = 1; ; number++) {
-      tried.add(lease.member.id);
-      const result = yield* attempt(lease, number);
-      if (result.kind === "done") return;
-      if (number >= options.maxAttempts) throw result.error;
-      if (result.retryAfterMs !== undefined && result.retryAfterMs <= maxWait) await sleep(result.retryAfterMs, stop);
-      try {
-        if (stop.aborted) throw stop.reason;
-        lease = await options.pool.acquire({ affinity: options.affinity, exclude: tried, signal: stop, ticket, served });
-      } catch (error) {
-        if (stop.aborted) {
-          yield* reader.cancel();
-          return;
-        }
-        // No member left to try: the failure that brought us here says most.
-        throw error instanceof ApiError && error.status === 503 ? result.error : error;
+    try {
+      consumed = true;
+      if (releaseIfIdle !== undefined) stop.removeEventListener("abort", releaseIfIdle);
+      let lease = await firstLease;
+      // Aborted before anyone read: the lease went back already, nothing was sent.
+      if (releasedIdle) {
+        yield* reader.cancel();
+        return;
       }
+      const maxWait = options.maxRetryWaitMs ?? 2000;
+      for (let number = 1; ; number++) {
+        tried.add(lease.member.id);
+        const result = yield* attempt(lease, number);
+        if (result.kind === "done") return;
+        if (number >= options.maxAttempts) throw result.error;
+        if (result.retryAfterMs !== undefined && result.retryAfterMs <= maxWait) await sleep(result.retryAfterMs, stop);
+        try {
+          if (stop.aborted) throw stop.reason;
+          lease = await options.pool.acquire({ affinity: options.affinity, exclude: tried, signal: stop, ticket, served });
+        } catch (error) {
+          if (stop.aborted) {
+            yield* reader.cancel();
+            return;
+          }
+          // No member left to try: the failure that brought us here says most.
+          throw error instanceof ApiError && error.status === 503 ? result.error : error;
+        }
+      }
+    } finally {
+      unlink();
     }
   }
 
