@@ -16,7 +16,6 @@ import { costOf, worstCaseCost } from "../protocol/price.ts";
 import { findAccountPlan, findAccountStanding } from "./plans-store.ts";
 import type { Plan } from "../protocol/plans.ts";
 import { DEFAULT_SERVICE_TIER_PRICES, multiplierPercent, servedTier, SERVICE_TIERS, type RequestedServiceTier, type ServiceTier } from "../protocol/service-tiers.ts";
-import { recordUsage } from "./usage.ts";
 import { isDatabaseUnavailable } from "../store/errors.ts";
 import { newId } from "../store/ids.ts";
 
@@ -317,7 +316,6 @@ export class Metering {
 
   /** Checks the key may use the model and reserves the request's worst case. Throws 403/429. */
   async admit(input: AdmitInput): Promise<Admission> {
-    const { database } = this.#options;
     const { key, model } = input;
     // Usage this node could not record in time is never served: while its group commits keep
     // someone waiting past `shedAfterMs`, new requests go elsewhere (or come back shortly).
@@ -368,16 +366,12 @@ export class Metering {
           finish_reason: outcome.finishReason,
           created_at: Date.now(),
         });
-        if (ticket === null && hot) {
+        if (ticket === null) {
+          // Nothing reserved (an operator key, a free model): nothing to settle, and the record
+          // joins the next group commit whether the key is busy or quiet.
           this.#leases.queue({ ...record(0), id: newId("use"), hold_id: null });
           if (this.#leases.late) await this.#leases.written();
           return { cost: 0 };
-        }
-        if (ticket === null) {
-          return this.#settleOrDefer(input.requestId, async () => {
-            await recordUsage(database, record(0));
-            return 0;
-          });
         }
         const overage = (charged: number | null) => {
           if (cost <= reserved) return;
