@@ -87,7 +87,8 @@ export async function writeUsageBatch(database: Kysely<Database>, batch: UsageBa
     const late: LateCharge[] = [];
     // Charging locks account rows (then key rows): taken in the order of the accounts' ids, so
     // that two nodes' group commits settling holds of the same accounts never wait in a cycle.
-    const byAccount = [...holds].sort((one, other) => (one.account_id < other.account_id ? -1 : one.account_id > other.account_id ? 1 : one.id < other.id ? -1 : one.id > other.id ? 1 : 0));
+    const order = (one: string, other: string) => (one < other ? -1 : one > other ? 1 : 0);
+    const byAccount = [...holds].sort((one, other) => order(one.account_id, other.account_id) || order(one.id, other.id));
     for (const hold of byAccount) {
       if (hold.status === "active") {
         // A quiet request's own hold: charged its record's cost, the rest given back (a lease's stays open).
