@@ -73,6 +73,12 @@ export type RunningServer = {
   /** The Responses API's stored responses (tests read its group-commit counter). */
   responses: StoredResponses;
   /**
+   * Runs the usage group commit now and resolves once it is written: the records of finished
+   * requests and the settlements of their holds, which otherwise land at most 100 ms after the
+   * answer (tests that read the books right after a response wait for this).
+   */
+  usageWritten(): Promise<void>;
+  /**
    * SIGTERM's stop: `/ready` answers 503 at once while requests are still served for `delayMs`
    * (the load balancer's health check needs that long to stop sending), then `close()`.
    */
@@ -447,5 +453,6 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     cutRunning("second signal");
     return closing;
   };
-  return { app, catalog, url, ...(metricsServer !== undefined ? { metricsUrl: metricsServer.url } : {}), modelsSettled, setupCode, responses, drain, close, abortNow };
+  const usageWritten = () => metering.leases.flush();
+  return { app, catalog, url, ...(metricsServer !== undefined ? { metricsUrl: metricsServer.url } : {}), modelsSettled, setupCode, responses, usageWritten, drain, close, abortNow };
 }

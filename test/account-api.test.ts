@@ -160,6 +160,8 @@ describe("usage through the API", () => {
     }
     const prompt = completions.reduce((sum, completion) => sum + completion.usage!.prompt_tokens, 0);
     const completion = completions.reduce((sum, completion) => sum + completion.usage!.completion_tokens, 0);
+    // Their holds are settled in the group commit after each answer.
+    await test.server.usageWritten();
     const charged = 5000 - (await checkLedger(database, buyer.id)).balance;
     assert.ok(charged > 0);
 

@@ -74,6 +74,8 @@ before(async () => {
     await database.destroy();
   }
   await client.chat.completions.create({ model: "stories260K", messages: [{ role: "user", content: "Last" }], max_tokens: 2 });
+  // Their holds are settled, and their usage recorded, in the group commit after each answer.
+  await test.server.usageWritten();
 });
 after(async () => {
   await test?.close();

@@ -54,17 +54,26 @@ async function ledgerOf(dataDir: string, accountId: string) {
 }
 
 /**
- * Waits until every hold of the account is settled, then checks the books: the balance equals
- * its entries and the credit less what the usage records charged, and each record is billed
- * exactly for its tokens. Returns the records.
+ * The account's books once every hold is settled (waits up to 5 s): a request's own hold is
+ * settled in the group commit after its answer (at most 100 ms later), not before it.
  */
-async function assertBilledExactly(dataDir: string, accountId: string, credit: number) {
+async function settledLedgerOf(dataDir: string, accountId: string) {
   let check = await ledgerOf(dataDir, accountId);
   for (let attempt = 0; attempt < 200 && check.activeHolds > 0; attempt++) {
     await delay(25);
     check = await ledgerOf(dataDir, accountId);
   }
   assert.equal(check.activeHolds, 0, "every hold was settled");
+  return check;
+}
+
+/**
+ * Waits until every hold of the account is settled, then checks the books: the balance equals
+ * its entries and the credit less what the usage records charged, and each record is billed
+ * exactly for its tokens. Returns the records.
+ */
+async function assertBilledExactly(dataDir: string, accountId: string, credit: number) {
+  const check = await settledLedgerOf(dataDir, accountId);
   assert.equal(check.balance, check.sumOfEntries);
   const database = await openStore({ dataDir, databaseUrl: "" });
   const records = await database.selectFrom("usage_records").selectAll().where("account_id", "=", accountId).execute();
@@ -119,6 +128,7 @@ describe("metered quota", () => {
       { prompt: pricing.prompt, cachedPrompt: pricing.cached_prompt, completion: pricing.completion },
       { promptTokens: usage.prompt_tokens, cachedPromptTokens: usage.prompt_tokens_details?.cached_tokens ?? 0, completionTokens: usage.completion_tokens },
     );
+    await settledLedgerOf(dataDir, account.id);
     const shown = await cliJson(["accounts", "show", "--email", email, "--data-dir", dataDir]);
     assert.equal(shown.balance, 2000 - expected);
     const check = await ledgerOf(dataDir, account.id);
@@ -154,7 +164,7 @@ describe("metered quota", () => {
         ),
       0,
     );
-    const check = await ledgerOf(dataDir, account.id);
+    const check = await settledLedgerOf(dataDir, account.id);
     assert.equal(check.balance, 1000 - charged, "every admitted request billed exactly, nothing else");
     assert.ok(check.balance >= 0, "no overspend");
     assert.equal(check.balance, check.sumOfEntries, "balance = sum of entries");
@@ -229,6 +239,7 @@ describe("metered quota", () => {
     const { email, account, client } = await meteredAccount("small");
     const request = { model: "story", messages: [{ role: "user" as const, content: "Hi" }], max_tokens: 9, temperature: 0 };
     const one = await client.chat.completions.create(request);
+    await settledLedgerOf(dataDir, account.id);
     const before = (await cliJson(["accounts", "show", "--email", email, "--data-dir", dataDir])).balance;
     const three = await client.chat.completions.create({ ...request, n: 3 });
     assert.equal(three.choices.length, 3);
@@ -239,6 +250,7 @@ describe("metered quota", () => {
       { prompt: pricing.prompt, cachedPrompt: pricing.cached_prompt, completion: pricing.completion },
       { promptTokens: usage.prompt_tokens, cachedPromptTokens: usage.prompt_tokens_details?.cached_tokens ?? 0, completionTokens: usage.completion_tokens },
     );
+    await settledLedgerOf(dataDir, account.id);
     const after = (await cliJson(["accounts", "show", "--email", email, "--data-dir", dataDir])).balance;
     assert.equal(before - after, expected);
     const check = await ledgerOf(dataDir, account.id);

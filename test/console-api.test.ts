@@ -241,6 +241,8 @@ describe("accounts are isolated", () => {
   it("never shows another account's usage", async () => {
     const client = new OpenAI({ baseURL: test.baseURL, apiKey: aliceKey.key, maxRetries: 0 });
     const completion = await client.chat.completions.create(chat);
+    // Its usage is recorded in the group commit after its answer.
+    await test.server.usageWritten();
     const own = await alice.get("/api/usage/requests?limit=10");
     assert.equal(own.status, 200, own.text);
     const record = own.body.data.find((row: { key_id: string }) => row.key_id === aliceKey.id);

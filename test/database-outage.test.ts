@@ -120,7 +120,9 @@ describe("a PostgreSQL outage under a running server", () => {
       usage ??= chunk.usage ?? undefined;
     }
     assert.equal(usage?.completion_tokens, 3000, "the stream ran to its end while the database was away");
-    const deferredMessage = "the database is unavailable: this request's charge will be retried until it is back";
+    // The request's own hold is settled in the group commit with its usage record: the charge
+    // waits in memory with the records, and the group commit says so.
+    const deferredMessage = "the database is unavailable: usage records and checkpoints wait in memory and are retried until it is back";
     for (let attempt = 0; attempt < 100 && !test.logs().some((entry) => entry.msg === deferredMessage); attempt++) await delay(20);
     assert.ok(test.logs().some((entry) => entry.msg === deferredMessage));
     assert.match(await (await fetch(`${test.url}/metrics`)).text(), /^turnpike_deferred_charges 1$/m, "the waiting charge shows in /metrics");
@@ -147,7 +149,7 @@ describe("a PostgreSQL outage under a running server", () => {
     } finally {
       await database.destroy();
     }
-    assert.ok(test.logs().some((entry) => entry.msg === "deferred charge settled"));
+    assert.ok(test.logs().some((entry) => entry.msg === "waiting usage records written"));
     assert.match(await (await fetch(`${test.url}/metrics`)).text(), /^turnpike_deferred_charges 0$/m);
   });
 });

@@ -198,6 +198,8 @@ describe("the Messages API through a second Turnpike node as upstream", { timeou
         completion_tokens: Number(record.completion_tokens),
         finish_reason: record.finish_reason,
       }));
+    // A writes its usage records in its group commit after each answer: the earlier tests' first.
+    await nodeA.server.usageWritten();
     const before = (await recordsAtA()).length;
     // The story twice: the second reads its prompt from A's cache.
     const messages = [

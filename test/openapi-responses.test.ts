@@ -244,6 +244,8 @@ describe("the answers /openapi.json documents", () => {
     const keys = await call(admin, "get", "/api/admin/keys");
     assert.ok(keys.data.some((key: Json) => key.account_email === null), "the operator's key has no owner");
     await call(admin, "delete", `/api/admin/keys/${created.id}`, { route: "/api/admin/keys/{id}" });
+    // Usage is recorded, and holds settled, in the group commit after each answer.
+    await priced.server.usageWritten();
 
     for (const groupBy of ["day", "model", "key"]) {
       const usage = await call(operator, "get", `/api/usage?group_by=${groupBy}`);
@@ -318,6 +320,7 @@ describe("the answers /openapi.json documents", () => {
   it("answers usage without money fields on a server without a credit value", async () => {
     const client = new ConsoleClient(plain.url, { authorization: `Bearer ${plain.key}` });
     await call(client, "post", "/v1/chat/completions", { body: { model: plain.server.catalog.list()[0]!.id, messages: [{ role: "user", content: "Hi" }], max_tokens: 2 }, from: plainDocument });
+    await plain.server.usageWritten();
     const usage = await call(client, "get", "/api/usage?group_by=model", { from: plainDocument });
     assert.ok(usage.data.length > 0);
     assert.ok(!("currency" in usage) && usage.data.every((row: Json) => !("cost_money" in row)));

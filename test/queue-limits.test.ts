@@ -102,6 +102,8 @@ describe("the queue at its bounds", () => {
     assert.ok(performance.now() - started >= 250, "it waited its limit first");
     gate.release();
     assert.equal((await running).status, 200);
+    // Released in the group commit after the refusal.
+    await test.server.usageWritten();
     const books = await checkLedger(database, c.accountId);
     assert.equal(books.activeHolds, 0, "its hold was released");
     assert.equal(books.balance, 1_000_000, "nothing was charged");

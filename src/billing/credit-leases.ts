@@ -1,9 +1,11 @@
 /**
  * Credit leases: metering at gateway speed.
  *
- * A key that sends few requests reserves each request's worst case with a hold of its own and
- * settles it, usage record included, in one transaction before answering: two writes a request,
- * and the books are exact the moment the response ends.
+ * A key that sends few requests reserves each request's worst case with a hold of its own, written
+ * before it generates; the hold is settled at the request's usage record in the next group
+ * commit, off the request path (`finishOwn`; before answering only when the usage cost more than
+ * the hold reserved). Until then the hold keeps the whole reservation: the books never show
+ * credit the settlement will take.
  *
  * A busy key (at least `hotRequestsPerSecond` in the last second) is served from a lease: one hold
  * sized to about `leaseSeconds` of the key's recent reservations, taken with the same conditional
@@ -139,6 +141,9 @@ type Running = {
   wanted: boolean;
 };
 
+/** A quiet request's own hold, to be settled at its record in the next group commit. */
+type OwnSettle = { holdId: string; accountId: string; /** What settling gives back to the account: held less charged. */ gives: number };
+
 /** Those waiting for the next group commit to start (and end): true once it is written, false when it failed. */
 type Demand = { since: number; promise: Promise<boolean>; resolve: (written: boolean) => void };
 
@@ -197,6 +202,10 @@ export class CreditLeases {
   readonly #refused = new Map<string, number>();
   readonly #running = new Map<string, Running>();
   #records: UsageRow[] = [];
+  /** Own holds whose record is among `#records` (or the group commit's in flight, until it lands). */
+  #settles: OwnSettle[] = [];
+  /** Per account, the own holds waiting to be settled and the credit their settling gives back. */
+  readonly #returning = new Map<string, { holds: number; credit: number }>();
   /** The records of the group commit in flight. */
   #writing: readonly UsageRow[] = [];
   #ticking = false;
@@ -269,15 +278,12 @@ export class CreditLeases {
    */
   async reserve(input: { accountId: string; keyId: string | null; amount: number; hot: boolean }): Promise<Ticket> {
     const usageId = newId("use");
-    if (!input.hot) {
-      const lease = await this.#take(input, input.amount, false);
-      return this.#admit(lease, input.amount, usageId);
-    }
+    if (!input.hot) return this.#admit(await this.#takeOwn(input), input.amount, usageId);
     const leaseKey = input.keyId ?? `account:${input.accountId}`;
     // An account (or key cap) that could not cover a lease a moment ago is not asked again for
     // a second: its requests take their own holds meanwhile, one write each instead of two.
     const refusedAt = this.#refused.get(leaseKey);
-    if (refusedAt !== undefined && Date.now() - refusedAt < 1_000) return this.#admit(await this.#take(input, input.amount, false), input.amount, usageId);
+    if (refusedAt !== undefined && Date.now() - refusedAt < 1_000) return this.#admit(await this.#takeOwn(input), input.amount, usageId);
     for (let attempt = 0; attempt < 3; attempt++) {
       const now = Date.now();
       const open = this.#open.get(leaseKey);
@@ -314,7 +320,29 @@ export class CreditLeases {
       }
     }
     // Leases kept missing this request (others took them first, or the balance is low): its own hold.
-    return this.#admit(await this.#take(input, input.amount, false), input.amount, usageId);
+    return this.#admit(await this.#takeOwn(input), input.amount, usageId);
+  }
+
+  /**
+   * A hold of the request's own. Refused while this node still has settlements of the account's
+   * own holds to write (`finishOwn`: each still holds its request's whole reservation, of which
+   * it gives back what was not charged), it is asked again once they are written: a quiet
+   * client's next request is refused only where it would have been had its last one settled
+   * before answering. Never waited for during an outage (the refusal stands, as it would have).
+   */
+  async #takeOwn(input: { accountId: string; keyId: string | null; amount: number }): Promise<Lease> {
+    try {
+      return await this.#take(input, input.amount, false);
+    } catch (error) {
+      if (!(error instanceof InsufficientQuotaError) || !this.#returning.has(input.accountId)) throw error;
+      if (!(await this.written())) throw error;
+      return this.#take(input, input.amount, false);
+    }
+  }
+
+  /** Credit this node's queued settlements of the account's own holds will give back (`finishOwn`): 0 when none wait. */
+  returning(accountId: string): number {
+    return this.#returning.get(accountId)?.credit ?? 0;
   }
 
   /** Takes a lease sized to the key's recent rate; undefined when the account cannot cover more than this request (then it gets its own hold). */
@@ -452,9 +480,47 @@ export class CreditLeases {
   }
 
   /**
-   * Settles a request's own hold with its record, in one transaction (the exact path). Safe to
-   * call again after a failure (settling is idempotent); its checkpoint, if it wrote one, is
-   * dropped in the next group commit.
+   * A request on a hold of its own finished, its cost within what it reserved: its record joins
+   * the next group commit, which settles the hold at it in the same transaction (the charge and
+   * the record never apart, as `settleOwn`). Returns at once, with what it charges.
+   *
+   * Why the group commit and not a settlement of its own after the answer: the group commit is
+   * already the place where finished requests' records wait, with everything a deferred write
+   * needs, kept as they are for leases: written at most a flush interval later, retried through
+   * an outage (records are kept in memory and their writes are idempotent), waited for by
+   * clients while the writer is late (`late`), counted in `lagMs` and shed when behind, flushed
+   * by `drain`. A `kill -9` before it lands leaves the hold active with the request's last
+   * checkpoint, which the sweeper bills (`chargeStaleHolds`), exactly as it does a lease's
+   * request that ended in the same moment; a hold with no checkpoint is released uncharged,
+   * as such a lease's record is lost. And many quiet keys' settlements share one commit.
+   *
+   * Why nothing exact is traded: until it lands, the hold keeps the request's whole reservation
+   * off the balance and off the key's cap, so a later request can only find less credit than
+   * there will be, never credit this settlement is about to take (a cost past the reservation,
+   * which would take more, is settled before answering: `settleOwn`). A refusal that only these
+   * pending settlements cause is asked again once they are written (`#takeOwn`), and the quota
+   * pre-check counts what they give back (`returning`).
+   */
+  finishOwn(ticket: Ticket, record: UsageRow): number {
+    const running = this.#running.get(ticket.usageId);
+    if (running === undefined) return 0;
+    this.#running.delete(ticket.usageId);
+    const cost = Math.max(0, Math.min(ticket.amount, record.cost));
+    // Its checkpoint, if it wrote one, is replaced by the record (same id) in the same commit.
+    this.#records.push({ ...record, id: ticket.usageId, hold_id: ticket.holdId, cost });
+    const { accountId } = running.lease;
+    this.#settles.push({ holdId: ticket.holdId, accountId, gives: ticket.amount - cost });
+    const returning = this.#returning.get(accountId) ?? { holds: 0, credit: 0 };
+    returning.holds++;
+    returning.credit += ticket.amount - cost;
+    this.#returning.set(accountId, returning);
+    return cost;
+  }
+
+  /**
+   * Settles a request's own hold with its record, in one transaction, before answering (the
+   * path of a cost past its reservation: see `finishOwn`). Safe to call again after a failure
+   * (settling is idempotent); its checkpoint, if it wrote one, is dropped in the next group commit.
    */
   async settleOwn(ticket: Ticket, cost: number, record: (charged: number) => Omit<UsageRow, "id" | "hold_id">): Promise<number> {
     const running = this.#running.get(ticket.usageId);
@@ -506,22 +572,31 @@ export class CreditLeases {
     }
     const records = this.#records;
     const drops = this.#drops;
+    const settles = this.#settles;
     if (records.length === 0 && checkpoints.length === 0 && drops.length === 0) return;
     this.#records = [];
     this.#drops = [];
+    this.#settles = [];
     this.#writing = records;
     let late: LateCharge[];
     try {
-      late = await writeUsageBatch(this.#options.database, { records, checkpoints, dropCheckpoints: drops }, now);
+      late = await writeUsageBatch(this.#options.database, { records, checkpoints, dropCheckpoints: drops, settleHolds: settles.map((settle) => settle.holdId) }, now);
     } catch (error) {
       this.#writing = [];
       // Kept for the next attempt, ahead of what came since (checkpoints are taken afresh).
       this.#records = [...records, ...this.#records];
       this.#drops = [...drops, ...this.#drops];
+      this.#settles = [...settles, ...this.#settles];
       if (this.#failedAttempts++ === 0) this.#options.onBatch?.({ kind: "deferred", records: records.length, checkpoints: checkpoints.length, error });
       throw error;
     }
     this.#writing = [];
+    for (const settle of settles) {
+      const returning = this.#returning.get(settle.accountId);
+      if (returning === undefined) continue;
+      returning.credit -= settle.gives;
+      if (--returning.holds === 0) this.#returning.delete(settle.accountId);
+    }
     for (const [running, tokens] of checkpointed) {
       running.lastAt = now;
       running.lastTokens = Math.max(running.lastTokens, tokens);

@@ -218,6 +218,7 @@ for (const backend of backends) {
       const database = await openStore({ dataDir: temporaryDirectory(), databaseUrl: proxy.url(store.databaseUrl!), queryTimeoutMs: 5_000 });
       const deferred: DeferredSettlementEvent[] = [];
       const batches: BatchEvent[] = [];
+      const ownBatches: BatchEvent[] = [];
       try {
         const own = new Metering({
           database,
@@ -226,14 +227,25 @@ for (const backend of backends) {
           leases: { ...MANUAL, hotRequestsPerSecond: 1e9 },
           retryDelaysMs: [20],
           onDeferred: (event) => deferred.push(event),
+          onBatch: (event) => ownBatches.push(event),
         });
+        // A hold of its own whose usage cost more than it reserved (210) is settled before answering.
         const admission = await own.admit(admitInput(key, "lost_own"));
         const lost = proxy.loseNextAnswer(/commit/i);
-        const settled = await admission.settle(done(25));
+        const settled = await admission.settle(done(150));
         await lost;
         assert.equal(settled.cost, null, "the answer was lost: the charge is retried");
         for (let attempt = 0; attempt < 400 && !deferred.some((event) => event.kind !== "deferred"); attempt++) await delay(25);
         assert.deepEqual(deferred.map((event) => event.kind), ["deferred", "settled"]);
+
+        // One within its reservation is settled in the group commit that writes its record.
+        const quiet = await own.admit(admitInput(key, "lost_quiet"));
+        assert.deepEqual(await quiet.settle(done(25)), { cost: costOf(model.pricing, usage(25)) });
+        const lostOwnBatch = proxy.loseNextAnswer(/commit/i);
+        await assert.rejects(own.leases.flush());
+        await lostOwnBatch;
+        await own.leases.flush();
+        assert.deepEqual(ownBatches.map((event) => event.kind), ["deferred", "written"]);
 
         const leased = new Metering({ database, nodeId: () => "lost-answer-node", holdTtlMs: 60_000, leases: { ...MANUAL, hotRequestsPerSecond: 0 }, onBatch: (event) => batches.push(event) });
         const request = await leased.admit(admitInput(key, "lost_leased"));
@@ -250,7 +262,11 @@ for (const backend of backends) {
         await proxy.close();
       }
       assert.deepEqual(batches.map((event) => event.kind), ["deferred", "written"]);
-      assert.deepEqual(await records(accountId), [`lost_leased:${costOf(model.pricing, usage(35))}`, `lost_own:${costOf(model.pricing, usage(25))}`]);
+      assert.deepEqual(await records(accountId), [
+        `lost_leased:${costOf(model.pricing, usage(35))}`,
+        `lost_own:${costOf(model.pricing, usage(150))}`,
+        `lost_quiet:${costOf(model.pricing, usage(25))}`,
+      ]);
       await assertBooksBalanced(store.database, [accountId]);
     });
   });

@@ -22,6 +22,11 @@ export type UsageBatch = {
   checkpoints: readonly CheckpointRow[];
   /** Checkpoints of requests recorded elsewhere (settled with their hold): dropped. */
   dropCheckpoints: readonly string[];
+  /**
+   * Holds of their own (one quiet request each) whose record is among `records`: settled at it in
+   * the same transaction, the record and the charge never apart (as `settleHold` does).
+   */
+  settleHolds?: readonly string[];
 };
 
 /** A record that landed against a hold closed already (swept while its node could not reach the database): charged then. */
@@ -32,12 +37,14 @@ export type LateCharge = { holdId: string; accountId: string; keyId: string | nu
  * first, so that none of them closes while the batch is in flight (`chargeRecordsOf` locks the
  * hold before it sums its records). A record already written (an attempt whose commit went
  * through unanswered) counts as written, never as a duplicate key; a checkpoint only ever moves
- * forward. Records that name a hold closed already (the sweeper closed it while this node
- * could not reach the database) are charged to the account now, what they add, as far as the
- * balance covers: returned, to be logged.
+ * forward. The holds of `settleHolds` still active are settled at their records' sum. Records
+ * that name a hold closed already (the sweeper closed it while this node could not reach the
+ * database, or an attempt whose commit went through unanswered settled it) are charged to the
+ * account now, what they add, as far as the balance covers: returned, to be logged.
  */
 export async function writeUsageBatch(database: Kysely<Database>, batch: UsageBatch, now = Date.now()): Promise<LateCharge[]> {
   if (batch.records.length === 0 && batch.checkpoints.length === 0 && batch.dropCheckpoints.length === 0) return [];
+  const settle = new Set(batch.settleHolds);
   const statements = ledgerStatementsOf(database);
   return database.transaction().execute(async (transaction) => {
     const holdIds = [...new Set(batch.records.flatMap((record) => (record.hold_id === null ? [] : [record.hold_id])))].sort();
@@ -78,10 +85,20 @@ export async function writeUsageBatch(database: Kysely<Database>, batch: UsageBa
         .execute();
     }
     const late: LateCharge[] = [];
-    for (const hold of holds) {
-      if (hold.status === "active") continue;
+    // Charging locks account rows (then key rows): taken in the order of the accounts' ids, so
+    // that two nodes' group commits settling holds of the same accounts never wait in a cycle.
+    const order = (one: string, other: string) => (one < other ? -1 : one > other ? 1 : 0);
+    const byAccount = [...holds].sort((one, other) => order(one.account_id, other.account_id) || order(one.id, other.id));
+    for (const hold of byAccount) {
+      if (hold.status === "active") {
+        // A quiet request's own hold: charged its record's cost, the rest given back (a lease's stays open).
+        if (settle.has(hold.id)) await chargeRecordsOf(transaction, hold.id, now);
+        continue;
+      }
       const charge = await chargeRecordsOf(transaction, hold.id, now);
       if (charge === undefined) continue;
+      // An own hold that an attempt whose answer was lost settled already: nothing late about it.
+      if (settle.has(hold.id) && charge.charged === 0 && charge.short === 0) continue;
       const records = batch.records.filter((record) => record.hold_id === hold.id).length;
       late.push({ holdId: hold.id, accountId: hold.account_id, keyId: hold.key_id, records, ...charge });
     }

@@ -16,7 +16,6 @@ import { costOf, worstCaseCost } from "../protocol/price.ts";
 import { findAccountPlan, findAccountStanding } from "./plans-store.ts";
 import type { Plan } from "../protocol/plans.ts";
 import { DEFAULT_SERVICE_TIER_PRICES, multiplierPercent, servedTier, SERVICE_TIERS, type RequestedServiceTier, type ServiceTier } from "../protocol/service-tiers.ts";
-import { recordUsage } from "./usage.ts";
 import { isDatabaseUnavailable } from "../store/errors.ts";
 import { newId } from "../store/ids.ts";
 
@@ -121,10 +120,11 @@ export type Admission = {
   beforeDelivery(completionTokens: number): Promise<unknown> | undefined;
   /**
    * Charges the exact cost (or releases the hold) and records usage. Call exactly once, before
-   * the client hears the end: a request on a hold of its own resolves once its usage record is
-   * committed; one served from a lease once its record is queued for the next group commit, or,
-   * while the group commit is late (`CreditLeases.late`), once it is written; never waited for
-   * through a database outage.
+   * the client hears the end: resolves once the usage record is queued for the next group commit
+   * (which settles a hold of the request's own with it: `CreditLeases.finishOwn`), or, while the
+   * group commit is late (`CreditLeases.late`), once it is written; never waited for through a
+   * database outage. A request whose usage cost more than its own hold reserved resolves once its
+   * settlement is committed, so that no later request finds the credit it takes.
    * `cost` is null when the database is unavailable: the settlement goes on in the background.
    */
   settle(outcome: RequestOutcome): Promise<{ cost: number | null }>;
@@ -242,7 +242,7 @@ export class Metering {
     // (the hold or the lease decides), and an account without credit is read every time.
     const now = Date.now();
     const cached = this.#standings.get(key.accountId);
-    if (cached !== undefined && now - cached.at < STANDING_CACHE_MS && this.#leases.busy(key.id, now)) return cached.standing;
+    if (cached !== undefined && now - cached.at < STANDING_CACHE_MS && this.#leases.busy(key.id, now)) return this.#counting(key.accountId, cached.standing);
     const found = await findAccountStanding(this.#options.database, key.accountId);
     // A missing account is left to the hold, which says so.
     const standing = { plan: found?.plan ?? null, balance: found?.balance ?? null };
@@ -250,7 +250,17 @@ export class Metering {
       if (this.#standings.size >= 10_000) this.#standings.clear();
       this.#standings.set(key.accountId, { at: now, standing });
     } else this.#standings.delete(key.accountId);
-    return standing;
+    return this.#counting(key.accountId, standing);
+  }
+
+  /**
+   * The standing with what this node's queued settlements of the account's own holds give back
+   * (`CreditLeases.finishOwn`): until their group commit lands, those holds keep their requests'
+   * whole reservations, and the pre-checks would refuse on credit that is the account's.
+   */
+  #counting(accountId: string, standing: { plan: Plan | null; balance: number | null }): { plan: Plan | null; balance: number | null } {
+    const returning = this.#leases.returning(accountId);
+    return returning === 0 || standing.balance === null ? standing : { plan: standing.plan, balance: standing.balance + returning };
   }
 
   /**
@@ -306,7 +316,6 @@ export class Metering {
 
   /** Checks the key may use the model and reserves the request's worst case. Throws 403/429. */
   async admit(input: AdmitInput): Promise<Admission> {
-    const { database } = this.#options;
     const { key, model } = input;
     // Usage this node could not record in time is never served: while its group commits keep
     // someone waiting past `shedAfterMs`, new requests go elsewhere (or come back shortly).
@@ -316,8 +325,8 @@ export class Metering {
     const metered = key.accountId !== null;
     const percent = input.multiplierPercent ?? 100;
     const reserved = metered ? worstCaseCost(model.pricing, input.promptTokens, input.maxTokens * input.choices, percent) : 0;
-    // A busy key is served from a credit lease, its records written in group commits; a quiet
-    // one settles each request's own hold before answering (`credit-leases.ts`).
+    // A busy key is served from a credit lease; a quiet one from a hold of each request's own,
+    // settled in the group commit that writes its record (`credit-leases.ts`).
     const hot = this.#leases.hot(key.id, reserved);
     const ticket = metered && reserved > 0 ? await this.#leases.reserve({ accountId: key.accountId!, keyId: key.id, amount: reserved, hot }) : null;
     const createdAt = Date.now();
@@ -357,16 +366,12 @@ export class Metering {
           finish_reason: outcome.finishReason,
           created_at: Date.now(),
         });
-        if (ticket === null && hot) {
+        if (ticket === null) {
+          // Nothing reserved (an operator key, a free model): nothing to settle, and the record
+          // joins the next group commit whether the key is busy or quiet.
           this.#leases.queue({ ...record(0), id: newId("use"), hold_id: null });
           if (this.#leases.late) await this.#leases.written();
           return { cost: 0 };
-        }
-        if (ticket === null) {
-          return this.#settleOrDefer(input.requestId, async () => {
-            await recordUsage(database, record(0));
-            return 0;
-          });
         }
         const overage = (charged: number | null) => {
           if (cost <= reserved) return;
@@ -382,7 +387,16 @@ export class Metering {
           if (this.#leases.late) await this.#leases.written();
           return { cost: charged };
         }
-        // The usage record commits with the charge, so the two never disagree.
+        if (cost <= reserved) {
+          // Settled in the next group commit, the record with the charge (`finishOwn` says why
+          // there and why nothing exact is traded), waited for only while the writer is late.
+          const charged = this.#leases.finishOwn(ticket, { ...record(cost), id: ticket.usageId, hold_id: ticket.holdId });
+          if (this.#leases.late) await this.#leases.written();
+          return { cost: charged };
+        }
+        // Past its reservation: the settlement takes credit beyond the hold, before the client
+        // hears the end, so that no later request can find that credit first. The usage record
+        // commits with the charge, so the two never disagree.
         const result = await this.#settleOrDefer(input.requestId, () => this.#leases.settleOwn(ticket, cost, record));
         overage(result.cost);
         return result;

@@ -78,9 +78,10 @@ function endOf(signal: AbortSignal, generation: RunningGeneration, outcome: Gene
 
 /**
  * Gives back the unused rate-limit tokens and settles the hold (nothing billed without usage);
- * resolves once the usage record is committed (a hold of its own) or queued for the next group
- * commit (a lease; written first while that commit is late), never waiting through a database
- * outage: the client hears the end after this.
+ * resolves once the usage record is queued for the next group commit, which settles a hold of
+ * the request's own with it (written first while that commit is late; committed first when the
+ * usage cost more than the hold reserved), never waiting through a database outage: the client
+ * hears the end after this.
  */
 async function release(dependencies: RunDependencies, input: RunInput<unknown>, end: End): Promise<void> {
   const { outcome, status } = end;

@@ -118,10 +118,13 @@ describe("runCompletion and runStream", () => {
     return { ...admission, cut: new AbortController(), keyId: key.id, startedAt: performance.now(), requestId };
   }
 
+  // A request's hold is settled, and its usage recorded, in the group commit after its answer: the books are read after it.
   async function recordOf(requestId: string) {
+    await admitDependencies.metering.leases.flush();
     return store.database.selectFrom("usage_records").selectAll().where("request_id", "=", requestId).executeTakeFirstOrThrow();
   }
   async function holdsOf(key: ApiKeyRecord) {
+    await admitDependencies.metering.leases.flush();
     return store.database.selectFrom("holds").select("amount").where("key_id", "=", key.id).where("status", "=", "active").execute();
   }
   const promptTokens = fakePromptTokens({ messages: [{ role: "user", content: "Tell me" }] } as never);
