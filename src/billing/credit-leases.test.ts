@@ -215,13 +215,152 @@ for (const backend of backends) {
       }
     });
 
+    it("closes at drain a lease whose background renewal was still being taken", async () => {
+      const { accountId, key } = await fundedKey(10_000);
+      // Holds placed while `slow` is on answer late (a database contended by other nodes): the
+      // renewal a request starts in the background is still in flight when the node drains.
+      let slow = false;
+      const delayed = new Set<unknown>();
+      const database = store.database.withPlugin({
+        transformQuery({ node, queryId }) {
+          const text = JSON.stringify(node);
+          if (slow && (node.kind === "InsertQueryNode" || node.kind === "RawNode") && /insert into holds|"name":"holds"/.test(text)) delayed.add(queryId);
+          return node;
+        },
+        async transformResult({ result, queryId }) {
+          if (delayed.delete(queryId)) await delay(150);
+          return result;
+        },
+      });
+      const node = new Metering({ database, nodeId: () => "renewing-node", holdTtlMs: 60_000, leases: { ...FAST, leaseSeconds: 0, hotRequestsPerSecond: 0 } });
+      // Worst case 1 + 2 × 20 = 41; the lease holds four of them, and the third leaves less than half.
+      const admit = (index: number) => node.admit({ key, plan: null, model, promptTokens: 1, maxTokens: 20, choices: 1, requestId: `renew_${index}`, stream: false });
+      const first = await admit(0);
+      const second = await admit(1);
+      slow = true;
+      const third = await admit(2);
+      for (const admission of [first, second, third]) await admission.settle({ usage: { ...usage(0), promptTokens: 1 }, status: 200, finishReason: "stop", latencyMs: 1 });
+      assert.equal(await node.drain(), 0);
+      await delay(300); // a renewal that drain did not wait for lands here
+      const after = await books(accountId);
+      assert.equal(after.records.length, 3);
+      assert.equal(after.activeHolds, 0, "no lease left open after drain");
+      assert.equal(after.balance, 10_000 - 3, "charged exactly what the records say");
+      assert.equal(after.balance, after.sumOfEntries);
+      assert.equal(after.lotsRemaining, after.balance);
+    });
+
+    type Step =
+      | { kind: "requests"; node: 0 | 1; worst: number[]; used: number[] }
+      | { kind: "crash"; node: 0 | 1 }
+      | { kind: "sweep" }
+      | { kind: "flush"; node: 0 | 1 }
+      | { kind: "grant"; amount: number };
+    let run = 0;
+    /** One run of the property below: `steps` on two nodes, then both drain and the dead are swept; the books must be exact. */
+    async function twoNodes(credit: number, steps: readonly Step[], busy: boolean): Promise<void> {
+      const { accountId, key } = await fundedKey(credit);
+      let granted = credit;
+      // Node 0 serves from leases (busy) or own holds; node 1 the other way round.
+      const hotness = (node: number) => ((node === 0) === busy ? 0 : 1e9);
+      // Leases of four requests' worth (no rate to size them by): they run out often, which is what is tested.
+      let generation = 0;
+      const nodeIds = [`p${run}-0-0`, `p${run}-1-0`];
+      const nodes = [metering(nodeIds[0]!, { hotRequestsPerSecond: hotness(0) }), metering(nodeIds[1]!, { hotRequestsPerSecond: hotness(1) })];
+      const dead: string[] = [];
+      /** Requests settled on a node that then drained or stayed alive: their charge is known. */
+      const settled = new Map<string, number>();
+      /** Requests settled on a node that crashed before draining: billed at most once, at most their cost. */
+      const atRisk = new Map<string, Set<string>>([[nodeIds[0]!, new Set()], [nodeIds[1]!, new Set()]]);
+      const costs = new Map<string, number>();
+      let requestIndex = 0;
+      for (const action of steps) {
+        if (action.kind === "requests") {
+          const node = nodes[action.node]!;
+          const nodeId = nodeIds[action.node]!;
+          await Promise.all(
+            action.worst.map(async (worst, index) => {
+              const requestId = `r${run}_${requestIndex++}`;
+              const maxTokens = worst;
+              let admission;
+              try {
+                admission = await node.admit({ key, plan: null, model, promptTokens: 1, maxTokens, choices: 1, requestId, stream: false });
+              } catch (error) {
+                assert.ok(error instanceof InsufficientQuotaError, String(error));
+                return;
+              }
+              const used = usage(Math.floor((action.used[index] ?? 0) * maxTokens));
+              const cost = costOf(model.pricing, { ...used, promptTokens: 1 });
+              costs.set(requestId, cost);
+              await admission.settle({ usage: { ...used, promptTokens: 1 }, status: 200, finishReason: "stop", latencyMs: 1 });
+              atRisk.get(nodeId)!.add(requestId);
+            }),
+          );
+        } else if (action.kind === "crash") {
+          const nodeId = nodeIds[action.node]!;
+          nodes[action.node]!.stop();
+          dead.push(nodeId);
+          generation++;
+          nodeIds[action.node] = `p${run}-${action.node}-${generation}`;
+          atRisk.set(nodeIds[action.node]!, new Set());
+          nodes[action.node] = metering(nodeIds[action.node]!, { hotRequestsPerSecond: hotness(action.node) });
+        } else if (action.kind === "sweep") {
+          await closeStaleHolds(store.database, { deadNodes: dead });
+        } else if (action.kind === "flush") {
+          await nodes[action.node]!.leases.flush();
+        } else {
+          await grantCredit(store.database, { accountId, amount: action.amount, source: `grant:${accountId}:${Math.random()}` });
+          granted += action.amount;
+        }
+        const check = await checkLedger(store.database, accountId);
+        assert.ok(check.balance >= 0, "the balance never goes below zero");
+        assert.equal(check.balance, check.sumOfEntries);
+      }
+      // The living nodes shut down cleanly; the dead ones are swept.
+      for (let index = 0; index < 2; index++) {
+        assert.equal(await nodes[index]!.drain(), 0);
+        for (const requestId of atRisk.get(nodeIds[index]!)!) settled.set(requestId, costs.get(requestId)!);
+      }
+      await closeStaleHolds(store.database, { deadNodes: dead });
+      const after = await books(accountId);
+      const recorded = new Map<string, number>();
+      for (const record of after.records) {
+        assert.ok(!recorded.has(record.request_id), `${record.request_id} billed twice`);
+        recorded.set(record.request_id, record.cost);
+      }
+      for (const [requestId, cost] of settled) assert.equal(recorded.get(requestId), cost, `${requestId}, settled on a node that did not crash, is billed exactly`);
+      for (const [requestId, cost] of recorded) assert.ok(cost <= (costs.get(requestId) ?? -1), `${requestId} billed ${cost}, more than it used`);
+      const charged = [...recorded.values()].reduce((sum, cost) => sum + cost, 0);
+      assert.equal(after.balance, granted - charged, "the account is charged exactly what its records say");
+      assert.ok(charged <= granted, "no credit spent that was not there");
+      assert.equal(after.activeHolds, 0);
+      assert.equal(after.balance, after.sumOfEntries);
+      assert.equal(after.lotsRemaining, after.balance);
+      run++;
+    }
+
+    it("gives back what a lease did not use when the account's grant lands between its requests (a counterexample of the property)", async () => {
+      // fast-check's shrunk case (PostgreSQL, seed -1336465398): every request uses its prompt only.
+      const requests = (node: 0 | 1, worst: number[]): Step => ({ kind: "requests", node, worst, used: [0, 0, 0, 0, 0, 0] });
+      await twoNodes(
+        15_490,
+        [
+          requests(1, [52, 25, 70]),
+          requests(0, [100, 53, 31]),
+          requests(0, [50, 94, 71, 86, 78, 12]),
+          requests(0, [93, 72, 51, 22]),
+          { kind: "grant", amount: 1_246 },
+          requests(1, [100]),
+          requests(0, [45]),
+          requests(0, [2, 62, 102]),
+          requests(0, [116, 67]),
+          requests(0, [63, 65]),
+        ],
+        true,
+      );
+    });
+
     it("never overspends nor bills twice, whatever interleaving of requests, crashes and sweeps on two nodes (property)", async () => {
-      type Step =
-        | { kind: "requests"; node: 0 | 1; worst: number[]; used: number[] }
-        | { kind: "crash"; node: 0 | 1 }
-        | { kind: "sweep" }
-        | { kind: "flush"; node: 0 | 1 }
-        | { kind: "grant"; amount: number };
       const step: fc.Arbitrary<Step> = fc.oneof(
         { weight: 6, arbitrary: fc.record({ kind: fc.constant("requests" as const), node: fc.constantFrom(0 as const, 1 as const), worst: fc.array(fc.integer({ min: 1, max: 120 }), { minLength: 1, maxLength: 6 }), used: fc.array(fc.double({ min: 0, max: 1, noNaN: true }), { minLength: 6, maxLength: 6 }) }) },
         { weight: 1, arbitrary: fc.record({ kind: fc.constant("crash" as const), node: fc.constantFrom(0 as const, 1 as const) }) },
@@ -229,90 +368,11 @@ for (const backend of backends) {
         { weight: 1, arbitrary: fc.record({ kind: fc.constant("flush" as const), node: fc.constantFrom(0 as const, 1 as const) }) },
         { weight: 1, arbitrary: fc.record({ kind: fc.constant("grant" as const), amount: fc.integer({ min: 1, max: 3_000 }) }) },
       );
-      let run = 0;
       await fc.assert(
         fc.asyncProperty(fc.oneof(fc.integer({ min: 0, max: 600 }), fc.integer({ min: 600, max: 20_000 })), fc.array(step, { minLength: 3, maxLength: 14 }), fc.boolean(), (credit, steps, busy) =>
           // A run takes milliseconds; one seen once to hang (PostgreSQL, in CI) prints its case at once, so it can be replayed.
-          withinDeadline(30_000, `credit ${credit}, busy ${busy}, steps ${JSON.stringify(steps)}`, async () => {
-          const { accountId, key } = await fundedKey(credit);
-          let granted = credit;
-          // Node 0 serves from leases (busy) or own holds; node 1 the other way round.
-          const hotness = (node: number) => ((node === 0) === busy ? 0 : 1e9);
-          // Leases of four requests' worth (no rate to size them by): they run out often, which is what is tested.
-          let generation = 0;
-          const nodeIds = [`p${run}-0-0`, `p${run}-1-0`];
-          const nodes = [metering(nodeIds[0]!, { hotRequestsPerSecond: hotness(0) }), metering(nodeIds[1]!, { hotRequestsPerSecond: hotness(1) })];
-          const dead: string[] = [];
-          /** Requests settled on a node that then drained or stayed alive: their charge is known. */
-          const settled = new Map<string, number>();
-          /** Requests settled on a node that crashed before draining: billed at most once, at most their cost. */
-          const atRisk = new Map<string, Set<string>>([[nodeIds[0]!, new Set()], [nodeIds[1]!, new Set()]]);
-          const costs = new Map<string, number>();
-          let requestIndex = 0;
-          for (const action of steps) {
-            if (action.kind === "requests") {
-              const node = nodes[action.node]!;
-              const nodeId = nodeIds[action.node]!;
-              await Promise.all(
-                action.worst.map(async (worst, index) => {
-                  const requestId = `r${run}_${requestIndex++}`;
-                  const maxTokens = worst;
-                  let admission;
-                  try {
-                    admission = await node.admit({ key, plan: null, model, promptTokens: 1, maxTokens, choices: 1, requestId, stream: false });
-                  } catch (error) {
-                    assert.ok(error instanceof InsufficientQuotaError, String(error));
-                    return;
-                  }
-                  const used = usage(Math.floor((action.used[index] ?? 0) * maxTokens));
-                  const cost = costOf(model.pricing, { ...used, promptTokens: 1 });
-                  costs.set(requestId, cost);
-                  await admission.settle({ usage: { ...used, promptTokens: 1 }, status: 200, finishReason: "stop", latencyMs: 1 });
-                  atRisk.get(nodeId)!.add(requestId);
-                }),
-              );
-            } else if (action.kind === "crash") {
-              const nodeId = nodeIds[action.node]!;
-              nodes[action.node]!.stop();
-              dead.push(nodeId);
-              generation++;
-              nodeIds[action.node] = `p${run}-${action.node}-${generation}`;
-              atRisk.set(nodeIds[action.node]!, new Set());
-              nodes[action.node] = metering(nodeIds[action.node]!, { hotRequestsPerSecond: hotness(action.node) });
-            } else if (action.kind === "sweep") {
-              await closeStaleHolds(store.database, { deadNodes: dead });
-            } else if (action.kind === "flush") {
-              await nodes[action.node]!.leases.flush();
-            } else {
-              await grantCredit(store.database, { accountId, amount: action.amount, source: `grant:${accountId}:${Math.random()}` });
-              granted += action.amount;
-            }
-            const check = await checkLedger(store.database, accountId);
-            assert.ok(check.balance >= 0, "the balance never goes below zero");
-            assert.equal(check.balance, check.sumOfEntries);
-          }
-          // The living nodes shut down cleanly; the dead ones are swept.
-          for (let index = 0; index < 2; index++) {
-            assert.equal(await nodes[index]!.drain(), 0);
-            for (const requestId of atRisk.get(nodeIds[index]!)!) settled.set(requestId, costs.get(requestId)!);
-          }
-          await closeStaleHolds(store.database, { deadNodes: dead });
-          const after = await books(accountId);
-          const recorded = new Map<string, number>();
-          for (const record of after.records) {
-            assert.ok(!recorded.has(record.request_id), `${record.request_id} billed twice`);
-            recorded.set(record.request_id, record.cost);
-          }
-          for (const [requestId, cost] of settled) assert.equal(recorded.get(requestId), cost, `${requestId}, settled on a node that did not crash, is billed exactly`);
-          for (const [requestId, cost] of recorded) assert.ok(cost <= (costs.get(requestId) ?? -1), `${requestId} billed ${cost}, more than it used`);
-          const charged = [...recorded.values()].reduce((sum, cost) => sum + cost, 0);
-          assert.equal(after.balance, granted - charged, "the account is charged exactly what its records say");
-          assert.ok(charged <= granted, "no credit spent that was not there");
-          assert.equal(after.activeHolds, 0);
-          assert.equal(after.balance, after.sumOfEntries);
-          assert.equal(after.lotsRemaining, after.balance);
-          run++;
-        })),
+          withinDeadline(30_000, `credit ${credit}, busy ${busy}, steps ${JSON.stringify(steps)}`, () => twoNodes(credit, steps, busy)),
+        ),
         { numRuns: backend === "sqlite" ? 60 : 20 },
       );
     });

@@ -667,6 +667,12 @@ export class CreditLeases {
   async drain(): Promise<number> {
     this.#stopped = true;
     clearInterval(this.#timer);
+    // A lease taken in the background (a renewal that no request waits for) may still be in
+    // flight: its hold is placed whether or not anyone waits. Closing only the leases known now
+    // would leave that one active, its whole amount off the balance with no record to charge.
+    for (let taking = [...this.#taking.values()]; taking.length > 0; taking = [...this.#taking.values()].filter((take) => !taking.includes(take))) {
+      await Promise.allSettled(taking);
+    }
     try {
       await this.flush();
     } catch {
