@@ -9,8 +9,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { setTimeout as delay } from "node:timers/promises";
 import fc from "fast-check";
-import { createAccount } from "../accounts/accounts.ts";
-import { createApiKey, verifyApiKey, type ApiKeyRecord } from "../auth/api-keys.ts";
+import { fundedKey as fundedKeyIn } from "../../test/helpers/funded-key.ts";
 import type { CatalogModel } from "../catalog/catalog.ts";
 import type { GenerationUsage } from "../engines/engine.ts";
 import { InsufficientQuotaError } from "../protocol/errors.ts";
@@ -54,14 +53,7 @@ for (const backend of backends) {
       await store?.close();
     });
 
-    async function fundedKey(credit: number): Promise<{ accountId: string; key: ApiKeyRecord }> {
-      const account = await createAccount(store.database, { email: `lease-${Math.random().toString(36).slice(2)}@example.com` });
-      if (credit > 0) await grantCredit(store.database, { accountId: account.id, amount: credit, source: `test:${account.id}` });
-      const created = await createApiKey(store.database, { accountId: account.id });
-      const verified = await verifyApiKey(store.database, created.key);
-      assert.ok(verified.ok);
-      return { accountId: account.id, key: verified.key };
-    }
+    const fundedKey = (credit: number) => fundedKeyIn(store.database, credit, "lease");
 
     async function books(accountId: string) {
       const check = await checkLedger(store.database, accountId);

@@ -10,8 +10,8 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { setTimeout as delay } from "node:timers/promises";
 import { sql } from "kysely";
-import { createAccount } from "../accounts/accounts.ts";
-import { createApiKey, verifyApiKey, type ApiKeyRecord } from "../auth/api-keys.ts";
+import { fundedKey as fundedKeyIn } from "../../test/helpers/funded-key.ts";
+import type { ApiKeyRecord } from "../auth/api-keys.ts";
 import type { CatalogModel } from "../catalog/catalog.ts";
 import type { GenerationUsage } from "../engines/engine.ts";
 import { openStore } from "../store/open.ts";
@@ -20,7 +20,7 @@ import { assertBooksBalanced } from "../../test/helpers/audit-books.ts";
 import { QueryFaults } from "../../test/helpers/query-faults.ts";
 import { TcpProxy } from "../../test/helpers/tcp-proxy.ts";
 import { temporaryDirectory } from "../../test/helpers/server.ts";
-import { grantCredit, placeHold, releaseHold } from "./ledger.ts";
+import { placeHold, releaseHold } from "./ledger.ts";
 import { chargeStaleHolds, closeStaleHolds } from "./lease-store.ts";
 import { Metering, type DeferredSettlementEvent } from "./metering.ts";
 import { costOf } from "../protocol/price.ts";
@@ -43,14 +43,7 @@ for (const backend of backends) {
       await store?.close();
     });
 
-    async function fundedKey(credit: number): Promise<{ accountId: string; key: ApiKeyRecord }> {
-      const account = await createAccount(store.database, { email: `late-${Math.random().toString(36).slice(2)}@example.com` });
-      await grantCredit(store.database, { accountId: account.id, amount: credit, source: `test:${account.id}` });
-      const created = await createApiKey(store.database, { accountId: account.id });
-      const verified = await verifyApiKey(store.database, created.key);
-      assert.ok(verified.ok);
-      return { accountId: account.id, key: verified.key };
-    }
+    const fundedKey = (credit: number) => fundedKeyIn(store.database, credit, "late");
 
     const admitInput = (key: ApiKeyRecord, requestId: string) => ({ key, plan: null, model, promptTokens: 10, maxTokens: 100, choices: 1, requestId, stream: true });
 

@@ -9,15 +9,15 @@
  */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import { createAccount } from "../accounts/accounts.ts";
-import { createApiKey, verifyApiKey, type ApiKeyRecord } from "../auth/api-keys.ts";
+import { fundedKey as fundedKeyIn } from "../../test/helpers/funded-key.ts";
+import type { ApiKeyRecord } from "../auth/api-keys.ts";
 import type { CatalogModel } from "../catalog/catalog.ts";
 import type { GenerationUsage } from "../engines/engine.ts";
 import { InsufficientQuotaError } from "../protocol/errors.ts";
 import { costOf } from "../protocol/price.ts";
 import { backends, openTestDatabase, type TestDatabase } from "../../test/helpers/databases.ts";
 import type { LeaseSettings } from "./credit-leases.ts";
-import { checkLedger, grantCredit } from "./ledger.ts";
+import { checkLedger } from "./ledger.ts";
 import { closeStaleHolds } from "./lease-store.ts";
 import { Metering } from "./metering.ts";
 
@@ -40,14 +40,7 @@ for (const backend of backends) {
       await store?.close();
     });
 
-    async function fundedKey(credit: number): Promise<{ accountId: string; key: ApiKeyRecord }> {
-      const account = await createAccount(store.database, { email: `quiet-${Math.random().toString(36).slice(2)}@example.com` });
-      await grantCredit(store.database, { accountId: account.id, amount: credit, source: `test:${account.id}` });
-      const created = await createApiKey(store.database, { accountId: account.id });
-      const verified = await verifyApiKey(store.database, created.key);
-      assert.ok(verified.ok);
-      return { accountId: account.id, key: verified.key };
-    }
+    const fundedKey = (credit: number) => fundedKeyIn(store.database, credit, "quiet");
 
     async function books(accountId: string) {
       const check = await checkLedger(store.database, accountId);
