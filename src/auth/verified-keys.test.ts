@@ -66,10 +66,20 @@ for (const backend of backends) {
       assert.deepEqual(await keys.verify(created.key), { ok: false, reason: "expired" });
     });
 
-    it("keeps no refusal: a malformed or unknown key is refused, and a new key works at once", async () => {
+    it("refuses a malformed or unknown key, and a new key works at once", async () => {
       assert.deepEqual(await keys.verify("sk-nope"), { ok: false, reason: "malformed" });
       assert.deepEqual(await keys.verify(`tp-${"a".repeat(43)}`), { ok: false, reason: "unknown" });
       const created = await createApiKey(store.database, { now: clock });
+      assert.equal((await keys.verify(created.key)).ok, true);
+    });
+
+    it("keeps no refusal: a key refused once works the moment the cause is gone, with no change noted", async () => {
+      const account = `acct_refused_${backend}`;
+      await sql`insert into accounts (id, email, password_hash, role, created_at, disabled_at) values (${account}, ${`refused-${backend}@example.com`}, ${"x"}, ${"user"}, ${clock}, ${clock})`.execute(store.database);
+      const created = await createApiKey(store.database, { accountId: account, now: clock });
+      assert.deepEqual(await keys.verify(created.key), { ok: false, reason: "account_disabled" });
+      // Enabled behind the cache's back (no change noted): a kept refusal would still refuse it.
+      await sql`update accounts set disabled_at = null where id = ${account}`.execute(store.database);
       assert.equal((await keys.verify(created.key)).ok, true);
     });
 

@@ -4,11 +4,12 @@
  * single cost of a proxied request). What holds exactly:
  * - a key revoked, or its account disabled, on this node is refused by the next request (the
  *   write notes the change, `store/changes.ts`, and the cache starts over);
- * - on SQLite, a write by another process (the CLI) is seen by the next request too
- *   (`PRAGMA data_version`);
+ * - on SQLite, a write by another process (the CLI) is seen within 10 ms (`PRAGMA data_version`,
+ *   read at most that often: `FOREIGN_CHANGES_CHECK_MS`);
  * - a write by another node reaches this one within `maxAgeMs` (1 s): no entry is used longer;
- * - an expiry (the key's, or that of a key above it) is checked on every request; refusals are never kept (a key created a moment ago
- *   works at once), so a flood of unknown keys costs what it did.
+ * - an expiry (the key's, or that of a key above it) is checked on every request;
+ * - refusals are never kept (a key created or enabled a moment ago works at once), so a flood of
+ *   unknown keys costs what it did.
  * What a cached key carries but may lag by up to the age bound (its `spent`) feeds only the cheap
  * pre-checks; the hold, which reads the database, decides.
  */

@@ -56,7 +56,7 @@ export class SseWriter {
   readonly #endOpening = (): void => {
     this.#opening = false;
     if (!this.open) return;
-    if (this.#urgent || this.#scheduled) this.#flush();
+    if (this.#urgent) this.#flush();
     else this.#openingTimer = setTimeout(this.#flushLater, OPENING_WAIT_MS);
   };
 

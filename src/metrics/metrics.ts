@@ -18,9 +18,10 @@ export type MetricsSources = {
 };
 
 /**
- * The children of a labelled metric by their label values (in its label names' order).
- * prom-client's `inc(labels)` and `observe(labels)` hash the labels (their names sorted) on every
- * call; a child from `labels()` hashed them once. For what is counted on every request.
+ * The children of a labelled counter by their label values (in its label names' order).
+ * prom-client's `inc(labels)` hashes the labels (their names sorted) on every call; a counter's
+ * child from `labels()` hashed them once. For what is counted on every request. (A histogram's
+ * child hashes again at each `observe`, so histograms are observed with their labels.)
  */
 class Children<Child> {
   readonly #cache = new Map<string, Child>();
@@ -60,17 +61,15 @@ export class Metrics {
   /** Seconds requests waited in a model's queue, by band and how the wait ended (`served`, `left`, `refused`). */
   readonly queueWait: Histogram<"model" | "tier" | "outcome">;
 
-  readonly #http: Children<{ count: { inc(value?: number): void }; duration: { observe(value: number): void } }>;
+  readonly #http: Children<{ inc(value?: number): void }>;
   readonly #completions: Children<{ inc(value?: number): void }>;
   readonly #tokens: Children<{ inc(value?: number): void }>;
   readonly #upstream: Children<{ inc(value?: number): void }>;
-  readonly #firstToken: Children<{ observe(value: number): void }>;
 
   /** One HTTP request answered (or cut: 499): `httpRequests` and `httpDuration`. */
   countHttp(method: string, route: string, status: number, seconds: number): void {
-    const { count, duration } = this.#http.of(method, route, status);
-    count.inc();
-    duration.observe(seconds);
+    this.#http.of(method, route, status).inc();
+    this.httpDuration.observe({ route }, seconds);
   }
 
   /** One completion finished: `completions`, and its tokens when it has usage. */
@@ -90,7 +89,7 @@ export class Metrics {
   /** One request to an upstream member ended: `upstreamRequests`, and its time to a first token when it had one. */
   countUpstream(model: string, member: string, outcome: string, timeToFirstTokenSeconds?: number): void {
     this.#upstream.of(model, member, outcome).inc();
-    if (timeToFirstTokenSeconds !== undefined) this.#firstToken.of(model, member).observe(timeToFirstTokenSeconds);
+    if (timeToFirstTokenSeconds !== undefined) this.upstreamTimeToFirstToken.observe({ model, member }, timeToFirstTokenSeconds);
   }
 
   constructor(sources: MetricsSources) {
@@ -129,11 +128,10 @@ export class Metrics {
       buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120],
       registers,
     });
-    this.#http = new Children((values) => ({ count: this.httpRequests.labels(...values), duration: this.httpDuration.labels(values[1]!) }));
+    this.#http = new Children((values) => this.httpRequests.labels(...values));
     this.#completions = new Children((values) => this.completions.labels(...values));
     this.#tokens = new Children((values) => this.tokens.labels(...values));
     this.#upstream = new Children((values) => this.upstreamRequests.labels(...values));
-    this.#firstToken = new Children((values) => this.upstreamTimeToFirstToken.labels(...values));
     /** The queues' snapshots, per model (the member that holds each queue carries it). */
     const queues = function* () {
       for (const { model, members } of sources.members?.() ?? []) {

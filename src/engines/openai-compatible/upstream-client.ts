@@ -234,23 +234,11 @@ export class UpstreamClient {
   }
 
   /**
-   * POSTs a chat completion body (JSON text, written when the request was prepared) to
-   * `{baseUrl}/chat/completions`. Throws `UpstreamConnectionError` when the network or the member
+   * POSTs a generation body (JSON text, written when the request was prepared) to `url` (a chat
+   * completion's `/chat/completions`, a text completion's `/completions` or `/infill`), and gives
+   * the answer's body as the pieces arrive, with no stream in between: undici's own callbacks feed
+   * them (see `StreamedAnswer`). Throws `UpstreamConnectionError` when the network or the member
    * gave no answer, `UpstreamRequestError` when the request could not be sent for a reason of ours.
-   */
-  async postChatCompletion(baseUrl: string, body: string, signal: AbortSignal): Promise<UpstreamResponse> {
-    return this.postGeneration(`${baseUrl.replace(/\/+$/, "")}/chat/completions`, body, signal);
-  }
-
-  /** POSTs a generation body to `url` (a text completion's `/completions` or `/infill`), failing as `postChatCompletion` does. */
-  async postGeneration(url: string, body: string, signal: AbortSignal): Promise<UpstreamResponse> {
-    return this.#send(url, { method: "POST", headers: this.#headers(false), body }, signal, true);
-  }
-
-  /**
-   * POSTs a generation body to `url` as `postGeneration` does (failing the same way before the
-   * answer), and gives its body as the pieces arrive, with no stream in between: undici's own
-   * callbacks feed them (see `StreamedAnswer`). The one to use on the path of every request.
    */
   streamGeneration(url: string, body: string, signal: AbortSignal): Promise<UpstreamStream> {
     let target = this.#targets.get(url);
@@ -276,7 +264,7 @@ export class UpstreamClient {
 
   /**
    * POSTs an embeddings body (JSON text) to `{baseUrl}/embeddings`; the answer is JSON. Throws as
-   * `postChatCompletion` does.
+   * `streamGeneration` does.
    */
   async postEmbeddings(baseUrl: string, body: string, signal: AbortSignal): Promise<UpstreamResponse> {
     return this.#send(`${baseUrl.replace(/\/+$/, "")}/embeddings`, { method: "POST", headers: { ...this.#headers(true), "content-type": "application/json" }, body }, signal, true);
