@@ -3,7 +3,9 @@
  * and on plain stories260K: which GGUF is an embedding model, vectors (deterministic, unit length,
  * in the inputs' order, token inputs equal to their text), the refusals (too long, out of the
  * vocabulary, empty), truncation, the queue (full: refused at once; FIFO) and aborts; the lanes
- * (with two threads, two inputs on two contexts at once, the same vectors whichever lane computes them).
+ * (with two threads, two inputs on two contexts at once, the same vectors whichever lane computes them);
+ * batched decodes with Turnpike's patched binding (several requests' inputs in one decode, each
+ * with the vector it gets alone; CI installs the binding, elsewhere those tests are skipped).
  */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
@@ -13,8 +15,9 @@ import { ApiError, EngineOverloadedError } from "../../protocol/errors.ts";
 import { embeddingModelPath, STORIES_260K } from "../../../test/helpers/test-models.ts";
 import { measureVocabulary, type LlamaCppEngine } from "./llamacpp-engine.ts";
 import { laneThreads, LlamaEmbedder, MAX_LANES } from "./embeddings.ts";
+import { EmbeddingBatches, sequenceEmbeddings } from "./embedding-batches.ts";
 import { embeddingKind, POOLING } from "./embedding-model.ts";
-import { createRuntimeLoader } from "./runtime.ts";
+import { createRuntimeLoader, patchedBindingInstalled } from "./runtime.ts";
 import { loadTestEngine } from "./test-engine.ts";
 import { cosine } from "../../../test/helpers/vectors.ts";
 
@@ -174,7 +177,7 @@ describe("the llama.cpp engine serving an embedding GGUF", () => {
     assert.deepEqual(results[1]!.vectors, expected[1]);
     const after = engine.members()[0]!.batching!;
     const tokens = prepared.slice(0, 2).reduce((sum, each) => sum + each.promptTokens, 0) * 2 + prepared[2]!.promptTokens;
-    // node-llama-cpp 3.22 reads sequence 0's pooled vector only: each decode holds one input.
+    // One slot (`parallel` 1): each decode holds one input, batched or on lanes.
     assert.deepEqual({ batches: after.batches - before.batches, sequences: after.sequences - before.sequences, tokens: after.tokens - before.tokens }, { batches: 7, sequences: 7, tokens });
   });
 
@@ -309,7 +312,7 @@ describe("embedding lanes", () => {
     const { vectors } = await run(embedder, inputs);
     const spread = embedder.laneStats().inputs.map((count, lane) => count - before[lane]!);
     assert.ok(spread.every((count) => count >= 1), `inputs per lane ${spread}`);
-    assert.equal(spread[0]! + spread[1]!, 5);
+    assert.equal(spread[0]! + spread[1]!, 4, "the repeated input is embedded once");
     assert.deepEqual(vectors, expected, "the same vectors as one lane of one thread, in order");
     // The same text on the wide context (two threads) and on the second lane at once: identical vectors.
     const wideBefore = embedder.laneStats().wide!.inputs;
@@ -343,5 +346,128 @@ describe("embedding lanes", () => {
     const results = await Promise.all(runs);
     assert.equal(results.length, 3);
     assert.deepEqual(results[2]!.vectors, (await run(single, texts("Birds sing."))).vectors);
+  });
+});
+
+describe("batched embedding decodes (Turnpike's patched binding)", () => {
+  it("are used only with a binding that says it reads any sequence's vector", () => {
+    const modelOf = (bindings: object) => ({ llama: { _bindings: bindings } }) as unknown as LlamaModel;
+    assert.equal(sequenceEmbeddings(modelOf({})), false);
+    assert.equal(sequenceEmbeddings(modelOf({ turnpikeEmbeddingSequences: 1 })), true);
+  });
+
+  it("is what CI runs on: the patched binding is installed (scripts/build-node-llama-cpp.sh)", { skip: process.env.CI !== "true" && "CI only" }, () => {
+    assert.ok(patchedBindingInstalled(), ".ci/run installs it before npm test");
+  });
+
+  const installed = patchedBindingInstalled();
+  describe("with the patched binding", { skip: !installed && "the patched binding is not installed here (scripts/build-node-llama-cpp.sh; CI installs it)" }, () => {
+    let model: LlamaModel;
+    let batched: LlamaEmbedder;
+    let lanes: LlamaEmbedder;
+    before(async () => {
+      const llama = await createRuntimeLoader({ threads: 2, gpu: "cpu" })();
+      model = await llama.loadModel({ modelPath: embeddingModelPath() });
+      const options = { contextSize: 32, queueSize: 16, ...measureVocabulary(model) };
+      batched = await LlamaEmbedder.open(model, { ...options, threads: 2, parallel: 4, pooled: true });
+      lanes = await LlamaEmbedder.open(model, { ...options, threads: 1, parallel: 1, decoding: "lanes" });
+    });
+    after(async () => {
+      await batched?.close();
+      await lanes?.close();
+      await model?.dispose();
+    });
+
+    const run = (target: LlamaEmbedder, inputs: EmbeddingInput[]) => target.prepare(request(inputs)).run(new AbortController().signal);
+    /** Each vector points where the one-input decode's does (a batch of other shapes may differ in the last bits). */
+    function sameVectors(actual: Float32Array[], expected: Float32Array[]): void {
+      assert.equal(actual.length, expected.length);
+      actual.forEach((vector, index) => assert.ok(cosine(vector, expected[index]!) > 0.99999, `input ${index}: cosine ${cosine(vector, expected[index]!)}`));
+    }
+    const sentences = [story, "A dog.", "Birds sing in the tall green trees every single morning.", "Hot sun.", "The cat sat on the mat.", "Rain."];
+
+    it("loads on the CPU and decodes a pooled model's inputs in batches", () => {
+      assert.ok(sequenceEmbeddings(model));
+      assert.equal(batched.decoding, "batched");
+      assert.equal(lanes.decoding, "lanes");
+      assert.deepEqual(batched.load(), { busy: 0, waiting: 0, capacity: 4 }, "a slot per input in flight (parallel)");
+    });
+
+    it("decodes concurrent requests' inputs of different lengths together, each with the vector it gets alone", async () => {
+      const inputs = sentences.slice(0, 4);
+      const expected: Float32Array[] = [];
+      for (const text of inputs) expected.push((await run(lanes, texts(text))).vectors[0]!);
+      const before = batched.stats();
+      const results = await Promise.all(inputs.map((text) => run(batched, texts(text))));
+      const after = batched.stats();
+      assert.equal(after.batches - before.batches, 1, "one decode for the four requests");
+      assert.equal(after.sequences - before.sequences, 4);
+      assert.ok(batched.mostInOneDecode >= 4);
+      sameVectors(
+        results.map((result) => result.vectors[0]!),
+        expected,
+      );
+    });
+
+    it("spreads one request's inputs over its free slots: decodes hold several, the vectors in the inputs' order", async () => {
+      const inputs = texts(...Array.from({ length: 10 }, (_, index) => `${sentences[index % sentences.length]!} (${index})`));
+      const expected = (await run(lanes, inputs)).vectors;
+      const before = batched.stats();
+      const { vectors } = await run(batched, inputs);
+      const after = batched.stats();
+      assert.equal(after.sequences - before.sequences, 10);
+      assert.ok(after.batches - before.batches <= 5, `${after.batches - before.batches} decodes for 10 inputs on 4 slots`);
+      sameVectors(vectors, expected);
+    });
+
+    it("embeds a request's identical inputs once, giving each the same vector and billing each", async () => {
+      const before = batched.stats();
+      const prepared = batched.prepare(request(texts(story, "A dog.", story, story)));
+      const { vectors, usage } = await prepared.run(new AbortController().signal);
+      assert.equal(batched.stats().sequences - before.sequences, 2);
+      assert.deepEqual(vectors[0], vectors[2]);
+      assert.deepEqual(vectors[0], vectors[3]);
+      assert.notEqual(vectors[0], vectors[2], "copies, not one array shared");
+      assert.equal(usage.promptTokens, prepared.promptTokens);
+      assert.equal(prepared.embeddedTokens(), prepared.promptTokens, "every copy's tokens counted as made");
+      // The same text twice in one decode (two requests), at other places of the batch: the same
+      // direction; the sums run in another order, so the last bits may differ.
+      const [a, b] = await Promise.all([run(batched, texts(story)), run(batched, texts(story))]);
+      sameVectors(a.vectors, b.vectors);
+    });
+
+    it("puts no more inputs in a decode than its sequences, nor more tokens than its batch", async () => {
+      const batches = await EmbeddingBatches.open(model, { batchTokens: 33, sequences: 3, threads: 1 });
+      try {
+        const tokens = (text: string) => [model.tokens.bos!, ...model.tokenize(text, true)];
+        const short = tokens("A dog.");
+        const long = tokens("the cat sat on the mat and the dog ran");
+        assert.ok(long.length > 11 && long.length <= 33, `${long.length} tokens`);
+        // Four short ones: three (the sequences), then one.
+        await Promise.all([short, short, short, short].map((each) => batches.embed(each)));
+        assert.deepEqual(batches.stats(), { batches: 2, sequences: 4, tokens: 4 * short.length, mostInOne: 3 });
+        // Three long ones: as many as fit 33 tokens each time.
+        const perDecode = Math.floor(33 / long.length);
+        await Promise.all([long, long, long].map((each) => batches.embed(each)));
+        assert.equal(batches.stats().batches - 2, Math.ceil(3 / perDecode));
+        await assert.rejects(batches.embed(Array.from({ length: 34 }, () => short[1]!)), /does not fit a batch of 33/);
+      } finally {
+        await batches.close();
+      }
+    });
+
+    it("refuses inputs still waiting when it closes, and finishes the decode that runs", async () => {
+      const batches = await EmbeddingBatches.open(model, { batchTokens: 33, sequences: 1, threads: 1 });
+      const tokens = [model.tokens.bos!, ...model.tokenize(story, true)];
+      const first = batches.embed(tokens);
+      const second = batches.embed(tokens);
+      // The first decode starts in the next turn of the event loop.
+      await new Promise((resolve) => setImmediate(resolve));
+      const closed = batches.close();
+      await assert.rejects(second, /engine closing/);
+      assert.equal((await first).length, 64);
+      await closed;
+      await assert.rejects(batches.embed(tokens), /engine closing/);
+    });
   });
 });

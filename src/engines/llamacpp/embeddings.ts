@@ -4,11 +4,16 @@
  * against the context, run through a node-llama-cpp embedding context with the model's own
  * pooling, and L2-normalised (llama-server's default `embd_normalize` 2).
  *
- * One input per `llama_decode`: node-llama-cpp 3.22's native context reads the pooled vector of
- * sequence 0 only (`AddonContext::GetEmbedding` calls `llama_get_embeddings_seq(ctx, 0)`), so a
- * batch holding several sequences would compute every sequence's vector and hand back one.
- * llama-server decodes its slots' inputs together; this cannot through node-llama-cpp's API. So
- * inputs run side by side instead: "lanes", several embedding contexts of the one model
+ Two ways to decode, chosen by the binding loaded (`decoding`):
+ *
+ * - "batched", for a model that pools (mean, CLS, last token), with node-llama-cpp's binding as
+ *   Turnpike patches it (`scripts/build-node-llama-cpp.sh`, `embedding-batches.ts`): as llama-server does, the inputs of every request running decode
+ *   together, a sequence each, in one `llama_decode` with all the threads; a slot per input in
+ *   flight (`parallel` slots, at most `MAX_SEQUENCES`).
+ * - "lanes", with the stock binding: one input per `llama_decode`, because node-llama-cpp 3.22's
+ *   native context reads the pooled vector of sequence 0 only (`AddonContext::GetEmbedding` calls
+ *   `llama_get_embeddings_seq(ctx, 0)`), so a batch holding several sequences would compute every
+ *   sequence's vector and hand back one. Inputs run side by side instead: "lanes", several embedding contexts of the one model
  * (min(threads, parallel, 8) of them), the thread budget split between them (the remainder to the
  * first lanes), one input per lane at a time. With `--threads 2` two inputs decode at once on a
  * thread each, where llama-server decodes one batch with two threads. With more than one lane there
@@ -26,6 +31,7 @@
  * still waiting leaves the queue.
  */
 import { LlamaVocabularyType, type LlamaEmbeddingContext, type LlamaModel, type Token } from "node-llama-cpp";
+import { EmbeddingBatches, sequenceEmbeddings } from "./embedding-batches.ts";
 import type { EmbeddingInput, EmbeddingRequest, EmbeddingsResult, PreparedEmbeddings } from "../engine.ts";
 import { tokenFloor, type PromptBound, type TokenSpans } from "../prompt-bound.ts";
 import { SlotQueue, type SlotQueueOptions } from "../slot-queue.ts";
@@ -45,6 +51,10 @@ export type LlamaEmbedderOptions = {
   queuing?: SlotQueueOptions;
   /** Tokens in the vocabulary (ids 0..vocabularySize-1). */
   vocabularySize: number;
+  /** Whether the model pools each input into one vector (mean, CLS or last token): only then can inputs share a decode. */
+  pooled?: boolean;
+  /** How inputs decode (see the file's comment); default: "batched" for a pooled model where the binding allows it, else "lanes". */
+  decoding?: EmbeddingDecoding;
   /** How many bytes of text the vocabulary's tokens span (for `bound`). */
   tokenSpans: Required<TokenSpans>;
 };
@@ -61,13 +71,22 @@ export type LaneStats = { threads: number[]; inputs: number[]; decoding: number;
 /** Lanes at most, whatever the threads: each holds a context's KV and compute buffers. */
 export const MAX_LANES = 8;
 
+/** Inputs one batched decode holds at most (the batched context's sequences). */
+export const MAX_SEQUENCES = 64;
+
+/** Tokens one batched decode holds at least (llama-server's default micro-batch); more when one input may be longer. */
+export const BATCH_TOKENS = 512;
+
+export type EmbeddingDecoding = "batched" | "lanes";
+
 /** How many lanes for a thread budget, and each one's threads (the remainder to the first lanes). */
 export function laneThreads(threads: number, parallel: number): number[] {
   const lanes = Math.max(1, Math.min(threads, parallel, MAX_LANES));
   return Array.from({ length: lanes }, (_, index) => Math.floor(threads / lanes) + (index < threads % lanes ? 1 : 0));
 }
 
-type Lane = { index: number; context: LlamaEmbeddingContext };
+/** A slot of the queue: a lane with its own context, or (batched) a place in the shared decodes. */
+type Lane = { index: number; context: LlamaEmbeddingContext | undefined };
 
 /**
  * The tokens an input gets at its start and end: the same rule node-llama-cpp's embedding context
@@ -101,6 +120,8 @@ export function normalize(vector: ArrayLike<number>): Float32Array {
 export class LlamaEmbedder {
   readonly #model: LlamaModel;
   readonly #lanes: Lane[];
+  /** The shared decodes (batched); undefined with lanes. */
+  readonly #batches: EmbeddingBatches | undefined;
   /** All the threads, for an input alone (only with more than one lane). */
   readonly #wide: LlamaEmbeddingContext | undefined;
   readonly #options: LlamaEmbedderOptions;
@@ -111,9 +132,17 @@ export class LlamaEmbedder {
   #decoding = 0;
   readonly #closing = new AbortController();
 
-  private constructor(model: LlamaModel, contexts: LlamaEmbeddingContext[], wide: LlamaEmbeddingContext | undefined, threads: number[], options: LlamaEmbedderOptions) {
+  private constructor(
+    model: LlamaModel,
+    contexts: (LlamaEmbeddingContext | undefined)[],
+    wide: LlamaEmbeddingContext | undefined,
+    threads: number[],
+    options: LlamaEmbedderOptions,
+    batches?: EmbeddingBatches,
+  ) {
     this.#model = model;
     this.#lanes = contexts.map((context, index) => ({ index, context }));
+    this.#batches = batches;
     this.#wide = wide;
     this.#options = options;
     this.#queue = new SlotQueue(this.#lanes, options.queueSize, options.queuing);
@@ -126,6 +155,13 @@ export class LlamaEmbedder {
    * an input that fills its context), and a batch as large, so every input decodes in one piece.
    */
   static async open(model: LlamaModel, options: LlamaEmbedderOptions): Promise<LlamaEmbedder> {
+    const decoding = options.decoding ?? (options.pooled === true && sequenceEmbeddings(model) ? "batched" : "lanes");
+    if (decoding === "batched") {
+      const slots = Math.max(1, Math.min(options.parallel, MAX_SEQUENCES));
+      const batchTokens = Math.max(options.contextSize + 1, BATCH_TOKENS);
+      const batches = await EmbeddingBatches.open(model, { batchTokens, sequences: slots, threads: options.threads });
+      return new LlamaEmbedder(model, Array.from({ length: slots }, () => undefined), undefined, [options.threads], options, batches);
+    }
     const threads = laneThreads(options.threads, options.parallel);
     const contexts: LlamaEmbeddingContext[] = [];
     const create = async (each: number) => {
@@ -163,7 +199,19 @@ export class LlamaEmbedder {
   }
 
   stats(): EmbeddingStats {
-    return { ...this.#stats };
+    if (this.#batches === undefined) return { ...this.#stats };
+    const { batches, sequences, tokens } = this.#batches.stats();
+    return { batches, sequences, tokens };
+  }
+
+  /** How inputs decode here. */
+  get decoding(): EmbeddingDecoding {
+    return this.#batches === undefined ? "lanes" : "batched";
+  }
+
+  /** The most inputs one batched decode held (0 with lanes). */
+  get mostInOneDecode(): number {
+    return this.#batches?.stats().mostInOne ?? 0;
   }
 
   laneStats(): LaneStats {
@@ -271,6 +319,16 @@ export class LlamaEmbedder {
     return leased.then(async (first) => {
       const leases = [first];
       const vectors: Float32Array[] = new Array(sequences.length);
+      // Identical inputs are embedded once and share the vector: in a batched decode two copies at
+      // other places of the batch would differ in their last bits, and the work is done once.
+      const copies = new Map<string, number[]>();
+      for (const [index, tokens] of sequences.entries()) {
+        const key = tokens.join(",");
+        const found = copies.get(key);
+        if (found === undefined) copies.set(key, [index]);
+        else found.push(index);
+      }
+      const distinct = [...copies.values()];
       // Each worker's outcome, caught where it starts (a failure waits for the others, never unhandled).
       const workers: Promise<{ failed: false } | { failed: true; error: unknown }>[] = [];
       const start = (lane: Lane) => workers.push(work(lane).then(() => ({ failed: false as const }), (error: unknown) => ({ failed: true as const, error })));
@@ -278,7 +336,7 @@ export class LlamaEmbedder {
       let failure: { error: unknown } | undefined;
       const spread = () => {
         // A worker starts at once (takes its input synchronously), so this stops when none is left.
-        while (next < sequences.length) {
+        while (next < distinct.length) {
           const lease = this.#queue.tryAcquire(undefined, ticket);
           if (lease === undefined) return;
           leases.push(lease);
@@ -286,14 +344,16 @@ export class LlamaEmbedder {
         }
       };
       const work = async (lane: Lane): Promise<void> => {
-        while (next < sequences.length) {
+        while (next < distinct.length) {
           if (stop.aborted) throw stop.reason;
-          const index = next++;
+          const indexes = distinct[next++]!;
+          const tokens = sequences[indexes[0]!]!;
           // Alone: the last input of the only request running, nothing decoding, nobody waiting.
-          const alone = next === sequences.length && this.#decoding === 0 && this.#queue.busy === 1 && this.#queue.waiting === 0;
-          vectors[index] = await this.#embed(lane, sequences[index]!, alone);
-          // Made: billed even if the request is cut before its other inputs.
-          progress.tokens += sequences[index]!.length;
+          const alone = next === distinct.length && this.#decoding === 0 && this.#queue.busy === 1 && this.#queue.waiting === 0;
+          const vector = await this.#embed(lane, tokens, alone);
+          indexes.forEach((index, copy) => (vectors[index] = copy === 0 ? vector : vector.slice()));
+          // Made: billed (every copy) even if the request is cut before its other inputs.
+          progress.tokens += tokens.length * indexes.length;
           spread();
         }
       };
@@ -314,13 +374,18 @@ export class LlamaEmbedder {
     });
   }
 
-  /** One input on its lane, or on the wide context when it is `alone` (and there is one). */
+  /** One input on its lane, or on the wide context when it is `alone` (and there is one); batched, in the next shared decode. */
   async #embed(lane: Lane, tokens: Token[], alone: boolean): Promise<Float32Array> {
     const wide = alone ? this.#wide : undefined;
     this.#decoding++;
     this.#laneStats.mostAtOnce = Math.max(this.#laneStats.mostAtOnce, this.#decoding);
     try {
-      const embedding = await (wide ?? lane.context).getEmbeddingFor(tokens);
+      if (this.#batches !== undefined) {
+        const vector = normalize(await this.#batches.embed(tokens));
+        this.#laneStats.inputs[0]!++;
+        return vector;
+      }
+      const embedding = await (wide ?? lane.context!).getEmbeddingFor(tokens);
       this.#stats.batches++;
       this.#stats.sequences++;
       this.#stats.tokens += tokens.length;
@@ -334,7 +399,7 @@ export class LlamaEmbedder {
 
   async close(): Promise<void> {
     this.#closing.abort(new Error("engine closing"));
-    await Promise.all([...this.#lanes.map((lane) => lane.context.dispose()), this.#wide?.dispose()]);
+    await Promise.all([...this.#lanes.map((lane) => lane.context?.dispose()), this.#wide?.dispose(), this.#batches?.close()]);
   }
 }
 

@@ -43,7 +43,7 @@ import { DecodeBarrier, type DecodeBarrierStats } from "./decode-barrier.ts";
 import { tokenDescriber, type DescribeToken } from "./token-logprobs.ts";
 import { resolveModelFile, type DownloadProgress, type HuggingFaceHub, type ModelFileSource } from "./model-file.ts";
 import { RuntimeUnavailableError } from "./runtime.ts";
-import { embeddingKind } from "./embedding-model.ts";
+import { embeddingKind, POOLING } from "./embedding-model.ts";
 import { LlamaEmbedder } from "./embeddings.ts";
 
 
@@ -264,7 +264,9 @@ export class LlamaCppEngine implements Engine {
       // A generative model whose entry serves embeddings only needs no generation context either.
       const embedsOnly = kind.kind === "embedding" || (options.serves !== undefined && options.serves.every((service) => service === "embeddings"));
       if (embedsOnly || options.serves?.includes("embeddings") === true) {
-        this.#embedder = await LlamaEmbedder.open(model, { contextSize, threads: options.threads, parallel: options.parallel, queueSize: options.queueSize, queuing: options.queuing, ...vocabulary });
+        // Inputs of a model that pools share decodes where the binding allows (`embeddings.ts`); a generative model's last-token state does not.
+        const pooled = kind.kind === "embedding" && (kind.pooling === POOLING.mean || kind.pooling === POOLING.cls || kind.pooling === POOLING.last);
+        this.#embedder = await LlamaEmbedder.open(model, { contextSize, threads: options.threads, parallel: options.parallel, queueSize: options.queueSize, queuing: options.queuing, pooled, ...vocabulary });
       }
       const embeddings = this.#embedder === undefined ? {} : { embeddingDimensions: kind.dimensions };
       if (embedsOnly) {

@@ -1,8 +1,18 @@
 /**
  * The llama.cpp runtime, loaded once per process with node-llama-cpp's no-download, no-build
  * options: start-up never touches the network and never compiles.
+ *
+ * Which binding: node-llama-cpp's prebuilt one, or, on the CPU, its binding as Turnpike patches it
+ * when `scripts/build-node-llama-cpp.sh` has installed it (node-llama-cpp's "last build"; the
+ * patch lets embedding inputs decode together, `embedding-batches.ts`). The patched binding is
+ * the prebuilt CPU release with only `llama-addon.node` rebuilt from the same source, so every
+ * kernel is the prebuilt one. A machine with a GPU node-llama-cpp can use keeps the prebuilt GPU
+ * binding under `--gpu auto`.
  */
-import { getLlama, LlamaLogLevel, type Llama } from "node-llama-cpp";
+import fs from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { getLlama, getLlamaGpuTypes, LlamaLogLevel, type Llama, type LlamaOptions } from "node-llama-cpp";
 
 export type GpuSetting = "auto" | "cpu" | "cuda" | "vulkan" | "metal";
 
@@ -40,24 +50,57 @@ function runtimeFailure(gpu: GpuSetting, error: unknown): RuntimeUnavailableErro
  */
 const EXPECTED_WARNINGS: readonly RegExp[] = [/embeddings required but some input tokens were not marked as outputs/];
 
+/** The folder of node-llama-cpp's local builds that `scripts/build-node-llama-cpp.sh` installs the patched binding as. */
+export const PATCHED_BUILD_FOLDER = "turnpike-embedding-sequences";
+
+/** Whether node-llama-cpp's last local build is Turnpike's patched binding, installed whole. */
+export function patchedBindingInstalled(): boolean {
+  const llamaDirectory = path.join(path.dirname(fileURLToPath(import.meta.resolve("node-llama-cpp"))), "..", "llama");
+  try {
+    const last = JSON.parse(fs.readFileSync(path.join(llamaDirectory, "lastBuild.json"), "utf8")) as { folderName?: unknown };
+    const folder = path.join(llamaDirectory, "localBuilds", PATCHED_BUILD_FOLDER);
+    return last.folderName === PATCHED_BUILD_FOLDER && fs.existsSync(path.join(folder, "buildDone.status")) && fs.existsSync(path.join(folder, "Release", "llama-addon.node"));
+  } catch {
+    return false;
+  }
+}
+
+/** Whether the patched binding serves `gpu`: the CPU asked for, or `auto` on a machine where node-llama-cpp finds no GPU. */
+async function patchedBindingServes(gpu: GpuSetting): Promise<boolean> {
+  if (gpu !== "cpu" && gpu !== "auto") return false;
+  if (!patchedBindingInstalled()) return false;
+  return gpu === "cpu" || (await getLlamaGpuTypes("supported")).every((type) => type === false);
+}
+
 /** Returns a loader that creates the runtime on first call and shares it after. */
 export function createRuntimeLoader(options: RuntimeOptions): () => Promise<Llama> {
   let runtime: Promise<Llama> | undefined;
+  const shared = {
+    skipDownload: true,
+    progressLogs: false,
+    maxThreads: options.threads,
+    logLevel: LlamaLogLevel.warn,
+    logger: (level: LlamaLogLevel, message: string) => {
+      const text = message.trim();
+      if (text === "" || EXPECTED_WARNINGS.some((pattern) => pattern.test(text))) return;
+      if (level === LlamaLogLevel.error || level === LlamaLogLevel.fatal) options.log?.("error", text);
+      else if (level === LlamaLogLevel.warn) options.log?.("warn", text);
+    },
+  } satisfies LlamaOptions;
+  const stock = () => getLlama({ ...shared, gpu: options.gpu === "cpu" ? false : options.gpu, build: "never" });
+  const load = async (): Promise<Llama> => {
+    if (!(await patchedBindingServes(options.gpu))) return stock();
+    try {
+      const llama = await getLlama("lastBuild", shared);
+      if (llama.gpu === false) return llama;
+      await llama.dispose();
+    } catch (error) {
+      options.log?.("warn", `Turnpike's patched llama.cpp binding did not load; using node-llama-cpp's prebuilt one: ${error instanceof Error ? error.message : String(error)}`);
+    }
+    return stock();
+  };
   return () => {
-    runtime ??= getLlama({
-      gpu: options.gpu === "cpu" ? false : options.gpu,
-      build: "never",
-      skipDownload: true,
-      progressLogs: false,
-      maxThreads: options.threads,
-      logLevel: LlamaLogLevel.warn,
-      logger: (level, message) => {
-        const text = message.trim();
-        if (text === "" || EXPECTED_WARNINGS.some((pattern) => pattern.test(text))) return;
-        if (level === LlamaLogLevel.error || level === LlamaLogLevel.fatal) options.log?.("error", text);
-        else if (level === LlamaLogLevel.warn) options.log?.("warn", text);
-      },
-    }).catch((error: unknown) => {
+    runtime ??= load().catch((error: unknown) => {
       options.log?.("error", `llama.cpp runtime (--gpu ${options.gpu}): ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
       throw runtimeFailure(options.gpu, error);
     });
