@@ -16,8 +16,9 @@
  * For each concurrency C (default 1, 16, 64), each round sends `--requests` requests (default
  * max(16, 2C)) from C clients, each a request at a time, every request `--inputs` texts of about
  * `--words` words, different for every request and round. Per side and round: inputs/s and
- * tokens/s (usage.prompt_tokens summed ÷ the round's wall time) and the load average at its end;
- * medians over rounds, the ratios Turnpike ÷ llama-server (and the median of per-round ratios), and
+ * tokens/s (usage.prompt_tokens summed ÷ the round's wall time) and the load average at its end.
+ * Each side's round starts once the machine is quiet (`untilQuiet`: llama-server's threads spin for
+ * a few hundred milliseconds after its last request). Medians over rounds, the ratios Turnpike ÷ llama-server (and the median of per-round ratios), and
  * the least cosine between the two sides' vectors of the same input (they should agree). `--threads`
  * takes a list (e.g. 1,2): both sides are restarted with each, the same on both. Turnpike gets
  * `--parallel` the largest concurrency too (its embedding lanes are min(threads, parallel, 8)).
@@ -199,6 +200,28 @@ const roundResults: RoundResult[] = [];
 let via: "http" | "engine" = flags.via === "engine" ? "engine" : "http";
 const leastCosine = new Map<number, number>();
 
+/** The machine's busy CPU time so far, in clock ticks (every core: /proc/stat's first line less idle and iowait). */
+function busyTicks(): number {
+  const fields = fs.readFileSync("/proc/stat", "utf8").split("\n", 1)[0]!.trim().split(/\s+/).slice(1).map(Number);
+  const [user = 0, nice = 0, system = 0, , , irq = 0, softirq = 0, steal = 0] = fields;
+  return user + nice + system + irq + softirq + steal;
+}
+
+/**
+ * Waits until the machine has been quiet for 100 ms (at most 2 ticks, 20 ms of CPU, over all its
+ * cores), or 3 s at most on a machine that other jobs keep busy.
+ */
+async function untilQuiet(): Promise<void> {
+  const deadline = performance.now() + 3000;
+  let before = busyTicks();
+  while (performance.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const now = busyTicks();
+    if (now - before <= 2) return;
+    before = now;
+  }
+}
+
 /** Both sides with `threads` threads, every concurrency's rounds, then both stopped. */
 async function runThreads(threads: number): Promise<void> {
   let least = Number.POSITIVE_INFINITY;
@@ -268,6 +291,9 @@ async function runThreads(threads: number): Promise<void> {
         const line: string[] = [];
         const firsts: Partial<Record<Side, ArrayLike<number>[]>> = {};
         for (const side of order) {
+          // Each side starts on a quiet machine: llama-server's threads spin on for a few hundred
+          // milliseconds after its last request, which slowed whatever ran next by up to 20%.
+          await untilQuiet();
           const { wallMs, tokens, first } = await runRound(embedders[side]!, concurrency, round, requests);
           firsts[side] = first;
           const inputs = requests * inputsPerRequest;

@@ -98,11 +98,6 @@ export class EmbeddingBatches {
     return { ...this.#stats };
   }
 
-  /** Inputs waiting for a decode (not counting the one running). */
-  get waiting(): number {
-    return this.#waiting.length;
-  }
-
   /** The pooled vector of one input (not normalised), decoded with whatever else waits. */
   embed(tokens: readonly Token[]): Promise<Float64Array> {
     if (this.#closed) return Promise.reject(new Error("engine closing"));
