@@ -8,8 +8,10 @@
 # Why: node-llama-cpp 3.22.1 (the latest on npm) reads the pooled embedding of sequence 0 only
 # (AddonContext::GetEmbedding), so several embedding inputs cannot share one llama_decode, and
 # embeddings under concurrency ran at 0.80-0.87x llama-server's rate (bench/embeddings.ts). The patch
-# (three small changes to the binding's C++, none to llama.cpp) reads any sequence's vector, makes
-# an embedding context's KV cache unified and marks the binding (`turnpikeEmbeddingSequences`).
+# (small changes to the binding's C++, none to llama.cpp) reads any sequence's vector, makes an
+# embedding context's KV cache unified, gives an embedding context a thread pool of its own kept
+# between decodes (as llama-server keeps its pools; the stock binding makes and joins one per
+# decode) and marks the binding (`turnpikeEmbeddingSequences`).
 #
 # Only llama-addon.node is rebuilt. Beside it go node-llama-cpp's own prebuilt CPU libraries for this
 # platform (libllama, libggml, libggml-base and every libggml-cpu-<level>.so): the same llama.cpp

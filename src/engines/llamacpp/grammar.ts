@@ -6,11 +6,27 @@
  * node-llama-cpp writes the JSON grammars (`createGrammarForJsonSchema`, the built-in `json`
  * grammar); this file composes them into one grammar by giving each a rule-name prefix.
  */
+import fs from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
 import { LlamaText, SpecialTokensText, type ChatWrapper, type GbnfJsonSchema, type Llama, type LlamaGrammar } from "node-llama-cpp";
 import type { ResponseFormat, ToolDefinition } from "../engine.ts";
 import { ApiError } from "../../protocol/errors.ts";
 import { SchemaBudget, toGrammarSchema, UnsupportedSchemaError } from "./json-schema.ts";
 import { gbnfLiteral } from "../grammar/grammar-expression.ts";
+
+let jsonGrammar: Promise<string> | undefined;
+
+/**
+ * llama.cpp's JSON grammar as node-llama-cpp ships it (`llama/grammars/json.gbnf`): what
+ * `llama.getGrammarFor("json")` reads on the prebuilt binding. On a local build (Turnpike's
+ * patched binding, `runtime.ts`) that call looks in a llama.cpp clone instead, which the build
+ * does not keep; the file is the same either way.
+ */
+function bundledJsonGrammar(): Promise<string> {
+  jsonGrammar ??= fs.promises.readFile(path.join(path.dirname(fileURLToPath(import.meta.resolve("node-llama-cpp"))), "..", "llama", "grammars", "json.gbnf"), "utf8");
+  return jsonGrammar;
+}
 
 /** The literal text a chat template writes around tool calls (node-llama-cpp's `functions.call` settings). */
 export type CallSyntax = {
@@ -220,7 +236,7 @@ export class GrammarFactory {
   }
 
   async #jsonObjectGrammarText(): Promise<string> {
-    return (await this.#llama.getGrammarFor("json")).grammar;
+    return bundledJsonGrammar();
   }
 
   /**
