@@ -139,7 +139,7 @@ echo "build-node-llama-cpp: compiling the binding without llama.cpp's CPU backen
     NODE_LLAMA_CPP_CMAKE_OPTION_GGML_CPU_ALL_VARIANTS=OFF NODE_LLAMA_CPP_CMAKE_OPTION_GGML_OPENMP=OFF \
     NODE_LLAMA_CPP_CMAKE_OPTION_GGML_CPU=OFF
   node-llama-cpp source build --gpu false --noUsageExample
-) 2>&1 | tee "$work/build.log" | awk '/^\[ *[0-9]+\/[0-9]+\]/ { n++; if (n % 20 == 1) { print "build-node-llama-cpp: " $1; fflush() } }'
+) 2>&1 | tee "$work/build.log" | awk '/^\[ *[0-9]+(\/[0-9]+|%)\]/ { n++; if (n % 20 == 1) { print "build-node-llama-cpp: " $1 " " $2; fflush() } }'
 if [ "${PIPESTATUS[0]}" != "0" ]; then
   tail -n 40 "$work/build.log" >&2
   exit 1

@@ -13,6 +13,7 @@ import { runCli } from "./helpers/process.ts";
 import { freshPostgresSchema } from "./helpers/databases.ts";
 import { sharedModelsDir, skipWithoutLlamaServer, startLlamaServer } from "./helpers/llama-server.ts";
 import { storiesModel, temporaryDirectory } from "./helpers/server.ts";
+import { patchedBindingInstalled } from "../src/engines/llamacpp/runtime.ts";
 
 const WRONG_KEY = "sk-wrong-key-never-printed";
 const servers: Server[] = [];
@@ -39,10 +40,11 @@ describe("turnpike check", () => {
     const result = await runCli(["check", "--data-dir", temporaryDirectory(), "--model", `stories=${storiesModel}`]);
     assert.equal(result.code, 0, result.stdout + result.stderr);
     const lines = result.stdout.trim().split("\n");
-    assert.equal(lines.length, 3, result.stdout);
+    assert.equal(lines.length, 4, result.stdout);
     assert.match(lines[0]!, /^ok {3}configuration: valid: 1 model\(s\)/);
     assert.match(lines[1]!, /^ok {3}database: SQLite .*turnpike\.sqlite: not created yet/);
-    assert.match(lines[2]!, /^ok {3}model stories: .*stories260K\.gguf: readable, llama, context \d+ tokens per sequence/);
+    assert.match(lines[2]!, patchedBindingInstalled() ? /^ok {3}runtime llama\.cpp: Turnpike's patched node-llama-cpp binding/ : /^ok {3}runtime llama\.cpp: node-llama-cpp's prebuilt binding .*npm run build:binding/);
+    assert.match(lines[3]!, /^ok {3}model stories: .*stories260K\.gguf: readable, llama, context \d+ tokens per sequence/);
   });
 
   it("exits 1 naming a model file that is missing, and an upstream on a closed port", async () => {

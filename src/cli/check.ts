@@ -1,7 +1,7 @@
 /**
  * `turnpike check`: reads the same settings as `serve` and checks that each part they name serves,
  * without starting anything: the configuration, the database (reachable, migrations against this
- * binary's), Redis when configured (PING), each embedded model's file, and each upstream member
+ * binary's), Redis when configured (PING), the llama.cpp binding and each embedded model's file, and each upstream member
  * (reachable, kind, models, context length, credentials accepted). One line per thing (`--json`:
  * one document). Exit status: 0 when everything serves, 1 when something does not, 2 when the
  * settings are invalid. Every probe waits `--timeout` seconds at most; nothing is downloaded,
@@ -11,6 +11,21 @@ import type { Command } from "commander";
 import { ConfigError, loadProcessSettings, type ResolvedSettings } from "../config/load.ts";
 import { serveFlagsOf, withServeOptions, type RawServeFlags } from "./serve-options.ts";
 import { formatResults, resultsJson, type CheckResult } from "./check/result.ts";
+
+/** Which llama.cpp binding embedded models run on (`runtime.ts`): informational, never a failure. */
+async function checkBinding(): Promise<CheckResult> {
+  const { patchedBindingInstalled } = await import("../engines/llamacpp/runtime.ts");
+  const patched = patchedBindingInstalled();
+  return {
+    check: "runtime",
+    name: "llama.cpp",
+    ok: true,
+    detail: patched
+      ? "Turnpike's patched node-llama-cpp binding (embedding inputs decode together on the CPU)"
+      : "node-llama-cpp's prebuilt binding (embedding inputs decode one at a time; npm run build:binding decodes them together)",
+    facts: { binding: patched ? "patched" : "prebuilt" },
+  };
+}
 
 /** Seconds each probe may take by default. */
 const DEFAULT_TIMEOUT_SECONDS = 5;
@@ -31,6 +46,7 @@ export async function runChecks(settings: ResolvedSettings, timeoutMs: number): 
   const hub = { endpoint: settings.hf_endpoint, ...(settings.hf_token === null ? {} : { token: settings.hf_token.reveal() }) };
   const checks: Array<Promise<CheckResult>> = [checkDatabase(settings, timeoutMs)];
   if (settings.redis_url !== "") checks.push(checkRedis(settings.redis_url, timeoutMs));
+  if (embedded > 0) checks.push(checkBinding());
   for (const entry of settings.models) {
     const upstream = entry.upstream;
     if (upstream === undefined) {

@@ -5,8 +5,8 @@
 
 /** One thing checked. Nothing in it holds a password or a key. */
 export type CheckResult = {
-  /** What kind of thing: the configuration, the database, Redis, an embedded model, an upstream member. */
-  check: "configuration" | "database" | "redis" | "model" | "upstream";
+  /** What kind of thing: the configuration, the database, Redis, the llama.cpp binding, an embedded model, an upstream member. */
+  check: "configuration" | "database" | "redis" | "runtime" | "model" | "upstream";
   /** Which one: the database as safe to print, a model's id, a member's name (`<model>#<index>`). */
   name: string;
   /** Whether it serves as configured. */

@@ -8,12 +8,12 @@
  */
 import fs from "node:fs";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { LlamaText, SpecialTokensText, type ChatWrapper, type GbnfJsonSchema, type Llama, type LlamaGrammar } from "node-llama-cpp";
 import type { ResponseFormat, ToolDefinition } from "../engine.ts";
 import { ApiError } from "../../protocol/errors.ts";
 import { SchemaBudget, toGrammarSchema, UnsupportedSchemaError } from "./json-schema.ts";
 import { gbnfLiteral } from "../grammar/grammar-expression.ts";
+import { nodeLlamaCppLlamaDirectory } from "./runtime.ts";
 
 let jsonGrammar: Promise<string> | undefined;
 
@@ -24,7 +24,7 @@ let jsonGrammar: Promise<string> | undefined;
  * does not keep; the file is the same either way.
  */
 function bundledJsonGrammar(): Promise<string> {
-  jsonGrammar ??= fs.promises.readFile(path.join(path.dirname(fileURLToPath(import.meta.resolve("node-llama-cpp"))), "..", "llama", "grammars", "json.gbnf"), "utf8");
+  jsonGrammar ??= fs.promises.readFile(path.join(nodeLlamaCppLlamaDirectory(), "grammars", "json.gbnf"), "utf8");
   return jsonGrammar;
 }
 

@@ -53,9 +53,14 @@ const EXPECTED_WARNINGS: readonly RegExp[] = [/embeddings required but some inpu
 /** The folder of node-llama-cpp's local builds that `scripts/build-node-llama-cpp.sh` installs the patched binding as. */
 export const PATCHED_BUILD_FOLDER = "turnpike-embedding-sequences";
 
+/** node-llama-cpp's `llama` folder (its grammars, local builds and last build's record). */
+export function nodeLlamaCppLlamaDirectory(): string {
+  return path.join(path.dirname(fileURLToPath(import.meta.resolve("node-llama-cpp"))), "..", "llama");
+}
+
 /** Whether node-llama-cpp's last local build is Turnpike's patched binding, installed whole. */
 export function patchedBindingInstalled(): boolean {
-  const llamaDirectory = path.join(path.dirname(fileURLToPath(import.meta.resolve("node-llama-cpp"))), "..", "llama");
+  const llamaDirectory = nodeLlamaCppLlamaDirectory();
   try {
     const last = JSON.parse(fs.readFileSync(path.join(llamaDirectory, "lastBuild.json"), "utf8")) as { folderName?: unknown };
     const folder = path.join(llamaDirectory, "localBuilds", PATCHED_BUILD_FOLDER);
