@@ -365,8 +365,10 @@ describe("batched embedding decodes (Turnpike's patched binding)", () => {
     let model: LlamaModel;
     let batched: LlamaEmbedder;
     let lanes: LlamaEmbedder;
+    /** What llama.cpp said through the runtime's log (its warnings and errors that reach the operator). */
+    const said: string[] = [];
     before(async () => {
-      const llama = await createRuntimeLoader({ threads: 2, gpu: "cpu" })();
+      const llama = await createRuntimeLoader({ threads: 2, gpu: "cpu", log: (level, message) => said.push(`${level}: ${message}`) })();
       model = await llama.loadModel({ modelPath: embeddingModelPath() });
       const options = { contextSize: 32, queueSize: 16, ...measureVocabulary(model) };
       batched = await LlamaEmbedder.open(model, { ...options, threads: 2, parallel: 4, pooled: true });
@@ -454,6 +456,21 @@ describe("batched embedding decodes (Turnpike's patched binding)", () => {
       } finally {
         await batches.close();
       }
+    });
+
+    it("opens 64 sequences on one cache of their cells without warning the operator of a context past the training one", async () => {
+      const before = said.length;
+      const batches = await EmbeddingBatches.open(model, { batchTokens: 513, sequences: 64, threads: 1 });
+      try {
+        // Short enough for all 64 to fit the batch (576 tokens).
+        const tokens = [model.tokens.bos!, ...model.tokenize("A dog.", true)];
+        const vectors = await Promise.all(Array.from({ length: 64 }, () => batches.embed(tokens)));
+        assert.equal(vectors.length, 64);
+        assert.equal(batches.stats().mostInOne, 64);
+      } finally {
+        await batches.close();
+      }
+      assert.deepEqual(said.slice(before), [], "llama.cpp said nothing to the operator");
     });
 
     it("refuses inputs still waiting when it closes, and finishes the decode that runs", async () => {
