@@ -6,7 +6,7 @@
  * This needs node-llama-cpp's binding as Turnpike patches it (`scripts/build-node-llama-cpp.sh`):
  * the stock `AddonContext::GetEmbedding` reads sequence 0's vector only, and an embedding context's
  * KV cache must be unified (one cache for all sequences) for inputs of any lengths to share a
- * batch. The patch also keeps an embedding context's thread pool between decodes, as llama-server
+ * batch. The patch also keeps a context's thread pool between decodes, as llama-server
  * does (the stock binding makes one per decode, whose new thread may wait for a core while the
  * other spins at the graph's barriers: 0.90-0.91x llama-server for one input at a time on two threads,
  * 0.96-0.98x with the pool kept). `sequenceEmbeddings` says whether the loaded binding has the patch;
