@@ -146,7 +146,8 @@ describe("the playground over the Responses API", { skip: skipWithoutChromium() 
     const status = terminal.response.status === "incomplete" ? "incomplete \\(max_output_tokens\\)" : "completed";
     assert.match(await usageLine.innerText(), new RegExp(`^${usage.input_tokens} input .*\\+ ${usage.output_tokens} output tokens · ${cost.toLocaleString("en-US")} credits · status: ${status}$`));
 
-    // What was billed is what the playground showed.
+    // What was billed is what the playground showed (its usage record is written in the group commit after the stream's end).
+    await test.server.usageWritten();
     const recorded = (await page.evaluate(async () => (await fetch("/api/usage/requests?limit=1")).json())) as { data: Array<{ prompt_tokens: number; completion_tokens: number; cost: number; stream: boolean }> };
     assert.deepEqual(
       { prompt: recorded.data[0]!.prompt_tokens, completion: recorded.data[0]!.completion_tokens, cost: recorded.data[0]!.cost, stream: recorded.data[0]!.stream },
