@@ -4,12 +4,13 @@
  * against the context, run through a node-llama-cpp embedding context with the model's own
  * pooling, and L2-normalised (llama-server's default `embd_normalize` 2).
  *
- Two ways to decode, chosen by the binding loaded (`decoding`):
+ * Two ways to decode (`decoding`), chosen by the model and the binding loaded:
  *
  * - "batched", for a model that pools (mean, CLS, last token), with node-llama-cpp's binding as
- *   Turnpike patches it (`scripts/build-node-llama-cpp.sh`, `embedding-batches.ts`): as llama-server does, the inputs of every request running decode
- *   together, a sequence each, in one `llama_decode` with all the threads; a slot per input in
- *   flight (`parallel` slots, at most `MAX_SEQUENCES`).
+ *   Turnpike patches it (`scripts/build-node-llama-cpp.sh`, `embedding-batches.ts`): as
+ *   llama-server does, the inputs of every request running decode together, a sequence each, in
+ *   one `llama_decode` with all the threads; a slot per input in flight (`parallel` slots, at
+ *   most `MAX_SEQUENCES`).
  * - "lanes", with the stock binding: one input per `llama_decode`, because node-llama-cpp 3.22's
  *   native context reads the pooled vector of sequence 0 only (`AddonContext::GetEmbedding` calls
  *   `llama_get_embeddings_seq(ctx, 0)`), so a batch holding several sequences would compute every
