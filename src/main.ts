@@ -278,7 +278,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     onUpstreamOutcome: (modelId, memberId, outcome) => {
       metrics.countUpstream(modelId, memberId, outcome.kind, outcome.kind === "ok" && outcome.timeToFirstTokenMs !== undefined ? outcome.timeToFirstTokenMs / 1000 : undefined);
     },
-    onQueueWait: (modelId, tier, waitedMs, outcome) => metrics.queueWait.observe({ model: modelId, tier, outcome }, waitedMs / 1000),
+    onQueueWait: (modelId, tier, waitedMs, outcome) => metrics.queueWait.child(modelId, tier, outcome).observe(waitedMs / 1000),
   };
   const creditValue = settings.credit_value;
   const models: CatalogModel[] = settings.models.map((entry) => {

@@ -2,7 +2,8 @@
  * Prometheus metrics (prom-client), one registry per server so tests can run several in a process.
  * Served at `GET /metrics`.
  */
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import { Counter, Gauge, Registry, collectDefaultMetrics } from "prom-client";
+import { FastHistogram } from "./fast-histogram.ts";
 
 import type { EngineMember } from "../engines/engine.ts";
 
@@ -20,8 +21,8 @@ export type MetricsSources = {
 /**
  * The children of a labelled counter by their label values (in its label names' order).
  * prom-client's `inc(labels)` hashes the labels (their names sorted) on every call; a counter's
- * child from `labels()` hashed them once. For what is counted on every request. (A histogram's
- * child hashes again at each `observe`, so histograms are observed with their labels.)
+ * child from `labels()` hashed them once. For what is counted on every request. (Histograms are
+ * `FastHistogram`s, which keep their children themselves.)
  */
 class Children<Child> {
   readonly #cache = new Map<string, Child>();
@@ -47,7 +48,7 @@ class Children<Child> {
 export class Metrics {
   readonly registry = new Registry();
   readonly httpRequests: Counter<"method" | "route" | "status">;
-  readonly httpDuration: Histogram<"route">;
+  readonly httpDuration: FastHistogram<"route">;
   readonly completions: Counter<"model" | "finish_reason">;
   /** Embeddings requests that ran, by outcome (`ok`, `error`, `cancelled`) and their inputs embedded. */
   readonly embeddings: Counter<"model" | "outcome">;
@@ -57,9 +58,9 @@ export class Metrics {
   /** Requests sent to upstream members, by outcome (`ok`, or the kind of error). */
   readonly upstreamRequests: Counter<"model" | "member" | "outcome">;
   /** Seconds from sending a request upstream to its first token. */
-  readonly upstreamTimeToFirstToken: Histogram<"model" | "member">;
+  readonly upstreamTimeToFirstToken: FastHistogram<"model" | "member">;
   /** Seconds requests waited in a model's queue, by band and how the wait ended (`served`, `left`, `refused`). */
-  readonly queueWait: Histogram<"model" | "tier" | "outcome">;
+  readonly queueWait: FastHistogram<"model" | "tier" | "outcome">;
 
   readonly #http: Children<{ inc(value?: number): void }>;
   readonly #completions: Children<{ inc(value?: number): void }>;
@@ -69,7 +70,7 @@ export class Metrics {
   /** One HTTP request answered (or cut: 499): `httpRequests` and `httpDuration`. */
   countHttp(method: string, route: string, status: number, seconds: number): void {
     this.#http.of(method, route, status).inc();
-    this.httpDuration.observe({ route }, seconds);
+    this.httpDuration.child(route).observe(seconds);
   }
 
   /** One completion finished: `completions`, and its tokens when it has usage. */
@@ -89,14 +90,14 @@ export class Metrics {
   /** One request to an upstream member ended: `upstreamRequests`, and its time to a first token when it had one. */
   countUpstream(model: string, member: string, outcome: string, timeToFirstTokenSeconds?: number): void {
     this.#upstream.of(model, member, outcome).inc();
-    if (timeToFirstTokenSeconds !== undefined) this.upstreamTimeToFirstToken.observe({ model, member }, timeToFirstTokenSeconds);
+    if (timeToFirstTokenSeconds !== undefined) this.upstreamTimeToFirstToken.child(model, member).observe(timeToFirstTokenSeconds);
   }
 
   constructor(sources: MetricsSources) {
     collectDefaultMetrics({ register: this.registry, prefix: "turnpike_process_" });
     const registers = [this.registry];
     this.httpRequests = new Counter({ name: "turnpike_http_requests_total", help: "HTTP requests answered", labelNames: ["method", "route", "status"], registers });
-    this.httpDuration = new Histogram({
+    this.httpDuration = new FastHistogram({
       name: "turnpike_http_request_duration_seconds",
       help: "Time to answer an HTTP request (streams: until the last event)",
       labelNames: ["route"],
@@ -114,14 +115,14 @@ export class Metrics {
       labelNames: ["model", "member", "outcome"],
       registers,
     });
-    this.upstreamTimeToFirstToken = new Histogram({
+    this.upstreamTimeToFirstToken = new FastHistogram({
       name: "turnpike_upstream_time_to_first_token_seconds",
       help: "Time from sending a request to an upstream member to its first token",
       labelNames: ["model", "member"],
       buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
       registers,
     });
-    this.queueWait = new Histogram({
+    this.queueWait = new FastHistogram({
       name: "turnpike_queue_wait_seconds",
       help: "Time requests waited in a model's queue for a slot or a member, by service tier and outcome (served, left, refused)",
       labelNames: ["model", "tier", "outcome"],
