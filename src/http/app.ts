@@ -231,7 +231,6 @@ export function buildApp(options: AppOptions): App {
   // Anthropic's clients send the key as `x-api-key`: the Messages routes and the model list take it too.
   const authenticateAnthropic = apiKeyAuth({ database: options.database, keys, xApiKey: true });
   const authenticateAccount = accountAuth({ database: options.database, keys, sessions: options.sessions });
-  server.register(fastifyCookie);
   registerHealthRoutes(server, { catalog: options.catalog, isClosing: () => closing, isDraining: () => draining });
   registerMetricsRoute(server, options.metrics, options.metricsRoute);
   registerOpenApiRoute(server, { operations: API_OPERATIONS });
@@ -255,38 +254,43 @@ export function buildApp(options: AppOptions): App {
   registerEmbeddingsRoute(server, generationOptions);
   if (options.responses !== undefined) registerResponsesRoutes(server, { ...generationOptions, responses: options.responses });
 
-  registerUsageRoutes(server, { database: options.database, authenticate: authenticateAccount, creditValue: options.creditValue ?? null });
-  registerSettingsRoute(server, { creditValue: options.creditValue ?? null });
-  registerUsageExportRoute(server, { database: options.database, authenticate: authenticateAccount });
-  registerBillingHistoryRoute(server, { database: options.database, authenticate: authenticateAccount });
-  registerBillingRoutes(server, { database: options.database, authenticate: authenticateAccount, onPlansChanged: options.refreshPlans });
-  registerStripeRoutes(server, {
-    stripe: options.stripe,
-    webhookSecret: options.stripeWebhookSecret,
-    plans: options.plans,
-    authenticate: authenticateAccount,
-    publicUrl: options.publicUrl,
-    accountIdOf: (request) => accountIdOf(request, "Buying a plan"),
-    recordCheckoutSession: (session) => recordCheckoutSession(options.database, session),
-    grantPurchase: (purchase) => grantCheckoutPurchase(options.database, purchase),
-    findOpenCheckoutSession: (input) => findOpenCheckoutSession(options.database, input),
-    checkoutThrottle: options.checkoutThrottle,
-    reversePurchase: (reversal) => reverseCheckoutPurchase(options.database, reversal),
-    closeCheckoutSession: (closed) => closeCheckoutSession(options.database, closed),
-  });
+  // The console's routes (`/api`, sign-in) and nothing else read and set cookies: the cookie
+  // plugin's hooks run for them only, not for every `/v1` request.
+  server.register(async function cookieRoutes(scope) {
+    await scope.register(fastifyCookie);
+    registerUsageRoutes(scope, { database: options.database, authenticate: authenticateAccount, creditValue: options.creditValue ?? null });
+    registerSettingsRoute(scope, { creditValue: options.creditValue ?? null });
+    registerUsageExportRoute(scope, { database: options.database, authenticate: authenticateAccount });
+    registerBillingHistoryRoute(scope, { database: options.database, authenticate: authenticateAccount });
+    registerBillingRoutes(scope, { database: options.database, authenticate: authenticateAccount, onPlansChanged: options.refreshPlans });
+    registerStripeRoutes(scope, {
+      stripe: options.stripe,
+      webhookSecret: options.stripeWebhookSecret,
+      plans: options.plans,
+      authenticate: authenticateAccount,
+      publicUrl: options.publicUrl,
+      accountIdOf: (request) => accountIdOf(request, "Buying a plan"),
+      recordCheckoutSession: (session) => recordCheckoutSession(options.database, session),
+      grantPurchase: (purchase) => grantCheckoutPurchase(options.database, purchase),
+      findOpenCheckoutSession: (input) => findOpenCheckoutSession(options.database, input),
+      checkoutThrottle: options.checkoutThrottle,
+      reversePurchase: (reversal) => reverseCheckoutPurchase(options.database, reversal),
+      closeCheckoutSession: (closed) => closeCheckoutSession(options.database, closed),
+    });
 
-  registerAuthRoutes(server, {
-    database: options.database,
-    throttle: options.signInThrottle ?? new MemorySignInThrottle(),
-    signUpThrottle: options.signUpThrottle ?? new MemorySignInThrottle(SIGN_UP_LIMITS),
-    hosts,
-    signup: options.signup ?? "open",
+    registerAuthRoutes(scope, {
+      database: options.database,
+      throttle: options.signInThrottle ?? new MemorySignInThrottle(),
+      signUpThrottle: options.signUpThrottle ?? new MemorySignInThrottle(SIGN_UP_LIMITS),
+      hosts,
+      signup: options.signup ?? "open",
+    });
+    registerAccountRoute(scope, { database: options.database, authenticate: authenticateAccount });
+    registerKeysRoutes(scope, { database: options.database, catalog: options.catalog, authenticate: authenticateAccount, maxKeysPerAccount: options.maxKeysPerAccount });
+    registerApiModelsRoute(scope, { catalog: options.catalog, authenticate: authenticateAccount });
+    registerAdminAccountsRoutes(scope, { database: options.database, plans: options.plans, authenticate: authenticateAccount });
+    registerAdminQueuesRoute(scope, { catalog: options.catalog, authenticate: authenticateAccount });
   });
-  registerAccountRoute(server, { database: options.database, authenticate: authenticateAccount });
-  registerKeysRoutes(server, { database: options.database, catalog: options.catalog, authenticate: authenticateAccount, maxKeysPerAccount: options.maxKeysPerAccount });
-  registerApiModelsRoute(server, { catalog: options.catalog, authenticate: authenticateAccount });
-  registerAdminAccountsRoutes(server, { database: options.database, plans: options.plans, authenticate: authenticateAccount });
-  registerAdminQueuesRoute(server, { catalog: options.catalog, authenticate: authenticateAccount });
   if (options.consoleDirectory !== undefined) registerConsoleRoutes(server, { directory: options.consoleDirectory });
 
   return {
