@@ -12,6 +12,7 @@ import type { ChatCompletion, ChatCompletionChunk } from "../../../protocol/chat
 import { completeChatCompletion, streamChatCompletion, type ChatReplyShape } from "../../../protocol/chat-completions/from-generation.ts";
 import { imageUrlsOf, rejectUnsupported, toGenerationRequest, vendorFieldsOf } from "../../../protocol/chat-completions/to-generation.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
+import { plainChatRequest } from "../../../protocol/chat-completions/plain-request.ts";
 import { servedTier } from "../../../protocol/service-tiers.ts";
 import { errorBody } from "../../errors.ts";
 import type { ParsedGeneration, WireDialect } from "../../generation/dialect.ts";
@@ -24,8 +25,9 @@ export type { ChatReplyShape } from "../../../protocol/chat-completions/from-gen
  * tokenizer runs here. Throws typed API errors.
  */
 export function parseChatCompletion(catalog: Catalog, body: unknown): ParsedGeneration<ChatReplyShape> {
-  // A large body was validated already, off the event loop, by the body worker.
-  const request = validatedInWorker(body) ? (body as ChatCompletionRequest) : parseWithSchema(chatCompletionRequestSchema, body);
+  // A large body was validated already, off the event loop, by the body worker; the common plain
+  // request is validated without zod (`plain-request.ts`), anything else by the schema.
+  const request = validatedInWorker(body) ? (body as ChatCompletionRequest) : (plainChatRequest(body) ?? parseWithSchema(chatCompletionRequestSchema, body));
   const model = catalog.get(request.model);
   requireService(model, "chat");
   rejectUnsupported(request);
