@@ -42,6 +42,22 @@ for (const backend of backends) {
       assert.deepEqual(await keys.verify(created.key), { ok: false, reason: "revoked" });
     });
 
+    it("answers synchronously (`known`) only what `verify` would answer from memory", async () => {
+      const created = await createApiKey(store.database, { now: clock });
+      assert.deepEqual(keys.known("not a key"), { ok: false, reason: "malformed" });
+      assert.equal(keys.known(created.key), undefined, "never verified: the database decides");
+      assert.equal((await keys.verify(created.key)).ok, true);
+      assert.deepEqual(keys.known(created.key), { ok: true, key: (await keys.verify(created.key) as { key: unknown }).key });
+      clock += VERIFIED_KEY_MAX_AGE_MS;
+      assert.equal(keys.known(created.key), undefined, "past the age bound");
+      assert.equal((await keys.verify(created.key)).ok, true);
+      assert.equal(keys.known(created.key)?.ok, true);
+      await revokeApiKey(store.database, created.id, clock);
+      assert.equal(keys.known(created.key), undefined, "a change noted on this node");
+      assert.deepEqual(await keys.verify(created.key), { ok: false, reason: "revoked" });
+      assert.equal(keys.known(created.key), undefined, "refusals are never kept");
+    });
+
     it("refuses a key revoked on this node at the next request", async () => {
       const created = await createApiKey(store.database, { now: clock });
       assert.equal((await keys.verify(created.key)).ok, true);

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { createQueryId, type KyselyPlugin } from "kysely";
-import { openTestDatabase } from "../../test/helpers/databases.ts";
+import { backends, openTestDatabase } from "../../test/helpers/databases.ts";
 import { writeUsageBatch, type CheckpointRow, type UsageRow } from "./lease-store.ts";
 import { statementChunks } from "../store/statement-chunks.ts";
 
@@ -24,6 +24,7 @@ function recordingTexts<T>(database: import("kysely").Kysely<T>): { database: im
   return { database: database.withPlugin(plugin), texts };
 }
 
+/** A record of a lease (its checkpoint, if it had one, is deleted with it); without `reasoning_tokens` and `service_tier`, so Kysely builds its insert. */
 function usageRow(id: string): UsageRow {
   return {
     id,
@@ -41,7 +42,7 @@ function usageRow(id: string): UsageRow {
     finish_reason: "stop",
     stream: 1,
     created_at: 1,
-    hold_id: null,
+    hold_id: "hold-none",
   };
 }
 
@@ -104,3 +105,40 @@ test("group commits of 1 to 300 records and checkpoints use a few fixed SQL text
     await store.close();
   }
 });
+
+for (const backend of backends) {
+  test(`records that name every column are written by one prepared text per row count, and a record already there is taken over only by a costlier one (${backend})`, async () => {
+    const store = await openTestDatabase(backend);
+    try {
+      const full = (id: string, cost: number, holdId: string | null = null): UsageRow => ({
+        ...usageRow(id),
+        hold_id: holdId,
+        reasoning_tokens: 1,
+        service_tier: "flex",
+        cost,
+        account_id: null,
+        key_id: null,
+      });
+      let written = 0;
+      for (const size of [1, 2, 3, 7, 64, 300]) {
+        // Records of no hold (an operator key's): one statement per chunk, no transaction when one chunk holds them.
+        await writeUsageBatch(store.database, { records: Array.from({ length: size }, (_, index) => full(`use-${size}-${index}`, index)), checkpoints: [], dropCheckpoints: [] });
+        written += size;
+      }
+      const rows = await store.database.selectFrom("usage_records").selectAll().orderBy("id").execute();
+      assert.equal(rows.length, written);
+      const one = rows.find((row) => row.id === "use-7-3")!;
+      assert.deepEqual(
+        { ...one, cost: Number(one.cost), created_at: Number(one.created_at) },
+        { ...full("use-7-3", 3), cost: 3, created_at: 1 },
+      );
+      // The same id again: a cheaper record leaves it, a costlier one takes it over (as the sweeper's record gives way to the request's own).
+      await writeUsageBatch(store.database, { records: [{ ...full("use-7-3", 2), status: 499 }], checkpoints: [], dropCheckpoints: [] });
+      await writeUsageBatch(store.database, { records: [{ ...full("use-7-3", 9), status: 201, finish_reason: "length" }], checkpoints: [], dropCheckpoints: [] });
+      const after = await store.database.selectFrom("usage_records").selectAll().where("id", "=", "use-7-3").executeTakeFirstOrThrow();
+      assert.deepEqual([Number(after.cost), after.status, after.finish_reason, Number(await store.database.selectFrom("usage_records").select((expression) => expression.fn.countAll<number>().as("rows")).executeTakeFirstOrThrow().then((row) => row.rows))], [9, 201, "length", written]);
+    } finally {
+      await store.close();
+    }
+  });
+}

@@ -5,12 +5,13 @@
  * charges exactly what was recorded, and every write here is idempotent (records and checkpoints
  * are keyed by ids chosen before the first attempt).
  */
-import type { Insertable, Kysely, Selectable, Transaction } from "kysely";
+import { CompiledQuery, type Insertable, type Kysely, type Selectable, type Transaction } from "kysely";
 import type { Database, HoldTable, UsageCheckpointTable, UsageRecordTable } from "../store/schema.ts";
 import { chargeRecordsOf, sweepHolds, type RecordsCharge } from "./ledger.ts";
 import { ledgerStatementsOf } from "./ledger-statements/index.ts";
 import { USAGE_OVERWRITTEN } from "./ledger-statements/writes.ts";
 import { statementChunks as chunks } from "../store/statement-chunks.ts";
+import { dialectOf, type Dialect } from "../store/dialect.ts";
 
 export type UsageRow = Insertable<UsageRecordTable> & { id: string; hold_id: string | null };
 export type CheckpointRow = UsageCheckpointTable;
@@ -32,6 +33,70 @@ export type UsageBatch = {
 /** A record that landed against a hold closed already (swept while its node could not reach the database): charged then. */
 export type LateCharge = { holdId: string; accountId: string; keyId: string | null; records: number } & RecordsCharge;
 
+/** Every column of a usage record, in the order the batch's upsert writes them. */
+const USAGE_COLUMNS = [
+  "id",
+  "request_id",
+  "account_id",
+  "key_id",
+  "model",
+  "prompt_tokens",
+  "cached_prompt_tokens",
+  "completion_tokens",
+  "reasoning_tokens",
+  "usage_source",
+  "cost",
+  "latency_ms",
+  "status",
+  "finish_reason",
+  "stream",
+  "created_at",
+  "hold_id",
+  "service_tier",
+] as const satisfies ReadonlyArray<keyof UsageRecordTable>;
+
+/** The batch's upsert of `rows` records as SQL text, made once per dialect and row count (`statementChunks` keeps the counts few). */
+const upsertTexts = new Map<string, string>();
+function usageUpsertText(dialect: Dialect, rows: number): string {
+  const key = `${dialect}:${rows}`;
+  let text = upsertTexts.get(key);
+  if (text !== undefined) return text;
+  let parameter = 0;
+  const placeholder = dialect === "postgres" ? () => `$${++parameter}` : () => "?";
+  const tuples = Array.from({ length: rows }, () => `(${USAGE_COLUMNS.map(placeholder).join(", ")})`);
+  text =
+    `insert into "usage_records" (${USAGE_COLUMNS.map((column) => `"${column}"`).join(", ")}) values ${tuples.join(", ")} ` +
+    `on conflict ("id") do update set ${USAGE_OVERWRITTEN.map((column) => `"${column}" = "excluded"."${column}"`).join(", ")} ` +
+    // The sweeper's record of the request's last checkpoint gives way to the request's own.
+    'where "usage_records"."cost" < "excluded"."cost"';
+  upsertTexts.set(key, text);
+  return text;
+}
+
+/**
+ * Inserts a chunk of records (a record already written counts as written, see `writeUsageBatch`):
+ * one prepared text per row count when every record names every column, as the metering's do;
+ * otherwise built by Kysely, which fills what a record leaves out with the column's default.
+ */
+async function insertRecords(executor: Kysely<Database> | Transaction<Database>, rows: readonly UsageRow[]): Promise<void> {
+  if (rows.every((row) => USAGE_COLUMNS.every((column) => row[column] !== undefined))) {
+    const parameters: unknown[] = [];
+    for (const row of rows) for (const column of USAGE_COLUMNS) parameters.push(row[column]);
+    await executor.executeQuery(CompiledQuery.raw(usageUpsertText(dialectOf(executor), rows.length), parameters));
+    return;
+  }
+  await executor
+    .insertInto("usage_records")
+    .values(rows)
+    .onConflict((conflict) =>
+      conflict
+        .column("id")
+        .doUpdateSet((update) => Object.fromEntries(USAGE_OVERWRITTEN.map((column) => [column, update.ref(`excluded.${column}`)])))
+        .where("usage_records.cost", "<", (expression) => expression.ref("excluded.cost")),
+    )
+    .execute();
+}
+
 /**
  * Writes a batch in one transaction (a group commit). The holds its records name are locked
  * first, so that none of them closes while the batch is in flight (`chargeRecordsOf` locks the
@@ -46,26 +111,23 @@ export async function writeUsageBatch(database: Kysely<Database>, batch: UsageBa
   if (batch.records.length === 0 && batch.checkpoints.length === 0 && batch.dropCheckpoints.length === 0) return [];
   const settle = new Set(batch.settleHolds);
   const statements = ledgerStatementsOf(database);
+  const holdIds = [...new Set(batch.records.flatMap((record) => (record.hold_id === null ? [] : [record.hold_id])))].sort();
+  // A record of no hold (an operator key's, a free model's) never had a checkpoint: only records
+  // of holds, and the checkpoints dropped, have one to delete.
+  const finished = [...batch.records.flatMap((record) => (record.hold_id === null ? [] : [record.id])), ...batch.dropCheckpoints];
+  const recordChunks = chunks(batch.records);
+  if (holdIds.length === 0 && finished.length === 0 && batch.checkpoints.length === 0 && recordChunks.length === 1) {
+    // Records of no hold that fit one statement (a node serving operator keys or free models):
+    // the statement is atomic on its own, and costs no transaction around it.
+    await insertRecords(database, recordChunks[0]!);
+    return [];
+  }
   return database.transaction().execute(async (transaction) => {
-    const holdIds = [...new Set(batch.records.flatMap((record) => (record.hold_id === null ? [] : [record.hold_id])))].sort();
     const holds: Array<Selectable<HoldTable>> = [];
     for (const ids of chunks(holdIds)) holds.push(...(await statements.lockHolds(transaction, ids)));
-    for (const rows of chunks(batch.records)) {
-      await transaction
-        .insertInto("usage_records")
-        .values(rows)
-        .onConflict((conflict) =>
-          conflict
-            .column("id")
-            // The sweeper's record of the request's last checkpoint gives way to the request's own.
-            .doUpdateSet((update) => Object.fromEntries(USAGE_OVERWRITTEN.map((column) => [column, update.ref(`excluded.${column}`)])))
-            .where("usage_records.cost", "<", (expression) => expression.ref("excluded.cost")),
-        )
-        .execute();
-    }
-    const finished = [...batch.records.map((record) => record.id), ...batch.dropCheckpoints];
+    for (const rows of recordChunks) await insertRecords(transaction, rows);
     for (const ids of chunks(finished)) await transaction.deleteFrom("usage_checkpoints").where("id", "in", ids).execute();
-    const done = new Set(finished);
+    const done = new Set([...batch.records.map((record) => record.id), ...batch.dropCheckpoints]);
     const checkpoints = batch.checkpoints.filter((checkpoint) => !done.has(checkpoint.id));
     for (const rows of chunks(checkpoints)) {
       await transaction

@@ -52,6 +52,7 @@ import { registerApiModelsRoute } from "./routes/api-models/route.ts";
 import { limitApiBodies, serverTimeouts, warnOfDroppedConnections, type TransportLimits } from "./transport.ts";
 import type { ImageUrlGuard } from "./image-urls/image-url-guard.ts";
 import { setSecurityHeaders } from "./middleware/security-headers/security-headers.ts";
+import { requestLoggerFactory } from "./request-logger.ts";
 
 declare module "fastify" {
   interface FastifyRequest {
@@ -135,6 +136,8 @@ export function buildApp(options: AppOptions): App {
     loggerInstance: options.logger as FastifyBaseLogger,
     // One log line per request is written by `logResponse` below, with the fields we want.
     logController: new LogController({ disableRequestLogging: true }),
+    // A request's logger is made when it first writes (`request-logger.ts`).
+    childLoggerFactory: requestLoggerFactory,
     genReqId: requestIdFrom,
     bodyLimit: options.bodyLimit,
     return503OnClosing: false,

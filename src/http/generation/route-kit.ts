@@ -100,15 +100,22 @@ export function generationServing(options: GenerationRouteOptions): GenerationSe
    * its requests per minute: reading and parsing it is the work that grows. The request is counted
    * against those limits here, once (admission charges its tokens only).
    */
-  const refuseUnpaidLargeBody: onRequestHookHandler = async function refuseUnpaidLargeBody(request) {
+  // Synchronous (no promise) for a small body, which is most requests.
+  const refuseUnpaidLargeBody: onRequestHookHandler = function refuseUnpaidLargeBody(request, _reply, done) {
     const length = Number(request.headers["content-length"]);
     // No length (chunked): as large as the body limit allows.
-    if (Number.isFinite(length) && length <= SMALL_BODY_BYTES) return;
+    if (Number.isFinite(length) && length <= SMALL_BODY_BYTES) return done();
     const key = request.apiKey!;
-    await options.metering.checkCanPayAnything(key, options.catalog.list());
-    // Charges nothing where no requests-per-minute limit applies (an operator key's plan is null, no query).
-    await options.limits.countRequest({ key, plan: await options.metering.planOf(key) });
-    countedOnHeaders.add(request);
+    const check = async () => {
+      await options.metering.checkCanPayAnything(key, options.catalog.list());
+      // Charges nothing where no requests-per-minute limit applies (an operator key's plan is null, no query).
+      await options.limits.countRequest({ key, plan: await options.metering.planOf(key) });
+      countedOnHeaders.add(request);
+    };
+    check().then(
+      () => done(),
+      (error: unknown) => done(error as Error),
+    );
   };
   const admitWith: GenerationServing["admitWith"] = async (request, reply, admitting) => {
     // Cheap checks first: permission, rate limits and quota before any schema, grammar, template or tokenizer runs.

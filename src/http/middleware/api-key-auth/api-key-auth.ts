@@ -4,7 +4,7 @@
  */
 import type { FastifyRequest, onRequestHookHandler } from "fastify";
 import type { Kysely } from "kysely";
-import { touchApiKey, type ApiKeyRecord } from "../../../auth/api-keys.ts";
+import { touchApiKey, type ApiKeyRecord, type KeyCheck } from "../../../auth/api-keys.ts";
 import type { VerifiedKeys } from "../../../auth/verified-keys.ts";
 import type { Database } from "../../../store/schema.ts";
 import { InvalidApiKeyError } from "../../../protocol/errors.ts";
@@ -44,13 +44,11 @@ export function apiKeyAuth(options: ApiKeyAuthOptions): onRequestHookHandler {
   const missing = options.xApiKey === true
     ? "You didn't provide an API key. Pass it in the 'x-api-key' header, or as 'Authorization: Bearer <key>'."
     : "You didn't provide an API key. Pass it in the Authorization header: 'Authorization: Bearer <key>'.";
-  return async function authenticateApiKey(request: FastifyRequest) {
-    const presented = (options.xApiKey === true ? xApiKeyOf(request) : undefined) ?? bearerToken(request);
-    if (presented === undefined) throw new InvalidApiKeyError(missing);
-    const check = await options.keys.verify(presented);
+  /** The request's key once checked: undefined when it may go on, else the refusal. */
+  const accept = (request: FastifyRequest, check: KeyCheck): Error | undefined => {
     if (!check.ok) {
       request.log.info({ reason: check.reason }, "api key refused");
-      throw keyRefusal(check.reason);
+      return keyRefusal(check.reason);
     }
     request.apiKey = check.key;
     const now = Date.now();
@@ -58,5 +56,17 @@ export function apiKeyAuth(options: ApiKeyAuthOptions): onRequestHookHandler {
       lastTouched.set(check.key.id, now);
       touchApiKey(options.database, check.key.id, now).catch((error: unknown) => request.log.warn({ err: error }, "could not record key use"));
     }
+    return undefined;
+  };
+  // Synchronous (no promise) for a key verified a moment ago: the common request of a busy key.
+  return function authenticateApiKey(request, _reply, done) {
+    const presented = (options.xApiKey === true ? xApiKeyOf(request) : undefined) ?? bearerToken(request);
+    if (presented === undefined) return done(new InvalidApiKeyError(missing));
+    const known = options.keys.known(presented);
+    if (known !== undefined) return done(accept(request, known));
+    options.keys.verify(presented).then(
+      (check) => done(accept(request, check)),
+      (error: unknown) => done(error as Error),
+    );
   };
 }
