@@ -16,6 +16,39 @@ function eventText(name: string | undefined, payload: unknown): string {
   return name === undefined ? data : `event: ${name}\n${data}`;
 }
 
+/** The streams' keep-alive checks by period: one interval runs them all. */
+const tickers = new Map<number, Set<(at: number) => void>>();
+
+/**
+ * Calls `check` every `periodMs` until the returned stop: one interval for every stream of the
+ * same period, not one each (a timer made and cleared per stream was a cost of every streamed
+ * request). An interval that finds no stream left stops; the next stream starts it again.
+ */
+function everyTick(periodMs: number, check: (at: number) => void): () => void {
+  let checks = tickers.get(periodMs);
+  if (checks === undefined) {
+    const members = new Set<(at: number) => void>();
+    checks = members;
+    tickers.set(periodMs, members);
+    const timer = setInterval(() => {
+      if (members.size === 0) {
+        clearInterval(timer);
+        tickers.delete(periodMs);
+        return;
+      }
+      const at = performance.now();
+      for (const member of members) member(at);
+    }, periodMs);
+    // Streams keep the process alive; their keep-alive does not.
+    timer.unref();
+  }
+  const member = (at: number) => check(at);
+  checks.add(member);
+  return () => {
+    checks.delete(member);
+  };
+}
+
 /**
  * How long the headers and a stream's first events wait for the generation's first output to
  * leave with them (one write instead of two: a send costs more CPU than the events). Short beside
@@ -181,8 +214,7 @@ export class SseWriter {
    * Returns a function that stops it.
    */
   keepAlive(idleMs: number, text: () => string, event?: () => readonly [name: string, payload: unknown] | undefined): () => void {
-    const timer = setInterval(() => this.pulse(idleMs, text(), performance.now(), event?.()), Math.max(1, Math.floor(idleMs / 2)));
-    return () => clearInterval(timer);
+    return everyTick(Math.max(1, Math.floor(idleMs / 2)), (at) => this.pulse(idleMs, text(), at, event?.()));
   }
 
   /**

@@ -250,6 +250,40 @@ test("once content is out a failure ends the stream with a typed error, never a 
   }
 });
 
+test("the idle timeout runs from the latest content, whether it is shorter or longer than the first-token timeout (one timer an attempt)", async () => {
+  // Content every 60 ms for ~0.5 s: past a 0.2 s first-token timeout, never 0.15 s idle.
+  const steady = await upstream((_request, response) => {
+    response.writeHead(200, { "content-type": "text/event-stream" });
+    let sent = 0;
+    const next = () => {
+      if (response.destroyed) return;
+      if (sent === 8) {
+        for (const event of helloStream.slice(3)) response.write(`data: ${typeof event === "string" ? event : JSON.stringify(event)}\n\n`);
+        response.end();
+        return;
+      }
+      response.write(`data: ${JSON.stringify(chunk({ content: "x" }))}\n\n`);
+      sent++;
+      setTimeout(next, 60);
+    };
+    next();
+  });
+  const first = await engineOver([steady.url], { entry: { first_token_timeout: 0.2, idle_timeout: 0.15, max_attempts: 1 } });
+  const ok = await collect((await first.engine.prepare(request())).start(new AbortController().signal).parts);
+  assert.equal(ok.error, undefined, String(ok.error));
+  assert.equal(textOf(ok.parts), "xxxxxxxx");
+  await first.engine.close();
+  // One chunk, then silence: a 0.15 s idle timeout cuts it long before the 5 s first-token timeout would.
+  const stalls = await upstream((_request, response) => sse(response, [chunk({ content: "Hel" })], false));
+  const second = await engineOver([stalls.url], { entry: { first_token_timeout: 5, idle_timeout: 0.15, max_attempts: 1 } });
+  const prepared = await second.engine.prepare(request());
+  const startedAt = performance.now();
+  const cut = await collect(prepared.start(new AbortController().signal).parts);
+  assert.ok(cut.error instanceof UpstreamTimeoutError, String(cut.error));
+  assert.ok(performance.now() - startedAt < 2_000, `cut after ${Math.round(performance.now() - startedAt)} ms`);
+  await second.engine.close();
+});
+
 test("a buffered request (a non-streamed client) is retried even after a member failed mid-answer, showing only the whole reply", async () => {
   const failing = await upstream((_request, response) => {
     sse(response, [chunk({ content: "Hel" })], false);

@@ -201,7 +201,7 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
     const onStop = () => {
       if (options.readUsageAfterLeave === true && !options.closing.aborted && !done && reader.allFinished && reader.usage().source !== "upstream") {
         draining = true;
-        clearTimeout(timer);
+        disarm();
         drainTimer = setTimeout(() => controller.abort(new Error("the upstream sent no usage in time after the client left")), USAGE_AFTER_LEAVE_MS);
         options.closing.addEventListener("abort", onClosing, { once: true });
         return;
@@ -209,10 +209,35 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
       controller.abort(stop.reason);
     };
     stop.addEventListener("abort", onStop, { once: true });
+    // One timer an attempt, not one an event: `arm` notes the phase and the time, and the timer,
+    // when it fires, aborts only if the phase's deadline has passed, else sleeps until it.
     let timer: NodeJS.Timeout | undefined;
-    const arm = (phase: "first-token" | "idle") => {
+    let phase: "first-token" | "idle" = "first-token";
+    let since = 0;
+    /** When the timer fires (performance.now()); undefined while none is set. */
+    let firesAt: number | undefined;
+    const deadline = () => since + (phase === "first-token" ? options.firstTokenTimeoutMs : options.idleTimeoutMs);
+    const watch = (at: number) => {
+      firesAt = at;
+      timer = setTimeout(onTimer, Math.max(0, at - performance.now()));
+    };
+    const onTimer = () => {
+      const due = deadline();
+      if (performance.now() >= due) controller.abort(new AttemptTimeout(phase));
+      else watch(due);
+    };
+    const disarm = () => {
       clearTimeout(timer);
-      timer = setTimeout(() => controller.abort(new AttemptTimeout(phase)), phase === "first-token" ? options.firstTokenTimeoutMs : options.idleTimeoutMs);
+      firesAt = undefined;
+    };
+    const arm = (next: "first-token" | "idle") => {
+      phase = next;
+      since = performance.now();
+      const due = deadline();
+      // A later deadline is met when the timer fires; an earlier one (a shorter idle timeout) needs it sooner.
+      if (firesAt !== undefined && firesAt <= due) return;
+      disarm();
+      watch(due);
     };
     const startedAt = performance.now();
     /** A buffered request's parts of this attempt, yielded once it succeeded. */
@@ -289,13 +314,13 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
       }
       if (!done && !reader.allFinished) throw new UpstreamProtocolError("The upstream's stream ended before the reply did.");
       done = true;
-      clearTimeout(timer);
+      disarm();
       release({ kind: "ok", ...(firstContentMs !== undefined ? { timeToFirstTokenMs: firstContentMs } : {}) });
       if (held !== undefined) yield* held;
       yield* reader.end();
       return { kind: "done" };
     } catch (error) {
-      clearTimeout(timer);
+      disarm();
       if (error === refusal) throw error;
       if (stop.aborted) {
         release({ kind: "neutral" });
@@ -326,7 +351,7 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
       }
       return settle(verdict);
     } finally {
-      clearTimeout(timer);
+      disarm();
       clearTimeout(drainTimer);
       stop.removeEventListener("abort", onStop);
       options.closing.removeEventListener("abort", onClosing);
