@@ -33,27 +33,8 @@ export type UsageBatch = {
 /** A record that landed against a hold closed already (swept while its node could not reach the database): charged then. */
 export type LateCharge = { holdId: string; accountId: string; keyId: string | null; records: number } & RecordsCharge;
 
-/** Every column of a usage record, in the order the batch's upsert writes them. */
-const USAGE_COLUMNS = [
-  "id",
-  "request_id",
-  "account_id",
-  "key_id",
-  "model",
-  "prompt_tokens",
-  "cached_prompt_tokens",
-  "completion_tokens",
-  "reasoning_tokens",
-  "usage_source",
-  "cost",
-  "latency_ms",
-  "status",
-  "finish_reason",
-  "stream",
-  "created_at",
-  "hold_id",
-  "service_tier",
-] as const satisfies ReadonlyArray<keyof UsageRecordTable>;
+/** Every column of a usage record: its id, request, owner and time, and what a later write may overwrite. */
+const USAGE_COLUMNS = ["id", "request_id", "account_id", "key_id", "created_at", ...USAGE_OVERWRITTEN] as const satisfies ReadonlyArray<keyof UsageRecordTable>;
 
 /** The batch's upsert of `rows` records as SQL text, made once per dialect and row count (`statementChunks` keeps the counts few). */
 const upsertTexts = new Map<string, string>();
