@@ -52,11 +52,24 @@ export class VerifiedKeys {
    */
   known(presented: string): KeyCheck | undefined {
     if (!wellFormedKey(presented)) return { ok: false, reason: "malformed" };
-    const entry = this.#entries.get(hashKey(presented));
-    if (entry === undefined) return undefined;
+    return this.#remembered(hashKey(presented), this.#now());
+  }
+
+  /**
+   * The key of `hash` from memory, if it was verified less than the age bound before `now` and
+   * nothing changed since; a change starts the cache over, and an entry past its time goes.
+   */
+  #remembered(hash: string, now: number): KeyCheck | undefined {
     const mark = changeMark(this.#database);
-    const now = this.#now();
-    if (sameMark(mark, this.#mark) && now - entry.at < this.#maxAgeMs && entry.expires > now) return { ok: true, key: entry.key };
+    if (!sameMark(mark, this.#mark)) {
+      this.#entries.clear();
+      this.#mark = mark;
+      return undefined;
+    }
+    const entry = this.#entries.get(hash);
+    if (entry === undefined) return undefined;
+    if (now - entry.at < this.#maxAgeMs && entry.expires > now) return { ok: true, key: entry.key };
+    this.#entries.delete(hash);
     return undefined;
   }
 
@@ -65,16 +78,10 @@ export class VerifiedKeys {
     if (!wellFormedKey(presented)) return { ok: false, reason: "malformed" };
     const hash = hashKey(presented);
     const now = this.#now();
-    const before = changeMark(this.#database);
-    if (!sameMark(before, this.#mark)) {
-      this.#entries.clear();
-      this.#mark = before;
-    }
-    const entry = this.#entries.get(hash);
-    if (entry !== undefined) {
-      if (now - entry.at < this.#maxAgeMs && entry.expires > now) return { ok: true, key: entry.key };
-      this.#entries.delete(hash);
-    }
+    const remembered = this.#remembered(hash, now);
+    if (remembered !== undefined) return remembered;
+    // Where the database stood before the read (`#remembered` brought the mark up to date).
+    const before = this.#mark;
     const check = await verifyKeyHash(this.#database, hash, now);
     // Kept only when nothing changed while it was read: a revocation meanwhile is never cached over.
     if (check.ok && sameMark(changeMark(this.#database), before)) {

@@ -54,28 +54,14 @@ function usageUpsertText(dialect: Dialect, rows: number): string {
   return text;
 }
 
-/**
- * Inserts a chunk of records (a record already written counts as written, see `writeUsageBatch`):
- * one prepared text per row count when every record names every column, as the metering's do;
- * otherwise built by Kysely, which fills what a record leaves out with the column's default.
- */
+/** What a record may leave out, as the columns default it (`reasoning_tokens` 0, the rest null). */
+const USAGE_DEFAULTS: Partial<Record<(typeof USAGE_COLUMNS)[number], unknown>> = { reasoning_tokens: 0 };
+
+/** Inserts a chunk of records by one prepared text per row count (a record already written counts as written, see `writeUsageBatch`). */
 async function insertRecords(executor: Kysely<Database> | Transaction<Database>, rows: readonly UsageRow[]): Promise<void> {
-  if (rows.every((row) => USAGE_COLUMNS.every((column) => row[column] !== undefined))) {
-    const parameters: unknown[] = [];
-    for (const row of rows) for (const column of USAGE_COLUMNS) parameters.push(row[column]);
-    await executor.executeQuery(CompiledQuery.raw(usageUpsertText(dialectOf(executor), rows.length), parameters));
-    return;
-  }
-  await executor
-    .insertInto("usage_records")
-    .values(rows)
-    .onConflict((conflict) =>
-      conflict
-        .column("id")
-        .doUpdateSet((update) => Object.fromEntries(USAGE_OVERWRITTEN.map((column) => [column, update.ref(`excluded.${column}`)])))
-        .where("usage_records.cost", "<", (expression) => expression.ref("excluded.cost")),
-    )
-    .execute();
+  const parameters: unknown[] = [];
+  for (const row of rows) for (const column of USAGE_COLUMNS) parameters.push(row[column] ?? USAGE_DEFAULTS[column] ?? null);
+  await executor.executeQuery(CompiledQuery.raw(usageUpsertText(dialectOf(executor), rows.length), parameters));
 }
 
 /**

@@ -42,10 +42,9 @@ function everyTick(periodMs: number, check: (at: number) => void): () => void {
     // Streams keep the process alive; their keep-alive does not.
     timer.unref();
   }
-  const member = (at: number) => check(at);
-  checks.add(member);
+  checks.add(check);
   return () => {
-    checks.delete(member);
+    checks.delete(check);
   };
 }
 

@@ -5,7 +5,8 @@
  * `failAt` fails the first matching query before it is sent, as a cut connection would.
  * Works through a Kysely plugin on the same pool (`faults.database`), on SQLite and PostgreSQL.
  */
-import type { CompiledQuery, Kysely, KyselyPlugin, PluginTransformQueryArgs, PluginTransformResultArgs, QueryId, QueryResult, RootOperationNode, Transaction, UnknownRow } from "kysely";
+import type { Kysely, KyselyPlugin, PluginTransformQueryArgs, PluginTransformResultArgs, QueryId, QueryResult, RootOperationNode, UnknownRow } from "kysely";
+import { onCompiledQueries } from "./compiled-queries.ts";
 import type { Database } from "../../src/store/schema.ts";
 
 type Fault = { match: RegExp; kind: "pause" | "fail"; reached: PromiseWithResolvers<void>; release: PromiseWithResolvers<void> };
@@ -30,45 +31,10 @@ export class QueryFaults {
       },
     };
     const withFaults = database.withPlugin(plugin);
-    // A query the caller compiled itself (`executeQuery(CompiledQuery.raw(…))`, as the response
-    // store's upsert and the group commit's usage records are) never passes a plugin's
-    // `transformQuery`: its SQL is matched here, on the database and on the transactions begun on it.
-    this.database = this.#matchingCompiled(withFaults);
-  }
-
-  /** `executor` with its `executeQuery` matched against the faults, and its transactions too. */
-  #matchingCompiled<Executor extends object>(executor: Executor): Executor {
-    return new Proxy(executor, {
-      get: (target, property) => {
-        if (property === "executeQuery") {
-          return (query: CompiledQuery | { compile(): CompiledQuery }, ...rest: unknown[]) => {
-            if (!("compile" in query) && query.queryId !== undefined) this.#onQuery(query.query, query.queryId, query.sql);
-            return ((target as { executeQuery: (...args: unknown[]) => unknown }).executeQuery).call(target, query, ...rest);
-          };
-        }
-        if (property === "transaction") return () => this.#transactionBuilder((target as unknown as Kysely<Database>).transaction());
-        // Kysely's methods read private fields: they run on the instance itself, not the proxy.
-        const value: unknown = Reflect.get(target, property, target);
-        return typeof value === "function" ? value.bind(target) : value;
-      },
-    });
-  }
-
-  /** A transaction builder whose transactions are matched too (`setIsolationLevel` and the like keep it so). */
-  #transactionBuilder<Builder extends object>(builder: Builder): Builder {
-    return new Proxy(builder, {
-      get: (target, property) => {
-        const value: unknown = Reflect.get(target, property, target);
-        if (typeof value !== "function") return value;
-        if (property === "execute") {
-          return (callback: (transaction: Transaction<Database>) => Promise<unknown>) =>
-            (value as (callback: (transaction: Transaction<Database>) => Promise<unknown>) => Promise<unknown>).call(target, (transaction) => callback(this.#matchingCompiled(transaction)));
-        }
-        return (...args: unknown[]) => {
-          const result: unknown = (value as (...args: unknown[]) => unknown).apply(target, args);
-          return result === target || (typeof result === "object" && result !== null && "execute" in result && result.constructor === target.constructor) ? this.#transactionBuilder(result as object) : result;
-        };
-      },
+    // A query the caller compiled itself never passes the plugin's `transformQuery`: its SQL is
+    // matched here, on the database and on the transactions begun on it.
+    this.database = onCompiledQueries(withFaults, (query) => {
+      if (query.queryId !== undefined) this.#onQuery(query.query, query.queryId, query.sql);
     });
   }
 
