@@ -9,7 +9,6 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from "node:net";
 import { upstreamSchema, type UpstreamKind } from "./config-schema.ts";
 import type { EngineMember, GenerationRequest, StreamPart } from "../engine.ts";
-import { partBatches } from "../../protocol/generation.ts";
 import { ApiError, ContextLengthExceededError, UnsupportedParameterError, UpstreamError, UpstreamTimeoutError, UpstreamUnavailableError } from "../../protocol/errors.ts";
 import type { AcquireOptions, MemberOutcome, PoolLease, UpstreamPool } from "./pool-types.ts";
 import { OpenAiCompatibleEngine } from "./openai-compatible-engine.ts";
@@ -322,27 +321,6 @@ test("cancelling closes the upstream request at once and ends the choice cancell
   assert.equal(generation.usage().completionTokens, 2);
   assert.equal(generation.usage().source, "estimated");
   assert.deepEqual(pool.releases.map((release) => release.outcome.kind), ["neutral"]);
-  await engine.close();
-});
-
-test("the parts of one read of the upstream's stream come as one batch; a buffered request's whole reply as one", async () => {
-  const events = [chunk({ role: "assistant", content: "" }), chunk({ content: "One" }), chunk({ content: " two" }), chunk({ content: " three" }), chunk({}, "stop"), "[DONE]"];
-  // The whole stream in one write, as a fast upstream's would be.
-  const server = await upstream((_request, response) => {
-    response.writeHead(200, { "content-type": "text/event-stream" });
-    response.end(events.map((event) => `data: ${typeof event === "string" ? event : JSON.stringify(event)}\n\n`).join(""));
-  });
-  const { engine } = await engineOver([server.url]);
-  for (const buffered of [false, true]) {
-    const batches: (readonly StreamPart[])[] = [];
-    for await (const batch of partBatches((await engine.prepare(request({ buffered }))).start(new AbortController().signal).parts)) batches.push(batch);
-    const parts = batches.flat();
-    assert.equal(textOf(parts), "One two three");
-    assert.equal(parts.at(-1)?.type, "finish");
-    // Streamed: a batch per read (one, unless the bytes were split on the way); buffered: one.
-    if (buffered) assert.equal(batches.length, 1);
-    else assert.ok(batches.length < parts.length, `${batches.length} batches for ${parts.length} parts`);
-  }
   await engine.close();
 });
 
