@@ -54,24 +54,15 @@ export class MemoryRateLimiter implements RateLimiter {
     validateChecks(checks);
     const now = this.#clock();
     this.#sweepIfDue(now);
-    const buckets = checks.map((check) => this.#buckets.get(check.key));
-    const levels = checks.map((check, index) => {
-      const bucket = buckets[index];
+    const levels = checks.map((check) => {
+      const bucket = this.#buckets.get(check.key);
       return bucket === undefined ? 0 : drain(bucket.level, now - bucket.at, check.limit);
     });
     const decision = decide(checks, levels);
     if (!decision.allowed) return decision;
     checks.forEach((check, index) => {
       if (check.cost === 0) return;
-      const level = levels[index] + check.cost * WINDOW_MS;
-      // The bucket is this limiter's own (nothing outside holds it): charged in place.
-      const bucket = buckets[index];
-      if (bucket === undefined) this.#buckets.set(check.key, { level, at: now, limit: check.limit });
-      else {
-        bucket.level = level;
-        bucket.at = now;
-        bucket.limit = check.limit;
-      }
+      this.#buckets.set(check.key, { level: levels[index] + check.cost * WINDOW_MS, at: now, limit: check.limit });
     });
     return decision;
   }

@@ -15,24 +15,14 @@ export const MAX_LIMIT = Math.floor(Number.MAX_SAFE_INTEGER / WINDOW_MS);
 
 /** Throws `RangeError` unless every check has a key (used once), and limit and cost are integers in range. */
 export function validateChecks(checks: readonly LimitCheck[]): void {
-  // A request checks a few limits (its key's, its ancestors', its plan's): comparing pairs costs
-  // less than a set there; a long list gets the set.
-  const seen = checks.length > 8 ? new Set<string>() : undefined;
-  for (let index = 0; index < checks.length; index++) {
-    const check = checks[index]!;
+  const seen = new Set<string>();
+  for (const check of checks) {
     if (typeof check.key !== "string" || check.key === "") throw new RangeError("rate limit check without a key");
-    if (seen === undefined ? checks.some((other, before) => before < index && other.key === check.key) : seen.has(check.key)) {
-      throw new RangeError(`rate limit key "${check.key}" is checked twice in one call`);
-    }
-    seen?.add(check.key);
-    if (!isUnits(check.limit)) assertUnits(check.limit, `limit of "${check.key}"`, MAX_LIMIT);
-    if (!isUnits(check.cost)) assertUnits(check.cost, `cost of "${check.key}"`, MAX_LIMIT);
+    if (seen.has(check.key)) throw new RangeError(`rate limit key "${check.key}" is checked twice in one call`);
+    seen.add(check.key);
+    assertUnits(check.limit, `limit of "${check.key}"`, MAX_LIMIT);
+    assertUnits(check.cost, `cost of "${check.key}"`, MAX_LIMIT);
   }
-}
-
-/** Whether `value` is an integer from 0 to `MAX_LIMIT` (the check, without making the message). */
-function isUnits(value: number): boolean {
-  return Number.isInteger(value) && value >= 0 && value <= MAX_LIMIT;
 }
 
 /** Throws `RangeError` unless `amount` is a non-negative integer that fits the bucket arithmetic. */
@@ -67,12 +57,11 @@ export function fits(check: LimitCheck, level: number): boolean {
  */
 export function decide(checks: readonly LimitCheck[], levels: readonly number[]): LimitDecision {
   const allowed = checks.every((check, index) => fits(check, levels[index]));
+  const tooLarge = checks.filter((check) => check.cost > check.limit).map((check) => check.key);
   const states = checks.map((check, index) =>
     describe(check.key, check.limit, allowed ? levels[index] + check.cost * WINDOW_MS : levels[index]),
   );
-  // Allowed means every cost fit its limit: nothing is too large.
-  if (allowed) return { allowed, states, retryAfterMs: 0, tooLarge: [] };
-  const tooLarge = checks.filter((check) => check.cost > check.limit).map((check) => check.key);
+  if (allowed) return { allowed, states, retryAfterMs: 0, tooLarge };
   if (tooLarge.length > 0) return { allowed, states, retryAfterMs: -1, tooLarge };
   let retryAfterMs = 0;
   checks.forEach((check, index) => {
