@@ -242,29 +242,6 @@ export type UsageSource = "counted" | "upstream" | "estimated";
 /** A request's usage and where it came from. */
 export type GenerationUsage = TokenUsage & { source: UsageSource };
 
-/**
- * Parts an engine can also hand over a batch at a time (what one read of its source gave): one
- * step of the consumer's loop for the batch, not one a part. Read them with `partBatches`.
- */
-export type BatchedParts = AsyncIterable<StreamPart> & { batches(): AsyncIterator<readonly StreamPart[]> };
-
-/** The parts in batches: the engine's own where it has them (`BatchedParts`), else one part a batch. Read once, like the parts. */
-export function partBatches(parts: AsyncIterable<StreamPart>): AsyncIterable<readonly StreamPart[]> {
-  if ("batches" in parts && typeof parts.batches === "function") return { [Symbol.asyncIterator]: () => (parts as BatchedParts).batches() };
-  return {
-    [Symbol.asyncIterator]: () => {
-      const each = parts[Symbol.asyncIterator]();
-      return {
-        next: () => each.next().then((result): IteratorResult<readonly StreamPart[]> => (result.done === true ? { value: undefined, done: true } : { value: [result.value], done: false })),
-        return: async () => {
-          await each.return?.();
-          return { value: undefined, done: true };
-        },
-      };
-    },
-  };
-}
-
 /** What a dialect reads of a running generation: its parts, and its exact usage so far. */
 export type GenerationOutput = {
   /** Ends after one `finish` part per choice, or throws. */

@@ -19,7 +19,6 @@
  */
 import type { GenerationUsage, QueueTicket, RunningGeneration, StreamPart } from "../engine.ts";
 import { ApiError, UpstreamError, UpstreamTimeoutError } from "../../protocol/errors.ts";
-import type { BatchedParts } from "../../protocol/generation.ts";
 import type { MemberOutcome, PoolLease, UpstreamPool } from "./pool-types.ts";
 import { chatChunksOf } from "./completion-chunks.ts";
 import type { UpstreamWire } from "./completion-request.ts";
@@ -93,33 +92,6 @@ class AttemptTimeout extends Error {
 type AttemptResult = { kind: "done" } | { kind: "retry"; error: ApiError; retryAfterMs?: number };
 
 const NO_PARTS: readonly StreamPart[] = [];
-
-/**
- * The parts of batches, one at a time: what the consumer pulls next comes from the batch in hand
- * while it lasts (a resolved promise), and only then from the generator (which reads the next
- * piece). Stopping early (`return`) ends the generator, as a `for await` over it would.
- */
-function flattened(batches: AsyncGenerator<readonly StreamPart[]>): AsyncIterator<StreamPart> {
-  let batch: readonly StreamPart[] = NO_PARTS;
-  let index = 0;
-  const next = (): Promise<IteratorResult<StreamPart>> => {
-    if (index < batch.length) return Promise.resolve({ value: batch[index++]!, done: false });
-    return batches.next().then((result) => {
-      if (result.done === true) return { value: undefined, done: true };
-      batch = result.value;
-      index = 0;
-      return next();
-    });
-  };
-  return {
-    next,
-    return: async () => {
-      batch = NO_PARTS;
-      await batches.return(undefined);
-      return { value: undefined, done: true };
-    },
-  };
-}
 
 /** The body of an error answer, read up to 64 KiB (an upstream's error page can be large). */
 async function readErrorBody(body: AsyncIterable<Uint8Array>): Promise<string> {
@@ -216,7 +188,7 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
   const admitted = firstLease.then(() => undefined);
   admitted.catch(() => {});
 
-  async function* attempt(lease: PoolLease, number: number): AsyncGenerator<readonly StreamPart[], AttemptResult> {
+  async function* attempt(lease: PoolLease, number: number): AsyncGenerator<StreamPart, AttemptResult> {
     const release = releasing(lease);
     const member = lease.member.id;
     reader = newReader();
@@ -317,53 +289,49 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
           drained += piece.length;
           if (drained > USAGE_AFTER_LEAVE_BYTES) throw new Error("the upstream sent too much after the client left");
         }
-        // A piece's parts go out together: one step of each generator a piece, not one a part.
-        let batch: StreamPart[] | undefined;
         for (const event of decoder.push(piece)) {
           const parts = readEvent(event);
           if (parts === "stop") {
             stopped = true;
-            break;
+            break pieces;
           }
-          if (parts.length > 0) (batch ??= []).push(...parts);
+          for (const part of parts) yield part;
         }
-        if (batch !== undefined) yield batch;
-        if (stopped) break pieces;
       }
       if (!stopped) {
-        let batch: StreamPart[] | undefined;
         for (const event of decoder.end()) {
           const parts = readEvent(event);
           if (parts === "stop") break;
-          if (parts.length > 0) (batch ??= []).push(...parts);
+          for (const part of parts) yield part;
         }
-        if (batch !== undefined) yield batch;
       }
       if (draining) {
         // The reply was whole when the client left; the usage came (or the stream ended without it).
         clearTimeout(drainTimer);
         release({ kind: "ok", ...(firstContentMs !== undefined ? { timeToFirstTokenMs: firstContentMs } : {}) });
-        yield reader.cancel();
+        yield* reader.cancel();
         return { kind: "done" };
       }
       if (!done && !reader.allFinished) throw new UpstreamProtocolError("The upstream's stream ended before the reply did.");
       done = true;
       disarm();
       release({ kind: "ok", ...(firstContentMs !== undefined ? { timeToFirstTokenMs: firstContentMs } : {}) });
-      yield held === undefined ? reader.end() : [...held, ...reader.end()];
+      if (held !== undefined) yield* held;
+      yield* reader.end();
       return { kind: "done" };
     } catch (error) {
       disarm();
       if (error === refusal) throw error;
       if (stop.aborted) {
         release({ kind: "neutral" });
-        yield reader.cancel();
+        yield* reader.cancel();
         return { kind: "done" };
       }
       if (done) {
         // Only the drain after [DONE] failed: the reply is whole.
         release({ kind: "ok", ...(firstContentMs !== undefined ? { timeToFirstTokenMs: firstContentMs } : {}) });
-        yield held === undefined ? reader.end() : [...held, ...reader.end()];
+        if (held !== undefined) yield* held;
+        yield* reader.end();
         return { kind: "done" };
       }
       const verdict = classify(error, controller.signal.reason);
@@ -414,14 +382,14 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
     return classifyTransportFailure(error, (message, fields) => options.onEvent("error", message, fields));
   }
 
-  async function* generate(): AsyncGenerator<readonly StreamPart[]> {
+  async function* generate(): AsyncGenerator<StreamPart> {
     try {
       consumed = true;
       if (releaseIfIdle !== undefined) stop.removeEventListener("abort", releaseIfIdle);
       let lease = await firstLease;
       // Aborted before anyone read: the lease went back already, nothing was sent.
       if (releasedIdle) {
-        yield reader.cancel();
+        yield* reader.cancel();
         return;
       }
       const maxWait = options.maxRetryWaitMs ?? 2000;
@@ -436,7 +404,7 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
           lease = await options.pool.acquire({ affinity: options.affinity, exclude: tried, signal: stop, ticket, served });
         } catch (error) {
           if (stop.aborted) {
-            yield reader.cancel();
+            yield* reader.cancel();
             return;
           }
           // No member left to try: the failure that brought us here says most.
@@ -449,6 +417,5 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
   }
 
   const usage = (): GenerationUsage => (sent ? reader.usage() : { source: "estimated", promptTokens: 0, cachedPromptTokens: 0, completionTokens: 0 });
-  const parts: BatchedParts = { [Symbol.asyncIterator]: () => flattened(generate()), batches: generate };
-  return { admitted, parts, usage, position: () => firstLease.position?.() ?? 0 };
+  return { admitted, parts: { [Symbol.asyncIterator]: generate }, usage, position: () => firstLease.position?.() ?? 0 };
 }

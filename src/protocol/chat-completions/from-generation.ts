@@ -4,7 +4,7 @@
  * the usage chunk last when asked): the chat dialect's other half of the generation core. Free of
  * HTTP and billing: the shared run (`http/generation/run.ts`) drives it.
  */
-import { overallFinishReason, partBatches, type GenerationOutcome, type GenerationOutput, type TokenLogprob } from "../generation.ts";
+import { overallFinishReason, type GenerationOutcome, type GenerationOutput, type TokenLogprob } from "../generation.ts";
 import type { ServiceTier } from "../service-tiers.ts";
 import { usageOf, type ChatCompletion, type ChatCompletionChunk, type ChoiceLogprobs, type FinishReason, type ToolCallObject } from "./response.ts";
 
@@ -51,7 +51,7 @@ export async function completeChatCompletion(
   const logprobs = Array.from({ length: choices }, (): TokenLogprob[] => []);
   const toolCalls = Array.from({ length: choices }, (): ToolCallObject[] => []);
   const reasons = new Array<FinishReason | "cancelled" | undefined>(choices).fill(undefined);
-  for await (const batch of partBatches(generation.parts)) for (const part of batch) {
+  for await (const part of generation.parts) {
     switch (part.type) {
       case "text-delta":
         contents[part.choice] += part.text;
@@ -114,7 +114,7 @@ export async function* streamChatCompletion(
   job: ChatReplyShape,
   generation: GenerationOutput,
   outcome: { value?: GenerationOutcome },
-): AsyncGenerator<ChatCompletionChunk | readonly ChatCompletionChunk[]> {
+): AsyncGenerator<ChatCompletionChunk> {
   const chunk = (
     index: number,
     delta: ChatCompletionChunk["choices"][0]["delta"],
@@ -133,22 +133,25 @@ export async function* streamChatCompletion(
   const choices = job.choices;
   for (let index = 0; index < choices; index++) yield chunk(index, { role: "assistant", content: job.toolCallsOnly ? null : "", refusal: null }, null);
   const reasons = new Array<FinishReason | "cancelled" | undefined>(choices).fill(undefined);
-  // What arrived together leaves together: one step of the stream's loop (and one write) a batch.
-  for await (const batch of partBatches(generation.parts)) {
-    const chunks: ChatCompletionChunk[] = [];
-    for (const part of batch) {
-      if (part.type === "text-delta") chunks.push(chunk(part.choice, { content: part.text }, null, part.logprobs === undefined ? null : toWireLogprobs(part.logprobs)));
-      else if (part.type === "reasoning-delta") chunks.push(chunk(part.choice, { reasoning_content: part.text }, null));
-      else if (part.type === "tool-call-start") {
-        chunks.push(chunk(part.choice, { tool_calls: [{ index: part.index, id: part.id, type: "function", function: { name: part.name, arguments: "" } }] }, null));
-      } else if (part.type === "tool-call-delta") chunks.push(chunk(part.choice, { tool_calls: [{ index: part.index, function: { arguments: part.argumentsDelta } }] }, null));
-      else {
-        reasons[part.choice] = part.reason;
-        if (part.reason !== "cancelled") chunks.push(chunk(part.choice, {}, part.reason));
-      }
+  for await (const part of generation.parts) {
+    if (part.type === "text-delta") {
+      yield chunk(part.choice, { content: part.text }, null, part.logprobs === undefined ? null : toWireLogprobs(part.logprobs));
+      continue;
     }
-    if (chunks.length === 1) yield chunks[0]!;
-    else if (chunks.length > 1) yield chunks;
+    if (part.type === "reasoning-delta") {
+      yield chunk(part.choice, { reasoning_content: part.text }, null);
+      continue;
+    }
+    if (part.type === "tool-call-start") {
+      yield chunk(part.choice, { tool_calls: [{ index: part.index, id: part.id, type: "function", function: { name: part.name, arguments: "" } }] }, null);
+      continue;
+    }
+    if (part.type === "tool-call-delta") {
+      yield chunk(part.choice, { tool_calls: [{ index: part.index, function: { arguments: part.argumentsDelta } }] }, null);
+      continue;
+    }
+    reasons[part.choice] = part.reason;
+    if (part.reason !== "cancelled") yield chunk(part.choice, {}, part.reason);
   }
   const usage = generation.usage();
   const finishReason = overallFinishReason(reasons);
