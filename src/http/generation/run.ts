@@ -82,16 +82,20 @@ function endOf(signal: AbortSignal, generation: RunningGeneration, outcome: Gene
  * the request's own with it (written first while that commit is late; committed first when the
  * usage cost more than the hold reserved), never waiting through a database outage: the client
  * hears the end after this.
+ *
+ * The refund is sent now and not waited for (a round trip to Redis off the response path): this
+ * node's later charges go to Redis after it on the same connection, which runs a connection's
+ * commands in order, so none of them sees the tokens still charged (the in-memory limiter gives
+ * them back at once). A refund lost to a crash only leaves the bucket fuller: never more admitted.
  */
 async function release(dependencies: RunDependencies, input: RunInput<unknown>, end: End): Promise<void> {
   const { outcome, status } = end;
   const used = outcome === undefined ? 0 : outcome.usage.promptTokens + outcome.usage.completionTokens;
-  const refunded = input.limited.finish(used).catch((error: unknown) => dependencies.logger.warn({ err: error }, "could not refund rate-limit tokens"));
+  void input.limited.finish(used).catch((error: unknown) => dependencies.logger.warn({ err: error }, "could not refund rate-limit tokens"));
   // A database outage does not throw here: the charge is retried in the background.
-  const settled = input.admission
+  await input.admission
     .settle({ usage: outcome?.usage ?? null, status, finishReason: outcome?.finishReason ?? null, latencyMs: performance.now() - input.startedAt })
     .catch((error: unknown) => dependencies.logger.error({ err: error }, "could not settle the request's hold; the sweeper will release it uncharged"));
-  await Promise.all([refunded, settled]);
 }
 
 /** Resolves when `wait` does or `signal` aborts, whichever comes first. */

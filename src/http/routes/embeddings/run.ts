@@ -80,11 +80,11 @@ export async function runEmbeddings(dependencies: EmbeddingsRunDependencies, inp
   const status = signal.aborted ? (signal.reason instanceof ShuttingDownError ? 503 : 499) : failure !== undefined ? toApiError(failure).status : 200;
   const usage = usageAtEnd(job, result, reply);
   const used = usage?.promptTokens ?? 0;
-  const refunded = input.limited.finish(used).catch((error: unknown) => dependencies.logger.warn({ err: error }, "could not refund rate-limit tokens"));
-  const settled = input.admission
+  // The refund is not waited for, as a generation's (`release` in `http/generation/run.ts` says why).
+  void input.limited.finish(used).catch((error: unknown) => dependencies.logger.warn({ err: error }, "could not refund rate-limit tokens"));
+  await input.admission
     .settle({ usage, status, finishReason: usage === null ? null : signal.aborted || failure !== undefined ? "cancelled" : "stop", latencyMs: performance.now() - input.startedAt })
     .catch((error: unknown) => dependencies.logger.error({ err: error }, "could not settle the request's hold; the sweeper will release it uncharged"));
-  await Promise.all([refunded, settled]);
   const model = job.model.id;
   const outcome = status === 200 ? "ok" : signal.aborted ? "cancelled" : "error";
   dependencies.logger.info(
