@@ -13,6 +13,7 @@ import { Catalog, type CatalogModel } from "../../../catalog/catalog.ts";
 import { FakeEngine, FakeGate, fakePromptTokens, type ChoiceScript } from "../../../engines/fake/fake-engine.ts";
 import { MemoryRateLimiter } from "../../../limits/memory.ts";
 import { RequestLimits } from "../../../limits/request-limits.ts";
+import type { RateLimiter } from "../../../limits/rate-limiter.ts";
 import { Metrics } from "../../../metrics/metrics.ts";
 import { InternalServerError, ShuttingDownError, UpstreamError } from "../../../protocol/errors.ts";
 import type { RoomState } from "../../sse.ts";
@@ -157,6 +158,43 @@ describe("runCompletion and runStream", () => {
     assert.equal(record.usage_source, "counted");
     assert.equal(Number(record.reasoning_tokens), 1);
     assert.deepEqual(await holdsOf(key), [], "the hold was settled");
+  });
+
+  it("answers without waiting for the rate-limit refund, which still reaches the limiter", async () => {
+    // A limiter whose refunds are answered only when the test says (a slow Redis): the answer must not wait for them.
+    const memory = new MemoryRateLimiter();
+    let answerRefunds!: () => void;
+    const refundsAnswered = new Promise<void>((resolve) => (answerRefunds = resolve));
+    const refunded: number[] = [];
+    const order: string[] = [];
+    const limiter: RateLimiter = {
+      degraded: false,
+      consume: (checks) => memory.consume(checks),
+      refund: async (key, amount) => {
+        await memory.refund(key, amount);
+        refunded.push(amount);
+        await refundsAnswered;
+      },
+      close: () => memory.close(),
+    };
+    scripts = [{ steps: [{ text: "Hello" }] }];
+    const account = await createAccount(store.database, { email: `refund-${Math.random().toString(36).slice(2)}@example.com` });
+    await grantCredit(store.database, { accountId: account.id, amount: 1_000_000, source: `test:${account.id}` });
+    const key = await createApiKey(store.database, { name: "limited", accountId: account.id, tpm: 100_000 });
+    const admission = await admitChatCompletion({ ...admitDependencies, limits: new RequestLimits(limiter) }, { key, requestId: "req_refund", body: { model: "fake", messages: [{ role: "user", content: "Tell me" }], max_tokens: 50 } });
+    // Were the answer to wait for the refund, the refund's answer would come first (after 5 s).
+    const late = setTimeout(() => {
+      order.push("refund answered");
+      answerRefunds();
+    }, 5_000);
+    const completion = await runCompletion(dependencies, { ...admission, cut: new AbortController(), keyId: key.id, startedAt: performance.now() });
+    order.push("answered");
+    clearTimeout(late);
+    answerRefunds();
+    assert.equal(completion.choices[0]!.message.content, "Hello");
+    assert.deepEqual(order, ["answered"]);
+    // The 49 tokens of max_tokens it did not use went back to the key's tokens-per-minute bucket.
+    assert.deepEqual(refunded, [49]);
   });
 
   it("streams a role chunk per choice first, deltas naming their choice, a finish chunk per choice, usage last and [DONE]", async () => {
