@@ -31,7 +31,7 @@
  *   node bench/gateway.ts [--duration 2] [--warmup 0.5] [--connections 1,16,64] [--rounds 3]
  *     [--modes json,stream,responses,responses-stream,responses-unstored,responses-stream-unstored,messages,messages-stream]
  *     [--variants direct,bare-proxy,portkey,turnpike-metered,turnpike-unlimited,turnpike-operator]
- *     [--turnpike-timeout 60] [--database sqlite|postgres://…] [--metered-limits on|off] [--out bench/results/gateway.json]
+ *     [--turnpike-timeout 60] [--database sqlite|postgres://…] [--redis redis://…] [--metered-limits on|off] [--out bench/results/gateway.json]
  *     [--baseline /path/to/other/checkout]
  *
  * With --baseline, the bench prints this checkout's Turnpike CPU per request over the baseline's,
@@ -64,6 +64,8 @@ const { values: flags } = parseArgs({
     database: { type: "string", default: "sqlite" },
     /** `off`: the metered key and its plan have no rate limits either (turnpike-unlimited measures metering alone in every run). */
     "metered-limits": { type: "string", default: "on" },
+    /** Rate limits kept in Redis (as several nodes share them) instead of each Turnpike's memory. */
+    redis: { type: "string", default: "" },
     out: { type: "string", default: path.join(benchDir, "results", "gateway.json") },
     /** Another checkout (with its node_modules) whose Turnpike runs beside this one as the baseline-* variants. */
     baseline: { type: "string" },
@@ -105,6 +107,8 @@ for (const mode of modes) if (!MODES.includes(mode)) throw new Error(`--modes ta
 const selected = flags.variants.split(",").map((value) => value.trim()) as VariantId[];
 for (const variant of selected) if (!VARIANT_IDS.includes(variant)) throw new Error(`--variants takes ${VARIANT_IDS.join(",")}, got '${variant}'`);
 const baselineRoot = flags.baseline === undefined ? undefined : path.resolve(flags.baseline);
+/** What both Turnpikes start with beyond their store: Redis for their rate limits when asked. */
+const turnpikeExtra = flags.redis === "" ? {} : { env: { TURNPIKE_REDIS_URL: flags.redis } };
 if (selected.some((variant) => variant.startsWith("baseline")) !== (baselineRoot !== undefined)) throw new Error("the baseline-* variants and --baseline go together");
 
 type Variant = {
@@ -241,13 +245,13 @@ try {
       if (id === "turnpike-metered" || id === "turnpike-unlimited" || id === "turnpike-operator") {
         // Started once for every key; a failure to start is the same for both.
         if (turnpikeFailure !== undefined) throw turnpikeFailure;
-        turnpike ??= await startTurnpike(root, upstreamOrigin, turnpikeTimeoutMs, flags.database === "sqlite" ? SQLITE : await postgresSchema(flags.database), flags["metered-limits"] !== "off");
+        turnpike ??= await startTurnpike(root, upstreamOrigin, turnpikeTimeoutMs, flags.database === "sqlite" ? SQLITE : await postgresSchema(flags.database), flags["metered-limits"] !== "off", turnpikeExtra);
         const key = id === "turnpike-metered" ? turnpike.meteredKey : id === "turnpike-unlimited" ? turnpike.unlimitedKey : turnpike.operatorKey;
         Object.assign(variant, { origin: turnpike.origin, headers: { authorization: `Bearer ${key}` }, apiKey: key, process: turnpike.child });
       }
       if (id === "baseline-metered" || id === "baseline-operator") {
         if (baselineFailure !== undefined) throw baselineFailure;
-        baseline ??= await startTurnpike(baselineRoot!, upstreamOrigin, turnpikeTimeoutMs, flags.database === "sqlite" ? SQLITE : await postgresSchema(flags.database), flags["metered-limits"] !== "off");
+        baseline ??= await startTurnpike(baselineRoot!, upstreamOrigin, turnpikeTimeoutMs, flags.database === "sqlite" ? SQLITE : await postgresSchema(flags.database), flags["metered-limits"] !== "off", turnpikeExtra);
         const key = id === "baseline-metered" ? baseline.meteredKey : baseline.operatorKey;
         Object.assign(variant, { origin: baseline.origin, headers: { authorization: `Bearer ${key}` }, apiKey: key, process: baseline.child });
       }
