@@ -94,7 +94,8 @@ export async function writeUsageBatch(database: Kysely<Database>, batch: UsageBa
     for (const ids of chunks(holdIds)) holds.push(...(await statements.lockHolds(transaction, ids)));
     for (const rows of recordChunks) await insertRecords(transaction, rows);
     for (const ids of chunks(finished)) await transaction.deleteFrom("usage_checkpoints").where("id", "in", ids).execute();
-    const done = new Set([...batch.records.map((record) => record.id), ...batch.dropCheckpoints]);
+    // A checkpoint of a request whose record is here has just been deleted (`finished`): not written again.
+    const done = new Set(finished);
     const checkpoints = batch.checkpoints.filter((checkpoint) => !done.has(checkpoint.id));
     for (const rows of chunks(checkpoints)) {
       await transaction

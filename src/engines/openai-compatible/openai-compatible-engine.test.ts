@@ -251,7 +251,7 @@ test("once content is out a failure ends the stream with a typed error, never a 
 });
 
 test("the idle timeout runs from the latest content, whether it is shorter or longer than the first-token timeout (one timer an attempt)", async () => {
-  // Content every 60 ms for ~0.5 s: past a 0.2 s first-token timeout, never 0.15 s idle.
+  // Content every 60 ms for ~0.5 s: past a 0.4 s first-token timeout, never 0.3 s idle (five gaps' room on a loaded machine).
   const steady = await upstream((_request, response) => {
     response.writeHead(200, { "content-type": "text/event-stream" });
     let sent = 0;
@@ -268,7 +268,7 @@ test("the idle timeout runs from the latest content, whether it is shorter or lo
     };
     next();
   });
-  const first = await engineOver([steady.url], { entry: { first_token_timeout: 0.2, idle_timeout: 0.15, max_attempts: 1 } });
+  const first = await engineOver([steady.url], { entry: { first_token_timeout: 0.4, idle_timeout: 0.3, max_attempts: 1 } });
   const ok = await collect((await first.engine.prepare(request())).start(new AbortController().signal).parts);
   assert.equal(ok.error, undefined, String(ok.error));
   assert.equal(textOf(ok.parts), "xxxxxxxx");
