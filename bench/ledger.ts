@@ -9,9 +9,11 @@
  *    (consume + refund), hold + settle.
  * 3. End to end over HTTP: the same 1-token chat completion with an operator key (metering off:
  *    no hold, no limits) and with an account key on a plan with RPM/TPM limits (metering on),
- *    alternating, in one process. The difference of the medians is what metering adds. Twice:
- *    as served by default (the metered key, busy, draws on a credit lease), and with every key
- *    quiet (`--lease-above` out of reach: a hold of its own per request).
+ *    alternating, in one process. The difference of the medians is what metering adds. Three
+ *    times: as served by default (the metered key, busy, draws on a credit lease); with every key
+ *    quiet (`--lease-above` out of reach), where a key that comes back is served from a standing
+ *    lease; and quiet with standing leases off (`--standing-lease-idle 0`: a hold of its own per
+ *    request, what a key's first request after a quiet spell pays).
  *
  *   node_modules/.bin/node bench/ledger.ts [--pairs 1000] [--requests 200] [--backends sqlite,postgres]
  *     [--postgres postgres://postgres@127.0.0.1:5432/test] [--redis redis://127.0.0.1:6379]
@@ -258,11 +260,14 @@ async function admissionSteps(backend: Backend) {
 }
 
 /**
- * `quiet`: the server serves every key from holds of its own (`--lease-above` out of reach), as
- * it does a key sending fewer than 20 requests a second; otherwise the metered key, at one
- * request every few milliseconds, is busy and served from credit leases.
+ * `busy`: the metered key, at one request every few milliseconds, is busy and served from credit
+ * leases. `standing`: no key is ever busy (`--lease-above` out of reach), as a key sending fewer
+ * than 20 requests a second; the metered key comes back within `--standing-lease-idle` and is
+ * served from a standing lease. `own`: quiet, with standing leases off: a hold of its own per
+ * request, written before it generates.
  */
-async function endToEnd(backend: Backend, quiet: boolean) {
+async function endToEnd(backend: Backend, kind: "busy" | "standing" | "own") {
+  const quiet = kind !== "busy";
   const configFile = path.join(backend.dataDir, "bench.json");
   fs.writeFileSync(
     configFile,
@@ -272,7 +277,7 @@ async function endToEnd(backend: Backend, quiet: boolean) {
     }),
   );
   const settings = loadSettings({
-    flags: { port: "0", threads: "1", gpu: "cpu", parallel: "1", data_dir: backend.dataDir, log_level: "warn", database_url: backend.databaseUrl, redis_url: backend.name === "postgres" ? flags.redis : "", ...(quiet ? { lease_above: "1000000000" } : {}) },
+    flags: { port: "0", threads: "1", gpu: "cpu", parallel: "1", data_dir: backend.dataDir, log_level: "warn", database_url: backend.databaseUrl, redis_url: backend.name === "postgres" ? flags.redis : "", ...(quiet ? { lease_above: "1000000000" } : {}), ...(kind === "own" ? { standing_lease_idle: "0" } : {}) },
     env: {},
     configFile,
   });
@@ -317,9 +322,10 @@ for (const name of backends) {
     process.stderr.write(`${label}: admission steps…\n`);
     const steps = await admissionSteps(backend);
     process.stderr.write(`${label}: end to end…\n`);
-    const e2e = await endToEnd(backend, false);
-    const quietE2e = await endToEnd(backend, true);
-    report[name] = { throughput, steps, e2e, quietE2e };
+    const e2e = await endToEnd(backend, "busy");
+    const standingE2e = await endToEnd(backend, "standing");
+    const quietE2e = await endToEnd(backend, "own");
+    report[name] = { throughput, steps, e2e, standingE2e, quietE2e };
     console.log(`\n## ${label}`);
     console.log("hold + settle (with usage record), pairs/s  p50 ms  p99 ms   (leases: Metering.admit + settle, timed to the last write)");
     for (const [scenario, result] of Object.entries(throughput)) {
@@ -327,7 +333,7 @@ for (const name of backends) {
     }
     console.log("admission steps per request, p50 ms  p99 ms");
     for (const [step, result] of Object.entries(steps)) console.log(`  ${step.padEnd(24)} ${result.p50Ms.toFixed(3).padStart(8)} ${result.p99Ms.toFixed(3).padStart(7)}`);
-    for (const [which, result] of [["busy key (lease)", e2e], ["quiet key (own hold)", quietE2e]] as const) {
+    for (const [which, result] of [["busy key (lease)", e2e], ["quiet key that comes back (standing lease)", standingE2e], ["quiet key (own hold)", quietE2e]] as const) {
       console.log(
         `1-token chat completion over HTTP, ${which}, median: metering off ${result.offMs.toFixed(2)} ms, on ${result.onMs.toFixed(2)} ms → +${result.addedMs.toFixed(2)} ms (ratio ${result.ratio.toFixed(2)})`,
       );

@@ -204,7 +204,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     database,
     nodeId: () => nodeId,
     holdTtlMs: settings.hold_ttl * 1000,
-    leases: { hotRequestsPerSecond: settings.lease_above, checkpointIntervalMs: settings.checkpoint_interval * 1000 },
+    leases: { hotRequestsPerSecond: settings.lease_above, standingIdleMs: settings.standing_lease_idle * 1000, checkpointIntervalMs: settings.checkpoint_interval * 1000 },
     onDeferred: (event) => {
       if (event.kind === "deferred") logger.warn({ request_id: event.requestId, err: event.error }, "the database is unavailable: this request's charge will be retried until it is back");
       else if (event.kind === "settled") logger.info({ request_id: event.requestId, cost: event.cost, attempts: event.attempts }, "deferred charge settled");

@@ -23,7 +23,7 @@ import type { LeaseSettings } from "./credit-leases.ts";
 
 /** 1 credit a prompt token, 2 a completion token. */
 const model = { id: "leased", pricing: { prompt: 1_000_000, cachedPrompt: 1_000_000, completion: 2_000_000 } } as unknown as CatalogModel;
-const FAST: Partial<LeaseSettings> = { flushIntervalMs: 20, leaseIdleMs: 60, leaseMaxAgeMs: 400, checkpointIntervalMs: 40, checkpointTokens: 8 };
+const FAST: Partial<LeaseSettings> = { flushIntervalMs: 20, leaseIdleMs: 60, leaseMaxAgeMs: 400, standingIdleMs: 200, standingMaxAgeMs: 400, checkpointIntervalMs: 40, checkpointTokens: 8 };
 
 const usage = (completionTokens: number): GenerationUsage => ({ promptTokens: 10, cachedPromptTokens: 0, completionTokens, reasoningTokens: 0, source: "counted" });
 
@@ -91,6 +91,79 @@ for (const backend of backends) {
       assert.equal(after.balance, after.sumOfEntries);
       assert.equal(after.activeHolds, 0);
       assert.equal(after.lotsRemaining, after.balance);
+    });
+
+    it("serves a quiet key that came back from a standing lease taken in the background, closes it when idle, and the books are exact", async () => {
+      const { accountId, key } = await fundedKey(1_000_000);
+      const node = metering("standing-node", { hotRequestsPerSecond: 1e9, standingIdleMs: 2_000, standingMaxAgeMs: 5_000 });
+      /** Holds of one request's worst case (own holds, 10 + 2 × 20) and of four (leases). */
+      const holdCount = async (amount: number) =>
+        Number(
+          (await store.database.selectFrom("holds").select((expression) => expression.fn.countAll<number>().as("count")).where("account_id", "=", accountId).where("amount", "=", amount).executeTakeFirstOrThrow())
+            .count,
+        );
+      let expected = 0;
+      const request = async (index: number) => {
+        const admission = await node.admit({ key, plan: null, model, promptTokens: 10, maxTokens: 20, choices: 1, requestId: `standing_${index}`, stream: false, balance: 1_000_000 });
+        const { cost } = await admission.settle({ usage: usage(index % 20), status: 200, finishReason: "stop", latencyMs: 1 });
+        assert.equal(cost, costOf(model.pricing, usage(index % 20)));
+        expected += cost;
+      };
+      await request(0);
+      assert.equal(node.leases.leased(key.id), false, "a key's first request takes its own hold only");
+      await request(1);
+      // The second within the idle time came back: a standing lease is taken after it, off its path.
+      for (let wait = 0; wait < 200 && !node.leases.leased(key.id); wait++) await delay(10);
+      assert.equal(node.leases.leased(key.id), true, "a quiet key that came back has a standing lease");
+      assert.equal(await holdCount(50), 2, "two own holds");
+      assert.equal(await holdCount(200), 1, "and the standing lease");
+      for (let index = 2; index < 12; index++) {
+        await request(index);
+        await delay(15);
+      }
+      // Each lease serves a few requests (it is sized to four worst cases), renewed in the background.
+      assert.equal(await holdCount(50), 2, "ten more quiet requests placed no hold of their own: standing leases served them");
+      assert.ok((await holdCount(200)) <= 5, "renewed in the background as they used it up");
+      // Idle past standingIdleMs, it closes by itself: charged what its records say, the rest given back.
+      for (let wait = 0; wait < 600 && node.leases.leased(key.id); wait++) await delay(10);
+      for (let wait = 0; wait < 300 && (await books(accountId)).activeHolds > 0; wait++) await delay(10);
+      const after = await books(accountId);
+      assert.equal(after.activeHolds, 0, "the idle standing lease closed");
+      assert.equal(after.records.length, 12);
+      assert.equal(after.balance, 1_000_000 - expected, "charged exactly what the records say");
+      assert.equal(after.balance, after.sumOfEntries);
+      assert.equal(after.lotsRemaining, after.balance);
+      assert.equal(await node.drain(), 0);
+    });
+
+    it("takes no standing lease for an account whose balance (or a key whose cap) is not many times the lease, nor when standing leases are off", async () => {
+      for (const [label, credit, settings, balance] of [
+        ["low balance", 1_000_000, {}, 50 * 4 * 20 - 1],
+        ["unknown balance", 1_000_000, {}, undefined],
+        ["off", 1_000_000, { standingIdleMs: 0 }, 1_000_000],
+      ] as const) {
+        const { accountId, key } = await fundedKey(credit);
+        const node = metering(`no-standing-${label}`, { hotRequestsPerSecond: 1e9, standingIdleMs: 2_000, standingMaxAgeMs: 5_000, ...settings });
+        for (let index = 0; index < 4; index++) {
+          const admission = await node.admit({ key, plan: null, model, promptTokens: 10, maxTokens: 20, choices: 1, requestId: `nostanding_${label}_${index}`, stream: false, balance });
+          await admission.settle({ usage: usage(5), status: 200, finishReason: "stop", latencyMs: 1 });
+          await delay(20);
+        }
+        assert.equal(node.leases.leased(key.id), false, label);
+        const holds = await store.database.selectFrom("holds").select((expression) => expression.fn.countAll<number>().as("count")).where("account_id", "=", accountId).executeTakeFirstOrThrow();
+        assert.equal(Number(holds.count), 4, `${label}: a hold of its own for each request`);
+        assert.equal(await node.drain(), 0);
+      }
+      const capped = await fundedKey(1_000_000);
+      const node = metering("no-standing-cap", { hotRequestsPerSecond: 1e9, standingIdleMs: 2_000, standingMaxAgeMs: 5_000 });
+      const key = { ...capped.key, spendCap: 3_000, spent: 0 };
+      for (let index = 0; index < 3; index++) {
+        const admission = await node.admit({ key, plan: null, model, promptTokens: 10, maxTokens: 20, choices: 1, requestId: `nostanding_cap_${index}`, stream: false, balance: 1_000_000 });
+        await admission.settle({ usage: usage(5), status: 200, finishReason: "stop", latencyMs: 1 });
+        await delay(20);
+      }
+      assert.equal(node.leases.leased(key.id), false, "a cap of less than twenty leases takes none");
+      assert.equal(await node.drain(), 0);
     });
 
     it("refuses a busy key what its account cannot cover, and gives back what a lease did not use", async () => {
@@ -253,7 +326,7 @@ for (const backend of backends) {
     async function twoNodes(credit: number, steps: readonly Step[], busy: boolean): Promise<void> {
       const { accountId, key } = await fundedKey(credit);
       let granted = credit;
-      // Node 0 serves from leases (busy) or own holds; node 1 the other way round.
+      // Node 0 serves from leases (busy) or own holds and standing leases; node 1 the other way round.
       const hotness = (node: number) => ((node === 0) === busy ? 0 : 1e9);
       // Leases of four requests' worth (no rate to size them by): they run out often, which is what is tested.
       let generation = 0;
@@ -276,7 +349,8 @@ for (const backend of backends) {
               const maxTokens = worst;
               let admission;
               try {
-                admission = await node.admit({ key, plan: null, model, promptTokens: 1, maxTokens, choices: 1, requestId, stream: false });
+                // The balance as a standing read would say it, and larger: the quiet node takes standing leases whenever a key comes back (the hold's write decides).
+                admission = await node.admit({ key, plan: null, model, promptTokens: 1, maxTokens, choices: 1, requestId, stream: false, balance: 1e12 });
               } catch (error) {
                 assert.ok(error instanceof InsufficientQuotaError, String(error));
                 return;

@@ -16,6 +16,16 @@
  * or after `leaseIdleMs` without requests: it is charged the sum of its records and the rest
  * goes back to the account.
  *
+ * A quiet key that comes back (a request within `standingIdleMs` of its last) is given a standing
+ * lease, taken in the background after its own hold: the same kind of lease, sized the same way,
+ * but kept for `standingIdleMs` without requests and up to `standingMaxAgeMs`, so that a key
+ * sending a request every few seconds is served from memory like a busy one instead of waiting
+ * for a commit each time (on PostgreSQL a durable commit is a WAL flush: milliseconds). It is
+ * taken only for an account whose balance, as the request's standing read it, is at least
+ * `standingBalanceFactor` times the lease (and a key whose cap leaves as much), so that credit
+ * sitting in a standing lease never refuses the account's requests on other nodes. Its hold lives
+ * `standingMaxAgeMs` past the request time-out: a dead node's standing leases are swept then.
+ *
  * Why no overspend: a request is admitted only against credit a hold already took off the
  * balance, and the in-memory reservations of a lease never exceed its amount (single-threaded:
  * check and reserve are one synchronous step). A node that dies leaves its leases active; the
@@ -70,6 +80,12 @@ export type LeaseSettings = {
   leaseMaxAgeMs: number;
   /** …and is closed after this long without one. */
   leaseIdleMs: number;
+  /** A quiet key's request within this long of its last takes a standing lease, closed after this long without one (0: never). */
+  standingIdleMs: number;
+  /** A standing lease takes new requests for this long. */
+  standingMaxAgeMs: number;
+  /** A standing lease is taken only while the account's balance (and the key's cap) is at least this many times its amount. */
+  standingBalanceFactor: number;
   /** New requests are refused while someone has waited this long for a group commit (`lagMs`). */
   shedAfterMs: number;
   /** A group commit in flight for longer than this is late (`late`): finished requests then wait for their record. */
@@ -84,6 +100,9 @@ export const DEFAULT_LEASE_SETTINGS: LeaseSettings = {
   leaseSeconds: 2,
   leaseMaxAgeMs: 5_000,
   leaseIdleMs: 500,
+  standingIdleMs: 10_000,
+  standingMaxAgeMs: 60_000,
+  standingBalanceFactor: 20,
   shedAfterMs: 2_000,
   lateAfterMs: 250,
 };
@@ -123,6 +142,10 @@ type Lease = {
   lastActiveAt: number;
   /** Serves many requests (false: one request's own hold, settled with it). */
   shared: boolean;
+  /** Takes requests for this long after it opened… */
+  maxAgeMs: number;
+  /** …and closes after this long without one (a busy key's lease or a quiet key's standing one). */
+  idleMs: number;
   /** Takes no new requests; closes once its requests are done. */
   retired: boolean;
 };
@@ -146,6 +169,18 @@ type OwnSettle = { holdId: string; accountId: string; /** What settling gives ba
 
 /** Those waiting for the next group commit to start (and end): true once it is written, false when it failed. */
 type Demand = { since: number; promise: Promise<boolean>; resolve: (written: boolean) => void };
+
+export type ReserveInput = {
+  accountId: string;
+  keyId: string | null;
+  amount: number;
+  /** Busy (`hot`): served from leases. */
+  hot: boolean;
+  /** The account's balance as the request's standing read it: a quiet key gets a standing lease only when it is large (unknown: never). */
+  balance?: number | null;
+  /** What the key's spend cap leaves (null or absent: no cap). */
+  capLeft?: number | null;
+};
 
 /** A request's reservation, from a lease or a hold of its own. */
 export type Ticket = {
@@ -198,6 +233,8 @@ export class CreditLeases {
   /** Leases being taken, per key: concurrent requests wait for it instead of taking their own. */
   readonly #taking = new Map<string, Promise<Lease | undefined>>();
   readonly #rates = new Map<string, RateWindow>();
+  /** When a quiet key last sent a request (within about `standingIdleMs`). */
+  readonly #lastSeen = new Map<string, number>();
   /** When a lease was last refused, per key. */
   readonly #refused = new Map<string, number>();
   readonly #running = new Map<string, Running>();
@@ -254,6 +291,11 @@ export class CreditLeases {
     return window !== undefined && window.read(now).requests >= this.#settings.hotRequestsPerSecond;
   }
 
+  /** Whether the key has a lease open (a busy key's or a quiet key's standing one). */
+  leased(keyId: string): boolean {
+    return this.#open.has(keyId);
+  }
+
   /** Queues the usage record of a request that reserved nothing (an operator key, a free model) for the next group commit. */
   queue(record: UsageRow): void {
     this.#records.push(record);
@@ -273,13 +315,26 @@ export class CreditLeases {
 
   /**
    * Reserves `amount` for one request: from the key's lease when the key is busy (taking a new
-   * lease when it has none that covers the amount), from a hold of its own otherwise.
-   * Throws `InsufficientQuotaError` when the account (or the key's cap) cannot cover it.
+   * lease when it has none that covers the amount); for a quiet key, from its standing lease when
+   * it has one that covers the amount, else from a hold of its own (and a quiet key that came
+   * back takes a standing lease in the background). Throws `InsufficientQuotaError` when the
+   * account (or the key's cap) cannot cover it.
    */
-  async reserve(input: { accountId: string; keyId: string | null; amount: number; hot: boolean }): Promise<Ticket> {
+  async reserve(input: ReserveInput): Promise<Ticket> {
     const usageId = newId("use");
-    if (!input.hot) return this.#admit(await this.#takeOwn(input), input.amount, usageId);
     const leaseKey = input.keyId ?? `account:${input.accountId}`;
+    if (!input.hot) {
+      const now = Date.now();
+      const cameBack = this.#cameBack(leaseKey, now);
+      const open = this.#open.get(leaseKey);
+      if (open !== undefined) {
+        if (this.#serves(open, input.amount, now)) return this.#fromLease(open, input, leaseKey, usageId, now, true);
+        if (now - open.openedAt >= open.maxAgeMs) this.#retire(open, leaseKey);
+      }
+      const ticket = this.#admit(await this.#takeOwn(input), input.amount, usageId);
+      if (cameBack && this.#standingAllowed(input, leaseKey)) this.#renew(input, leaseKey, true);
+      return ticket;
+    }
     // An account (or key cap) that could not cover a lease a moment ago is not asked again for
     // a second: its requests take their own holds meanwhile, one write each instead of two.
     const refusedAt = this.#refused.get(leaseKey);
@@ -288,21 +343,7 @@ export class CreditLeases {
       const now = Date.now();
       const open = this.#open.get(leaseKey);
       if (open !== undefined) {
-        if (now - open.openedAt < this.#settings.leaseMaxAgeMs && open.amount - open.reserved - open.charged >= input.amount) {
-          const ticket = this.#admit(open, input.amount, usageId);
-          // Half its credit or three quarters of its time gone: the next lease is taken in the
-          // background, so that no request waits for a take while the key stays busy (a take
-          // contending with other nodes' for the account's row can take tens of milliseconds).
-          const left = open.amount - open.reserved - open.charged;
-          if ((left < open.amount / 2 || now - open.openedAt > (this.#settings.leaseMaxAgeMs * 3) / 4) && !this.#taking.has(leaseKey)) {
-            const renewal = this.#takeShared(input, leaseKey).catch(() => undefined);
-            this.#taking.set(leaseKey, renewal);
-            void renewal.finally(() => {
-              if (this.#taking.get(leaseKey) === renewal) this.#taking.delete(leaseKey);
-            });
-          }
-          return ticket;
-        }
+        if (this.#serves(open, input.amount, now)) return this.#fromLease(open, input, leaseKey, usageId, now, false);
         this.#retire(open, leaseKey);
       }
       const taking = this.#taking.get(leaseKey);
@@ -310,7 +351,7 @@ export class CreditLeases {
         await taking.catch(() => undefined);
         continue;
       }
-      const take = this.#takeShared(input, leaseKey);
+      const take = this.#takeShared(input, leaseKey, false);
       this.#taking.set(leaseKey, take);
       try {
         const lease = await take;
@@ -321,6 +362,66 @@ export class CreditLeases {
     }
     // Leases kept missing this request (others took them first, or the balance is low): its own hold.
     return this.#admit(await this.#takeOwn(input), input.amount, usageId);
+  }
+
+  /** Whether the open lease still takes requests and has `amount` left. */
+  #serves(lease: Lease, amount: number, now: number): boolean {
+    return now - lease.openedAt < lease.maxAgeMs && lease.amount - lease.reserved - lease.charged >= amount;
+  }
+
+  /**
+   * Admits the request to the key's open lease. Half its credit or three quarters of its time
+   * gone: the next lease is taken in the background, so that no request waits for a take while
+   * the key stays busy (a take contending with other nodes' for the account's row can take tens
+   * of milliseconds). A standing lease is renewed only while the account may still have one.
+   */
+  #fromLease(open: Lease, input: ReserveInput, leaseKey: string, usageId: string, now: number, standing: boolean): Ticket {
+    const ticket = this.#admit(open, input.amount, usageId);
+    const left = open.amount - open.reserved - open.charged;
+    if ((left < open.amount / 2 || now - open.openedAt > (open.maxAgeMs * 3) / 4) && (!standing || this.#standingAllowed(input, leaseKey))) this.#renew(input, leaseKey, standing);
+    return ticket;
+  }
+
+  /** Takes the key's next lease in the background (none when one is being taken already). */
+  #renew(input: ReserveInput, leaseKey: string, standing: boolean): void {
+    if (this.#taking.has(leaseKey)) return;
+    const renewal = this.#takeShared(input, leaseKey, standing).catch(() => undefined);
+    this.#taking.set(leaseKey, renewal);
+    void renewal.finally(() => {
+      if (this.#taking.get(leaseKey) === renewal) this.#taking.delete(leaseKey);
+    });
+  }
+
+  /** Notes a quiet key's request: whether its last one was within `standingIdleMs`. */
+  #cameBack(leaseKey: string, now: number): boolean {
+    const idleMs = this.#settings.standingIdleMs;
+    if (idleMs <= 0) return false;
+    const last = this.#lastSeen.get(leaseKey);
+    if (last === undefined && this.#lastSeen.size >= 10_000) {
+      for (const [key, at] of this.#lastSeen) if (now - at >= idleMs) this.#lastSeen.delete(key);
+      if (this.#lastSeen.size >= 10_000) this.#lastSeen.clear();
+    }
+    this.#lastSeen.set(leaseKey, now);
+    return last !== undefined && now - last < idleMs;
+  }
+
+  /**
+   * Whether a standing lease may be taken for the request's key: the request's standing showed a
+   * balance (and the key a cap) of at least `standingBalanceFactor` leases, and no lease was
+   * refused to the key in the last second.
+   */
+  #standingAllowed(input: ReserveInput, leaseKey: string): boolean {
+    if (this.#settings.standingIdleMs <= 0 || input.balance === undefined || input.balance === null) return false;
+    const refusedAt = this.#refused.get(leaseKey);
+    if (refusedAt !== undefined && Date.now() - refusedAt < 1_000) return false;
+    const floor = this.#leaseSize(input) * this.#settings.standingBalanceFactor;
+    return input.balance >= floor && (input.capLeft === undefined || input.capLeft === null || input.capLeft >= floor);
+  }
+
+  /** A lease's amount: about `leaseSeconds` of the key's recent reservations, at least four of this request's. */
+  #leaseSize(input: ReserveInput): number {
+    const rate = this.#rates.get(input.keyId ?? `account:${input.accountId}`)?.read(Date.now()).credit ?? 0;
+    return Math.min(MAX_CREDIT, Math.max(input.amount * 4, Math.ceil(rate * this.#settings.leaseSeconds)));
   }
 
   /**
@@ -345,12 +446,16 @@ export class CreditLeases {
     return this.#returning.get(accountId)?.credit ?? 0;
   }
 
-  /** Takes a lease sized to the key's recent rate; undefined when the account cannot cover more than this request (then it gets its own hold). */
-  async #takeShared(input: { accountId: string; keyId: string | null; amount: number }, leaseKey: string): Promise<Lease | undefined> {
-    const rate = this.#rates.get(input.keyId ?? `account:${input.accountId}`)?.read(Date.now()).credit ?? 0;
-    const size = Math.min(MAX_CREDIT, Math.max(input.amount * 4, Math.ceil(rate * this.#settings.leaseSeconds)));
+  /**
+   * Takes a lease sized to the key's recent rate (a busy key's, or a quiet key's standing one);
+   * undefined when the account cannot cover more than this request (then it gets its own hold).
+   */
+  async #takeShared(input: ReserveInput, leaseKey: string, standing: boolean): Promise<Lease | undefined> {
+    const size = this.#leaseSize(input);
     try {
-      const lease = await this.#take(input, size, true);
+      const lease = standing
+        ? await this.#take(input, size, true, this.#settings.standingMaxAgeMs, this.#settings.standingIdleMs)
+        : await this.#take(input, size, true, this.#settings.leaseMaxAgeMs, this.#settings.leaseIdleMs);
       // It replaces the key's lease, which takes no more requests and closes once they are done.
       const previous = this.#open.get(leaseKey);
       if (previous !== undefined) this.#retire(previous, leaseKey);
@@ -365,11 +470,12 @@ export class CreditLeases {
     }
   }
 
-  async #take(input: { accountId: string; keyId: string | null }, amount: number, shared: boolean): Promise<Lease> {
+  /** Places the hold: a lease's lives `maxAgeMs` past the request time-out. */
+  async #take(input: { accountId: string; keyId: string | null }, amount: number, shared: boolean, maxAgeMs = 0, idleMs = 0): Promise<Lease> {
     const now = Date.now();
-    const ttlMs = this.#options.holdTtlMs + (shared ? this.#settings.leaseMaxAgeMs : 0);
+    const ttlMs = this.#options.holdTtlMs + (shared ? maxAgeMs : 0);
     const holdId = await placeHold(this.#options.database, { accountId: input.accountId, keyId: input.keyId, amount, nodeId: this.#options.nodeId(), ttlMs, now });
-    return { holdId, accountId: input.accountId, keyId: input.keyId, amount, reserved: 0, charged: 0, running: 0, openedAt: now, lastActiveAt: now, shared, retired: false };
+    return { holdId, accountId: input.accountId, keyId: input.keyId, amount, reserved: 0, charged: 0, running: 0, openedAt: now, lastActiveAt: now, shared, maxAgeMs, idleMs, retired: false };
   }
 
   #admit(lease: Lease, amount: number, usageId: string): Ticket {
@@ -638,10 +744,10 @@ export class CreditLeases {
     let failed = 0;
     for (const lease of [...this.#leases]) {
       if (lease.running > 0) {
-        if (now - lease.openedAt >= this.#settings.leaseMaxAgeMs) this.#retire(lease, lease.keyId ?? `account:${lease.accountId}`);
+        if (now - lease.openedAt >= lease.maxAgeMs) this.#retire(lease, lease.keyId ?? `account:${lease.accountId}`);
         continue;
       }
-      const due = all || lease.retired || now - lease.lastActiveAt >= this.#settings.leaseIdleMs || now - lease.openedAt >= this.#settings.leaseMaxAgeMs;
+      const due = all || lease.retired || now - lease.lastActiveAt >= lease.idleMs || now - lease.openedAt >= lease.maxAgeMs;
       // A record that finished after the last group commit waits for the next: a lease is charged
       // the sum of its written records, so it closes only when all of them are written.
       const unwritten = (record: UsageRow) => record.hold_id === lease.holdId;

@@ -81,6 +81,8 @@ export type AdmitInput = {
   serviceTier?: ServiceTier;
   /** The tier's price multiplier in percent (`serviceTierOf`): the hold, checkpoints and the charge are at it; default 100. */
   multiplierPercent?: number;
+  /** The account's balance as `standingOf` read it for this request: a quiet key may get a standing lease when it is large (`credit-leases.ts`). */
+  balance?: number | null;
 };
 
 /** The tier a request is served in, and its price multiplier in percent (100: the model's prices). */
@@ -242,7 +244,7 @@ export class Metering {
     // (the hold or the lease decides), and an account without credit is read every time.
     const now = Date.now();
     const cached = this.#standings.get(key.accountId);
-    if (cached !== undefined && now - cached.at < STANDING_CACHE_MS && this.#leases.busy(key.id, now)) return this.#counting(key.accountId, cached.standing);
+    if (cached !== undefined && now - cached.at < STANDING_CACHE_MS && (this.#leases.busy(key.id, now) || this.#leases.leased(key.id))) return this.#counting(key.accountId, cached.standing);
     const found = await findAccountStanding(this.#options.database, key.accountId);
     // A missing account is left to the hold, which says so.
     const standing = { plan: found?.plan ?? null, balance: found?.balance ?? null };
@@ -328,7 +330,10 @@ export class Metering {
     // A busy key is served from a credit lease; a quiet one from a hold of each request's own,
     // settled in the group commit that writes its record (`credit-leases.ts`).
     const hot = this.#leases.hot(key.id, reserved);
-    const ticket = metered && reserved > 0 ? await this.#leases.reserve({ accountId: key.accountId!, keyId: key.id, amount: reserved, hot }) : null;
+    const ticket =
+      metered && reserved > 0
+        ? await this.#leases.reserve({ accountId: key.accountId!, keyId: key.id, amount: reserved, hot, balance: input.balance, capLeft: key.spendCap === null ? null : key.spendCap - key.spent })
+        : null;
     const createdAt = Date.now();
     const row = (usage: GenerationUsage | null) => ({
       request_id: input.requestId,

@@ -334,6 +334,14 @@ export const serveOptions = {
     default: 20,
     description: "a key sending this many requests a second is metered from credit leases, its usage written in group commits (0: always)",
   }),
+  standing_lease_idle: option({
+    flag: "--standing-lease-idle <seconds>",
+    env: "TURNPIKE_STANDING_LEASE_IDLE",
+    kind: "number",
+    schema: z.number().min(0).max(3600),
+    default: 10,
+    description: "a quieter key that sends again within this long is served from a standing credit lease, kept while it keeps coming back (0: a hold of its own per request)",
+  }),
   checkpoint_interval: option({
     flag: "--checkpoint-interval <seconds>",
     env: "TURNPIKE_CHECKPOINT_INTERVAL",

@@ -134,6 +134,7 @@ export async function admitInOrder<Work>(
       stream: charge.stream,
       serviceTier: served.tier,
       multiplierPercent: served.multiplierPercent,
+      balance,
     });
     return { work, limited, admission, ticket, serviceTier: served.tier };
   } catch (error) {

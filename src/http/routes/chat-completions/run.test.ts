@@ -98,7 +98,8 @@ describe("runCompletion and runStream", () => {
     store = await openTestDatabase("sqlite");
     admitDependencies = {
       catalog: new Catalog([model("fake", engine)]),
-      metering: new Metering({ database: store.database, nodeId: () => "node-test", holdTtlMs: 60_000 }),
+      // Standing leases off: these tests pin what becomes of each request's own hold.
+      metering: new Metering({ database: store.database, nodeId: () => "node-test", holdTtlMs: 60_000, leases: { standingIdleMs: 0 } }),
       limits: new RequestLimits(new MemoryRateLimiter()),
     };
   });
