@@ -31,7 +31,8 @@ before(async () => {
       plans: [{ id: "starter", name: "Starter", price: { amount: 500, currency: "usd" }, credit: 5000, days: 30 }],
     }),
   );
-  test = await startTestServer({ configFile });
+  // Standing leases off: these tests read an account's balance right after its requests, as each request's own hold left it.
+  test = await startTestServer({ configFile, flags: { standing_lease_idle: "0" } });
   database = await openStore({ dataDir: test.dataDir, databaseUrl: "" });
 });
 after(async () => {
