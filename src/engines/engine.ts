@@ -197,6 +197,13 @@ export interface Engine {
    */
   boundPrompt(request: GenerationRequest): PromptBound;
   /**
+   * The prompt tokens `prepare` will count for the request, when its `bound` alone decides them
+   * (an engine that charges the bound's upper end, with nothing to make it exact): admission then
+   * charges the rate limits their whole charge at once, one round trip instead of two. Undefined
+   * (or absent) when `prepare` counts the prompt itself.
+   */
+  chargedPrompt?(request: GenerationRequest, bound: PromptBound): number | undefined;
+  /**
    * Tokenizes and checks an embeddings request (each input within the context, or cut to it with
    * `truncate`; token ids in the vocabulary). Throws `ModelNotReadyError`, `ContextLengthExceededError`
    * (naming the input's index) or `InvalidRequestError`. Absent: the engine cannot embed.

@@ -416,6 +416,28 @@ test("without max_tokens the prompt is counted exactly by the upstream where it 
   await engine.close();
 });
 
+test("chargedPrompt is what prepare counts when the bound decides it (max_tokens given), and nothing where prepare may count exactly", async () => {
+  const server = await upstream((request, response) => {
+    response.writeHead(200, { "content-type": "application/json" });
+    response.end(JSON.stringify(request.url === "/tokenize" ? { count: 7, max_model_len: 4096, tokens: [1, 2, 3, 4, 5, 6, 7] } : {}));
+  });
+  const { engine } = await engineOver([server.url], { contextLength: 4096 });
+  for (const content of ["Say hello", "word ".repeat(400), "é".repeat(2000)]) {
+    const asked = request({ maxTokens: 16, messages: [{ role: "user", content }] });
+    const bound = engine.boundPrompt(asked);
+    assert.equal(engine.chargedPrompt(asked, bound), (await engine.prepare(asked, bound)).promptTokens, content.slice(0, 12));
+  }
+  // Near the context, the upstream refuses longer prompts: what the bound says is cut to it.
+  const long = request({ maxTokens: 16, messages: [{ role: "user", content: "é".repeat(3000) }] });
+  const longBound = engine.boundPrompt(long);
+  assert.ok(longBound.atMost > 4095);
+  assert.equal(engine.chargedPrompt(long, longBound), 4095);
+  assert.equal(engine.chargedPrompt(request(), engine.boundPrompt(request())), undefined, "without max_tokens prepare may count exactly");
+  const ceiling = request({ maxTokens: 16, fitMaxTokens: true });
+  assert.equal(engine.chargedPrompt(ceiling, engine.boundPrompt(ceiling)), undefined, "a ceiling may be counted exactly");
+  await engine.close();
+});
+
 test("a max_tokens ceiling (fitMaxTokens) is lowered to what the exact count leaves, and kept where the bound leaves room for it", async () => {
   const server = await upstream((request, response) => {
     response.writeHead(200, { "content-type": "application/json" });

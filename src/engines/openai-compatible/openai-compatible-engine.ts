@@ -260,6 +260,12 @@ export class OpenAiCompatibleEngine implements Engine {
     return { ...bound, atMost: bound.atMost + images * IMAGE_TOKEN_BOUND };
   }
 
+  /** With `max_tokens` (and no ceiling to fit), `prepare` counts the bound's upper end, as far as the context goes: see there. */
+  chargedPrompt(request: GenerationRequest, bound: PromptBound): number | undefined {
+    if (request.completion !== undefined || request.maxTokens === undefined || request.fitMaxTokens === true || this.#contextLength === undefined) return undefined;
+    return Math.min(bound.atMost, this.#contextLength - 1);
+  }
+
   async prepare(request: GenerationRequest, known?: PromptBound): Promise<PreparedGeneration> {
     if (request.completion !== undefined) return this.#prepareCompletion(request, request.completion);
     const contextLength = this.#readyContext();

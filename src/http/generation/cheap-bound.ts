@@ -44,7 +44,12 @@ export function cheapBound(parsed: Pick<ParsedGeneration<unknown>, "request" | "
     const tokens = bound.atLeast + Math.min(request.maxTokens, Math.max(1, contextLength - bound.atLeast)) * request.choices;
     return { promptTokens: bound.atLeast, completionTokens, tokens, prompt: bound };
   }
-  if (request.maxTokens !== undefined) perChoice = request.maxTokens;
+  if (request.maxTokens !== undefined) {
+    perChoice = request.maxTokens;
+    // An engine that will count the bound's upper end is charged it now: the exact charge, once.
+    const charged = model.engine.chargedPrompt?.(request, bound);
+    if (charged !== undefined) promptForLimits = Math.max(bound.atLeast, charged);
+  }
   else if (contextLength === undefined) perChoice = 1;
   else {
     const longest = Math.max(bound.atLeast, Math.min(bound.atMost, contextLength - 1));

@@ -11,8 +11,8 @@ import { createApiKey, type ApiKeyRecord, type CreateKeyOptions } from "../../..
 import { grantCredit } from "../../../billing/ledger.ts";
 import { Metering } from "../../../billing/metering.ts";
 import { Catalog, type CatalogModel } from "../../../catalog/catalog.ts";
-import type { Engine } from "../../../engines/engine.ts";
-import { FakeEngine } from "../../../engines/fake/fake-engine.ts";
+import type { Engine, GenerationRequest } from "../../../engines/engine.ts";
+import { FakeEngine, fakePromptTokens } from "../../../engines/fake/fake-engine.ts";
 import { MemoryRateLimiter } from "../../../limits/memory.ts";
 import { RequestLimits } from "../../../limits/request-limits.ts";
 import { InvalidRequestError } from "../../../protocol/errors.ts";
@@ -129,6 +129,39 @@ for (const backend of backends) {
       const admitted = await admit(key, ask("x".repeat(4)));
       assert.equal(admitted.limited.headers["x-ratelimit-remaining-tokens"], String(40 - 11 - 10));
       await admitted.admission.settle({ usage: null, status: 500, finishReason: null, latencyMs: 1 });
+    });
+
+    it("charges the limits once, with the exact tokens, when the engine knows its prompt charge from the bound (an upstream's)", async () => {
+      // An engine whose prepare counts what its bound already says (as the upstream engine's does with max_tokens).
+      class BoundCharged extends FakeEngine {
+        chargedPrompt(request: GenerationRequest): number | undefined {
+          return request.maxTokens === undefined ? undefined : fakePromptTokens(request);
+        }
+      }
+      const charged = new BoundCharged({ contextLength: CONTEXT });
+      const consumed: number[] = [];
+      const limiter = new MemoryRateLimiter();
+      const consume = limiter.consume.bind(limiter);
+      limiter.consume = (checks) => {
+        consumed.push(checks.length);
+        return consume(checks);
+      };
+      const once = { ...dependencies, catalog: new Catalog([model("story", charged)]), limits: new RequestLimits(limiter) };
+      const key = await keyOf(1_000_000, { tpm: 10_000 });
+      const admitted = await admitChatCompletion(once, { body: ask("Hello there"), key, requestId: "req_once" });
+      assert.equal(admitted.job.prepared.promptTokens, 13);
+      assert.equal(admitted.limited.headers["x-ratelimit-remaining-tokens"], String(10_000 - 13 - 10), "the exact charge");
+      assert.deepEqual(consumed, [1], "one charge: nothing left to raise");
+      await admitted.admission.settle({ usage: null, status: 500, finishReason: null, latencyMs: 1 });
+      await admitted.limited.finish(0);
+      // An engine that counts in prepare (llama.cpp's tokenizer): the lower bound, then the raise.
+      consumed.length = 0;
+      const counting = { ...once, catalog: new Catalog([model("story", engine)]) };
+      const raised = await admitChatCompletion(counting, { body: ask("Hello there"), key, requestId: "req_twice" });
+      assert.equal(consumed.length, 2, "the lower bound at admission, then the raise to what prepare counted");
+      assert.equal(raised.limited.headers["x-ratelimit-remaining-tokens"], String(10_000 - 13 - 10), "the same exact charge (the first request gave its tokens back)");
+      await raised.admission.settle({ usage: null, status: 500, finishReason: null, latencyMs: 1 });
+      await raised.limited.finish(0);
     });
 
     it("gives the tokens back when prepare refuses the request, keeping its request counted", async () => {
