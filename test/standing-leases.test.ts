@@ -7,17 +7,14 @@
  * none.
  */
 import assert from "node:assert/strict";
-import fs from "node:fs";
-import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { setTimeout as delay } from "node:timers/promises";
 import type { Kysely } from "kysely";
 import OpenAI from "openai";
-import { openStore } from "../src/store/open.ts";
 import type { Database } from "../src/store/schema.ts";
-import { backends, freshPostgresSchema } from "./helpers/databases.ts";
+import { backends, startServerOn, type ServerOnStore } from "./helpers/databases.ts";
 import { billedExactly, meteredKey } from "./helpers/metered.ts";
-import { startTestServer, storiesModel, temporaryDirectory, type TestServer } from "./helpers/server.ts";
+import { storiesModel, type TestServer } from "./helpers/server.ts";
 
 const pricing = { prompt: 1_000_000, cached_prompt: 500_000, completion: 2_000_000 };
 const CREDIT = 10_000_000;
@@ -28,30 +25,24 @@ for (const backend of backends) {
   describe(`standing credit leases (${backend})`, { timeout: 120_000 }, () => {
     let server: TestServer;
     let database: Kysely<Database>;
-    let dropSchema: (() => Promise<void>) | undefined;
+    let started: ServerOnStore | undefined;
 
     before(async () => {
-      const directory = temporaryDirectory();
-      const configFile = path.join(directory, "turnpike.json");
-      fs.writeFileSync(
-        configFile,
-        JSON.stringify({
+      started = await startServerOn(
+        backend,
+        {
           models: [{ id: "story", path: storiesModel, pricing }],
           plans: [
             { id: "deep", name: "Deep", price: { amount: 100, currency: "usd" }, credit: CREDIT },
             { id: "shallow", name: "Shallow", price: { amount: 1, currency: "usd" }, credit: SHALLOW_CREDIT },
           ],
-        }),
+        },
+        { lease_above: "1000000000", standing_lease_idle: "1" },
       );
-      let databaseUrl = "";
-      if (backend === "postgres") ({ url: databaseUrl, drop: dropSchema } = await freshPostgresSchema());
-      server = await startTestServer({ configFile, flags: { database_url: databaseUrl, lease_above: "1000000000", standing_lease_idle: "1" } });
-      database = await openStore({ dataDir: server.dataDir, databaseUrl });
+      ({ server, database } = started);
     });
     after(async () => {
-      await database?.destroy();
-      await server?.close();
-      await dropSchema?.();
+      await started?.close();
     });
 
     const holdsOf = async (accountId: string) => database.selectFrom("holds").select(["amount", "status"]).where("account_id", "=", accountId).orderBy("created_at").execute();

@@ -5,11 +5,12 @@
  */
 import { randomBytes } from "node:crypto";
 import fs from "node:fs";
+import path from "node:path";
 import type { Kysely } from "kysely";
 import pg from "pg";
 import type { Database } from "../../src/store/schema.ts";
 import { openStore } from "../../src/store/open.ts";
-import { temporaryDirectory } from "./server.ts";
+import { startTestServer, temporaryDirectory, type TestServer } from "./server.ts";
 
 export const postgresUrl = process.env.TURNPIKE_TEST_POSTGRES_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 
@@ -85,3 +86,25 @@ export async function openTestDatabase(backend: "sqlite" | "postgres"): Promise<
 }
 
 export const backends = ["sqlite", "postgres"] as const;
+
+/** A test server on `backend` (a fresh PostgreSQL schema, or SQLite in its data directory) with a config file of `config`, and the store it writes. */
+export type ServerOnStore = { server: TestServer; database: Kysely<Database>; close(): Promise<void> };
+
+/** Starts `startTestServer` on `backend` with `config` (models, plans) written to a config file; `close` stops it and drops its schema. */
+export async function startServerOn(backend: "sqlite" | "postgres", config: unknown, flags: Record<string, string> = {}): Promise<ServerOnStore> {
+  const configFile = path.join(temporaryDirectory(), "turnpike.json");
+  fs.writeFileSync(configFile, JSON.stringify(config));
+  const postgres = backend === "postgres" ? await freshPostgresSchema() : undefined;
+  const databaseUrl = postgres?.url ?? "";
+  const server = await startTestServer({ configFile, flags: { database_url: databaseUrl, ...flags } });
+  const database = await openStore({ dataDir: server.dataDir, databaseUrl });
+  return {
+    server,
+    database,
+    close: async () => {
+      await database.destroy();
+      await server.close();
+      await postgres?.drop();
+    },
+  };
+}
