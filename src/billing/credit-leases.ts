@@ -101,7 +101,7 @@ export const DEFAULT_LEASE_SETTINGS: LeaseSettings = {
   leaseMaxAgeMs: 5_000,
   leaseIdleMs: 500,
   standingIdleMs: 10_000,
-  standingMaxAgeMs: 60_000,
+  standingMaxAgeMs: 15_000,
   standingBalanceFactor: 20,
   shedAfterMs: 2_000,
   lateAfterMs: 250,
