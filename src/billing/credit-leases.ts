@@ -337,8 +337,7 @@ export class CreditLeases {
     }
     // An account (or key cap) that could not cover a lease a moment ago is not asked again for
     // a second: its requests take their own holds meanwhile, one write each instead of two.
-    const refusedAt = this.#refused.get(leaseKey);
-    if (refusedAt !== undefined && Date.now() - refusedAt < 1_000) return this.#admit(await this.#takeOwn(input), input.amount, usageId);
+    if (this.#refusedLately(leaseKey)) return this.#admit(await this.#takeOwn(input), input.amount, usageId);
     for (let attempt = 0; attempt < 3; attempt++) {
       const now = Date.now();
       const open = this.#open.get(leaseKey);
@@ -412,10 +411,15 @@ export class CreditLeases {
    */
   #standingAllowed(input: ReserveInput, leaseKey: string): boolean {
     if (this.#settings.standingIdleMs <= 0 || input.balance === undefined || input.balance === null) return false;
-    const refusedAt = this.#refused.get(leaseKey);
-    if (refusedAt !== undefined && Date.now() - refusedAt < 1_000) return false;
+    if (this.#refusedLately(leaseKey)) return false;
     const floor = this.#leaseSize(input) * this.#settings.standingBalanceFactor;
     return input.balance >= floor && (input.capLeft === undefined || input.capLeft === null || input.capLeft >= floor);
+  }
+
+  /** Whether a lease was refused to the key (its account or cap could not cover it) in the last second. */
+  #refusedLately(leaseKey: string): boolean {
+    const refusedAt = this.#refused.get(leaseKey);
+    return refusedAt !== undefined && Date.now() - refusedAt < 1_000;
   }
 
   /** A lease's amount: about `leaseSeconds` of the key's recent reservations, at least four of this request's. */
