@@ -32,7 +32,11 @@
  *     [--modes json,stream,responses,responses-stream,responses-unstored,responses-stream-unstored,messages,messages-stream]
  *     [--variants direct,bare-proxy,portkey,turnpike-metered,turnpike-unlimited,turnpike-operator]
  *     [--turnpike-timeout 60] [--database sqlite|postgres://…] [--redis redis://…] [--metered-limits on|off] [--out bench/results/gateway.json]
- *     [--baseline /path/to/other/checkout]
+ *     [--baseline /path/to/other/checkout] [--node-args="--flag …"] [--baseline-node-args="--flag …"]
+ *
+ * --node-args and --baseline-node-args are Node.js options given to this checkout's Turnpike and
+ * to the baseline's (`--baseline .` with options on one side compares a runtime setting on the
+ * same code, such as V8's young generation size).
  *
  * With --baseline, the bench prints this checkout's Turnpike CPU per request over the baseline's,
  * per key and mode, pooled and as the median of the rounds' own ratios: a before/after of a
@@ -69,6 +73,9 @@ const { values: flags } = parseArgs({
     out: { type: "string", default: path.join(benchDir, "results", "gateway.json") },
     /** Another checkout (with its node_modules) whose Turnpike runs beside this one as the baseline-* variants. */
     baseline: { type: "string" },
+    /** Node.js options (space-separated) for this checkout's Turnpike, and for the baseline's. */
+    "node-args": { type: "string", default: "" },
+    "baseline-node-args": { type: "string", default: "" },
   },
 });
 
@@ -108,7 +115,10 @@ const selected = flags.variants.split(",").map((value) => value.trim()) as Varia
 for (const variant of selected) if (!VARIANT_IDS.includes(variant)) throw new Error(`--variants takes ${VARIANT_IDS.join(",")}, got '${variant}'`);
 const baselineRoot = flags.baseline === undefined ? undefined : path.resolve(flags.baseline);
 /** What both Turnpikes start with beyond their store: Redis for their rate limits when asked. */
-const turnpikeExtra = flags.redis === "" ? {} : { env: { TURNPIKE_REDIS_URL: flags.redis } };
+const nodeArgsOf = (text: string) => text.split(/\s+/).filter((arg) => arg !== "");
+const turnpikeEnv = flags.redis === "" ? {} : { env: { TURNPIKE_REDIS_URL: flags.redis } };
+const turnpikeExtra = { ...turnpikeEnv, nodeArgs: nodeArgsOf(flags["node-args"]) };
+const baselineExtra = { ...turnpikeEnv, nodeArgs: nodeArgsOf(flags["baseline-node-args"]) };
 if (selected.some((variant) => variant.startsWith("baseline")) !== (baselineRoot !== undefined)) throw new Error("the baseline-* variants and --baseline go together");
 
 type Variant = {
@@ -251,7 +261,7 @@ try {
       }
       if (id === "baseline-metered" || id === "baseline-operator") {
         if (baselineFailure !== undefined) throw baselineFailure;
-        baseline ??= await startTurnpike(baselineRoot!, upstreamOrigin, turnpikeTimeoutMs, flags.database === "sqlite" ? SQLITE : await postgresSchema(flags.database), flags["metered-limits"] !== "off", turnpikeExtra);
+        baseline ??= await startTurnpike(baselineRoot!, upstreamOrigin, turnpikeTimeoutMs, flags.database === "sqlite" ? SQLITE : await postgresSchema(flags.database), flags["metered-limits"] !== "off", baselineExtra);
         const key = id === "baseline-metered" ? baseline.meteredKey : baseline.operatorKey;
         Object.assign(variant, { origin: baseline.origin, headers: { authorization: `Bearer ${key}` }, apiKey: key, process: baseline.child });
       }
@@ -660,6 +670,8 @@ const report = {
   messagesCost,
   baselineCost,
   baseline: baselineRoot,
+  nodeArgs: turnpikeExtra.nodeArgs,
+  baselineNodeArgs: baselineExtra.nodeArgs,
   database: flags.database === "sqlite" ? "sqlite" : "postgres",
   unavailable: Object.fromEntries([...variants.values()].map((variant) => [variant.id, variant.unavailable])),
   rows,

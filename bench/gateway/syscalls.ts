@@ -2,7 +2,7 @@
  * Counts Turnpike's system calls per request (strace -c on its process) for one key and mode at a
  * given connection count: where a request's kernel time goes, against the bare proxy's two reads
  * and two writes.
- *   node bench/gateway/syscalls.ts [--key operator|metered] [--stream] [--connections 1] [--requests 3000] [--target turnpike|bare]
+ *   node bench/gateway/syscalls.ts [--key operator|metered|unlimited] [--stream] [--connections 1] [--requests 3000] [--target turnpike|bare]
  */
 import { spawn } from "node:child_process";
 import path from "node:path";
@@ -37,7 +37,7 @@ if (values.target === "bare") {
   const turnpike = await startTurnpike(root, upstreamOrigin, 60_000, SQLITE);
   origin = turnpike.origin;
   pid = turnpike.child.process.pid!;
-  key = values.key === "metered" ? turnpike.meteredKey : turnpike.operatorKey;
+  key = values.key === "metered" ? turnpike.meteredKey : values.key === "unlimited" ? turnpike.unlimitedKey : turnpike.operatorKey;
   stop = async () => {
     await turnpike.child.stop();
     await turnpike.cleanup();

@@ -33,15 +33,13 @@ export function rateLimitHeaders(states: RateLimitHeaderStates): Record<string, 
  */
 export function mostRestrictive(states: readonly LimitState[]): LimitState | undefined {
   let chosen: LimitState | undefined;
-  for (const state of states) {
-    if (
-      chosen === undefined ||
-      state.remaining < chosen.remaining ||
-      (state.remaining === chosen.remaining && state.resetMs > chosen.resetMs)
-    ) {
-      chosen = state;
-    }
-  }
+  for (const state of states) chosen = moreRestrictive(chosen, state);
+  return chosen;
+}
+
+/** Of `chosen` (if any) and `state`, the one that will refuse first (`mostRestrictive`'s order; the earlier on a tie). */
+export function moreRestrictive(chosen: LimitState | undefined, state: LimitState): LimitState {
+  if (chosen === undefined || state.remaining < chosen.remaining || (state.remaining === chosen.remaining && state.resetMs > chosen.resetMs)) return state;
   return chosen;
 }
 

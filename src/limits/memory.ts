@@ -41,7 +41,7 @@ export class MemoryRateLimiter implements RateLimiter {
     return this.#buckets.size;
   }
 
-  consume(checks: LimitCheck[]): Promise<LimitDecision> {
+  consume(checks: readonly LimitCheck[]): Promise<LimitDecision> {
     try {
       return Promise.resolve(this.consumeNow(checks));
     } catch (error) {
@@ -54,16 +54,29 @@ export class MemoryRateLimiter implements RateLimiter {
     validateChecks(checks);
     const now = this.#clock();
     this.#sweepIfDue(now);
-    const levels = checks.map((check) => {
+    const buckets: (Bucket | undefined)[] = new Array(checks.length);
+    const levels: number[] = new Array(checks.length);
+    for (let index = 0; index < checks.length; index++) {
+      const check = checks[index]!;
       const bucket = this.#buckets.get(check.key);
-      return bucket === undefined ? 0 : drain(bucket.level, now - bucket.at, check.limit);
-    });
+      buckets[index] = bucket;
+      levels[index] = bucket === undefined ? 0 : drain(bucket.level, now - bucket.at, check.limit);
+    }
     const decision = decide(checks, levels);
     if (!decision.allowed) return decision;
-    checks.forEach((check, index) => {
-      if (check.cost === 0) return;
-      this.#buckets.set(check.key, { level: levels[index] + check.cost * WINDOW_MS, at: now, limit: check.limit });
-    });
+    for (let index = 0; index < checks.length; index++) {
+      const check = checks[index]!;
+      if (check.cost === 0) continue;
+      const level = levels[index]! + check.cost * WINDOW_MS;
+      const bucket = buckets[index];
+      // A bucket is this limiter's own (never handed out): charged in place, not replaced.
+      if (bucket === undefined) this.#buckets.set(check.key, { level, at: now, limit: check.limit });
+      else {
+        bucket.level = level;
+        bucket.at = now;
+        bucket.limit = check.limit;
+      }
+    }
     return decision;
   }
 
@@ -87,7 +100,8 @@ export class MemoryRateLimiter implements RateLimiter {
       this.#buckets.delete(key);
       return;
     }
-    this.#buckets.set(key, { level, at: now, limit: bucket.limit });
+    bucket.level = level;
+    bucket.at = now;
   }
 
   /**

@@ -51,7 +51,7 @@ export interface RateLimiter {
    * caller (on any node sharing the backend) sees a state between the check and the charge.
    * Throws `RangeError` only for malformed checks (negative or fractional numbers, a key twice).
    */
-  consume(checks: LimitCheck[]): Promise<LimitDecision>;
+  consume(checks: readonly LimitCheck[]): Promise<LimitDecision>;
   /**
    * Gives back part of a cost recorded earlier (e.g. TPM reserved as prompt + max_tokens, fewer tokens generated).
    * The bucket never goes below empty; a key with nothing recorded is left alone.

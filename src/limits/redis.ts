@@ -172,7 +172,7 @@ export class RedisRateLimiter implements RateLimiter {
     return this.#degraded;
   }
 
-  async consume(checks: LimitCheck[]): Promise<LimitDecision> {
+  async consume(checks: readonly LimitCheck[]): Promise<LimitDecision> {
     validateChecks(checks);
     if (checks.length === 0) return decide([], []);
     await this.#link.ready;

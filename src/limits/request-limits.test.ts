@@ -43,6 +43,30 @@ describe("RequestLimits", () => {
     await first.finish(600);
   });
 
+  it("charges the same key record and plan the same limits every time, and a new record or plan by its own (limits kept per record are never stale)", async () => {
+    const limits = new RequestLimits(new MemoryRateLimiter({ now: frozen }));
+    const key = keyWith({ rpm: 10, tpm: 1_000 });
+    for (const remaining of ["9", "8"]) {
+      const admitted = await limits.admit({ key, plan, tokens: 10 });
+      assert.equal(admitted.headers["x-ratelimit-remaining-requests"], remaining);
+      await admitted.finish(10);
+    }
+    // The key updated (a new record: records are never changed in place) to a higher limit.
+    const raised = await limits.admit({ key: keyWith({ rpm: 50, tpm: 1_000 }), plan, tokens: 10 });
+    assert.equal(raised.headers["x-ratelimit-limit-requests"], "50");
+    assert.equal(raised.headers["x-ratelimit-remaining-requests"], "47");
+    await raised.finish(10);
+    // The same key record under a stricter plan: the plan's tokens limit is the most restrictive now.
+    const strict = await limits.admit({ key, plan: { ...plan, tpm: 100 } as Plan, tokens: 10 });
+    assert.equal(strict.headers["x-ratelimit-limit-tokens"], "100");
+    assert.equal(strict.headers["x-ratelimit-remaining-tokens"], "60");
+    await strict.finish(10);
+    // And without a plan, the key's own limits alone.
+    const alone = await limits.admit({ key, plan: null, tokens: 10 });
+    assert.equal(alone.headers["x-ratelimit-limit-tokens"], "1000");
+    await alone.finish(10);
+  });
+
   it("refuses as too large a request that no wait would let through", async () => {
     const limits = new RequestLimits(new MemoryRateLimiter({ now: frozen }));
     const admitted = await limits.admit({ key: keyWith({ rpm: null, tpm: 1_000 }), plan: null, tokens: 10 });

@@ -7,7 +7,7 @@
  */
 import type { Plan } from "../protocol/plans.ts";
 import { RateLimitExceededError } from "../protocol/errors.ts";
-import { mostRestrictive, rateLimitHeaders, retryAfterSeconds } from "./headers.ts";
+import { moreRestrictive, rateLimitHeaders, retryAfterSeconds } from "./headers.ts";
 import type { LimitCheck, LimitDecision, LimitState, RateLimiter } from "./rate-limiter.ts";
 
 /**
@@ -49,6 +49,7 @@ export type LimitAdmission = {
   finish(usedTokens: number): Promise<void>;
 };
 
+/** One limit a request is charged against; a `LimitCheck` as it is (its `key`, `limit` and `cost`). */
 type Scope = { kind: "requests" | "tokens"; key: string; limit: number; cost: number; who: string };
 
 /** The admission of a request that no limit applies to. */
@@ -56,8 +57,14 @@ const NO_LIMITS: LimitAdmission = Object.freeze({ headers: Object.freeze({}) as 
 
 /** The headers of the most restrictive requests and tokens limits among `states` (one per scope, in order). */
 function headersOf(scopes: readonly Scope[], states: readonly LimitState[]): Record<string, string> {
-  const of = (kind: Scope["kind"]) => mostRestrictive(states.filter((_state, index) => scopes[index]!.kind === kind));
-  return rateLimitHeaders({ requests: of("requests"), tokens: of("tokens") });
+  let requests: LimitState | undefined;
+  let tokens: LimitState | undefined;
+  for (let index = 0; index < scopes.length; index++) {
+    const state = states[index]!;
+    if (scopes[index]!.kind === "requests") requests = moreRestrictive(requests, state);
+    else tokens = moreRestrictive(tokens, state);
+  }
+  return rateLimitHeaders({ requests, tokens });
 }
 
 export class RequestLimits {
@@ -82,9 +89,14 @@ export class RequestLimits {
     const states = first.states;
     let headers: Record<string, string> | undefined;
     /** Tokens charged so far against each tokens-per-minute limit. */
-    let charged = scopes.find((scope) => scope.kind === "tokens")?.cost ?? 0;
+    let charged = 0;
     let finished = false;
-    const tokenIndexes = scopes.flatMap((scope, index) => (scope.kind === "tokens" ? [index] : []));
+    const tokenIndexes: number[] = [];
+    for (let index = 0; index < scopes.length; index++) {
+      if (scopes[index]!.kind !== "tokens") continue;
+      if (tokenIndexes.length === 0) charged = scopes[index]!.cost;
+      tokenIndexes.push(index);
+    }
     return {
       get headers() {
         headers ??= headersOf(scopes, states);
@@ -138,9 +150,9 @@ export class RequestLimits {
     return headersOf(scopes, (await this.#consume(scopes)).states);
   }
 
-  /** Charges the scopes' costs (all or none). */
+  /** Charges the scopes' costs (all or none); a scope is its own check. */
   #consume(scopes: readonly Scope[]): Promise<LimitDecision> {
-    return this.#limiter.consume(scopes.map(({ key, limit, cost }): LimitCheck => ({ key, limit, cost })));
+    return this.#limiter.consume(scopes);
   }
 
   close(): Promise<void> {
@@ -148,25 +160,50 @@ export class RequestLimits {
   }
 }
 
+/** A limit that applies to a key, the request's cost left out. */
+type ScopeTemplate = Omit<Scope, "cost">;
+
+/**
+ * The limits of a key under a plan, as last built for that key record and plan object: a busy key
+ * brings the same two (cached) records with every request, so its limits' bucket names and
+ * wording are built once, not per request. Records are never changed in place (an update is a new
+ * record), so one kept here is never stale; it goes with its key record.
+ */
+const templatesByKey = new WeakMap<LimitedKey, { plan: Plan | null; templates: readonly ScopeTemplate[] }>();
+
 /**
  * The limits that apply: the key's own, those of the keys above it (a key created by a key shares
  * its creator's buckets, so children together never exceed their parent), and its account's plan.
  */
+function templatesOf(key: LimitedKey, plan: Plan | null): readonly ScopeTemplate[] {
+  const kept = templatesByKey.get(key);
+  if (kept !== undefined && kept.plan === plan) return kept.templates;
+  const templates: ScopeTemplate[] = [];
+  if (key.rpm !== null) templates.push({ kind: "requests", key: `key:${key.id}:rpm`, limit: key.rpm, who: "API key" });
+  if (key.tpm !== null) templates.push({ kind: "tokens", key: `key:${key.id}:tpm`, limit: key.tpm, who: "API key" });
+  for (const ancestor of key.ancestorLimits ?? []) {
+    const who = "API key that created this one (its keys share its limits)";
+    if (ancestor.rpm !== null) templates.push({ kind: "requests", key: `key:${ancestor.id}:rpm`, limit: ancestor.rpm, who });
+    if (ancestor.tpm !== null) templates.push({ kind: "tokens", key: `key:${ancestor.id}:tpm`, limit: ancestor.tpm, who });
+  }
+  if (key.accountId !== null && plan !== null) {
+    if (plan.rpm !== null) templates.push({ kind: "requests", key: `account:${key.accountId}:rpm`, limit: plan.rpm, who: `plan '${plan.id}'` });
+    if (plan.tpm !== null) templates.push({ kind: "tokens", key: `account:${key.accountId}:tpm`, limit: plan.tpm, who: `plan '${plan.id}'` });
+  }
+  templatesByKey.set(key, { plan, templates });
+  return templates;
+}
+
+/** The limits that apply (`templatesOf`), each with what this request costs it. */
 function scopesOf({ key, plan, tokens, requestCounted }: LimitInput): Scope[] {
-  const scopes: Scope[] = [];
+  const templates = templatesOf(key, plan);
   const cost = Math.max(0, Math.ceil(tokens));
   // Counted already: the requests limits are still read (for the headers), charged nothing more.
   const request = requestCounted === true ? 0 : 1;
-  if (key.rpm !== null) scopes.push({ kind: "requests", key: `key:${key.id}:rpm`, limit: key.rpm, cost: request, who: "API key" });
-  if (key.tpm !== null) scopes.push({ kind: "tokens", key: `key:${key.id}:tpm`, limit: key.tpm, cost, who: "API key" });
-  for (const ancestor of key.ancestorLimits ?? []) {
-    const who = "API key that created this one (its keys share its limits)";
-    if (ancestor.rpm !== null) scopes.push({ kind: "requests", key: `key:${ancestor.id}:rpm`, limit: ancestor.rpm, cost: request, who });
-    if (ancestor.tpm !== null) scopes.push({ kind: "tokens", key: `key:${ancestor.id}:tpm`, limit: ancestor.tpm, cost, who });
-  }
-  if (key.accountId !== null && plan !== null) {
-    if (plan.rpm !== null) scopes.push({ kind: "requests", key: `account:${key.accountId}:rpm`, limit: plan.rpm, cost: request, who: `plan '${plan.id}'` });
-    if (plan.tpm !== null) scopes.push({ kind: "tokens", key: `account:${key.accountId}:tpm`, limit: plan.tpm, cost, who: `plan '${plan.id}'` });
+  const scopes: Scope[] = new Array(templates.length);
+  for (let index = 0; index < templates.length; index++) {
+    const template = templates[index]!;
+    scopes[index] = { kind: template.kind, key: template.key, limit: template.limit, cost: template.kind === "requests" ? request : cost, who: template.who };
   }
   return scopes;
 }

@@ -15,14 +15,24 @@ export const MAX_LIMIT = Math.floor(Number.MAX_SAFE_INTEGER / WINDOW_MS);
 
 /** Throws `RangeError` unless every check has a key (used once), and limit and cost are integers in range. */
 export function validateChecks(checks: readonly LimitCheck[]): void {
-  const seen = new Set<string>();
-  for (const check of checks) {
+  // A request has a few checks (its key's, its creators', its plan's): compared pairwise, no set
+  // is built for them (this runs for every request).
+  const seen = checks.length > 16 ? new Set<string>() : undefined;
+  for (let index = 0; index < checks.length; index++) {
+    const check = checks[index]!;
     if (typeof check.key !== "string" || check.key === "") throw new RangeError("rate limit check without a key");
-    if (seen.has(check.key)) throw new RangeError(`rate limit key "${check.key}" is checked twice in one call`);
-    seen.add(check.key);
+    if (seen !== undefined ? seen.has(check.key) : checkedBefore(checks, index)) throw new RangeError(`rate limit key "${check.key}" is checked twice in one call`);
+    seen?.add(check.key);
     assertUnits(check.limit, `limit of "${check.key}"`, MAX_LIMIT);
     assertUnits(check.cost, `cost of "${check.key}"`, MAX_LIMIT);
   }
+}
+
+/** Whether the check at `index` has the key of one before it. */
+function checkedBefore(checks: readonly LimitCheck[], index: number): boolean {
+  const key = checks[index]!.key;
+  for (let before = 0; before < index; before++) if (checks[before]!.key === key) return true;
+  return false;
 }
 
 /** Throws `RangeError` unless `amount` is a non-negative integer that fits the bucket arithmetic. */
@@ -56,11 +66,18 @@ export function fits(check: LimitCheck, level: number): boolean {
  * Allowed only when every check fits; the states then show the levels after the charge.
  */
 export function decide(checks: readonly LimitCheck[], levels: readonly number[]): LimitDecision {
-  const allowed = checks.every((check, index) => fits(check, levels[index]));
-  const tooLarge = checks.filter((check) => check.cost > check.limit).map((check) => check.key);
-  const states = checks.map((check, index) =>
-    describe(check.key, check.limit, allowed ? levels[index] + check.cost * WINDOW_MS : levels[index]),
-  );
+  let allowed = true;
+  const tooLarge: string[] = [];
+  for (let index = 0; index < checks.length; index++) {
+    const check = checks[index]!;
+    if (!fits(check, levels[index]!)) allowed = false;
+    if (check.cost > check.limit) tooLarge.push(check.key);
+  }
+  const states: LimitState[] = new Array(checks.length);
+  for (let index = 0; index < checks.length; index++) {
+    const check = checks[index]!;
+    states[index] = describe(check.key, check.limit, allowed ? levels[index]! + check.cost * WINDOW_MS : levels[index]!);
+  }
   if (allowed) return { allowed, states, retryAfterMs: 0, tooLarge };
   if (tooLarge.length > 0) return { allowed, states, retryAfterMs: -1, tooLarge };
   let retryAfterMs = 0;
