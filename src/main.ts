@@ -14,6 +14,8 @@ import type { ModelEntry } from "./config/schema.ts";
 import { createRuntimeLoader } from "./engines/llamacpp/runtime.ts";
 import type { DownloadProgress } from "./engines/llamacpp/model-file.ts";
 import { openStore } from "./store/open.ts";
+import { ChangeFeed, type ChangeFeedEvent } from "./store/change-feed.ts";
+import { withChangeFeed } from "./store/changes.ts";
 import { buildApp, type App } from "./http/app.ts";
 import { ImageUrlGuard, type HostResolver } from "./http/image-urls/image-url-guard.ts";
 import { Metering } from "./billing/metering.ts";
@@ -157,6 +159,24 @@ function suppliedEngine(engines: StartServerOptions["engines"], entry: ModelEntr
   return Object.hasOwn(engines, entry.id) ? engines[entry.id] : undefined;
 }
 
+/** The change feed's log lines: its first start quietly, a loss and each recovery plainly. */
+function changeFeedLog(logger: Logger): (event: ChangeFeedEvent) => void {
+  let down = false;
+  return (event) => {
+    if (event.kind === "listening") {
+      if (down) logger.info("the database change feed is listening again");
+      else logger.debug("listening for the database's change notifications");
+      down = false;
+      return;
+    }
+    // One line an outage, not one each retry.
+    if (down) return;
+    down = true;
+    const what = event.kind === "lost" ? "lost its connection" : "could not listen";
+    logger.warn({ err: event.error }, `the database change feed ${what}: keys are read again after 1 s until it listens (retried in the background)`);
+  };
+}
+
 export async function startServer(settings: ResolvedSettings, logger: Logger = createLogger(settings.log_level), options: StartServerOptions = {}): Promise<RunningServer> {
   // On a terminal (the banner announces the start) a first start's migrations are one line, not one each.
   const announce = options.announceStart !== false;
@@ -174,6 +194,13 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
   });
   if (!announce && migrations.length > 0) {
     logger.info(`applied ${migrations.length} database migration${migrations.length === 1 ? "" : "s"} (${migrations.length === 1 ? migrations[0] : `${migrations[0]} … ${migrations.at(-1)}`})`);
+  }
+  // PostgreSQL: the notifications of changed keys and accounts (`store/change-feed.ts`), which let
+  // caches of keys keep them past their 1 s bound while the feed proves itself live.
+  const changeFeed = settings.database_url !== "" && settings.change_feed ? new ChangeFeed({ url: settings.database_url, onEvent: changeFeedLog(logger) }) : undefined;
+  if (changeFeed !== undefined) {
+    await changeFeed.start();
+    withChangeFeed(database, changeFeed);
   }
   await syncConfigPlans(database, settings.plans);
   let plans = await listPlans(database);
@@ -443,6 +470,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
       await checkoutThrottle.close?.();
       if (setupCode !== null) await forgetSetupCodes(database, setupCode).catch((error: unknown) => logger.warn({ err: error }, "could not forget this node's setup code"));
       await forgetNodes(database, [nodeId]).catch((error: unknown) => logger.warn({ err: error }, "could not deregister this node; the others will once its heartbeat lapses"));
+      await changeFeed?.close();
       await database.destroy();
     })();
     return closed;

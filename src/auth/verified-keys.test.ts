@@ -10,9 +10,9 @@ import { afterEach, beforeEach, describe, it } from "node:test";
 import { sql } from "kysely";
 import { backends, openTestDatabase, type TestDatabase } from "../../test/helpers/databases.ts";
 import { openSqlite } from "../store/sqlite.ts";
-import { FOREIGN_CHANGES_CHECK_MS, noteChange } from "../store/changes.ts";
+import { FOREIGN_CHANGES_CHECK_MS, noteChange, withChangeFeed } from "../store/changes.ts";
 import { createApiKey, revokeApiKey } from "./api-keys.ts";
-import { VERIFIED_KEY_MAX_AGE_MS, VerifiedKeys } from "./verified-keys.ts";
+import { VERIFIED_KEY_MAX_AGE_MS, VerifiedKeys, WATCHED_KEY_MAX_AGE_MS } from "./verified-keys.ts";
 
 for (const backend of backends) {
   describe(`verified keys (${backend})`, () => {
@@ -97,6 +97,43 @@ for (const backend of backends) {
       // Enabled behind the cache's back (no change noted): a kept refusal would still refuse it.
       await sql`update accounts set disabled_at = null where id = ${account}`.execute(store.database);
       assert.equal((await keys.verify(created.key)).ok, true);
+    });
+
+    it("keeps a key without a spend cap past the age bound while a change feed proves it heard every change, and drops it the moment one is heard", async () => {
+      // A feed (PostgreSQL's `ChangeFeed`) told by the test: live, and what it heard.
+      const feed = { received: 0, live: true, watched: (boundMs: number) => feed.live && boundMs === VERIFIED_KEY_MAX_AGE_MS };
+      withChangeFeed(store.database, feed);
+      const watchedKeys = new VerifiedKeys(store.database, { now: () => clock });
+      const created = await createApiKey(store.database, { now: clock });
+      assert.equal((await watchedKeys.verify(created.key)).ok, true);
+      await revokeElsewhere(created.id);
+      clock += 5 * VERIFIED_KEY_MAX_AGE_MS;
+      assert.equal(watchedKeys.known(created.key)?.ok, true, "a write the feed did not tell of is not seen: the key came from memory");
+      feed.received++;
+      assert.equal(watchedKeys.known(created.key), undefined, "the feed heard a change: the cache started over");
+      assert.deepEqual(await watchedKeys.verify(created.key), { ok: false, reason: "revoked" });
+
+      const other = await createApiKey(store.database, { now: clock });
+      assert.equal((await watchedKeys.verify(other.key)).ok, true);
+      clock += WATCHED_KEY_MAX_AGE_MS - 1;
+      assert.equal(watchedKeys.known(other.key)?.ok, true);
+      clock += 1;
+      assert.equal(watchedKeys.known(other.key), undefined, "no longer than the watched bound");
+      assert.equal((await watchedKeys.verify(other.key)).ok, true);
+      feed.live = false;
+      clock += VERIFIED_KEY_MAX_AGE_MS;
+      assert.equal(watchedKeys.known(other.key), undefined, "a feed that cannot prove itself live: the age bound again");
+    });
+
+    it("keeps a key with a spend cap no longer than the age bound, even while the feed is live (its spending is not notified)", async () => {
+      withChangeFeed(store.database, { received: 0, watched: () => true });
+      const watchedKeys = new VerifiedKeys(store.database, { now: () => clock });
+      const capped = await createApiKey(store.database, { now: clock, spendCap: 1_000 });
+      assert.equal((await watchedKeys.verify(capped.key)).ok, true);
+      clock += VERIFIED_KEY_MAX_AGE_MS - 1;
+      assert.equal(watchedKeys.known(capped.key)?.ok, true);
+      clock += 1;
+      assert.equal(watchedKeys.known(capped.key), undefined);
     });
 
     it("never caches a key over a revocation made while it was being read", async () => {

@@ -6,7 +6,13 @@
  *   write notes the change, `store/changes.ts`, and the cache starts over);
  * - on SQLite, a write by another process (the CLI) is seen within 10 ms (`PRAGMA data_version`,
  *   read at most that often: `FOREIGN_CHANGES_CHECK_MS`);
- * - a write by another node reaches this one within `maxAgeMs` (1 s): no entry is used longer;
+ * - a write by another node reaches this one within `maxAgeMs` (1 s): no entry is used longer,
+ *   unless the store proves it heard every change committed before then (PostgreSQL's live
+ *   `ChangeFeed`, `foreignChangesWatched`): a key without a spend cap is then kept for up to
+ *   `watchedMaxAgeMs` (60 s), since any change to it or its account (a revocation, a disable, new
+ *   limits) starts the cache over the moment its notification arrives, and a feed that goes
+ *   quiet stops proving itself within the 1 s. Keys with a spend cap keep the 1 s bound: what
+ *   they have spent changes with every charge and is not notified;
  * - an expiry (the key's, or that of a key above it) is checked on every request;
  * - refusals are never kept (a key created or enabled a moment ago works at once), so a flood of
  *   unknown keys costs what it did.
@@ -15,16 +21,19 @@
  */
 import type { Kysely } from "kysely";
 import type { Database } from "../store/schema.ts";
-import { changeMark, sameMark, type ChangeMark } from "../store/changes.ts";
+import { changeMark, foreignChangesWatched, sameMark, type ChangeMark } from "../store/changes.ts";
 import { hashKey, verifyKeyHash, wellFormedKey, type ApiKeyRecord, type KeyCheck } from "./api-keys.ts";
 
 /** No entry is used for longer: a key revoked on another node is refused here within this. */
 export const VERIFIED_KEY_MAX_AGE_MS = 1_000;
+/** How long a key without a spend cap is kept while the store's change feed proves itself live. */
+export const WATCHED_KEY_MAX_AGE_MS = 60_000;
 /** Entries kept at most; past it the cache starts over (a bound on memory, not a policy). */
 const MAX_ENTRIES = 10_000;
 
 export type VerifiedKeysOptions = {
   maxAgeMs?: number;
+  watchedMaxAgeMs?: number;
   maxEntries?: number;
   now?: () => number;
 };
@@ -32,6 +41,7 @@ export type VerifiedKeysOptions = {
 export class VerifiedKeys {
   readonly #database: Kysely<Database>;
   readonly #maxAgeMs: number;
+  readonly #watchedMaxAgeMs: number;
   readonly #maxEntries: number;
   readonly #now: () => number;
   /** By the key's hash: the key and when it was read. */
@@ -41,6 +51,7 @@ export class VerifiedKeys {
   constructor(database: Kysely<Database>, options: VerifiedKeysOptions = {}) {
     this.#database = database;
     this.#maxAgeMs = options.maxAgeMs ?? VERIFIED_KEY_MAX_AGE_MS;
+    this.#watchedMaxAgeMs = options.watchedMaxAgeMs ?? WATCHED_KEY_MAX_AGE_MS;
     this.#maxEntries = options.maxEntries ?? MAX_ENTRIES;
     this.#now = options.now ?? Date.now;
     this.#mark = changeMark(database);
@@ -68,9 +79,15 @@ export class VerifiedKeys {
     }
     const entry = this.#entries.get(hash);
     if (entry === undefined) return undefined;
-    if (now - entry.at < this.#maxAgeMs && entry.expires > now) return { ok: true, key: entry.key };
+    if (entry.expires > now && this.#fresh(entry.key, now - entry.at)) return { ok: true, key: entry.key };
     this.#entries.delete(hash);
     return undefined;
+  }
+
+  /** Whether an entry read `age` ago may still be used (see the file's comment). */
+  #fresh(key: ApiKeyRecord, age: number): boolean {
+    if (age < this.#maxAgeMs) return true;
+    return age < this.#watchedMaxAgeMs && key.spendCap === null && foreignChangesWatched(this.#database, this.#maxAgeMs);
   }
 
   /** `verifyApiKey`, from memory while the key was verified less than the age bound ago and nothing changed since. */

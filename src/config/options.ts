@@ -294,6 +294,14 @@ export const serveOptions = {
     default: 500,
     description: "working keys (neither revoked nor expired) an account may hold; creating one more over /api is refused (409 too_many_keys). The CLI is not capped",
   }),
+  change_feed: option({
+    flag: "--change-feed <bool>",
+    env: "TURNPIKE_CHANGE_FEED",
+    kind: "string",
+    schema: z.union([z.boolean(), z.enum(["true", "false"]).transform((text) => text === "true")]),
+    default: true,
+    description: "PostgreSQL: listen for the database's notifications of changed keys and accounts on a connection of this node's own, so a quiet key is checked from memory for up to a minute and a revocation anywhere is refused here as soon as it commits; false (or a pooler that drops LISTEN): keys are read again after 1 s",
+  }),
   database_timeout: option({
     flag: "--database-timeout <seconds>",
     env: "TURNPIKE_DATABASE_TIMEOUT",

@@ -17,6 +17,7 @@ import { migration0011KeyListingIndex } from "./0011-key-listing-index.ts";
 import { migration0012Responses } from "./0012-responses.ts";
 import { migration0013ResponsesRunningIndex } from "./0013-responses-running-index.ts";
 import { migration0014PlanTiers } from "./0014-plan-tiers.ts";
+import { migration0015ChangeNotifications } from "./0015-change-notifications.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-api-keys": migration0001ApiKeys,
@@ -33,4 +34,5 @@ export const migrations: Record<string, Migration> = {
   "0012-responses": migration0012Responses,
   "0013-responses-running-index": migration0013ResponsesRunningIndex,
   "0014-plan-tiers": migration0014PlanTiers,
+  "0015-change-notifications": migration0015ChangeNotifications,
 };
