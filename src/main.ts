@@ -16,6 +16,7 @@ import type { DownloadProgress } from "./engines/llamacpp/model-file.ts";
 import { openStore } from "./store/open.ts";
 import { ChangeFeed, type ChangeFeedEvent } from "./store/change-feed.ts";
 import { withChangeFeed } from "./store/changes.ts";
+import { VERIFIED_KEY_MAX_AGE_MS } from "./auth/verified-keys.ts";
 import { buildApp, type App } from "./http/app.ts";
 import { ImageUrlGuard, type HostResolver } from "./http/image-urls/image-url-guard.ts";
 import { Metering } from "./billing/metering.ts";
@@ -264,6 +265,7 @@ export async function startServer(settings: ResolvedSettings, logger: Logger = c
     deferredCharges: () => metering.deferred,
     leases: () => ({ open: metering.leases.openLeases, pendingRecords: metering.leases.pending }),
     members: () => catalog.list().map((model) => ({ model: model.id, members: model.engine.members() })),
+    ...(changeFeed === undefined ? {} : { changeFeedLive: () => changeFeed.watched(VERIFIED_KEY_MAX_AGE_MS) }),
   });
   const signInThrottle: SignInThrottle = settings.redis_url === "" ? new MemorySignInThrottle() : new RedisSignInThrottle({ url: settings.redis_url, logger });
   const signUpThrottle: SignInThrottle =

@@ -69,6 +69,12 @@ describe("key changes reach PostgreSQL nodes through the change feed", { timeout
     assert.ok(refusedAfter !== undefined && refusedAfter < VERIFIED_KEY_MAX_AGE_MS, `refused ${refusedAfter?.toFixed(0)} ms after the change committed`);
   });
 
+  it("says in its metrics whether the feed proves itself live, and nothing where there is none", async () => {
+    const metricsOf = async (server: TestServer) => (await fetch(`${server.url}/metrics`)).text();
+    assert.match(await metricsOf(listening), /^turnpike_change_feed_live 1$/m);
+    assert.doesNotMatch(await metricsOf(deaf), /^turnpike_change_feed_live /m);
+  });
+
   it("without the feed, reads a key again after the 1 s bound", async () => {
     const created = await createApiKey(database, { name: "deaf" });
     assert.equal(await statusOf(deaf, created.key), 200);

@@ -16,6 +16,8 @@ export type MetricsSources = {
   deferredCharges?: () => number;
   /** Credit leases: open on this node, and usage records waiting for the next group commit. */
   leases?: () => { open: number; pendingRecords: number };
+  /** PostgreSQL's change feed: whether it proves itself live; absent where there is none (SQLite, `--change-feed false`), and so is its gauge. */
+  changeFeedLive?: () => boolean;
 };
 
 /**
@@ -244,6 +246,17 @@ export class Metrics {
         this.set(sources.leases?.().pendingRecords ?? 0);
       },
     });
+    const changeFeedLive = sources.changeFeedLive;
+    if (changeFeedLive !== undefined) {
+      new Gauge({
+        name: "turnpike_change_feed_live",
+        help: "PostgreSQL: 1 while the change feed proves it heard every change committed over a second ago (keys are then kept up to a minute), 0 while it does not (keys are read again after 1 s)",
+        registers,
+        collect() {
+          this.set(changeFeedLive() ? 1 : 0);
+        },
+      });
+    }
     new Gauge({
       name: "turnpike_rate_limiter_degraded",
       help: "1 while Redis is unreachable and rate limits are enforced per node only",
