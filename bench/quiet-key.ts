@@ -19,7 +19,6 @@ import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { setTimeout as delay } from "node:timers/promises";
 import OpenAI from "openai";
-import pg from "pg";
 import { openStore } from "../src/store/open.ts";
 import { createAccount } from "../src/accounts/accounts.ts";
 import { createApiKey, revokeApiKey } from "../src/auth/api-keys.ts";
@@ -27,6 +26,7 @@ import { grantPlan } from "../src/billing/grant-plan.ts";
 import { findPlan } from "../src/billing/plans-store.ts";
 import { loadSettings } from "../src/config/load.ts";
 import { createLogger, startServer, type RunningServer } from "../src/main.ts";
+import { postgresSchema } from "./gateway/turnpike.ts";
 
 const benchDir = path.dirname(fileURLToPath(import.meta.url));
 const { values: flags } = parseArgs({
@@ -44,12 +44,8 @@ const INTERVAL_MS = Number(flags.interval) * 1000;
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor((values.length - 1) / 2)]!;
 const percentile = (values: number[], p: number) => [...values].sort((a, b) => a - b)[Math.min(values.length - 1, Math.floor(values.length * p))]!;
 
-const schema = `turnpike_bench_${randomBytes(4).toString("hex")}`;
-const admin = new pg.Client({ connectionString: flags.postgres });
-await admin.connect();
-await admin.query(`CREATE SCHEMA ${schema}`);
-await admin.end();
-const databaseUrl = `${flags.postgres}${flags.postgres.includes("?") ? "&" : "?"}options=${encodeURIComponent(`-c search_path=${schema}`)}`;
+const schema = await postgresSchema(flags.postgres);
+const databaseUrl = schema.url;
 const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "turnpike-quiet-key-"));
 const configFile = path.join(dataDir, "bench.json");
 fs.writeFileSync(
@@ -128,9 +124,6 @@ try {
 } finally {
   for (const node of nodes) await node.server.close();
   await database.destroy();
-  const client = new pg.Client({ connectionString: flags.postgres });
-  await client.connect();
-  await client.query(`DROP SCHEMA ${schema} CASCADE`);
-  await client.end();
+  await schema.cleanup();
   fs.rmSync(dataDir, { recursive: true, force: true });
 }
