@@ -16,8 +16,14 @@ import { createApiKey } from "../src/auth/api-keys.ts";
 import { VERIFIED_KEY_MAX_AGE_MS } from "../src/auth/verified-keys.ts";
 import { openStore } from "../src/store/open.ts";
 import type { Database } from "../src/store/schema.ts";
+import fs from "node:fs";
+import path from "node:path";
+import OpenAI from "openai";
 import { freshPostgresSchema } from "./helpers/databases.ts";
-import { startTestServer, type TestServer } from "./helpers/server.ts";
+import { meteredKey } from "./helpers/metered.ts";
+import { startTestServer, storiesModel, temporaryDirectory, type TestServer } from "./helpers/server.ts";
+
+const pricing = { prompt: 1_000_000, cached_prompt: 500_000, completion: 2_000_000 };
 
 describe("key changes reach PostgreSQL nodes through the change feed", { timeout: 120_000 }, () => {
   let schema: Awaited<ReturnType<typeof freshPostgresSchema>>;
@@ -27,7 +33,10 @@ describe("key changes reach PostgreSQL nodes through the change feed", { timeout
 
   before(async () => {
     schema = await freshPostgresSchema();
-    listening = await startTestServer({ flags: { database_url: schema.url } });
+    const configFile = path.join(temporaryDirectory(), "turnpike.json");
+    fs.writeFileSync(configFile, JSON.stringify({ models: [{ id: "story", path: storiesModel, pricing }], plans: [{ id: "deep", name: "Deep", price: { amount: 100, currency: "usd" }, credit: 10_000_000 }] }));
+    // A quiet key (never busy) that comes back within 10 s is served from a standing lease.
+    listening = await startTestServer({ configFile, flags: { database_url: schema.url, lease_above: "1000000000", standing_lease_idle: "10" } });
     deaf = await startTestServer({ flags: { database_url: schema.url, change_feed: "false" } });
     database = await openStore({ dataDir: listening.dataDir, databaseUrl: schema.url });
   });
@@ -73,6 +82,25 @@ describe("key changes reach PostgreSQL nodes through the change feed", { timeout
     const metricsOf = async (server: TestServer) => (await fetch(`${server.url}/metrics`)).text();
     assert.match(await metricsOf(listening), /^turnpike_change_feed_live 1$/m);
     assert.doesNotMatch(await metricsOf(deaf), /^turnpike_change_feed_live /m);
+  });
+
+  it("serves a quiet account key that comes back from memory past the 1 s bound: its key and its account's standing", async () => {
+    const { accountId, key } = await meteredKey(database, "deep");
+    const client = new OpenAI({ baseURL: `${listening.url}/v1`, apiKey: key, maxRetries: 0 });
+    const ask = () => client.chat.completions.create({ model: "story", messages: [{ role: "user", content: "Once upon a time" }], max_tokens: 4, temperature: 0 });
+    // The second request within the idle time takes a standing lease in the background.
+    await ask();
+    await ask();
+    await delay(300);
+    await ask();
+    // The balance emptied behind every cache's back (no notification): a node that read it would refuse.
+    await sql`UPDATE accounts SET balance = 0 WHERE id = ${accountId}`.execute(database);
+    await delay(VERIFIED_KEY_MAX_AGE_MS + 200);
+    const served = await ask();
+    assert.equal(served.choices.length, 1, "served: the standing came from memory (its lease holds the credit)");
+    // Meanwhile the standing was read again in the background: the next request sees the empty balance.
+    await delay(200);
+    await assert.rejects(ask(), (error: unknown) => error instanceof OpenAI.APIError && error.status === 429);
   });
 
   it("without the feed, reads a key again after the 1 s bound", async () => {

@@ -17,6 +17,7 @@ import { findAccountPlan, findAccountStanding } from "./plans-store.ts";
 import type { Plan } from "../protocol/plans.ts";
 import { DEFAULT_SERVICE_TIER_PRICES, multiplierPercent, servedTier, SERVICE_TIERS, type RequestedServiceTier, type ServiceTier } from "../protocol/service-tiers.ts";
 import { isDatabaseUnavailable } from "../store/errors.ts";
+import { changeMark, foreignChangesWatched, sameMark, type ChangeMark } from "../store/changes.ts";
 import { newId } from "../store/ids.ts";
 
 export type MeteringOptions = {
@@ -64,6 +65,22 @@ export type DeferredSettlementEvent =
 const DEFAULT_RETRY_DELAYS_MS = [500, 1_000, 2_000, 5_000, 10_000, 30_000];
 const DEFAULT_RETRY_FOR_MS = 60 * 60 * 1000;
 const STANDING_CACHE_MS = 1_000;
+/**
+ * While the store's change feed proves itself live (PostgreSQL: every plan change and account
+ * disable reaches this node as it commits), a busy or leased key's standing is used for up to
+ * this long, read again in the background once past `STANDING_CACHE_MS`: a quiet key that comes
+ * back pays no query for it. Its balance only feeds the cheap pre-checks, which never refuse on
+ * a kept balance without reading it again (`Standing.kept`).
+ */
+const WATCHED_STANDING_MS = 60_000;
+
+/** An account's plan and balance, as `standingOf` gives them. */
+export type Standing = {
+  plan: Plan | null;
+  balance: number | null;
+  /** It came from this node's memory, not a read just now: read it again (`fresh`) before refusing for want of credit. */
+  kept?: boolean;
+};
 
 export type AdmitInput = {
   key: ApiKeyRecord;
@@ -141,8 +158,10 @@ export class Metering {
   #stopped = false;
 
   readonly #leases: CreditLeases;
-  /** Busy keys' account standings, read at most once every `STANDING_CACHE_MS`. */
-  readonly #standings = new Map<string, { at: number; standing: { plan: Plan | null; balance: number | null } }>();
+  /** Busy keys' account standings, read at most once every `STANDING_CACHE_MS` (see `WATCHED_STANDING_MS`). */
+  readonly #standings = new Map<string, { at: number; mark: ChangeMark; standing: { plan: Plan | null; balance: number | null } }>();
+  /** Accounts whose standing is being read again in the background. */
+  readonly #refreshing = new Set<string>();
 
   constructor(options: MeteringOptions) {
     this.#options = options;
@@ -236,23 +255,61 @@ export class Metering {
 
   /**
    * The key's plan and its account's balance, in one query (operator keys: no plan, no balance).
-   * The plan is what `planOf` gives; the balance feeds the cheap quota checks below.
+   * The plan is what `planOf` gives; the balance feeds the cheap quota checks below. A busy or
+   * leased key's is kept a second, or a minute while the change feed is live (`WATCHED_STANDING_MS`);
+   * `fresh` reads it regardless (before a refusal for want of credit).
    */
-  async standingOf(key: ApiKeyRecord): Promise<{ plan: Plan | null; balance: number | null }> {
+  async standingOf(key: ApiKeyRecord, options: { fresh?: boolean } = {}): Promise<Standing> {
     if (key.accountId === null) return { plan: null, balance: null };
+    const accountId = key.accountId;
     // A busy key's standing is read at most once a second: it feeds the cheap pre-checks only
     // (the hold or the lease decides), and an account without credit is read every time.
     const now = Date.now();
-    const cached = this.#standings.get(key.accountId);
-    if (cached !== undefined && now - cached.at < STANDING_CACHE_MS && (this.#leases.busy(key.id, now) || this.#leases.leased(key.id))) return this.#counting(key.accountId, cached.standing);
-    const found = await findAccountStanding(this.#options.database, key.accountId);
+    const database = this.#options.database;
+    const cached = this.#standings.get(accountId);
+    if (options.fresh !== true && cached !== undefined && (this.#leases.busy(key.id, now) || this.#leases.leased(key.id))) {
+      const age = now - cached.at;
+      if (age < STANDING_CACHE_MS) return this.#counting(accountId, cached.standing, true);
+      // Past the second, only while every change committed since is known to have reached here, and none did.
+      if (age < WATCHED_STANDING_MS && foreignChangesWatched(database, STANDING_CACHE_MS) && sameMark(changeMark(database), cached.mark)) {
+        if (!this.#refreshing.has(accountId)) {
+          this.#refreshing.add(accountId);
+          void this.#readStanding(accountId)
+            .catch(() => undefined)
+            .finally(() => this.#refreshing.delete(accountId));
+        }
+        return this.#counting(accountId, cached.standing, true);
+      }
+    }
+    return this.#counting(accountId, await this.#readStanding(accountId));
+  }
+
+  /** Reads the account's standing and keeps it while it has credit (not over a change made meanwhile). */
+  async #readStanding(accountId: string): Promise<{ plan: Plan | null; balance: number | null }> {
+    const database = this.#options.database;
+    const before = changeMark(database);
+    const at = Date.now();
+    const found = await findAccountStanding(database, accountId);
     // A missing account is left to the hold, which says so.
     const standing = { plan: found?.plan ?? null, balance: found?.balance ?? null };
     if (standing.balance !== null && standing.balance > 0) {
       if (this.#standings.size >= 10_000) this.#standings.clear();
-      this.#standings.set(key.accountId, { at: now, standing });
-    } else this.#standings.delete(key.accountId);
-    return this.#counting(key.accountId, standing);
+      // Kept with where the store stood before the read: a change meanwhile ends its second life.
+      this.#standings.set(accountId, { at, mark: before, standing });
+    } else this.#standings.delete(accountId);
+    return standing;
+  }
+
+  /**
+   * Whether `checkQuota` would refuse for want of credit alone (not the key's spend cap): where the
+   * balance was kept (`Standing.kept`), it is read again first, as it may be behind a top-up.
+   */
+  shortOfCredit(input: QuotaCheckInput): boolean {
+    const { key, balance } = input;
+    if (key.accountId === null || balance === null) return false;
+    const least = worstCaseCost(input.model.pricing, input.promptTokens, input.completionTokens, input.multiplierPercent);
+    if (least <= 0 || (key.spendCap !== null && key.spendCap - key.spent < least)) return false;
+    return balance < least;
   }
 
   /**
@@ -260,9 +317,10 @@ export class Metering {
    * (`CreditLeases.finishOwn`): until their group commit lands, those holds keep their requests'
    * whole reservations, and the pre-checks would refuse on credit that is the account's.
    */
-  #counting(accountId: string, standing: { plan: Plan | null; balance: number | null }): { plan: Plan | null; balance: number | null } {
+  #counting(accountId: string, standing: { plan: Plan | null; balance: number | null }, kept = false): Standing {
     const returning = this.#leases.returning(accountId);
-    return returning === 0 || standing.balance === null ? standing : { plan: standing.plan, balance: standing.balance + returning };
+    const balance = returning === 0 || standing.balance === null ? standing.balance : standing.balance + returning;
+    return kept ? { plan: standing.plan, balance, kept } : { plan: standing.plan, balance };
   }
 
   /**

@@ -300,7 +300,7 @@ export const serveOptions = {
     kind: "string",
     schema: z.union([z.boolean(), z.enum(["true", "false"]).transform((text) => text === "true")]),
     default: true,
-    description: "PostgreSQL: listen for the database's notifications of changed keys and accounts on a connection of this node's own, so a quiet key is checked from memory for up to a minute and a revocation anywhere is refused here as soon as it commits; false (or a pooler that drops LISTEN): keys are read again after 1 s",
+    description: "PostgreSQL: listen for the database's notifications of changed keys and accounts on a connection of this node's own, so a quiet key (and its account's plan) is checked from memory for up to a minute and a revocation anywhere is refused here as soon as it commits; false (or a pooler that drops LISTEN): keys are read again after 1 s",
   }),
   database_timeout: option({
     flag: "--database-timeout <seconds>",

@@ -46,7 +46,7 @@ describe("the PostgreSQL change feed", { timeout: 60_000 }, () => {
     assert.deepEqual(events.map((event) => event.kind), ["listening"]);
   });
 
-  it("hears a key revoked or an account disabled by another connection, and not a charge, a touch or a balance change", async () => {
+  it("hears a key revoked, an account disabled or given another plan, a plan changed, and not a charge, a touch or a balance change", async () => {
     const { database } = store;
     const account = await createAccount(database, { email: `feed-${Date.now()}@example.com` });
     const record = await createApiKey(database, { name: "feed", accountId: account.id });
@@ -64,6 +64,12 @@ describe("the PostgreSQL change feed", { timeout: 60_000 }, () => {
     const disabled = feed.received;
     await createApiKey(database, { name: "new", accountId: account.id });
     assert.ok(await within(1_000, () => feed.received > disabled), "a new key is heard");
+    const created = feed.received;
+    await database.updateTable("accounts").set({ plan_id: null }).where("id", "=", account.id).execute();
+    assert.ok(await within(1_000, () => feed.received > created), "an account's plan changed is heard");
+    const replanned = feed.received;
+    await sql`UPDATE plans SET name = name WHERE false`.execute(database);
+    assert.ok(await within(1_000, () => feed.received > replanned), "a plan changed is heard");
   });
 
   it("does not hear a write rolled back, nor another schema's", async () => {

@@ -106,7 +106,9 @@ export async function admitInOrder<Work>(
   const { metering, limits } = dependencies;
   const { key } = input;
   // The plan and balance in one query: the quota pre-check below costs no round trip of its own.
-  const { plan, balance } = await metering.standingOf(key);
+  const standing = await metering.standingOf(key);
+  const { plan } = standing;
+  let { balance } = standing;
   metering.checkModel(key, plan, steps.model);
   const served = metering.serviceTierOf(key, plan, steps.serviceTier);
   const ticket: QueueTicket = {
@@ -119,7 +121,10 @@ export async function admitInOrder<Work>(
   const limited = await limits.admit({ key, plan, tokens: least.tokens, requestCounted: input.requestCounted });
   input.onLimited?.(limited);
   try {
-    metering.checkQuota({ key, model: steps.model, balance, promptTokens: least.promptTokens, completionTokens: least.completionTokens, multiplierPercent: served.multiplierPercent });
+    const quota = (credit: number | null) => ({ key, model: steps.model, balance: credit, promptTokens: least.promptTokens, completionTokens: least.completionTokens, multiplierPercent: served.multiplierPercent });
+    // A balance kept in memory may be behind a top-up: never refused on without reading it again.
+    if (standing.kept === true && metering.shortOfCredit(quota(balance))) ({ balance } = await metering.standingOf(key, { fresh: true }));
+    metering.checkQuota(quota(balance));
     const work = await steps.prepare();
     const charge = steps.charge(work);
     await limited.raise(charge.tokens);
