@@ -54,7 +54,10 @@ describe("the database check", () => {
       assert.match(empty.detail, /^PostgreSQL postgres:\/\/postgres:\*\*\*@127\.0\.0\.1:5432\/test\?\*\*\*: reachable, \d+ migration\(s\) pending/);
       await (await openStore({ dataDir: "unused", databaseUrl: url })).destroy();
       const migrated = await checkDatabase({ data_dir: "unused", database_url: withPassword }, 5000);
-      assert.match(migrated.detail, /reachable, migrations up to date/);
+      assert.match(migrated.detail, /reachable, migrations up to date \(\d+\); notifications come back \(\d+ ms\): the change feed can listen$/);
+      assert.equal(typeof migrated.facts?.notification_round_trip_ms, "number");
+      const withoutFeed = await checkDatabase({ data_dir: "unused", database_url: withPassword, change_feed: false }, 5000);
+      assert.match(withoutFeed.detail, /reachable, migrations up to date \(\d+\)$/, "no notification sent with --change-feed false");
       assert.ok(!JSON.stringify(migrated).includes("not-a-real-password"));
     } finally {
       await drop();

@@ -24,9 +24,9 @@ export function migrationState(applied: readonly string[]): { ok: boolean; words
   return { ok: true, pending, unknown, words: `${pending} migration(s) pending (serve applies them at start, or run turnpike migrate)` };
 }
 
-/** Checks the database the settings name. */
-export async function checkDatabase(settings: { data_dir: string; database_url: string }, timeoutMs: number): Promise<CheckResult> {
-  return settings.database_url === "" ? checkSqlite(path.join(settings.data_dir, "turnpike.sqlite")) : checkPostgres(settings.database_url, timeoutMs);
+/** Checks the database the settings name (on PostgreSQL with `change_feed` on, also that a notification comes back). */
+export async function checkDatabase(settings: { data_dir: string; database_url: string; change_feed?: boolean }, timeoutMs: number): Promise<CheckResult> {
+  return settings.database_url === "" ? checkSqlite(path.join(settings.data_dir, "turnpike.sqlite")) : checkPostgres(settings.database_url, timeoutMs, settings.change_feed !== false);
 }
 
 function checkSqlite(file: string): CheckResult {
@@ -62,7 +62,32 @@ function nearestDirectory(directory: string): string {
   return current;
 }
 
-async function checkPostgres(url: string, timeoutMs: number): Promise<CheckResult> {
+/**
+ * Whether a notification sent on `client`'s own channel comes back within `timeoutMs` (what the
+ * change feed needs: a pooler in transaction mode, for one, drops LISTEN): its round trip in ms, or
+ * undefined.
+ */
+async function notificationRoundTrip(client: pg.Client, timeoutMs: number): Promise<number | undefined> {
+  const channel = `turnpike_check_${Math.random().toString(36).slice(2, 10)}`;
+  const started = performance.now();
+  const heard = new Promise<number>((resolve) => {
+    client.on("notification", (message) => {
+      if (message.channel === channel) resolve(performance.now() - started);
+    });
+  });
+  await client.query(`LISTEN ${channel}`);
+  await client.query(`NOTIFY ${channel}`);
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), timeoutMs)));
+  try {
+    return await Promise.race([heard, late]);
+  } finally {
+    clearTimeout(timer);
+    await client.query(`UNLISTEN ${channel}`).catch(() => {});
+  }
+}
+
+async function checkPostgres(url: string, timeoutMs: number, changeFeed: boolean): Promise<CheckResult> {
   const name = `PostgreSQL ${redactUrl(url)}`;
   const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: timeoutMs, query_timeout: timeoutMs });
   // A connection that breaks after the check answered is of no interest.
@@ -74,7 +99,16 @@ async function checkPostgres(url: string, timeoutMs: number): Promise<CheckResul
     const exists = (await client.query<{ table: string | null }>("select to_regclass(quote_ident($1) || '.' || $2)::text as table", [schema, MIGRATION_TABLE])).rows[0]?.table ?? null;
     const applied = exists === null ? [] : (await client.query<{ name: string }>(`select name from ${quoteIdentifier(schema)}.${MIGRATION_TABLE}`)).rows.map((row) => row.name);
     const state = migrationState(applied);
-    return { check: "database", name, ok: state.ok, detail: `${name}: reachable, ${state.words}`, facts: { engine: "postgres", schema, pending_migrations: state.pending, unknown_migrations: state.unknown } };
+    const facts: Record<string, unknown> = { engine: "postgres", schema, pending_migrations: state.pending, unknown_migrations: state.unknown };
+    if (!changeFeed) return { check: "database", name, ok: state.ok, detail: `${name}: reachable, ${state.words}`, facts };
+    // Not a failure: without notifications the change feed never proves itself, and keys are read again after 1 s.
+    const roundTrip = await notificationRoundTrip(client, Math.min(timeoutMs, 2_000));
+    facts.notification_round_trip_ms = roundTrip === undefined ? null : Math.round(roundTrip);
+    const feed =
+      roundTrip === undefined
+        ? "a notification sent did not come back (a pooler in transaction mode drops LISTEN): the change feed cannot work, keys are read again after 1 s; connect to PostgreSQL directly or in session mode, or set --change-feed false"
+        : `notifications come back (${Math.max(1, Math.round(roundTrip))} ms): the change feed can listen`;
+    return { check: "database", name, ok: state.ok, detail: `${name}: reachable, ${state.words}; ${feed}`, facts };
   } catch (error) {
     return { check: "database", name, ok: false, detail: `${name}: unreachable: ${withoutUrlSecrets(messageOf(error), url)}: check --database-url (TURNPIKE_DATABASE_URL) and that the server is up`, facts: { engine: "postgres" } };
   } finally {
