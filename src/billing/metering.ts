@@ -305,11 +305,18 @@ export class Metering {
    * balance was kept (`Standing.kept`), it is read again first, as it may be behind a top-up.
    */
   shortOfCredit(input: QuotaCheckInput): boolean {
-    const { key, balance } = input;
-    if (key.accountId === null || balance === null) return false;
-    const least = worstCaseCost(input.model.pricing, input.promptTokens, input.completionTokens, input.multiplierPercent);
-    if (least <= 0 || (key.spendCap !== null && key.spendCap - key.spent < least)) return false;
-    return balance < least;
+    return this.#shortfall(input)?.of === "credit";
+  }
+
+  /** What the pre-check refuses the request for, if anything: the key's spend cap first, then the balance; with the least it costs. */
+  #shortfall(input: QuotaCheckInput): { of: "cap" | "credit"; least: number; balance: number } | undefined {
+    const { key, model, balance } = input;
+    if (key.accountId === null) return undefined;
+    const least = worstCaseCost(model.pricing, input.promptTokens, input.completionTokens, input.multiplierPercent);
+    if (least <= 0) return undefined;
+    if (key.spendCap !== null && key.spendCap - key.spent < least) return { of: "cap", least, balance: balance ?? 0 };
+    if (balance !== null && balance < least) return { of: "credit", least, balance };
+    return undefined;
   }
 
   /**
@@ -332,19 +339,13 @@ export class Metering {
    * never a wrong refusal.
    */
   checkQuota(input: QuotaCheckInput): void {
-    const { key, model, balance } = input;
-    if (key.accountId === null) return;
-    const least = worstCaseCost(model.pricing, input.promptTokens, input.completionTokens, input.multiplierPercent);
-    if (least <= 0) return;
-    if (key.spendCap !== null && key.spendCap - key.spent < least) {
-      throw new InsufficientQuotaError("This API key reached its spend cap. Raise the cap or use another key.");
-    }
-    if (balance !== null && balance < least) {
-      throw new InsufficientQuotaError(
-        `You exceeded your current quota: this request costs at least ${least} credits and the account has ${Math.max(0, balance)}. ` +
-          "Buy a plan, redeem a code, or shorten the request.",
-      );
-    }
+    const short = this.#shortfall(input);
+    if (short === undefined) return;
+    if (short.of === "cap") throw new InsufficientQuotaError("This API key reached its spend cap. Raise the cap or use another key.");
+    throw new InsufficientQuotaError(
+      `You exceeded your current quota: this request costs at least ${short.least} credits and the account has ${Math.max(0, short.balance)}. ` +
+        "Buy a plan, redeem a code, or shorten the request.",
+    );
   }
 
   /**
