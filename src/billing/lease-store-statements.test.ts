@@ -6,9 +6,9 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { createQueryId, type KyselyPlugin } from "kysely";
+import { createQueryId, sql, type KyselyPlugin } from "kysely";
 import { backends, openTestDatabase } from "../../test/helpers/databases.ts";
-import { writeUsageBatch, type CheckpointRow, type UsageRow } from "./lease-store.ts";
+import { USAGE_COLUMN_TYPES, writeUsageBatch, type CheckpointRow, type UsageRow } from "./lease-store.ts";
 import { statementChunks } from "../store/statement-chunks.ts";
 import { onCompiledQueries } from "../../test/helpers/compiled-queries.ts";
 
@@ -144,3 +144,58 @@ for (const backend of backends) {
     }
   });
 }
+
+test("on PostgreSQL a group commit's records, however many, are one statement of one JSON parameter, and every text and number comes back as written", async () => {
+  const store = await openTestDatabase("postgres");
+  try {
+    const texts: string[] = [];
+    const database = onCompiledQueries(store.database, (query) => texts.push(query.sql));
+    // Texts a parameter list would have to escape: quotes, backslashes, a JSON look-alike, characters beyond the BMP.
+    const odd = ['it\'s "quoted"', "back\\slash\\", '{"model":"x"}', "tab\tnew\nline", "ünïcödé 🦊", "%s $1 ?"];
+    const records = Array.from({ length: 300 }, (_, index): UsageRow => ({
+      ...usageRow(`json-${String(index).padStart(3, "0")}`),
+      hold_id: null,
+      model: odd[index % odd.length]!,
+      request_id: `req-${odd[(index + 1) % odd.length]}`,
+      prompt_tokens: 2 ** 40 + index,
+      cost: 2 ** 52 + index,
+      created_at: 1_790_000_000_000 + index,
+      ...(index % 2 === 0 ? { reasoning_tokens: index, service_tier: "priority" } : {}),
+    }));
+    await writeUsageBatch(database, { records, checkpoints: [], dropCheckpoints: [] });
+    assert.deepEqual(
+      texts.filter((text) => /^\s*insert/i.test(text)).length,
+      1,
+      texts.join("\n"),
+    );
+    const rows = await store.database.selectFrom("usage_records").selectAll().orderBy("id").execute();
+    assert.equal(rows.length, 300);
+    for (const [index, row] of rows.entries()) {
+      const expected = records[index]!;
+      assert.deepEqual(
+        [row.id, row.model, row.request_id, Number(row.prompt_tokens), Number(row.cost), Number(row.created_at), row.reasoning_tokens, row.service_tier, row.usage_source, row.stream],
+        [expected.id, expected.model, expected.request_id, expected.prompt_tokens, expected.cost, expected.created_at, expected.reasoning_tokens ?? 0, expected.service_tier ?? null, expected.usage_source, expected.stream],
+      );
+    }
+    // Records of leases delete their requests' checkpoints: one statement too.
+    texts.length = 0;
+    const leased = Array.from({ length: 40 }, (_, index) => usageRow(`lease-${index}`));
+    await writeUsageBatch(database, { records: leased, checkpoints: Array.from({ length: 40 }, (_, index) => checkpointRow(`lease-next-${index}`)), dropCheckpoints: [] });
+    await writeUsageBatch(database, { records: Array.from({ length: 40 }, (_, index) => usageRow(`lease-next-${index}`)), checkpoints: [], dropCheckpoints: [] });
+    assert.deepEqual(texts.filter((text) => /^\s*delete/i.test(text)).length, 2, texts.join("\n"));
+    const open = await store.database.selectFrom("usage_checkpoints").select((expression) => expression.fn.countAll<number>().as("rows")).executeTakeFirstOrThrow();
+    assert.equal(Number(open.rows), 0);
+  } finally {
+    await store.close();
+  }
+});
+
+test("the JSON upsert reads every column of usage_records with the type the migrations gave it (PostgreSQL)", async () => {
+  const store = await openTestDatabase("postgres");
+  try {
+    const columns = await sql<{ column_name: string; data_type: string }>`select column_name, data_type from information_schema.columns where table_schema = current_schema() and table_name = 'usage_records'`.execute(store.database);
+    assert.deepEqual(Object.fromEntries(columns.rows.map((column) => [column.column_name, column.data_type])), USAGE_COLUMN_TYPES);
+  } finally {
+    await store.close();
+  }
+});
