@@ -23,6 +23,15 @@ describe("allowed hosts", () => {
     }
   });
 
+  it("gives the same verdict for a host asked again, whatever was asked in between (the last verdict is kept)", () => {
+    const policy = createHostPolicy({ publicUrl: "https://ai.example.com", listenHost: "", allowedHosts: "" });
+    const hosts = ["ai.example.com", "ai.example.com", "rebind.attacker.example", "rebind.attacker.example", "ai.example.com", "rebind.attacker.example", "localhost:1"];
+    assert.deepEqual(
+      hosts.map((host) => policy.allowsHost(host)),
+      [true, true, false, false, true, false, true],
+    );
+  });
+
   it("adds --allowed-hosts: exact names, .domain for a domain and its names, * for any", () => {
     const policy = createHostPolicy({ publicUrl: "", listenHost: "0.0.0.0", allowedHosts: "Turnpike.internal, .corp.example" });
     assert.equal(policy.allowsHost("turnpike.internal:8080"), true);

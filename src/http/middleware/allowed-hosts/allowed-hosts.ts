@@ -91,9 +91,17 @@ export function createHostPolicy(options: HostPolicyOptions): HostPolicy {
     return suffixes.some((suffix) => name === suffix.slice(1) || name.endsWith(suffix));
   }
 
+  // The last Host header's verdict: a client sends the same one on every request of a connection
+  // (a trim, a lower-casing, a pattern match and an address parse a request otherwise).
+  let lastHost: string | undefined;
+  let lastAllowed = false;
   function allowsHost(host: string): boolean {
+    if (host === lastHost) return lastAllowed;
     const name = hostnameOf(host);
-    return name !== undefined && allowsName(name);
+    const allowed = name !== undefined && allowsName(name);
+    lastHost = host;
+    lastAllowed = allowed;
+    return allowed;
   }
 
   return {
