@@ -365,8 +365,24 @@ type Row = {
   vsBareProxy?: number;
   vsPortkey?: number;
   cpuUsPerRequest?: number;
+  /** Median over rounds of this variant's CPU per request over the bare proxy's in the same round (issue 26's goal ≤ 2×). */
+  cpuVsBareProxy?: number;
   errors?: number;
 };
+
+const cpuPerRequest = (cell: Cell | undefined) => (cell === undefined || cell.variantCpuMs === undefined || cell.requests === 0 ? undefined : (cell.variantCpuMs * 1000) / cell.requests);
+
+/** The median over rounds of `variant`'s CPU per request over `base`'s in the same round: a drift of the machine's speed between rounds cancels. */
+function roundCpuRatio(mode: Mode, connections: number, variant: VariantId, base: VariantId): number | undefined {
+  const ratios: number[] = [];
+  for (let round = 0; round < rounds; round++) {
+    const find = (id: VariantId) => cells.find((cell) => cell.round === round && cell.mode === mode && cell.connections === connections && cell.variant === id);
+    const mine = cpuPerRequest(find(variant));
+    const theirs = cpuPerRequest(find(base));
+    if (mine !== undefined && theirs !== undefined && theirs > 0) ratios.push(mine / theirs);
+  }
+  return ratios.length === 0 ? undefined : median(ratios);
+}
 
 function roundRatio(mode: Mode, connections: number, variant: VariantId, base: VariantId): number | undefined {
   const ratios: number[] = [];
@@ -410,6 +426,7 @@ for (const mode of modes) {
         vsBareProxy: roundRatio(mode, connections, id, "bare-proxy"),
         vsPortkey: roundRatio(mode, connections, id, "portkey"),
         cpuUsPerRequest: cpu === undefined || requests === 0 ? undefined : (cpu * 1000) / requests,
+        cpuVsBareProxy: roundCpuRatio(mode, connections, id, "bare-proxy"),
         errors: mine.reduce((sum, cell) => sum + cell.errors, 0),
       });
     }
@@ -420,18 +437,18 @@ const format = (value: number | undefined, digits: number, sign = false) =>
   value === undefined || Number.isNaN(value) ? "" : `${sign && value >= 0 ? "+" : ""}${value.toFixed(digits)}`;
 const lines: string[] = [];
 lines.push(`## Gateway overhead: ${rounds} rounds × ${durationMs / 1000} s per variant, ${os.availableParallelism()} CPUs, Node ${process.version}`, "");
-lines.push("| mode | conns | variant | req/s | p50 ms | p99 ms | +p50 ms | +p99 ms | ÷ bare proxy | ÷ Portkey | CPU µs/req | errors |");
-lines.push("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+lines.push("| mode | conns | variant | req/s | p50 ms | p99 ms | +p50 ms | +p99 ms | ÷ bare proxy | ÷ Portkey | CPU µs/req | CPU ÷ bare proxy | errors |");
+lines.push("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
 for (const row of rows) {
   if (row.unavailable !== undefined) {
-    lines.push(`| ${row.mode} | ${row.connections} | ${row.variant} | unavailable |  |  |  |  |  |  |  |  |`);
+    lines.push(`| ${row.mode} | ${row.connections} | ${row.variant} | unavailable |  |  |  |  |  |  |  |  |  |`);
     continue;
   }
   const self = (id: VariantId) => row.variant === id;
   lines.push(
     `| ${row.mode} | ${row.connections} | ${row.variant} | ${format(row.requestsPerSecond, 0)} | ${format(row.p50Ms, 2)} | ${format(row.p99Ms, 2)} | ` +
       `${self("direct") ? "" : format(row.addedP50Ms, 2, true)} | ${self("direct") ? "" : format(row.addedP99Ms, 2, true)} | ` +
-      `${self("bare-proxy") ? "" : format(row.vsBareProxy, 2)} | ${self("portkey") ? "" : format(row.vsPortkey, 2)} | ${format(row.cpuUsPerRequest, 0)} | ${row.errors} |`,
+      `${self("bare-proxy") ? "" : format(row.vsBareProxy, 2)} | ${self("portkey") ? "" : format(row.vsPortkey, 2)} | ${format(row.cpuUsPerRequest, 0)} | ${self("bare-proxy") ? "" : format(row.cpuVsBareProxy, 2)} | ${row.errors} |`,
   );
 }
 
@@ -482,6 +499,22 @@ for (const mode of modes.filter((candidate) => MODE_SPECS[candidate].dialect ===
   }
 }
 if (goals.length > 0) lines.push("", "Goals (issue): Turnpike adds ≤ 1 ms p50, keeps ≥ 70% of the bare proxy's req/s, ahead of Portkey.", ...goals);
+// Issue 26: every Turnpike cell's CPU per request ≤ 2× the bare proxy's, read pooled and as the rounds' median.
+const cpuCells = rows.filter((row) => row.variant.startsWith("turnpike") && row.cpuUsPerRequest !== undefined && row.cpuVsBareProxy !== undefined);
+const bareCpu = (row: Row) => rows.find((other) => other.mode === row.mode && other.connections === row.connections && other.variant === "bare-proxy")?.cpuUsPerRequest;
+if (cpuCells.length > 0) {
+  const pooled = (row: Row) => row.cpuUsPerRequest! / (bareCpu(row) ?? Number.NaN);
+  const over = (ratio: (row: Row) => number) => cpuCells.filter((row) => !(ratio(row) <= 2));
+  const name = (row: Row, ratio: number) => `${row.variant} ${row.mode} ${row.connections} conn ${format(ratio, 2)}×`;
+  const overPooled = over(pooled);
+  const overRounds = over((row) => row.cpuVsBareProxy!);
+  lines.push(
+    "",
+    "Goal (issue 26): every Turnpike cell's CPU per request ≤ 2× the bare proxy's in the same run.",
+    `- pooled over the rounds: ${cpuCells.length - overPooled.length} of ${cpuCells.length} cells within${overPooled.length === 0 ? "" : `; over: ${overPooled.map((row) => name(row, pooled(row))).join(", ")}`}`,
+    `- the median of the rounds' own ratios: ${cpuCells.length - overRounds.length} of ${cpuCells.length} cells within${overRounds.length === 0 ? "" : `; over: ${overRounds.map((row) => name(row, row.cpuVsBareProxy!)).join(", ")}`}`,
+  );
+}
 // What metering adds: one key's variant over another's, same server, same rounds. The full path
 // (metered − operator) is the goal's; its two parts are metering alone (unlimited − operator) and
 // the metered key's rate limits (metered − unlimited).
@@ -556,7 +589,6 @@ type CpuComparison = {
   roundRatios: number[];
   addedP50Ms: number | undefined;
 };
-const cpuPerRequest = (cell: Cell | undefined) => (cell === undefined || cell.variantCpuMs === undefined || cell.requests === 0 ? undefined : (cell.variantCpuMs * 1000) / cell.requests);
 function compareCpu(variant: VariantId, mode: Mode, overVariant: VariantId, over: Mode, connections: number): CpuComparison | undefined {
   const pick = (id: VariantId, of: Mode) => rows.find((row) => row.mode === of && row.connections === connections && row.variant === id && row.unavailable === undefined);
   const mine = pick(variant, mode);
