@@ -151,7 +151,7 @@ test("on PostgreSQL a group commit's records, however many, are one statement of
     const texts: string[] = [];
     const database = onCompiledQueries(store.database, (query) => texts.push(query.sql));
     // Texts a parameter list would have to escape: quotes, backslashes, a JSON look-alike, characters beyond the BMP.
-    const odd = ['it\'s "quoted"', "back\\slash\\", '{"model":"x"}', "tab\tnew\nline", "ünïcödé 🦊", "%s $1 ?"];
+    const odd = ['it\'s "quoted"', "back\\slash\\", '{"model":"x"}', "tab\tnew\nline", "ünïcödé 🦊", "%s $1 ?", "lone \ud800 surrogate"];
     const records = Array.from({ length: 300 }, (_, index): UsageRow => ({
       ...usageRow(`json-${String(index).padStart(3, "0")}`),
       hold_id: null,
@@ -174,7 +174,7 @@ test("on PostgreSQL a group commit's records, however many, are one statement of
       const expected = records[index]!;
       assert.deepEqual(
         [row.id, row.model, row.request_id, Number(row.prompt_tokens), Number(row.cost), Number(row.created_at), row.reasoning_tokens, row.service_tier, row.usage_source, row.stream],
-        [expected.id, expected.model, expected.request_id, expected.prompt_tokens, expected.cost, expected.created_at, expected.reasoning_tokens ?? 0, expected.service_tier ?? null, expected.usage_source, expected.stream],
+        [expected.id, expected.model.toWellFormed(), expected.request_id.toWellFormed(), expected.prompt_tokens, expected.cost, expected.created_at, expected.reasoning_tokens ?? 0, expected.service_tier ?? null, expected.usage_source, expected.stream],
       );
     }
     // Records of leases delete their requests' checkpoints: one statement too.

@@ -108,7 +108,12 @@ async function insertRecords(executor: Kysely<Database> | Transaction<Database>,
   if (dialectOf(executor) === "postgres") {
     const records = rows.map((row) => {
       const record: Record<string, unknown> = {};
-      for (const column of USAGE_COLUMNS) record[column] = row[column] ?? USAGE_DEFAULTS[column] ?? null;
+      for (const column of USAGE_COLUMNS) {
+        const value = row[column] ?? USAGE_DEFAULTS[column] ?? null;
+        // A lone surrogate would be escaped as such, and PostgreSQL refuses the whole JSON for it (the
+        // batch could then never be written): it becomes U+FFFD, as a parameter's UTF-8 made it before.
+        record[column] = typeof value === "string" ? value.toWellFormed() : value;
+      }
       return record;
     });
     await executor.executeQuery(CompiledQuery.raw(USAGE_UPSERT_JSON, [JSON.stringify(records)]));
