@@ -372,17 +372,18 @@ type Row = {
 
 const cpuPerRequest = (cell: Cell | undefined) => (cell === undefined || cell.variantCpuMs === undefined || cell.requests === 0 ? undefined : (cell.variantCpuMs * 1000) / cell.requests);
 
-/** The median over rounds of `variant`'s CPU per request over `base`'s in the same round: a drift of the machine's speed between rounds cancels. */
-function roundCpuRatio(mode: Mode, connections: number, variant: VariantId, base: VariantId): number | undefined {
+/** Each round's CPU per request of `variant` in `mode` over `base`'s in `baseMode`, same connections, in round order: a drift of the machine's speed between rounds cancels. */
+function roundCpuRatios(connections: number, variant: VariantId, mode: Mode, base: VariantId, baseMode: Mode): number[] {
   const ratios: number[] = [];
   for (let round = 0; round < rounds; round++) {
-    const find = (id: VariantId) => cells.find((cell) => cell.round === round && cell.mode === mode && cell.connections === connections && cell.variant === id);
-    const mine = cpuPerRequest(find(variant));
-    const theirs = cpuPerRequest(find(base));
+    const find = (id: VariantId, of: Mode) => cells.find((cell) => cell.round === round && cell.mode === of && cell.connections === connections && cell.variant === id);
+    const mine = cpuPerRequest(find(variant, mode));
+    const theirs = cpuPerRequest(find(base, baseMode));
     if (mine !== undefined && theirs !== undefined && theirs > 0) ratios.push(mine / theirs);
   }
-  return ratios.length === 0 ? undefined : median(ratios);
+  return ratios;
 }
+const medianOrUndefined = (values: number[]) => (values.length === 0 ? undefined : median(values));
 
 function roundRatio(mode: Mode, connections: number, variant: VariantId, base: VariantId): number | undefined {
   const ratios: number[] = [];
@@ -426,7 +427,7 @@ for (const mode of modes) {
         vsBareProxy: roundRatio(mode, connections, id, "bare-proxy"),
         vsPortkey: roundRatio(mode, connections, id, "portkey"),
         cpuUsPerRequest: cpu === undefined || requests === 0 ? undefined : (cpu * 1000) / requests,
-        cpuVsBareProxy: roundCpuRatio(mode, connections, id, "bare-proxy"),
+        cpuVsBareProxy: medianOrUndefined(roundCpuRatios(connections, id, mode, "bare-proxy", mode)),
         errors: mine.reduce((sum, cell) => sum + cell.errors, 0),
       });
     }
@@ -594,13 +595,7 @@ function compareCpu(variant: VariantId, mode: Mode, overVariant: VariantId, over
   const mine = pick(variant, mode);
   const theirs = pick(overVariant, over);
   if (mine?.cpuUsPerRequest === undefined || theirs?.cpuUsPerRequest === undefined) return undefined;
-  const roundRatios: number[] = [];
-  for (let round = 0; round < rounds; round++) {
-    const cell = (id: VariantId, of: Mode) => cells.find((candidate) => candidate.round === round && candidate.mode === of && candidate.connections === connections && candidate.variant === id);
-    const on = cpuPerRequest(cell(variant, mode));
-    const off = cpuPerRequest(cell(overVariant, over));
-    if (on !== undefined && off !== undefined && off > 0) roundRatios.push(on / off);
-  }
+  const roundRatios = roundCpuRatios(connections, variant, mode, overVariant, over);
   return {
     variant,
     mode,
@@ -610,7 +605,7 @@ function compareCpu(variant: VariantId, mode: Mode, overVariant: VariantId, over
     cpuUsPerRequest: mine.cpuUsPerRequest,
     overCpuUsPerRequest: theirs.cpuUsPerRequest,
     ratio: mine.cpuUsPerRequest / theirs.cpuUsPerRequest,
-    roundMedianRatio: roundRatios.length === 0 ? undefined : median(roundRatios),
+    roundMedianRatio: medianOrUndefined(roundRatios),
     roundRatios,
     addedP50Ms: mine.p50Ms === undefined || theirs.p50Ms === undefined ? undefined : mine.p50Ms - theirs.p50Ms,
   };
