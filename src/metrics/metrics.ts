@@ -20,30 +20,60 @@ export type MetricsSources = {
   changeFeedLive?: () => boolean;
 };
 
-/**
- * The children of a labelled counter by their label values (in its label names' order).
- * prom-client's `inc(labels)` hashes the labels (their names sorted) on every call; a counter's
- * child from `labels()` hashed them once. For what is counted on every request. (Histograms are
- * `FastHistogram`s, which keep their children themselves.)
- */
-class Children<Child> {
-  readonly #cache = new Map<string, Child>();
-  readonly #make: (values: string[]) => Child;
+/** One label set's count, added to on every request and handed to its counter when the counter is read. */
+class Tally {
+  readonly labels: readonly string[];
+  pending = 0;
 
-  constructor(make: (values: string[]) => Child) {
-    this.#make = make;
+  constructor(labels: readonly string[]) {
+    this.labels = labels;
   }
 
-  of(...values: Array<string | number>): Child {
+  inc(value = 1): void {
+    // prom-client's own checks, at the call as before: a counter never decreases.
+    if (!(value >= 0) || value === Infinity) throw new TypeError(`A counter is incremented by a finite number ≥ 0, not ${value}`);
+    this.pending += value;
+  }
+}
+
+/**
+ * The counts of a labelled counter by their label values (in its label names' order), for what is
+ * counted on every request. prom-client hashes a label set on every `inc` (a child from `labels()`
+ * too: it is `inc` bound to the labels, hashed again each call) and answers with an object; here
+ * a request adds to a number, and the sums reach the counter when it is read (`collect`, which
+ * prom-client calls before every read: a scrape, `get()`). (Histograms are `FastHistogram`s, which
+ * keep their children themselves.)
+ */
+class Tallies {
+  readonly #cache = new Map<string, Tally>();
+  readonly #counter: Counter<string>;
+
+  constructor(counter: Counter<string>) {
+    this.#counter = counter;
+  }
+
+  of(...values: Array<string | number>): Tally {
     const key = values.join("\u0000");
-    let child = this.#cache.get(key);
-    if (child === undefined) {
+    let tally = this.#cache.get(key);
+    if (tally === undefined) {
       // Label values are few (models, members, routes, statuses); the bound is for safety only.
-      if (this.#cache.size >= 10_000) this.#cache.clear();
-      child = this.#make(values.map(String));
-      this.#cache.set(key, child);
+      if (this.#cache.size >= 10_000) {
+        this.flush();
+        this.#cache.clear();
+      }
+      tally = new Tally(values.map(String));
+      this.#cache.set(key, tally);
     }
-    return child;
+    return tally;
+  }
+
+  /** Hands what was counted since the last read to the counter. */
+  flush(): void {
+    for (const tally of this.#cache.values()) {
+      if (tally.pending === 0) continue;
+      this.#counter.labels(...tally.labels).inc(tally.pending);
+      tally.pending = 0;
+    }
   }
 }
 
@@ -64,10 +94,10 @@ export class Metrics {
   /** Seconds requests waited in a model's queue, by band and how the wait ended (`served`, `left`, `refused`). */
   readonly queueWait: FastHistogram<"model" | "tier" | "outcome">;
 
-  readonly #http: Children<{ inc(value?: number): void }>;
-  readonly #completions: Children<{ inc(value?: number): void }>;
-  readonly #tokens: Children<{ inc(value?: number): void }>;
-  readonly #upstream: Children<{ inc(value?: number): void }>;
+  readonly #http: Tallies;
+  readonly #completions: Tallies;
+  readonly #tokens: Tallies;
+  readonly #upstream: Tallies;
 
   /** One HTTP request answered (or cut: 499): `httpRequests` and `httpDuration`. */
   countHttp(method: string, route: string, status: number, seconds: number): void {
@@ -98,7 +128,10 @@ export class Metrics {
   constructor(sources: MetricsSources) {
     collectDefaultMetrics({ register: this.registry, prefix: "turnpike_process_" });
     const registers = [this.registry];
-    this.httpRequests = new Counter({ name: "turnpike_http_requests_total", help: "HTTP requests answered", labelNames: ["method", "route", "status"], registers });
+    // The counters counted on every request take their counts from their tallies when read.
+    const tallied = { collect: function collect(this: Counter<string>) { tallies.get(this)?.flush(); } };
+    const tallies = new Map<Counter<string>, Tallies>();
+    this.httpRequests = new Counter({ name: "turnpike_http_requests_total", help: "HTTP requests answered", labelNames: ["method", "route", "status"], registers, ...tallied });
     this.httpDuration = new FastHistogram({
       name: "turnpike_http_request_duration_seconds",
       help: "Time to answer an HTTP request (streams: until the last event)",
@@ -106,16 +139,17 @@ export class Metrics {
       buckets: [0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120],
       registers,
     });
-    this.completions = new Counter({ name: "turnpike_chat_completions_total", help: "Chat completions finished", labelNames: ["model", "finish_reason"], registers });
+    this.completions = new Counter({ name: "turnpike_chat_completions_total", help: "Chat completions finished", labelNames: ["model", "finish_reason"], registers, ...tallied });
     this.embeddings = new Counter({ name: "turnpike_embeddings_total", help: "Embeddings requests that ran, by outcome (ok, error, cancelled)", labelNames: ["model", "outcome"], registers });
     this.embeddingInputs = new Counter({ name: "turnpike_embedding_inputs_total", help: "Inputs embedded (one vector each)", labelNames: ["model"], registers });
-    this.tokens = new Counter({ name: "turnpike_tokens_total", help: "Tokens processed (prompt, cached_prompt, completion)", labelNames: ["model", "kind"], registers });
+    this.tokens = new Counter({ name: "turnpike_tokens_total", help: "Tokens processed (prompt, cached_prompt, completion)", labelNames: ["model", "kind"], registers, ...tallied });
     this.rateLimited = new Counter({ name: "turnpike_refused_requests_total", help: "Requests refused before generation", labelNames: ["reason"], registers });
     this.upstreamRequests = new Counter({
       name: "turnpike_upstream_requests_total",
       help: "Requests sent to upstream members, by outcome (ok, or the kind of error)",
       labelNames: ["model", "member", "outcome"],
       registers,
+      ...tallied,
     });
     this.upstreamTimeToFirstToken = new FastHistogram({
       name: "turnpike_upstream_time_to_first_token_seconds",
@@ -131,10 +165,15 @@ export class Metrics {
       buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120],
       registers,
     });
-    this.#http = new Children((values) => this.httpRequests.labels(...values));
-    this.#completions = new Children((values) => this.completions.labels(...values));
-    this.#tokens = new Children((values) => this.tokens.labels(...values));
-    this.#upstream = new Children((values) => this.upstreamRequests.labels(...values));
+    const tally = (counter: Counter<string>) => {
+      const made = new Tallies(counter);
+      tallies.set(counter, made);
+      return made;
+    };
+    this.#http = tally(this.httpRequests);
+    this.#completions = tally(this.completions);
+    this.#tokens = tally(this.tokens);
+    this.#upstream = tally(this.upstreamRequests);
     /** The queues' snapshots, per model (the member that holds each queue carries it). */
     const queues = function* () {
       for (const { model, members } of sources.members?.() ?? []) {

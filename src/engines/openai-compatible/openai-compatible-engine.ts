@@ -223,14 +223,29 @@ export class OpenAiCompatibleEngine implements Engine {
     return this.#opened === "open" && this.#contextLength !== undefined ? { contextLength: this.#contextLength } : undefined;
   }
 
+  /**
+   * What `capabilities` last made, with what it was made of (the kind, detected once, and the
+   * embedding dimensions, learnt once): read twice a request, rebuilt only when those changed.
+   */
+  #capabilities: { kind: UpstreamKind | undefined; embeddingDimensions: number | undefined; value: EngineCapabilities } | undefined;
+
   capabilities(): EngineCapabilities {
-    const dialect = dialectFor(this.kind);
+    const kind = this.kind;
+    const kept = this.#capabilities;
+    if (kept !== undefined && kept.kind === kind && kept.embeddingDimensions === this.#embeddingDimensions) return kept.value;
+    const value = this.#makeCapabilities(kind);
+    this.#capabilities = { kind, embeddingDimensions: this.#embeddingDimensions, value };
+    return value;
+  }
+
+  #makeCapabilities(kind: UpstreamKind | undefined): EngineCapabilities {
+    const dialect = dialectFor(kind);
     return {
       // Custom tools always (as functions of `input`); their grammars where the kind takes a grammar (and the tool choice forces the tool).
       supportedParameters: [...dialect.supportedParameters, "custom_tools", ...(dialect.grammarField !== undefined ? ["custom_tool_grammar"] : [])],
       inputModalities: this.#options.inputModalities ?? ["text"],
       vendorFields: this.#options.vendorFields ?? dialect.vendorFields,
-      ...(servesFillInTheMiddle(this.kind, this.#options.fim) ? { fillInTheMiddle: true } : {}),
+      ...(servesFillInTheMiddle(kind, this.#options.fim) ? { fillInTheMiddle: true } : {}),
       // What it serves is the entry's `serves` (default chat and completions): the catalog reads it.
       ...(this.#embeddingDimensions !== undefined ? { embeddingDimensions: this.#embeddingDimensions } : {}),
     };
