@@ -49,7 +49,7 @@ import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { request } from "undici";
 import { checkResponse, runLoad, type Dialect, type LoadTarget } from "./gateway/load.ts";
-import { freePort, readPortLine, startChild, waitForOk, type Child } from "./gateway/processes.ts";
+import { freePort, readPortLine, startChild, startUpstream, waitForOk, type Child } from "./gateway/processes.ts";
 import { postgresSchema, SQLITE, startTurnpike, type TurnpikeUnderTest } from "./gateway/turnpike.ts";
 
 const benchDir = path.dirname(fileURLToPath(import.meta.url));
@@ -217,10 +217,8 @@ const cells: Cell[] = [];
 const started = Date.now();
 try {
   // The upstream first: everything else points at it.
-  const upstream = startChild("upstream", [path.join(benchDir, "gateway/upstream.ts")]);
+  const { child: upstream, origin: upstreamOrigin } = await startUpstream(benchDir);
   children.push(upstream);
-  const upstreamOrigin = `http://127.0.0.1:${await readPortLine(upstream, 15_000)}`;
-  await waitForOk(`${upstreamOrigin}/health`, upstream, 10_000);
   const unavailableForAll = (reason: string): Variant["unavailable"] => Object.fromEntries(modes.map((mode) => [mode, reason]));
 
   for (const id of selected) {

@@ -10,7 +10,7 @@ import path from "node:path";
 import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
 import { runLoad } from "./load.ts";
-import { readPortLine, startChild, type Child } from "./processes.ts";
+import { readPortLine, startChild, startUpstream, type Child } from "./processes.ts";
 import { SQLITE, startTurnpike } from "./turnpike.ts";
 
 const { values } = parseArgs({
@@ -23,8 +23,7 @@ const { values } = parseArgs({
   },
 });
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
-const upstream = startChild("upstream", [path.join(root, "bench/gateway/upstream.ts")]);
-const upstreamOrigin = `http://127.0.0.1:${await readPortLine(upstream, 15_000)}`;
+const { child: upstream, origin: upstreamOrigin } = await startUpstream(path.join(root, "bench"));
 const variants: Array<{ id: string; args: string[] }> = [
   { id: "node:http", args: ["--framework", "http"] },
   { id: "fastify", args: ["--framework", "fastify"] },

@@ -6,6 +6,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
+import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 
 /** Characters of a child's stderr kept for error messages. */
@@ -141,4 +142,20 @@ export async function freePort(): Promise<number> {
   const port = (server.address() as net.AddressInfo).port;
   await new Promise<void>((resolve) => server.close(() => resolve()));
   return port;
+}
+
+/**
+ * Starts the benchmark's zero-latency upstream (`upstream.ts`, its own process) and waits until it
+ * answers: the child and its origin, `http://127.0.0.1:PORT`.
+ */
+export async function startUpstream(benchDir: string): Promise<{ child: Child; origin: string }> {
+  const child = startChild("upstream", [path.join(benchDir, "gateway/upstream.ts")]);
+  try {
+    const origin = `http://127.0.0.1:${await readPortLine(child, 15_000)}`;
+    await waitForOk(`${origin}/health`, child, 10_000);
+    return { child, origin };
+  } catch (error) {
+    await child.stop();
+    throw error;
+  }
 }

@@ -10,7 +10,7 @@ import path from "node:path";
 import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
 import { runLoad } from "./load.ts";
-import { readPortLine, startChild } from "./processes.ts";
+import { startUpstream } from "./processes.ts";
 import { postgresSchema, SQLITE, startTurnpike } from "./turnpike.ts";
 
 const { values } = parseArgs({
@@ -32,8 +32,7 @@ const { values } = parseArgs({
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 const profileDir = fs.mkdtempSync(path.join(os.tmpdir(), "turnpike-profile-"));
 process.env.TURNPIKE_BENCH_PROFILE_DIR = profileDir;
-const upstream = startChild("upstream", [path.join(root, "bench/gateway/upstream.ts")]);
-const upstreamOrigin = `http://127.0.0.1:${await readPortLine(upstream, 15_000)}`;
+const { child: upstream, origin: upstreamOrigin } = await startUpstream(path.join(root, "bench"));
 const turnpike = await startTurnpike(root, upstreamOrigin, 60_000, values.database === "sqlite" ? SQLITE : await postgresSchema(values.database));
 try {
   const stream = values.stream;

@@ -9,7 +9,7 @@ import path from "node:path";
 import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
 import { runLoad } from "./load.ts";
-import { readPortLine, startChild } from "./processes.ts";
+import { readPortLine, startChild, startUpstream } from "./processes.ts";
 import { SQLITE, startTurnpike } from "./turnpike.ts";
 
 const { values } = parseArgs({
@@ -22,8 +22,7 @@ const { values } = parseArgs({
   },
 });
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
-const upstream = startChild("upstream", [path.join(root, "bench/gateway/upstream.ts")]);
-const upstreamOrigin = `http://127.0.0.1:${await readPortLine(upstream, 15_000)}`;
+const { child: upstream, origin: upstreamOrigin } = await startUpstream(path.join(root, "bench"));
 let origin: string;
 let pid: number;
 let key = "none";
