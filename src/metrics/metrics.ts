@@ -2,7 +2,7 @@
  * Prometheus metrics (prom-client), one registry per server so tests can run several in a process.
  * Served at `GET /metrics`.
  */
-import { Counter, Gauge, Registry, collectDefaultMetrics } from "prom-client";
+import { Counter, Gauge, Registry, collectDefaultMetrics, type CounterConfiguration } from "prom-client";
 import { FastHistogram } from "./fast-histogram.ts";
 
 import type { EngineMember } from "../engines/engine.ts";
@@ -46,9 +46,9 @@ class Tally {
  */
 class Tallies {
   readonly #cache = new Map<string, Tally>();
-  readonly #counter: Counter<string>;
+  readonly #counter: Pick<Counter<string>, "labels">;
 
-  constructor(counter: Counter<string>) {
+  constructor(counter: Pick<Counter<string>, "labels">) {
     this.#counter = counter;
   }
 
@@ -75,6 +75,13 @@ class Tallies {
       tally.pending = 0;
     }
   }
+}
+
+/** A counter counted on every request, and its tallies: it takes their sums whenever it is read. */
+function talliedCounter<Label extends string>(configuration: Omit<CounterConfiguration<Label>, "collect">): { counter: Counter<Label>; tallies: Tallies } {
+  const counter: Counter<Label> = new Counter({ ...configuration, collect: () => tallies.flush() });
+  const tallies = new Tallies(counter);
+  return { counter, tallies };
 }
 
 export class Metrics {
@@ -128,10 +135,9 @@ export class Metrics {
   constructor(sources: MetricsSources) {
     collectDefaultMetrics({ register: this.registry, prefix: "turnpike_process_" });
     const registers = [this.registry];
-    // The counters counted on every request take their counts from their tallies when read.
-    const tallied = { collect: function collect(this: Counter<string>) { tallies.get(this)?.flush(); } };
-    const tallies = new Map<Counter<string>, Tallies>();
-    this.httpRequests = new Counter({ name: "turnpike_http_requests_total", help: "HTTP requests answered", labelNames: ["method", "route", "status"], registers, ...tallied });
+    const http = talliedCounter({ name: "turnpike_http_requests_total", help: "HTTP requests answered", labelNames: ["method", "route", "status"], registers });
+    this.httpRequests = http.counter;
+    this.#http = http.tallies;
     this.httpDuration = new FastHistogram({
       name: "turnpike_http_request_duration_seconds",
       help: "Time to answer an HTTP request (streams: until the last event)",
@@ -139,18 +145,23 @@ export class Metrics {
       buckets: [0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120],
       registers,
     });
-    this.completions = new Counter({ name: "turnpike_chat_completions_total", help: "Chat completions finished", labelNames: ["model", "finish_reason"], registers, ...tallied });
+    const completions = talliedCounter({ name: "turnpike_chat_completions_total", help: "Chat completions finished", labelNames: ["model", "finish_reason"], registers });
+    this.completions = completions.counter;
+    this.#completions = completions.tallies;
     this.embeddings = new Counter({ name: "turnpike_embeddings_total", help: "Embeddings requests that ran, by outcome (ok, error, cancelled)", labelNames: ["model", "outcome"], registers });
     this.embeddingInputs = new Counter({ name: "turnpike_embedding_inputs_total", help: "Inputs embedded (one vector each)", labelNames: ["model"], registers });
-    this.tokens = new Counter({ name: "turnpike_tokens_total", help: "Tokens processed (prompt, cached_prompt, completion)", labelNames: ["model", "kind"], registers, ...tallied });
+    const tokens = talliedCounter({ name: "turnpike_tokens_total", help: "Tokens processed (prompt, cached_prompt, completion)", labelNames: ["model", "kind"], registers });
+    this.tokens = tokens.counter;
+    this.#tokens = tokens.tallies;
     this.rateLimited = new Counter({ name: "turnpike_refused_requests_total", help: "Requests refused before generation", labelNames: ["reason"], registers });
-    this.upstreamRequests = new Counter({
+    const upstream = talliedCounter({
       name: "turnpike_upstream_requests_total",
       help: "Requests sent to upstream members, by outcome (ok, or the kind of error)",
       labelNames: ["model", "member", "outcome"],
       registers,
-      ...tallied,
     });
+    this.upstreamRequests = upstream.counter;
+    this.#upstream = upstream.tallies;
     this.upstreamTimeToFirstToken = new FastHistogram({
       name: "turnpike_upstream_time_to_first_token_seconds",
       help: "Time from sending a request to an upstream member to its first token",
@@ -165,15 +176,6 @@ export class Metrics {
       buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120],
       registers,
     });
-    const tally = (counter: Counter<string>) => {
-      const made = new Tallies(counter);
-      tallies.set(counter, made);
-      return made;
-    };
-    this.#http = tally(this.httpRequests);
-    this.#completions = tally(this.completions);
-    this.#tokens = tally(this.tokens);
-    this.#upstream = tally(this.upstreamRequests);
     /** The queues' snapshots, per model (the member that holds each queue carries it). */
     const queues = function* () {
       for (const { model, members } of sources.members?.() ?? []) {

@@ -494,6 +494,17 @@ test("open learns the context length: vLLM's /v1/models, llama-server's /props; 
   await openai.engine.close();
 });
 
+test("capabilities follow the kind the pool detects after they were first read", async () => {
+  const pool = new ListPool(["http://127.0.0.1:9/v1"], undefined);
+  const engine = new OpenAiCompatibleEngine({ modelId: "m", upstream: upstreamSchema.parse({ urls: ["http://127.0.0.1:9/v1"] }), contextLength: 4096, pool });
+  const unknown = engine.capabilities();
+  assert.ok(!unknown.supportedParameters.includes("n"));
+  assert.equal(engine.capabilities(), unknown, "kept while nothing it is made of changed");
+  (pool as { kind: UpstreamKind | undefined }).kind = "vllm";
+  const detected = engine.capabilities().supportedParameters;
+  assert.ok(detected.includes("n") && detected.includes("custom_tool_grammar"), "the detected kind's parameters");
+});
+
 test("status follows the pool; an unknown kind offers only what every kind honours", async () => {
   const server = await upstream((_request, response) => sse(response, helloStream));
   const pool = new ListPool([server.url, "http://127.0.0.1:9/v1"], undefined);
