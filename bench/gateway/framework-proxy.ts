@@ -31,6 +31,7 @@ function rewrite(json: string): string {
   value.model = "bench";
   return JSON.stringify(value);
 }
+/** The events of one read, rewritten: the bench's upstream writes a whole stream in one write, so no event is split across reads here (a general relay would carry a partial event over). */
 function rewriteEvents(text: string): string {
   let out = "";
   for (const event of text.split("\n\n")) {
