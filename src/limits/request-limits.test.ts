@@ -95,4 +95,76 @@ describe("RequestLimits", () => {
       return true;
     });
   });
+
+  it("charges a likely count first and gives its rest back once the exact count is known, without waiting for the backend", async () => {
+    const limiter = new MemoryRateLimiter({ now: frozen });
+    const calls: string[] = [];
+    let releaseRefund!: () => void;
+    const refundGate = new Promise<void>((resolve) => (releaseRefund = resolve));
+    const consume = limiter.consume.bind(limiter);
+    const refund = limiter.refund.bind(limiter);
+    limiter.consume = (checks) => (calls.push(`consume ${checks.map((check) => check.cost).join(",")}`), consume(checks));
+    limiter.refund = async (key, amount) => {
+      calls.push(`refund ${amount}`);
+      await refundGate;
+      return refund(key, amount);
+    };
+    const limits = new RequestLimits(limiter);
+    const key = keyWith({ rpm: 10, tpm: 1_000 });
+    const admitted = await limits.admit({ key, plan: null, tokens: 50, likelyTokens: 80 });
+    assert.equal(admitted.headers["x-ratelimit-remaining-tokens"], "920", "the guess was charged");
+    // Resolves while the give-back is still on its way: it is not on the request's path.
+    await admitted.raise(70);
+    assert.deepEqual(calls, ["consume 1,80", "refund 10"]);
+    assert.equal(admitted.headers["x-ratelimit-remaining-tokens"], "930", "the headers say the exact charge");
+    let finished = false;
+    const finishing = admitted.finish(20).then(() => (finished = true));
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.equal(finished, false, "finish waits for the give-back");
+    releaseRefund();
+    await finishing;
+    assert.deepEqual(calls, ["consume 1,80", "refund 10", "refund 50"]);
+    const next = await limits.admit({ key, plan: null, tokens: 0 });
+    assert.equal(next.headers["x-ratelimit-remaining-tokens"], "980", "20 used: every other token came back");
+  });
+
+  it("charges the lower bound when a limit cannot take the guess, refusing only as the lower bound would", async () => {
+    const limits = new RequestLimits(new MemoryRateLimiter({ now: frozen }));
+    const key = keyWith({ rpm: 10, tpm: 100 });
+    const first = await limits.admit({ key, plan: null, tokens: 40 });
+    // 60 left: the guess of 70 does not fit, the bound of 50 does; the raise to the exact 55 too.
+    const second = await limits.admit({ key, plan: null, tokens: 50, likelyTokens: 70 });
+    assert.equal(second.headers["x-ratelimit-remaining-tokens"], "10");
+    assert.equal(second.headers["x-ratelimit-remaining-requests"], "8", "the refused guess charged nothing, its request included");
+    await second.raise(55);
+    assert.equal(second.headers["x-ratelimit-remaining-tokens"], "5");
+    // Nothing left for a bound of 10: refused with the bound's words, whatever the guess.
+    await assert.rejects(limits.admit({ key, plan: null, tokens: 10, likelyTokens: 500 }), (error: unknown) => {
+      assert.ok(error instanceof RateLimitExceededError);
+      assert.match(error.message, /Try again in/);
+      return true;
+    });
+    await first.finish(40);
+    await second.finish(55);
+  });
+
+  it("reports a give-back that failed through finish, having given back the rest", async () => {
+    const limiter = new MemoryRateLimiter({ now: frozen });
+    const refund = limiter.refund.bind(limiter);
+    const refunded: number[] = [];
+    let failNext = true;
+    limiter.refund = async (key, amount) => {
+      if (failNext) {
+        failNext = false;
+        throw new Error("backend down");
+      }
+      refunded.push(amount);
+      return refund(key, amount);
+    };
+    const limits = new RequestLimits(limiter);
+    const admitted = await limits.admit({ key: keyWith({ rpm: null, tpm: 1_000 }), plan: null, tokens: 10, likelyTokens: 40 });
+    await admitted.raise(30);
+    await assert.rejects(admitted.finish(5), /backend down/);
+    assert.deepEqual(refunded, [25], "finish's own give-back was made");
+  });
 });

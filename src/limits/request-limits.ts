@@ -3,7 +3,11 @@
  * limits) and for its account (the plan's). Tokens are charged up front as prompt + the most
  * the request may generate, and what it did not generate is given back when it ends. A caller
  * that knows only a lower bound of the prompt when it admits (before tokenizing) charges that,
- * then raises the charge to the exact count (`raise`).
+ * then raises the charge to the exact count (`raise`). It may also name a likelier count
+ * (`likelyTokens`, a guess from the prompts counted before): that is charged first, so that the
+ * exact count, once known, usually needs no second charge (one round trip to a shared backend, not
+ * two); the part of the guess above it goes back at once. Refusals are those of the lower bound:
+ * a guess a limit cannot take is charged as the lower bound instead.
  */
 import type { Plan } from "../protocol/plans.ts";
 import { RateLimitExceededError } from "../protocol/errors.ts";
@@ -29,8 +33,13 @@ export type LimitInput = {
   key: LimitedKey;
   /** The account's plan (its limits apply to every key of the account); null when it has none. */
   plan: Plan | null;
-  /** Prompt tokens plus the most the request may generate. */
+  /** Prompt tokens plus the most the request may generate (at least: `raise` may add to it). */
   tokens: number;
+  /**
+   * What the request will likely be charged once its prompt is counted (≥ `tokens`): charged
+   * first when every limit can take it, else `tokens` is (a second charge, only then).
+   */
+  likelyTokens?: number;
   /** The request was counted already against the requests-per-minute limits (`countRequest`, on its headers): charge its tokens only. */
   requestCounted?: boolean;
 };
@@ -39,13 +48,15 @@ export type LimitAdmission = {
   /** `x-ratelimit-*` headers for the response (empty when no limit applies); up to date after `raise`. */
   readonly headers: Record<string, string>;
   /**
-   * Raises the tokens charged to `tokens` (prompt + the most the request may generate, once the
-   * prompt is tokenized), charging the difference against every tokens-per-minute limit. Throws
-   * 429 `rate_limit_exceeded`, having charged nothing more, when a limit cannot take it: call
-   * `finish(0)` then. A lower count than charged changes nothing (`finish` gives back the rest).
+   * Makes the tokens charged `tokens` (prompt + the most the request may generate, once the
+   * prompt is tokenized). More than charged: the difference is charged against every
+   * tokens-per-minute limit, or 429 `rate_limit_exceeded` is thrown, having charged nothing more
+   * (call `finish(0)` then). Less than a likely count charged at admission: the difference goes
+   * back at once, without waiting for the backend (`finish` waits for it). Less than a lower
+   * bound charged: nothing changes (`finish` gives back the rest).
    */
   raise(tokens: number): Promise<void>;
-  /** Gives back the tokens charged but not used; call once, when the request has ended. */
+  /** Gives back the tokens charged but not used (and waits for a give-back `raise` started); call once, when the request has ended. */
   finish(usedTokens: number): Promise<void>;
 };
 
@@ -82,7 +93,20 @@ export class RequestLimits {
   async admit(input: LimitInput): Promise<LimitAdmission> {
     const scopes = scopesOf(input);
     if (scopes.length === 0) return NO_LIMITS;
-    const first = await this.#consume(scopes);
+    const lowest = Math.max(0, Math.ceil(input.tokens));
+    const likely = input.likelyTokens === undefined ? lowest : Math.max(lowest, Math.ceil(input.likelyTokens));
+    let first: LimitDecision;
+    /** Whether the charge is the guess (`likelyTokens`): `raise` gives back what it charged too much. */
+    let guessed = false;
+    if (likely > lowest && scopes.some((scope) => scope.kind === "tokens")) {
+      const guess = scopes.map((scope) => (scope.kind === "tokens" ? { ...scope, cost: likely } : scope));
+      first = await this.#consume(guess);
+      // Charged nothing (all or none): the lower bound decides, as it would without a guess.
+      if (first.allowed) {
+        guessed = true;
+        for (const scope of scopes) if (scope.kind === "tokens") scope.cost = likely;
+      } else first = await this.#consume(scopes);
+    } else first = await this.#consume(scopes);
     if (!first.allowed) throw refusal(scopes, first, headersOf(scopes, first.states));
     // The latest state of every limit, by position in `scopes`; the headers are written from it
     // when asked for (once a request, as a rule), not after every charge.
@@ -91,12 +115,16 @@ export class RequestLimits {
     /** Tokens charged so far against each tokens-per-minute limit. */
     let charged = 0;
     let finished = false;
+    /** A give-back `raise` started (never rejects: its failure is kept for `finish`). */
+    let givingBack: Promise<void> | undefined;
+    let giveBackError: unknown;
     const tokenIndexes: number[] = [];
     for (let index = 0; index < scopes.length; index++) {
       if (scopes[index]!.kind !== "tokens") continue;
       if (tokenIndexes.length === 0) charged = scopes[index]!.cost;
       tokenIndexes.push(index);
     }
+    const refund = (amount: number) => Promise.all(tokenIndexes.map((index) => this.#limiter.refund(scopes[index]!.key, amount))).then(() => undefined);
     return {
       get headers() {
         headers ??= headersOf(scopes, states);
@@ -105,7 +133,19 @@ export class RequestLimits {
       raise: async (tokens) => {
         const total = Math.max(0, Math.ceil(tokens));
         const extra = total - charged;
-        if (extra <= 0 || tokenIndexes.length === 0 || finished) return;
+        if (tokenIndexes.length === 0 || finished) return;
+        if (extra < 0 && guessed) {
+          // The guess was above the exact count: the rest goes back now, off the request's path.
+          guessed = false;
+          charged = total;
+          for (const index of tokenIndexes) states[index] = { ...states[index]!, remaining: Math.min(states[index]!.limit, states[index]!.remaining - extra) };
+          headers = undefined;
+          givingBack = refund(-extra).catch((error: unknown) => {
+            giveBackError = error;
+          });
+          return;
+        }
+        if (extra <= 0) return;
         // The whole request, not just the difference, must fit the limit (else waiting never helps).
         const tooLarge = tokenIndexes.map((index) => scopes[index]!).find((scope) => total > scope.limit);
         if (tooLarge !== undefined) throw tooLargeError({ ...tooLarge, cost: total }, headersOf(scopes, states));
@@ -117,6 +157,7 @@ export class RequestLimits {
           throw refusal(extraScopes, more, headersOf(scopes, after));
         }
         charged = total;
+        guessed = false;
         tokenIndexes.forEach((scopeIndex, index) => (states[scopeIndex] = more.states[index]!));
         headers = undefined;
       },
@@ -124,8 +165,11 @@ export class RequestLimits {
         if (finished) return;
         finished = true;
         const unused = Math.max(0, charged - Math.max(0, Math.floor(usedTokens)));
-        if (unused === 0) return;
-        await Promise.all(tokenIndexes.map((index) => this.#limiter.refund(scopes[index]!.key, unused)));
+        if (unused > 0) await refund(unused);
+        if (givingBack !== undefined) {
+          await givingBack;
+          if (giveBackError !== undefined) throw giveBackError;
+        }
       },
     };
   }

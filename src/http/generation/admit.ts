@@ -15,7 +15,9 @@
  * 6. the engine's `prepare` (the expensive work), then the exact rate-limit charge and the hold.
  *
  * Rate limits charge the lower bound first and are raised to the exact count once the prompt is
- * tokenized. Not the upper bound: it counts every byte as a token plus the template's overheads,
+ * tokenized (or, when every limit can take it, a likelier count learnt from the engine's recent
+ * prompts, brought to the exact one after: usually a give-back off the path instead of a second
+ * charge on it; see `likelyPromptTokens`). Not the upper bound: it counts every byte as a token plus the template's overheads,
  * so it would refuse as "too large" requests that fit a small tokens-per-minute limit, and crowd
  * out concurrent requests until the refund. The lower bound already refuses a key over its
  * request limit or out of tokens before the expensive work; what it lets through is bounded by
@@ -30,7 +32,7 @@ import type { RequestedServiceTier, ServiceTier } from "../../protocol/service-t
 import type { Catalog, CatalogModel } from "../../catalog/catalog.ts";
 import type { LimitAdmission, RequestLimits } from "../../limits/request-limits.ts";
 import { ImageUrlGuard } from "../image-urls/image-url-guard.ts";
-import { cheapBound, type CheapBound } from "./cheap-bound.ts";
+import { cheapBound, notePromptCount, type CheapBound } from "./cheap-bound.ts";
 import type { GenerationJob, ParsedGeneration } from "./dialect.ts";
 
 export type AdmitDependencies = {
@@ -85,7 +87,7 @@ export type AdmissionSteps<Work> = {
   /** The service tier asked for; absent: `auto` (the default tier). */
   serviceTier?: RequestedServiceTier;
   /** The cheap lower bounds (may throw `ModelNotReadyError`): run once the key may use the model. */
-  least(): { tokens: number; promptTokens: number; completionTokens: number };
+  least(): { tokens: number; promptTokens: number; completionTokens: number; likelyTokens?: number };
   /** The expensive work (checks that must precede it included), once the limits and the quota pre-check admitted the request. */
   prepare(): Promise<Work>;
   /** What the prepared work holds: the exact rate-limit charge, and the hold's prompt, per-choice completion and choices. */
@@ -118,7 +120,7 @@ export async function admitInOrder<Work>(
     ...(served.tier === "flex" ? { maxWaitMs: dependencies.flexMaxWaitMs ?? DEFAULT_FLEX_MAX_WAIT_MS } : {}),
   };
   const least = steps.least();
-  const limited = await limits.admit({ key, plan, tokens: least.tokens, requestCounted: input.requestCounted });
+  const limited = await limits.admit({ key, plan, tokens: least.tokens, likelyTokens: least.likelyTokens, requestCounted: input.requestCounted });
   input.onLimited?.(limited);
   try {
     const quota = (credit: number | null) => ({ key, model: steps.model, balance: credit, promptTokens: least.promptTokens, completionTokens: least.completionTokens, multiplierPercent: served.multiplierPercent });
@@ -169,14 +171,17 @@ export async function admitGeneration<Shape>(
       const prompt = least!.prompt;
       return { model: parsed.model, stream: parsed.stream, shape: parsed.shape, prepared: await (parsed.prepare?.(prompt) ?? parsed.model.engine.prepare(parsed.request, prompt)) };
     },
-    // Every choice may use max_tokens.
-    charge: (job) => ({
-      tokens: job.prepared.promptTokens + job.prepared.maxTokens * job.prepared.choices,
-      promptTokens: job.prepared.promptTokens,
-      maxTokens: job.prepared.maxTokens,
-      choices: job.prepared.choices,
-      stream: job.stream,
-    }),
+    // Every choice may use max_tokens. The prompt's count teaches the next requests' guess.
+    charge: (job) => {
+      notePromptCount(parsed.model.engine, least!.prompt, job.prepared.promptTokens);
+      return {
+        tokens: job.prepared.promptTokens + job.prepared.maxTokens * job.prepared.choices,
+        promptTokens: job.prepared.promptTokens,
+        maxTokens: job.prepared.maxTokens,
+        choices: job.prepared.choices,
+        stream: job.stream,
+      };
+    },
   });
   return { job: work, limited, admission, ticket, serviceTier };
 }

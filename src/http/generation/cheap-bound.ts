@@ -17,6 +17,12 @@ export type CheapBound = {
   completionTokens: number;
   /** Prompt + reserved completion tokens at least: the lower bound of what rate limits will charge. */
   tokens: number;
+  /**
+   * What rate limits will likely charge once the prompt is counted (≥ `tokens`): the lower bound
+   * raised by the most the engine's recent prompts counted above theirs (`notePromptCount`).
+   * Charged first, it spares most requests the second charge after tokenizing.
+   */
+  likelyTokens: number;
   /** The engine's bounds on the prompt, handed on to `prepare` so that it is computed once per request. */
   prompt: PromptBound;
 };
@@ -42,13 +48,15 @@ export function cheapBound(parsed: Pick<ParsedGeneration<unknown>, "request" | "
     perChoice = Math.min(request.maxTokens, Math.max(1, contextLength - longest));
     const completionTokens = perChoice * request.choices;
     const tokens = bound.atLeast + Math.min(request.maxTokens, Math.max(1, contextLength - bound.atLeast)) * request.choices;
-    return { promptTokens: bound.atLeast, completionTokens, tokens, prompt: bound };
+    return { promptTokens: bound.atLeast, completionTokens, tokens, likelyTokens: tokens, prompt: bound };
   }
+  let likelyPrompt: number | undefined;
   if (request.maxTokens !== undefined) {
     perChoice = request.maxTokens;
     // An engine that will count the bound's upper end is charged it now: the exact charge, once.
     const charged = model.engine.chargedPrompt?.(request, bound);
     if (charged !== undefined) promptForLimits = Math.max(bound.atLeast, charged);
+    else likelyPrompt = likelyPromptTokens(model.engine, bound);
   }
   else if (contextLength === undefined) perChoice = 1;
   else {
@@ -57,6 +65,41 @@ export function cheapBound(parsed: Pick<ParsedGeneration<unknown>, "request" | "
     promptForLimits = longest;
   }
   const completionTokens = perChoice * request.choices;
-  return { promptTokens: bound.atLeast, completionTokens, tokens: promptForLimits + completionTokens, prompt: bound };
+  const tokens = promptForLimits + completionTokens;
+  return { promptTokens: bound.atLeast, completionTokens, tokens, likelyTokens: likelyPrompt === undefined ? tokens : likelyPrompt + completionTokens, prompt: bound };
+}
+
+/** How many of an engine's last counted prompts `likelyPromptTokens` learns from. */
+const RECENT_PROMPTS = 16;
+
+/**
+ * By engine, how many tokens its last counted prompts had above their lower bounds (`atLeast`):
+ * a ring of `RECENT_PROMPTS`. What a template adds and how a vocabulary splits text differ from
+ * one model to another, but little from one request to the next of the same client.
+ */
+const gapsByEngine = new WeakMap<object, { gaps: number[]; next: number; most: number }>();
+
+/**
+ * A guess at the tokens the engine will count for a prompt of these bounds: the lower bound plus
+ * a quarter more than the largest gap among its recent prompts, within the upper bound. A guess
+ * only sets what rate limits charge first (see `RequestLimits.admit`): too low costs a second
+ * charge, too high a give-back, neither a refusal nor an overspend.
+ */
+export function likelyPromptTokens(engine: object, bound: PromptBound): number {
+  const recent = gapsByEngine.get(engine);
+  if (recent === undefined) return bound.atLeast;
+  return Math.min(bound.atMost, bound.atLeast + Math.ceil(recent.most * 1.25));
+}
+
+/** Notes the tokens the engine counted for a prompt of these bounds (the next guesses learn from it). */
+export function notePromptCount(engine: object, bound: PromptBound, counted: number): void {
+  const gap = Math.max(0, counted - bound.atLeast);
+  let recent = gapsByEngine.get(engine);
+  if (recent === undefined) gapsByEngine.set(engine, (recent = { gaps: [], next: 0, most: 0 }));
+  const replaced = recent.gaps.length < RECENT_PROMPTS ? undefined : recent.gaps[recent.next];
+  recent.gaps[recent.next] = gap;
+  recent.next = (recent.next + 1) % RECENT_PROMPTS;
+  if (gap >= recent.most) recent.most = gap;
+  else if (replaced === recent.most) recent.most = Math.max(...recent.gaps);
 }
 

@@ -154,14 +154,51 @@ for (const backend of backends) {
       assert.deepEqual(consumed, [1], "one charge: nothing left to raise");
       await admitted.admission.settle({ usage: null, status: 500, finishReason: null, latencyMs: 1 });
       await admitted.limited.finish(0);
-      // An engine that counts in prepare (llama.cpp's tokenizer): the lower bound, then the raise.
+      // An engine that counts in prepare (llama.cpp's tokenizer), new to this process: the lower bound, then the raise.
       consumed.length = 0;
-      const counting = { ...once, catalog: new Catalog([model("story", engine)]) };
+      const counting = { ...once, catalog: new Catalog([model("story", new FakeEngine({ contextLength: CONTEXT }))]) };
       const raised = await admitChatCompletion(counting, { body: ask("Hello there"), key, requestId: "req_twice" });
       assert.equal(consumed.length, 2, "the lower bound at admission, then the raise to what prepare counted");
       assert.equal(raised.limited.headers["x-ratelimit-remaining-tokens"], String(10_000 - 13 - 10), "the same exact charge (the first request gave its tokens back)");
       await raised.admission.settle({ usage: null, status: 500, finishReason: null, latencyMs: 1 });
       await raised.limited.finish(0);
+      // Once it counted a prompt, the next is charged a guess learnt from it (3 by the bound, 10 more
+      // counted: 3 + 13), and what prepare counts (13) is given back to, not raised to: one charge.
+      consumed.length = 0;
+      const guessed = await admitChatCompletion(counting, { body: ask("Hello there"), key, requestId: "req_guessed" });
+      assert.deepEqual(consumed, [1], "one charge: the guess covered the exact count");
+      assert.equal(guessed.limited.headers["x-ratelimit-remaining-tokens"], String(10_000 - 13 - 10), "the exact charge once the guess's rest went back");
+      await guessed.admission.settle({ usage: null, status: 500, finishReason: null, latencyMs: 1 });
+      await guessed.limited.finish(0);
+      // Every token came back: the guess's rest at once, the rest at finish.
+      const next = await admitChatCompletion(once, { body: ask("Hello there"), key, requestId: "req_after" });
+      assert.equal(next.limited.headers["x-ratelimit-remaining-tokens"], String(10_000 - 13 - 10));
+      await next.admission.settle({ usage: null, status: 500, finishReason: null, latencyMs: 1 });
+      await next.limited.finish(0);
+    });
+
+    it("never refuses on the guess: a limit that cannot take it is charged the lower bound, then the exact count", async () => {
+      const counting = new FakeEngine({ contextLength: CONTEXT });
+      const consumed: number[] = [];
+      const limiter = new MemoryRateLimiter();
+      const consume = limiter.consume.bind(limiter);
+      limiter.consume = (checks) => {
+        consumed.push(checks[0]!.cost);
+        return consume(checks);
+      };
+      const limited = { ...dependencies, catalog: new Catalog([model("story", counting)]), limits: new RequestLimits(limiter) };
+      // 25 tokens a minute: "Hello there" is 13 + 10; the guess after the first (16 + 10) is too large for the limit.
+      const key = await keyOf(1_000_000, { tpm: 25 });
+      for (const requestId of ["req_learn", "req_fall_back"]) {
+        const admitted = await admitChatCompletion(limited, { body: ask("Hello there"), key, requestId });
+        assert.equal(admitted.limited.headers["x-ratelimit-remaining-tokens"], String(25 - 13 - 10));
+        await admitted.admission.settle({ usage: null, status: 500, finishReason: null, latencyMs: 1 });
+        await admitted.limited.finish(0);
+      }
+      assert.deepEqual(consumed, [13, 10, 26, 13, 10], "learn: bound, raise; then the guess (refused, charging nothing), bound, raise");
+      // A request the exact count does not fit is refused as before, by the raise.
+      const error = await refusal(admitChatCompletion(limited, { body: ask("x".repeat(60)), key, requestId: "req_too_large" }));
+      assert.match(error.message, /Request too large/);
     });
 
     it("gives the tokens back when prepare refuses the request, keeping its request counted", async () => {

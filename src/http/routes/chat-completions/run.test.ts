@@ -194,8 +194,10 @@ describe("runCompletion and runStream", () => {
     answerRefunds();
     assert.equal(completion.choices[0]!.message.content, "Hello");
     assert.deepEqual(order, ["answered"]);
-    // The 49 tokens of max_tokens it did not use went back to the key's tokens-per-minute bucket.
-    assert.deepEqual(refunded, [49]);
+    // The 49 tokens of max_tokens it did not use went back to the key's tokens-per-minute bucket
+    // (after the part of a guess at the prompt above its count, when the engine had counted others).
+    assert.equal(refunded.at(-1), 49);
+    assert.ok(refunded.length <= 2, `at most the guess's rest, then the unused tokens: ${refunded.join(", ")}`);
   });
 
   it("streams a role chunk per choice first, deltas naming their choice, a finish chunk per choice, usage last and [DONE]", async () => {
