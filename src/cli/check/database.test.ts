@@ -1,7 +1,8 @@
 /**
  * The database line of `turnpike check` over real databases: SQLite not created yet, migrated,
  * and migrated by a newer binary; PostgreSQL in a schema of its own, its password never printed;
- * an unreachable PostgreSQL.
+ * a PostgreSQL whose notifications never come back (behind a proxy that drops them); an
+ * unreachable PostgreSQL.
  */
 import assert from "node:assert/strict";
 import path from "node:path";
@@ -60,6 +61,49 @@ describe("the database check", () => {
       assert.match(withoutFeed.detail, /reachable, migrations up to date \(\d+\)$/, "no notification sent with --change-feed false");
       assert.ok(!JSON.stringify(migrated).includes("not-a-real-password"));
     } finally {
+      await drop();
+    }
+  });
+
+  it("says so, without failing, when a notification sent never comes back (as through a pooler in transaction mode)", async () => {
+    const { url, drop } = await freshPostgresSchema();
+    // A proxy in front of the real server that drops its notifications ('A' messages) and passes
+    // everything else: what a client behind PgBouncer in transaction mode sees of LISTEN.
+    const target = new URL(url);
+    const dropped: number[] = [];
+    const proxy = net.createServer((client) => {
+      const server = net.connect(Number(target.port || 5432), target.hostname);
+      let pending = Buffer.alloc(0);
+      server.on("data", (data: Buffer) => {
+        pending = Buffer.concat([pending, data]);
+        const passed: Buffer[] = [];
+        while (pending.length >= 5) {
+          const length = 1 + pending.readUInt32BE(1);
+          if (pending.length < length) break;
+          const message = pending.subarray(0, length);
+          if (String.fromCharCode(message[0]!) === "A") dropped.push(length);
+          else passed.push(message);
+          pending = pending.subarray(length);
+        }
+        if (passed.length > 0) client.write(Buffer.concat(passed));
+      });
+      client.pipe(server);
+      const end = () => (client.destroy(), server.destroy());
+      client.on("error", end).on("close", end);
+      server.on("error", end).on("close", end);
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, "127.0.0.1", resolve));
+    try {
+      await (await openStore({ dataDir: "unused", databaseUrl: url })).destroy();
+      const proxied = new URL(url);
+      proxied.port = String((proxy.address() as AddressInfo).port);
+      const result = await checkDatabase({ data_dir: "unused", database_url: proxied.toString() }, 3000);
+      assert.equal(result.ok, true, "the database serves: only the change feed cannot listen");
+      assert.match(result.detail, /reachable, migrations up to date \(\d+\); a notification sent did not come back \(a pooler in transaction mode drops LISTEN\): the change feed cannot work, keys are read again after 1 s; connect to PostgreSQL directly or in session mode, or set --change-feed false$/);
+      assert.equal(result.facts?.notification_round_trip_ms, null);
+      assert.equal(dropped.length, 1, "the proxy dropped the one notification the check sent");
+    } finally {
+      await new Promise<void>((resolve) => proxy.close(() => resolve()));
       await drop();
     }
   });
