@@ -212,7 +212,8 @@ export function buildApp(options: AppOptions): App {
     if (key.rpm === null && key.tpm === null && key.accountId === null && (key.ancestorLimits ?? []).length === 0) return done(null, payload);
     void (async () => {
       try {
-        void reply.headers(await options.limits.peek({ key, plan: await options.metering.planOf(key) }));
+        // The plan as admissions read it (`standingOf`): kept for a busy or leased key, not read again per response.
+        void reply.headers(await options.limits.peek({ key, plan: (await options.metering.standingOf(key)).plan }));
       } catch (error) {
         request.log.warn({ err: error }, "could not read rate limits for the response headers");
       }
