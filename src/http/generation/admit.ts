@@ -173,7 +173,7 @@ export async function admitGeneration<Shape>(
     },
     // Every choice may use max_tokens. The prompt's count teaches the next requests' guess.
     charge: (job) => {
-      notePromptCount(parsed.model.engine, least!.prompt, job.prepared.promptTokens);
+      if (least!.guessed) notePromptCount(parsed.model.engine, least!.prompt, job.prepared.promptTokens);
       return {
         tokens: job.prepared.promptTokens + job.prepared.maxTokens * job.prepared.choices,
         promptTokens: job.prepared.promptTokens,

@@ -23,6 +23,8 @@ export type CheapBound = {
    * Charged first, it spares most requests the second charge after tokenizing.
    */
   likelyTokens: number;
+  /** Whether `likelyTokens` was guessed from the engine's recent prompts: the count `prepare` makes then teaches the next guesses (`notePromptCount`). */
+  guessed: boolean;
   /** The engine's bounds on the prompt, handed on to `prepare` so that it is computed once per request. */
   prompt: PromptBound;
 };
@@ -48,7 +50,7 @@ export function cheapBound(parsed: Pick<ParsedGeneration<unknown>, "request" | "
     perChoice = Math.min(request.maxTokens, Math.max(1, contextLength - longest));
     const completionTokens = perChoice * request.choices;
     const tokens = bound.atLeast + Math.min(request.maxTokens, Math.max(1, contextLength - bound.atLeast)) * request.choices;
-    return { promptTokens: bound.atLeast, completionTokens, tokens, likelyTokens: tokens, prompt: bound };
+    return { promptTokens: bound.atLeast, completionTokens, tokens, likelyTokens: tokens, guessed: false, prompt: bound };
   }
   let likelyPrompt: number | undefined;
   if (request.maxTokens !== undefined) {
@@ -66,7 +68,8 @@ export function cheapBound(parsed: Pick<ParsedGeneration<unknown>, "request" | "
   }
   const completionTokens = perChoice * request.choices;
   const tokens = promptForLimits + completionTokens;
-  return { promptTokens: bound.atLeast, completionTokens, tokens, likelyTokens: likelyPrompt === undefined ? tokens : likelyPrompt + completionTokens, prompt: bound };
+  if (likelyPrompt === undefined) return { promptTokens: bound.atLeast, completionTokens, tokens, likelyTokens: tokens, guessed: false, prompt: bound };
+  return { promptTokens: bound.atLeast, completionTokens, tokens, likelyTokens: likelyPrompt + completionTokens, guessed: true, prompt: bound };
 }
 
 /** How many of an engine's last counted prompts `likelyPromptTokens` learns from. */
