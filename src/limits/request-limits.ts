@@ -95,18 +95,17 @@ export class RequestLimits {
     if (scopes.length === 0) return NO_LIMITS;
     const lowest = Math.max(0, Math.ceil(input.tokens));
     const likely = input.likelyTokens === undefined ? lowest : Math.max(lowest, Math.ceil(input.likelyTokens));
-    let first: LimitDecision;
+    const tokenScopes = scopes.filter((scope) => scope.kind === "tokens");
     /** Whether the charge is the guess (`likelyTokens`): `raise` gives back what it charged too much. */
-    let guessed = false;
-    if (likely > lowest && scopes.some((scope) => scope.kind === "tokens")) {
-      const guess = scopes.map((scope) => (scope.kind === "tokens" ? { ...scope, cost: likely } : scope));
-      first = await this.#consume(guess);
+    let guessed = likely > lowest && tokenScopes.length > 0;
+    if (guessed) for (const scope of tokenScopes) scope.cost = likely;
+    let first = await this.#consume(scopes);
+    if (!first.allowed && guessed) {
       // Charged nothing (all or none): the lower bound decides, as it would without a guess.
-      if (first.allowed) {
-        guessed = true;
-        for (const scope of scopes) if (scope.kind === "tokens") scope.cost = likely;
-      } else first = await this.#consume(scopes);
-    } else first = await this.#consume(scopes);
+      guessed = false;
+      for (const scope of tokenScopes) scope.cost = lowest;
+      first = await this.#consume(scopes);
+    }
     if (!first.allowed) throw refusal(scopes, first, headersOf(scopes, first.states));
     // The latest state of every limit, by position in `scopes`; the headers are written from it
     // when asked for (once a request, as a rule), not after every charge.

@@ -17,9 +17,9 @@
  * Rate limits charge the lower bound first and are raised to the exact count once the prompt is
  * tokenized (or, when every limit can take it, a likelier count learnt from the engine's recent
  * prompts, brought to the exact one after: usually a give-back off the path instead of a second
- * charge on it; see `likelyPromptTokens`). Not the upper bound: it counts every byte as a token plus the template's overheads,
- * so it would refuse as "too large" requests that fit a small tokens-per-minute limit, and crowd
- * out concurrent requests until the refund. The lower bound already refuses a key over its
+ * charge on it; see `likelyPromptTokens`). Not the upper bound: it counts every byte as a token
+ * plus the template's overheads, so it would refuse as "too large" requests that fit a small
+ * tokens-per-minute limit, and crowd out concurrent requests until the refund. The lower bound already refuses a key over its
  * request limit or out of tokens before the expensive work; what it lets through is bounded by
  * the request caps, and the raise still refuses it over the limit. A request refused after its
  * limits admitted it (a 400 from `prepare`, a quota refusal) gets its tokens back but keeps its

@@ -68,8 +68,8 @@ export function cheapBound(parsed: Pick<ParsedGeneration<unknown>, "request" | "
   }
   const completionTokens = perChoice * request.choices;
   const tokens = promptForLimits + completionTokens;
-  if (likelyPrompt === undefined) return { promptTokens: bound.atLeast, completionTokens, tokens, likelyTokens: tokens, guessed: false, prompt: bound };
-  return { promptTokens: bound.atLeast, completionTokens, tokens, likelyTokens: likelyPrompt + completionTokens, guessed: true, prompt: bound };
+  const likelyTokens = likelyPrompt === undefined ? tokens : likelyPrompt + completionTokens;
+  return { promptTokens: bound.atLeast, completionTokens, tokens, likelyTokens, guessed: likelyPrompt !== undefined, prompt: bound };
 }
 
 /** How many of an engine's last counted prompts `likelyPromptTokens` learns from. */
