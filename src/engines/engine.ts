@@ -80,6 +80,8 @@ export type RunningGeneration = {
   /** The generated parts; ends after one `finish` part per choice, or throws. Aborting ends each
    * choice early with a `finish` of reason `cancelled` that carries its exact usage so far. */
   readonly parts: AsyncIterable<StreamPart>;
+  /** The same parts in the groups the engine made them, where it groups them (`GenerationOutput.batches`); read one or the other. */
+  readonly batches?: AsyncIterable<readonly StreamPart[]>;
   /**
    * Exact counts so far for the whole request: the prompt once, the completion tokens of all
    * choices summed. Final once `parts` has ended (also when the consumer stopped early).

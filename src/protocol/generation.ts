@@ -246,9 +246,26 @@ export type GenerationUsage = TokenUsage & { source: UsageSource };
 export type GenerationOutput = {
   /** Ends after one `finish` part per choice, or throws. */
   readonly parts: AsyncIterable<StreamPart>;
+  /**
+   * The same parts in the groups the engine made them (an upstream's read: every event of one
+   * piece), where it makes groups; a reader of groups pays one step of each async layer per
+   * group, not per part. Read through `partBatches`; a generation is read once, by `parts` or by this.
+   */
+  readonly batches?: AsyncIterable<readonly StreamPart[]>;
   /** Final once `parts` has ended (also when the consumer stopped early). */
   usage(): GenerationUsage;
 };
+
+/** A generation's parts in groups: the engine's own (`batches`), else each part alone. */
+export function partBatches(generation: GenerationOutput): AsyncIterable<readonly StreamPart[]> {
+  const batches = generation.batches;
+  if (batches !== undefined) return batches;
+  return {
+    async *[Symbol.asyncIterator]() {
+      for await (const part of generation.parts) yield [part];
+    },
+  };
+}
 
 /**
  * How a generation ended, for billing and logs: `cancelled` if any choice was cut short, else

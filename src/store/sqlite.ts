@@ -147,6 +147,7 @@ export function openSqlite(file: string): Kysely<Database> {
   enableWal(database);
   database.exec("PRAGMA synchronous = NORMAL");
   database.exec("PRAGMA foreign_keys = ON");
+  database.exec("PRAGMA temp_store = MEMORY");
   // Other connections' commits (the CLI's, another process's): what caches of keys watch for.
   const dataVersion = database.prepare("PRAGMA data_version");
   const kysely = withDialect(new Kysely<Database>({ dialect: new LockingSqliteDialect({ database: adapt(database) }) }), "sqlite");

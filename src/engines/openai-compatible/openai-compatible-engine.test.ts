@@ -164,6 +164,43 @@ test("streams an upstream's reply with its usage; the body carries the bound, th
   await engine.close();
 });
 
+test("the events of one upstream read leave as one batch (the same parts as one by one); a failure after content still gives out what came before it", async () => {
+  /** The whole stream in one write: one piece for the reader. */
+  const oneWrite = (events: unknown[]) => (_request: IncomingMessage, response: ServerResponse) => {
+    response.writeHead(200, { "content-type": "text/event-stream" });
+    response.end(events.map((event) => `data: ${typeof event === "string" ? event : JSON.stringify(event)}\n\n`).join(""));
+  };
+  const whole = await upstream(oneWrite(helloStream));
+  const { engine } = await engineOver([whole.url]);
+  const generation = (await engine.prepare(request())).start(new AbortController().signal);
+  const batches: (readonly StreamPart[])[] = [];
+  for await (const batch of generation.batches!) batches.push(batch);
+  assert.deepEqual(
+    batches.map((batch) => batch.map((part) => part.type)),
+    [["text-delta", "text-delta"], ["finish"]],
+    "the piece's content together, then the finish once the stream ended",
+  );
+  assert.equal(textOf(batches.flat()), "Hello world");
+  const byParts = (await collect((await engine.prepare(request())).start(new AbortController().signal).parts)).parts;
+  assert.deepEqual(byParts, batches.flat());
+
+  const failing = await upstream(oneWrite([chunk({ content: "Hel" }), chunk({ content: "lo" }), { error: { message: "EngineCore died", code: 500 } }, "[DONE]"]));
+  const { engine: second } = await engineOver([failing.url]);
+  const cut = (await second.prepare(request())).start(new AbortController().signal);
+  const seen: (readonly StreamPart[])[] = [];
+  const error = await (async () => {
+    for await (const batch of cut.batches!) seen.push(batch);
+  })().then(
+    () => undefined,
+    (caught: unknown) => caught,
+  );
+  assert.ok(error instanceof UpstreamError, String(error));
+  assert.deepEqual(seen.map((batch) => textOf([...batch])), ["Hello"], "the content before the error event went out, in one batch");
+  assert.equal(cut.usage().completionTokens, 2);
+  await engine.close();
+  await second.close();
+});
+
 test("fails over before content: a refused connection, then a 503, then a member that answers", async () => {
   const dead = await deadUrl();
   const busy = await upstream((_request, response) => {

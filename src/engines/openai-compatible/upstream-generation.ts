@@ -188,7 +188,7 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
   const admitted = firstLease.then(() => undefined);
   admitted.catch(() => {});
 
-  async function* attempt(lease: PoolLease, number: number): AsyncGenerator<StreamPart, AttemptResult> {
+  async function* attempt(lease: PoolLease, number: number): AsyncGenerator<readonly StreamPart[], AttemptResult> {
     const release = releasing(lease);
     const member = lease.member.id;
     reader = newReader();
@@ -278,60 +278,76 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
         held.push(...read.parts);
         return NO_PARTS;
       };
-      // The pieces are decoded as they come, every event of a piece at once (`SseDecoder`): an
-      // upstream's whole answer often arrives in one, and a promise per event and layer cost more
-      // than reading it. What arrives while draining is bounded.
+      // The pieces are decoded as they come, every event of a piece at once (`SseDecoder`), and
+      // the parts of a piece's events leave as one batch: an upstream's whole answer often
+      // arrives in one piece, and a promise per event (or per part) and layer cost more than
+      // reading it. What arrives while draining is bounded.
       const decoder = new SseDecoder();
+      let batch: StreamPart[] = [];
+      /** Reads events into `batch`; true when reading stops (the usage came after the client left). */
+      const readEvents = (events: readonly ServerSentEvent[]): boolean => {
+        for (const event of events) {
+          const parts = readEvent(event);
+          if (parts === "stop") return true;
+          for (const part of parts) batch.push(part);
+        }
+        return false;
+      };
       let drained = 0;
       let stopped = false;
-      pieces: for await (const piece of response.body) {
+      for await (const piece of response.body) {
         if (draining) {
           drained += piece.length;
           if (drained > USAGE_AFTER_LEAVE_BYTES) throw new Error("the upstream sent too much after the client left");
         }
-        for (const event of decoder.push(piece)) {
-          const parts = readEvent(event);
-          if (parts === "stop") {
-            stopped = true;
-            break pieces;
+        try {
+          stopped = readEvents(decoder.push(piece));
+        } finally {
+          // What the piece's events before a failure made still goes out, before the failure does.
+          if (batch.length > 0) {
+            const out = batch;
+            batch = [];
+            yield out;
           }
-          for (const part of parts) yield part;
         }
+        if (stopped) break;
       }
       if (!stopped) {
-        for (const event of decoder.end()) {
-          const parts = readEvent(event);
-          if (parts === "stop") break;
-          for (const part of parts) yield part;
+        try {
+          readEvents(decoder.end());
+        } finally {
+          if (batch.length > 0) yield batch;
         }
       }
       if (draining) {
         // The reply was whole when the client left; the usage came (or the stream ended without it).
         clearTimeout(drainTimer);
         release({ kind: "ok", ...(firstContentMs !== undefined ? { timeToFirstTokenMs: firstContentMs } : {}) });
-        yield* reader.cancel();
+        const last = reader.cancel();
+        if (last.length > 0) yield last;
         return { kind: "done" };
       }
       if (!done && !reader.allFinished) throw new UpstreamProtocolError("The upstream's stream ended before the reply did.");
       done = true;
       disarm();
       release({ kind: "ok", ...(firstContentMs !== undefined ? { timeToFirstTokenMs: firstContentMs } : {}) });
-      if (held !== undefined) yield* held;
-      yield* reader.end();
+      const last = held === undefined ? reader.end() : [...held, ...reader.end()];
+      if (last.length > 0) yield last;
       return { kind: "done" };
     } catch (error) {
       disarm();
       if (error === refusal) throw error;
       if (stop.aborted) {
         release({ kind: "neutral" });
-        yield* reader.cancel();
+        const last = reader.cancel();
+        if (last.length > 0) yield last;
         return { kind: "done" };
       }
       if (done) {
         // Only the drain after [DONE] failed: the reply is whole.
         release({ kind: "ok", ...(firstContentMs !== undefined ? { timeToFirstTokenMs: firstContentMs } : {}) });
-        if (held !== undefined) yield* held;
-        yield* reader.end();
+        const last = held === undefined ? reader.end() : [...held, ...reader.end()];
+        if (last.length > 0) yield last;
         return { kind: "done" };
       }
       const verdict = classify(error, controller.signal.reason);
@@ -382,14 +398,15 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
     return classifyTransportFailure(error, (message, fields) => options.onEvent("error", message, fields));
   }
 
-  async function* generate(): AsyncGenerator<StreamPart> {
+  async function* generate(): AsyncGenerator<readonly StreamPart[]> {
     try {
       consumed = true;
       if (releaseIfIdle !== undefined) stop.removeEventListener("abort", releaseIfIdle);
       let lease = await firstLease;
       // Aborted before anyone read: the lease went back already, nothing was sent.
       if (releasedIdle) {
-        yield* reader.cancel();
+        const last = reader.cancel();
+        if (last.length > 0) yield last;
         return;
       }
       const maxWait = options.maxRetryWaitMs ?? 2000;
@@ -404,7 +421,8 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
           lease = await options.pool.acquire({ affinity: options.affinity, exclude: tried, signal: stop, ticket, served });
         } catch (error) {
           if (stop.aborted) {
-            yield* reader.cancel();
+            const last = reader.cancel();
+            if (last.length > 0) yield last;
             return;
           }
           // No member left to try: the failure that brought us here says most.
@@ -417,5 +435,8 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
   }
 
   const usage = (): GenerationUsage => (sent ? reader.usage() : { source: "estimated", promptTokens: 0, cachedPromptTokens: 0, completionTokens: 0 });
-  return { admitted, parts: { [Symbol.asyncIterator]: generate }, usage, position: () => firstLease.position?.() ?? 0 };
+  async function* parts(): AsyncGenerator<StreamPart> {
+    for await (const batch of generate()) yield* batch;
+  }
+  return { admitted, parts: { [Symbol.asyncIterator]: parts }, batches: { [Symbol.asyncIterator]: generate }, usage, position: () => firstLease.position?.() ?? 0 };
 }

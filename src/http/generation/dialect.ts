@@ -57,7 +57,7 @@ export type WireDialect<Shape, Reply, Event> = {
   complete(shape: Shape, generation: GenerationOutput): Promise<{ reply: Reply; outcome: GenerationOutcome }>;
   /**
    * The stream's events, from the generation's parts; fills `outcome` once every choice finished.
-   * A batch (an array) is the events of one part, written to the client together.
+   * A batch (an array) is the events of one part, or of one batch of parts (`partBatches`), written to the client together.
    */
   stream(shape: Shape, generation: GenerationOutput, outcome: { value?: GenerationOutcome }): AsyncIterable<Event | readonly Event[]>;
   /**

@@ -11,7 +11,7 @@
  * `messageEnd` the last two (`message_delta` with the stop reason and the final usage, `message_stop`).
  */
 import type { ServiceTier } from "../service-tiers.ts";
-import type { EngineFinishReason, GenerationOutcome, GenerationOutput, GenerationUsage, StreamPart } from "../generation.ts";
+import { partBatches, type EngineFinishReason, type GenerationOutcome, type GenerationOutput, type GenerationUsage, type StreamPart } from "../generation.ts";
 import { toolUseIdOf, type ContentBlock, type Message, type MessageStreamEvent, type MessageUsage, type StopReason } from "./message.ts";
 
 /** What a message says besides its generated content. */
@@ -195,7 +195,7 @@ export class MessageAssembly {
 
 /** Runs a non-streamed message's parts to their end: the assembly holds the content, with how it ended. */
 export async function completeMessage(assembly: MessageAssembly, generation: GenerationOutput): Promise<GenerationOutcome> {
-  for await (const part of generation.parts) assembly.push(part);
+  for await (const batch of partBatches(generation)) for (const part of batch) assembly.push(part);
   assembly.close();
   return { finishReason: assembly.finishReason ?? "cancelled", usage: generation.usage() };
 }
@@ -203,12 +203,16 @@ export async function completeMessage(assembly: MessageAssembly, generation: Gen
 /**
  * The stream's events from the generation's parts: `message_start` with the first part's events,
  * then each part's. The last events are the caller's (`messageEnd`, written once the request is
- * settled). The events of one part come as one batch. Fills `outcome` once the generation finished.
+ * settled). The events of one part, or of one batch of parts (`partBatches`), come as one batch. Fills `outcome` once the generation finished.
  */
 export async function* streamMessage(assembly: MessageAssembly, generation: GenerationOutput, outcome: { value?: GenerationOutcome }): AsyncGenerator<MessageStreamEvent | MessageStreamEvent[]> {
-  for await (const part of generation.parts) {
-    const events = assembly.push(part);
-    if (!assembly.started) events.unshift(assembly.messageStart(generation.usage()));
+  for await (const batch of partBatches(generation)) {
+    const events: MessageStreamEvent[] = [];
+    for (const part of batch) {
+      const made = assembly.push(part);
+      if (!assembly.started) made.unshift(assembly.messageStart(generation.usage()));
+      for (const event of made) events.push(event);
+    }
     if (events.length === 1) yield events[0]!;
     else if (events.length > 1) yield events;
   }

@@ -4,7 +4,7 @@
  * the usage chunk last when asked): the chat dialect's other half of the generation core. Free of
  * HTTP and billing: the shared run (`http/generation/run.ts`) drives it.
  */
-import { overallFinishReason, type GenerationOutcome, type GenerationOutput, type TokenLogprob } from "../generation.ts";
+import { overallFinishReason, partBatches, type GenerationOutcome, type GenerationOutput, type StreamPart, type TokenLogprob } from "../generation.ts";
 import type { ServiceTier } from "../service-tiers.ts";
 import { usageOf, type ChatCompletion, type ChatCompletionChunk, type ChoiceLogprobs, type FinishReason, type ToolCallObject } from "./response.ts";
 
@@ -51,7 +51,7 @@ export async function completeChatCompletion(
   const logprobs = Array.from({ length: choices }, (): TokenLogprob[] => []);
   const toolCalls = Array.from({ length: choices }, (): ToolCallObject[] => []);
   const reasons = new Array<FinishReason | "cancelled" | undefined>(choices).fill(undefined);
-  for await (const part of generation.parts) {
+  const read = (part: StreamPart): void => {
     switch (part.type) {
       case "text-delta":
         contents[part.choice] += part.text;
@@ -70,6 +70,9 @@ export async function completeChatCompletion(
         reasons[part.choice] = part.reason;
         break;
     }
+  };
+  for await (const batch of partBatches(generation)) {
+    for (const part of batch) read(part);
   }
   const usage = generation.usage();
   const outcome: GenerationOutcome = { finishReason: overallFinishReason(reasons), usage };
@@ -109,12 +112,13 @@ export async function completeChatCompletion(
  * (choices interleaved, each chunk naming its `index`), a chunk with each choice's finish reason,
  * and (when asked) a last chunk with `choices: []` and the usage of all choices.
  * `outcome` is filled in when every choice has finished. A cancelled choice gets no finish chunk.
+ * The chunks of a batch of parts (`partBatches`: an upstream's read) are yielded as one array.
  */
 export async function* streamChatCompletion(
   job: ChatReplyShape,
   generation: GenerationOutput,
   outcome: { value?: GenerationOutcome },
-): AsyncGenerator<ChatCompletionChunk> {
+): AsyncGenerator<ChatCompletionChunk | readonly ChatCompletionChunk[]> {
   const chunk = (
     index: number,
     delta: ChatCompletionChunk["choices"][0]["delta"],
@@ -133,25 +137,31 @@ export async function* streamChatCompletion(
   const choices = job.choices;
   for (let index = 0; index < choices; index++) yield chunk(index, { role: "assistant", content: job.toolCallsOnly ? null : "", refusal: null }, null);
   const reasons = new Array<FinishReason | "cancelled" | undefined>(choices).fill(undefined);
-  for await (const part of generation.parts) {
-    if (part.type === "text-delta") {
-      yield chunk(part.choice, { content: part.text }, null, part.logprobs === undefined ? null : toWireLogprobs(part.logprobs));
-      continue;
+  /** A part's chunk; none for a cancelled choice's finish. */
+  const chunkOf = (part: StreamPart): ChatCompletionChunk | undefined => {
+    switch (part.type) {
+      case "text-delta":
+        return chunk(part.choice, { content: part.text }, null, part.logprobs === undefined ? null : toWireLogprobs(part.logprobs));
+      case "reasoning-delta":
+        return chunk(part.choice, { reasoning_content: part.text }, null);
+      case "tool-call-start":
+        return chunk(part.choice, { tool_calls: [{ index: part.index, id: part.id, type: "function", function: { name: part.name, arguments: "" } }] }, null);
+      case "tool-call-delta":
+        return chunk(part.choice, { tool_calls: [{ index: part.index, function: { arguments: part.argumentsDelta } }] }, null);
+      case "finish":
+        reasons[part.choice] = part.reason;
+        return part.reason === "cancelled" ? undefined : chunk(part.choice, {}, part.reason);
     }
-    if (part.type === "reasoning-delta") {
-      yield chunk(part.choice, { reasoning_content: part.text }, null);
-      continue;
+  };
+  // The chunks of one batch of parts leave together (one step here and in the run, not one a part).
+  for await (const batch of partBatches(generation)) {
+    const chunks: ChatCompletionChunk[] = [];
+    for (const part of batch) {
+      const made = chunkOf(part);
+      if (made !== undefined) chunks.push(made);
     }
-    if (part.type === "tool-call-start") {
-      yield chunk(part.choice, { tool_calls: [{ index: part.index, id: part.id, type: "function", function: { name: part.name, arguments: "" } }] }, null);
-      continue;
-    }
-    if (part.type === "tool-call-delta") {
-      yield chunk(part.choice, { tool_calls: [{ index: part.index, function: { arguments: part.argumentsDelta } }] }, null);
-      continue;
-    }
-    reasons[part.choice] = part.reason;
-    if (part.reason !== "cancelled") yield chunk(part.choice, {}, part.reason);
+    if (chunks.length === 1) yield chunks[0]!;
+    else if (chunks.length > 1) yield chunks;
   }
   const usage = generation.usage();
   const finishReason = overallFinishReason(reasons);

@@ -8,7 +8,7 @@
  * The stream's lifecycle events (`response.created`, `.in_progress`, the terminal one) come from
  * the caller, which decides when the response is settled and stored.
  */
-import type { EngineFinishReason, GenerationOutcome, GenerationOutput, StreamPart, TokenLogprob } from "../generation.ts";
+import { partBatches, type EngineFinishReason, type GenerationOutcome, type GenerationOutput, type StreamPart, type TokenLogprob } from "../generation.ts";
 import { createEventSequencer, type ResponseStreamEvent, type UnsequencedEvent } from "./events.ts";
 import {
   buildResponseResource,
@@ -247,7 +247,7 @@ export class ResponseAssembly {
 
 /** Runs a non-streamed response's parts to their end: the assembly holds the output, with how it ended. */
 export async function completeResponse(assembly: ResponseAssembly, generation: GenerationOutput): Promise<GenerationOutcome> {
-  for await (const part of generation.parts) assembly.push(part);
+  for await (const batch of partBatches(generation)) for (const part of batch) assembly.push(part);
   assembly.close();
   return { finishReason: assembly.finishReason ?? "cancelled", usage: generation.usage() };
 }
@@ -255,16 +255,17 @@ export async function completeResponse(assembly: ResponseAssembly, generation: G
 /**
  * The stream's events from the generation's parts: `response.created` and `response.in_progress`
  * first, then each item's events. The terminal event is the caller's (written once the response
- * is settled and stored). The events of one part come as one batch. Fills `outcome` once the generation finished.
+ * is settled and stored). The events of one part, or of one batch of parts (`partBatches`), come as one batch. Fills `outcome` once the generation finished.
  */
 export async function* streamResponse(assembly: ResponseAssembly, generation: GenerationOutput, outcome: { value?: GenerationOutcome }): AsyncGenerator<ResponseStreamEvent | ResponseStreamEvent[]> {
   const started = assembly.resource({ status: "in_progress" });
   yield [assembly.number({ type: "response.created", response: started }), assembly.number({ type: "response.in_progress", response: started })];
-  for await (const part of generation.parts) {
-    const events = assembly.push(part);
-    // One part's events (an item, its part and its first delta) leave together.
-    if (events.length === 1) yield assembly.number(events[0]!);
-    else if (events.length > 1) yield events.map((event) => assembly.number(event));
+  for await (const batch of partBatches(generation)) {
+    // One part's events (an item, its part and its first delta), and a batch's parts', leave together.
+    const events: ResponseStreamEvent[] = [];
+    for (const part of batch) for (const event of assembly.push(part)) events.push(assembly.number(event));
+    if (events.length === 1) yield events[0]!;
+    else if (events.length > 1) yield events;
   }
   outcome.value = { finishReason: assembly.finishReason ?? "cancelled", usage: generation.usage() };
 }
