@@ -32,10 +32,11 @@ export const CONSOLE_POLICY = [
 ].join("; ");
 
 /**
- * Sets `SECURITY_HEADERS` on the raw response, so that they reach hijacked responses (SSE) too;
- * headers a route sets through the reply take precedence.
+ * Sets `SECURITY_HEADERS` on the reply; a route may replace them (the console's policy). A
+ * hijacked response (SSE) writes the reply's headers itself (`reply.getHeaders()`). They are not
+ * set on the raw response: a header set there makes Node validate every header twice when the
+ * response is written (its `writeHead` merges them one `setHeader` at a time), a cost of every request.
  */
 export function setSecurityHeaders(reply: FastifyReply): void {
-  const raw = reply.raw;
-  for (const name in SECURITY_HEADERS) raw.setHeader(name, SECURITY_HEADERS[name]!);
+  for (const name in SECURITY_HEADERS) void reply.header(name, SECURITY_HEADERS[name]!);
 }
