@@ -6,13 +6,14 @@
  */
 import type { ServerResponse } from "node:http";
 import { performance } from "node:perf_hooks";
+import { JsonText } from "../protocol/json-text.ts";
 
 /** How a wait for the client to read ended: it read (`drained`), it went (`closed`), it did not read in time (`stalled`), or the caller gave up (`aborted`). */
 export type RoomState = "drained" | "closed" | "stalled" | "aborted";
 
 /** One event's text: its name line when it has one, its JSON `data` line, the blank line that ends it. */
 function eventText(name: string | undefined, payload: unknown): string {
-  const data = `data: ${JSON.stringify(payload)}\n\n`;
+  const data = `data: ${payload instanceof JsonText ? payload.json : JSON.stringify(payload)}\n\n`;
   return name === undefined ? data : `event: ${name}\n${data}`;
 }
 

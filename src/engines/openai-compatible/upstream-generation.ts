@@ -191,7 +191,8 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
   async function* attempt(lease: PoolLease, number: number): AsyncGenerator<readonly StreamPart[], AttemptResult> {
     const release = releasing(lease);
     const member = lease.member.id;
-    reader = newReader();
+    // The first attempt reads with the reader made with the generation; a retry starts afresh.
+    if (number > 1) reader = newReader();
     const toChatChunk = options.endpoint === undefined ? undefined : chatChunksOf(options.endpoint.wire, options.choices, options.endpoint.perTaskUsage === true);
     const controller = new AbortController();
     /** Set once the client left a whole reply before its usage came: the stream is read on for the usage only. */

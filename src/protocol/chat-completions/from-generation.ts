@@ -5,6 +5,7 @@
  * HTTP and billing: the shared run (`http/generation/run.ts`) drives it.
  */
 import { overallFinishReason, partBatches, type GenerationOutcome, type GenerationOutput, type StreamPart, type TokenLogprob } from "../generation.ts";
+import { JsonText } from "../json-text.ts";
 import type { ServiceTier } from "../service-tiers.ts";
 import { usageOf, type ChatCompletion, type ChatCompletionChunk, type ChoiceLogprobs, type FinishReason, type ToolCallObject } from "./response.ts";
 
@@ -26,6 +27,9 @@ export type ChatReplyShape = {
   /** The tier that serves it (`servedTier` of the one asked for). */
   serviceTier: ServiceTier;
 };
+
+/** A streamed chunk: written out already (`JsonText`, a chunk of a choice), or as an object (the usage chunk). */
+export type ChatStreamEvent = ChatCompletionChunk | JsonText;
 
 /** The wire form of engine log probabilities. */
 function toWireLogprobs(tokens: readonly TokenLogprob[]): ChoiceLogprobs {
@@ -118,44 +122,36 @@ export async function* streamChatCompletion(
   job: ChatReplyShape,
   generation: GenerationOutput,
   outcome: { value?: GenerationOutcome },
-): AsyncGenerator<ChatCompletionChunk | readonly ChatCompletionChunk[]> {
-  const chunk = (
-    index: number,
-    delta: ChatCompletionChunk["choices"][0]["delta"],
-    finishReason: FinishReason | null,
-    logprobs: ChoiceLogprobs | null = null,
-  ): ChatCompletionChunk => ({
-    id: job.id,
-    object: "chat.completion.chunk",
-    created: job.created,
-    model: job.model,
-    service_tier: job.serviceTier,
-    system_fingerprint: null,
-    choices: [{ index, delta, logprobs, finish_reason: finishReason }],
-    ...(job.includeUsage ? { usage: null } : {}),
-  });
+): AsyncGenerator<ChatStreamEvent | readonly ChatStreamEvent[]> {
+  // A chunk is `ChatCompletionChunk` written out: the reply's constant fields framed once, only
+  // the choice written per chunk (the same text as stringifying the whole chunk, in its key order).
+  const head = `{"id":${JSON.stringify(job.id)},"object":"chat.completion.chunk","created":${job.created},"model":${JSON.stringify(job.model)},"service_tier":${JSON.stringify(job.serviceTier)},"system_fingerprint":null,"choices":[{"index":`;
+  const tail = job.includeUsage ? `}],"usage":null}` : `}]}`;
+  const chunk = (index: number, delta: string, finishReason: FinishReason | null, logprobs: ChoiceLogprobs | null = null): JsonText =>
+    new JsonText(`${head}${index},"delta":${delta},"logprobs":${logprobs === null ? "null" : JSON.stringify(logprobs)},"finish_reason":${finishReason === null ? "null" : JSON.stringify(finishReason)}${tail}`);
   const choices = job.choices;
-  for (let index = 0; index < choices; index++) yield chunk(index, { role: "assistant", content: job.toolCallsOnly ? null : "", refusal: null }, null);
+  const roleDelta = job.toolCallsOnly ? `{"role":"assistant","content":null,"refusal":null}` : `{"role":"assistant","content":"","refusal":null}`;
+  for (let index = 0; index < choices; index++) yield chunk(index, roleDelta, null);
   const reasons = new Array<FinishReason | "cancelled" | undefined>(choices).fill(undefined);
   /** A part's chunk; none for a cancelled choice's finish. */
-  const chunkOf = (part: StreamPart): ChatCompletionChunk | undefined => {
+  const chunkOf = (part: StreamPart): JsonText | undefined => {
     switch (part.type) {
       case "text-delta":
-        return chunk(part.choice, { content: part.text }, null, part.logprobs === undefined ? null : toWireLogprobs(part.logprobs));
+        return chunk(part.choice, `{"content":${JSON.stringify(part.text)}}`, null, part.logprobs === undefined ? null : toWireLogprobs(part.logprobs));
       case "reasoning-delta":
-        return chunk(part.choice, { reasoning_content: part.text }, null);
+        return chunk(part.choice, `{"reasoning_content":${JSON.stringify(part.text)}}`, null);
       case "tool-call-start":
-        return chunk(part.choice, { tool_calls: [{ index: part.index, id: part.id, type: "function", function: { name: part.name, arguments: "" } }] }, null);
+        return chunk(part.choice, JSON.stringify({ tool_calls: [{ index: part.index, id: part.id, type: "function", function: { name: part.name, arguments: "" } }] }), null);
       case "tool-call-delta":
-        return chunk(part.choice, { tool_calls: [{ index: part.index, function: { arguments: part.argumentsDelta } }] }, null);
+        return chunk(part.choice, JSON.stringify({ tool_calls: [{ index: part.index, function: { arguments: part.argumentsDelta } }] }), null);
       case "finish":
         reasons[part.choice] = part.reason;
-        return part.reason === "cancelled" ? undefined : chunk(part.choice, {}, part.reason);
+        return part.reason === "cancelled" ? undefined : chunk(part.choice, "{}", part.reason);
     }
   };
   // The chunks of one batch of parts leave together (one step here and in the run, not one a part).
   for await (const batch of partBatches(generation)) {
-    const chunks: ChatCompletionChunk[] = [];
+    const chunks: JsonText[] = [];
     for (const part of batch) {
       const made = chunkOf(part);
       if (made !== undefined) chunks.push(made);

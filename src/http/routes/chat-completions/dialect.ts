@@ -8,8 +8,8 @@ import { pooledRandomBytes } from "../../../store/random.ts";
 import { requireService, type Catalog } from "../../../catalog/catalog.ts";
 import { checkSupported } from "../../../engines/parameters.ts";
 import { chatCompletionRequestSchema, type ChatCompletionRequest } from "../../../protocol/chat-completions/request.ts";
-import type { ChatCompletion, ChatCompletionChunk } from "../../../protocol/chat-completions/response.ts";
-import { completeChatCompletion, streamChatCompletion, type ChatReplyShape } from "../../../protocol/chat-completions/from-generation.ts";
+import type { ChatCompletion } from "../../../protocol/chat-completions/response.ts";
+import { completeChatCompletion, streamChatCompletion, type ChatReplyShape, type ChatStreamEvent } from "../../../protocol/chat-completions/from-generation.ts";
 import { imageUrlsOf, rejectUnsupported, toGenerationRequest, vendorFieldsOf } from "../../../protocol/chat-completions/to-generation.ts";
 import { parseWithSchema } from "../../../protocol/parse.ts";
 import { plainChatRequest } from "../../../protocol/chat-completions/plain-request.ts";
@@ -57,7 +57,7 @@ export function parseChatCompletion(catalog: Catalog, body: unknown): ParsedGene
   };
 }
 
-export const chatCompletionsDialect: WireDialect<ChatReplyShape, ChatCompletion, ChatCompletionChunk> = {
+export const chatCompletionsDialect: WireDialect<ChatReplyShape, ChatCompletion, ChatStreamEvent> = {
   logName: "chat completion",
   parse: parseChatCompletion,
   async complete(shape, generation) {

@@ -17,10 +17,14 @@ import type { RateLimiter } from "../../../limits/rate-limiter.ts";
 import { Metrics } from "../../../metrics/metrics.ts";
 import { InternalServerError, ShuttingDownError, UpstreamError } from "../../../protocol/errors.ts";
 import type { RoomState } from "../../sse.ts";
+import { JsonText } from "../../../protocol/json-text.ts";
 import { openTestDatabase, type TestDatabase } from "../../../../test/helpers/databases.ts";
 import { refusal } from "../../../../test/helpers/api-error.ts";
 import { admitChatCompletion } from "./admit.ts";
 import { runCompletion, runStream, type ChunkSink, type RunDependencies, type RunLogger } from "./run.ts";
+
+/** A payload as its client reads it (a chunk written out already is parsed back). */
+const asRead = (payload: unknown): unknown => (payload instanceof JsonText ? JSON.parse(payload.json) : payload);
 
 /** A sink that keeps what a client would read; `stallAfter` chunks it stops reading. */
 class MemorySink implements ChunkSink {
@@ -31,13 +35,13 @@ class MemorySink implements ChunkSink {
     this.#stallAfter = stallAfter;
   }
   data(payload: unknown): void {
-    this.events.push(payload);
+    this.events.push(asRead(payload));
   }
   event(_name: string, payload: unknown): void {
-    this.events.push(payload);
+    this.events.push(asRead(payload));
   }
   many(events: ReadonlyArray<readonly [string | undefined, unknown]>): void {
-    for (const [, payload] of events) this.events.push(payload);
+    for (const [, payload] of events) this.events.push(asRead(payload));
   }
   readonly comments: string[] = [];
   comment(text: string): void {
