@@ -1,5 +1,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
 import { sql } from "kysely";
 import { openSqlite } from "./sqlite.ts";
 
@@ -24,5 +27,21 @@ test("a SELECT reads integers beyond 2^53 as (approximate) numbers instead of th
     assert.equal(typeof summed.rows[0]?.total, "number");
   } finally {
     await database.destroy();
+  }
+});
+
+test("keeps temp files in memory (the group commit's statement journals no longer spill to disk) beside WAL, NORMAL sync and foreign keys", async () => {
+  const directory = fs.mkdtempSync(path.join(os.tmpdir(), "turnpike-sqlite-pragmas-"));
+  const database = openSqlite(path.join(directory, "store.sqlite"));
+  try {
+    const read = async (pragma: string) => Object.values((await sql.raw<Record<string, unknown>>(`pragma ${pragma}`).execute(database)).rows[0]!)[0];
+    // temp_store 2 is MEMORY; synchronous 1 is NORMAL.
+    assert.equal(await read("temp_store"), 2);
+    assert.equal(await read("journal_mode"), "wal");
+    assert.equal(await read("synchronous"), 1);
+    assert.equal(await read("foreign_keys"), 1);
+  } finally {
+    await database.destroy();
+    fs.rmSync(directory, { recursive: true, force: true });
   }
 });

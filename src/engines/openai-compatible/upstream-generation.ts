@@ -243,6 +243,8 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
     const startedAt = performance.now();
     /** A buffered request's parts of this attempt, yielded once it succeeded. */
     const held: StreamPart[] | undefined = options.buffered ? [] : undefined;
+    /** The reply's last batch: what a buffered attempt held, then each choice's finish. */
+    const whole = (): StreamPart[] => (held === undefined ? reader.end() : [...held, ...reader.end()]);
     let firstContentMs: number | undefined;
     let done = false;
     // A refusal thrown from inside the try (an HTTP 4xx) passes the catch untouched.
@@ -332,7 +334,7 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
       done = true;
       disarm();
       release({ kind: "ok", ...(firstContentMs !== undefined ? { timeToFirstTokenMs: firstContentMs } : {}) });
-      const last = held === undefined ? reader.end() : [...held, ...reader.end()];
+      const last = whole();
       if (last.length > 0) yield last;
       return { kind: "done" };
     } catch (error) {
@@ -347,7 +349,7 @@ export function startUpstreamGeneration(options: UpstreamGenerationOptions, sign
       if (done) {
         // Only the drain after [DONE] failed: the reply is whole.
         release({ kind: "ok", ...(firstContentMs !== undefined ? { timeToFirstTokenMs: firstContentMs } : {}) });
-        const last = held === undefined ? reader.end() : [...held, ...reader.end()];
+        const last = whole();
         if (last.length > 0) yield last;
         return { kind: "done" };
       }
