@@ -230,6 +230,42 @@ for (const backend of backends) {
       assert.equal(left.length, 0, "checkpoints became records");
     });
 
+    for (const [served, hotRequestsPerSecond] of [["a lease", 0], ["its own hold", 1e9]] as const) {
+      it(`deletes the checkpoint of a request (on ${served}) that finishes while the commit writing it is in flight, and a request that never checkpointed leaves none`, async () => {
+        const { accountId, key } = await fundedKey(1_000_000);
+        // No timed commits: this test starts each one.
+        const node = metering(`racing-node-${hotRequestsPerSecond}`, { hotRequestsPerSecond, flushIntervalMs: 60_000 });
+        const checkpointsOf = async (requestId: string) => (await store.database.selectFrom("usage_checkpoints").select("id").where("request_id", "=", requestId).execute()).length;
+        const racing = await node.admit({ key, plan: null, model, promptTokens: 10, maxTokens: 1000, choices: 1, requestId: `racing_${hotRequestsPerSecond}`, stream: true, balance: 1_000_000 });
+        let generated = 0;
+        racing.track(() => usage(generated));
+        const never = await node.admit({ key, plan: null, model, promptTokens: 10, maxTokens: 1000, choices: 1, requestId: `never_${hotRequestsPerSecond}`, stream: true, balance: 1_000_000 });
+        never.track(() => usage(0));
+        await node.leases.flush();
+        generated = 30; // past `checkpointTokens`: due in the next commit
+        let landed = false;
+        const inflight = node.leases.flush().then(() => (landed = true));
+        await null; // the commit has taken the checkpoint and is writing it
+        const settled = racing.settle({ usage: usage(30), status: 200, finishReason: "stop", latencyMs: 1 });
+        assert.equal(landed, false, "the request finished while the commit writing its checkpoint was in flight");
+        await inflight;
+        assert.equal(await checkpointsOf(`racing_${hotRequestsPerSecond}`), 1, "that commit wrote the checkpoint");
+        await settled;
+        await never.settle({ usage: usage(5), status: 200, finishReason: "stop", latencyMs: 1 });
+        assert.equal(await node.drain(), 0);
+        assert.equal(await checkpointsOf(`racing_${hotRequestsPerSecond}`), 0, "the record replaced the checkpoint sent before it finished");
+        assert.equal(await checkpointsOf(`never_${hotRequestsPerSecond}`), 0);
+        const after = await books(accountId);
+        assert.deepEqual(after.records.map((record) => [record.request_id, record.completion_tokens]).sort(), [
+          [`never_${hotRequestsPerSecond}`, 5],
+          [`racing_${hotRequestsPerSecond}`, 30],
+        ]);
+        assert.equal(after.balance, 1_000_000 - costOf(model.pricing, usage(30)) - costOf(model.pricing, usage(5)));
+        assert.equal(after.balance, after.sumOfEntries);
+        assert.equal(after.activeHolds, 0);
+      });
+    }
+
     it("charges a live node's request in full, with its own record, when it ends after its hold expired and was swept", async () => {
       const { accountId, key } = await fundedKey(10_000);
       const node = metering("slow-node", { hotRequestsPerSecond: 1e9 }, 50);

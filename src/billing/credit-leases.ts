@@ -159,6 +159,11 @@ type Running = {
   lastAt: number;
   /** Completion tokens of its last durable checkpoint. */
   lastTokens: number;
+  /**
+   * A checkpoint of it went to the store: written, or in a commit in flight or failed (which may
+   * have gone through unanswered). Set when the commit starts, so that a request finishing while
+   * it runs still has its checkpoint deleted; one that never sent any has nothing to delete.
+   */
   checkpointed: boolean;
   /** A checkpoint was asked for (`beforeDelivery`): the next group commit writes one whatever the interval. */
   wanted: boolean;
@@ -239,6 +244,8 @@ export class CreditLeases {
   readonly #refused = new Map<string, number>();
   readonly #running = new Map<string, Running>();
   #records: UsageRow[] = [];
+  /** Records among `#records` (or retried from a failed commit) whose request never sent a checkpoint. */
+  readonly #uncheckpointed = new WeakSet<UsageRow>();
   /** Own holds whose record is among `#records` (or the group commit's in flight, until it lands). */
   #settles: OwnSettle[] = [];
   /** Per account, the own holds waiting to be settled and the credit their settling gives back. */
@@ -585,7 +592,7 @@ export class CreditLeases {
     lease.running--;
     lease.lastActiveAt = Date.now();
     if (cost > ticket.amount) this.#retire(lease, lease.keyId ?? `account:${lease.accountId}`);
-    this.#records.push({ ...record, id: ticket.usageId, hold_id: lease.holdId, cost });
+    this.#queueRecord({ ...record, id: ticket.usageId, hold_id: lease.holdId, cost }, running);
     return charge;
   }
 
@@ -616,8 +623,8 @@ export class CreditLeases {
     if (running === undefined) return 0;
     this.#running.delete(ticket.usageId);
     const cost = Math.max(0, Math.min(ticket.amount, record.cost));
-    // Its checkpoint, if it wrote one, is replaced by the record (same id) in the same commit.
-    this.#records.push({ ...record, id: ticket.usageId, hold_id: ticket.holdId, cost });
+    // Its checkpoint, if it sent one, is replaced by the record (same id) in the same commit.
+    this.#queueRecord({ ...record, id: ticket.usageId, hold_id: ticket.holdId, cost }, running);
     const { accountId } = running.lease;
     this.#settles.push({ holdId: ticket.holdId, accountId, gives: ticket.amount - cost });
     const returning = this.#returning.get(accountId) ?? { holds: 0, credit: 0 };
@@ -639,6 +646,12 @@ export class CreditLeases {
       if (running.checkpointed) this.#drops.push(ticket.usageId);
     }
     return settleHold(this.#options.database, ticket.holdId, cost, Date.now(), (charged) => ({ ...record(charged), id: ticket.usageId, hold_id: ticket.holdId }));
+  }
+
+  /** Queues a finished request's record; a request that never sent a checkpoint has none for the commit to delete. */
+  #queueRecord(record: UsageRow, running: Running): void {
+    this.#records.push(record);
+    if (!running.checkpointed) this.#uncheckpointed.add(record);
   }
 
   /** Runs the group commit now (waiting for one in flight first); resolves when it is written. */
@@ -677,6 +690,7 @@ export class CreditLeases {
       if (!due) continue;
       checkpoints.push({ ...progress, id: usageId, hold_id: running.lease.holdId, updated_at: now });
       checkpointed.push([running, progress.completion_tokens]);
+      running.checkpointed = true;
       // Asked for again while this commit runs: the next one writes it.
       running.wanted = false;
     }
@@ -690,7 +704,9 @@ export class CreditLeases {
     this.#writing = records;
     let late: LateCharge[];
     try {
-      late = await writeUsageBatch(this.#options.database, { records, checkpoints, dropCheckpoints: drops, settleHolds: settles.map((settle) => settle.holdId) }, now);
+      const withoutCheckpoint = new Set<string>();
+      for (const record of records) if (this.#uncheckpointed.has(record)) withoutCheckpoint.add(record.id);
+      late = await writeUsageBatch(this.#options.database, { records, checkpoints, dropCheckpoints: drops, withoutCheckpoint, settleHolds: settles.map((settle) => settle.holdId) }, now);
     } catch (error) {
       this.#writing = [];
       // Kept for the next attempt, ahead of what came since (checkpoints are taken afresh).
@@ -710,7 +726,6 @@ export class CreditLeases {
     for (const [running, tokens] of checkpointed) {
       running.lastAt = now;
       running.lastTokens = Math.max(running.lastTokens, tokens);
-      running.checkpointed = true;
     }
     if (this.#failedAttempts > 0) this.#options.onBatch?.({ kind: "written", records: records.length, attempts: this.#failedAttempts + 1 });
     this.#failedAttempts = 0;

@@ -23,6 +23,8 @@ export type UsageBatch = {
   checkpoints: readonly CheckpointRow[];
   /** Checkpoints of requests recorded elsewhere (settled with their hold): dropped. */
   dropCheckpoints: readonly string[];
+  /** Ids among `records` whose request never sent a checkpoint to the store: none to delete. */
+  withoutCheckpoint?: ReadonlySet<string>;
   /**
    * Holds of their own (one quiet request each) whose record is among `records`: settled at it in
    * the same transaction, the record and the charge never apart (as `settleHold` does).
@@ -151,9 +153,11 @@ export async function writeUsageBatch(database: Kysely<Database>, batch: UsageBa
   const settle = new Set(batch.settleHolds);
   const statements = ledgerStatementsOf(database);
   const holdIds = [...new Set(batch.records.flatMap((record) => (record.hold_id === null ? [] : [record.hold_id])))].sort();
-  // A record of no hold (an operator key's, a free model's) never had a checkpoint: only records
-  // of holds, and the checkpoints dropped, have one to delete.
-  const finished = [...batch.records.flatMap((record) => (record.hold_id === null ? [] : [record.id])), ...batch.dropCheckpoints];
+  // A record of no hold (an operator key's, a free model's) never had a checkpoint, nor one whose
+  // request never sent any (`withoutCheckpoint`): only the others, and the checkpoints dropped,
+  // have one to delete.
+  const without = batch.withoutCheckpoint;
+  const finished = [...batch.records.flatMap((record) => (record.hold_id === null || without?.has(record.id) === true ? [] : [record.id])), ...batch.dropCheckpoints];
   const recordChunks = chunksFor(dialectOf(database), batch.records);
   if (holdIds.length === 0 && finished.length === 0 && batch.checkpoints.length === 0 && recordChunks.length === 1) {
     // Records of no hold that fit one statement (a node serving operator keys or free models):
