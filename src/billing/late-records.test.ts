@@ -175,6 +175,8 @@ for (const backend of backends) {
       const node = new Metering({ database: faults.database, nodeId: () => "inflight-node", holdTtlMs: 60_000, leases: { ...MANUAL, hotRequestsPerSecond: 0 } });
       const first = await node.admit(admitInput(key, "inflight_1"));
       const second = await node.admit(admitInput(key, "inflight_2"));
+      // A checkpoint of the second: its record replaces it, so its group commit is a transaction.
+      second.track(() => usage(5));
       await first.settle(done(20));
       await node.leases.flush();
       await second.settle(done(30));
@@ -200,6 +202,52 @@ for (const backend of backends) {
         await sweeperDatabase.destroy();
       }
       assert.equal(await node.drain(), 0);
+      const books = await assertBooksBalanced(store.database, [accountId]);
+      assert.equal(books.accounts[0]!.charged, costOf(model.pricing, usage(20)) + costOf(model.pricing, usage(30)));
+    });
+
+    it("fences off a one-statement group commit (records of holds, nothing else) behind a sweeper closing their lease: nothing written by it, then the record and its late charge together", async () => {
+      const { accountId, key } = await fundedKey(100_000);
+      const applicationName = `fenced_${Math.random().toString(36).slice(2)}`;
+      const nodeDatabase = await openStore({ dataDir: temporaryDirectory(), databaseUrl: `${store.databaseUrl}&application_name=${applicationName}` });
+      const sweeperStore = await openStore({ dataDir: temporaryDirectory(), databaseUrl: store.databaseUrl! });
+      const sweeper = new QueryFaults(sweeperStore);
+      try {
+        const faults = new QueryFaults(nodeDatabase);
+        const node = new Metering({ database: faults.database, nodeId: () => "fenced-node", holdTtlMs: 60_000, leases: { ...MANUAL, hotRequestsPerSecond: 0 } });
+        const first = await node.admit(admitInput(key, "fenced_1"));
+        const second = await node.admit(admitInput(key, "fenced_2"));
+        await first.settle(done(20));
+        await node.leases.flush();
+        await second.settle(done(30));
+        // The sweeper has locked the lease's hold, to close it, when the group commit runs.
+        const locked = sweeper.pauseAfter(/from "holds" where .*for update/);
+        const sweeping = chargeStaleHolds(sweeper.database, { deadNodes: ["fenced-node"] });
+        await locked.reached;
+        // The statement finds the hold closed: it writes nothing, and the transaction that would write
+        // the record and its late charge together fails at its first query, as a node dying there would.
+        const transaction = faults.failAt(/^select \* from "holds" where "id" in/);
+        const flushing = node.leases.flush();
+        let waited = false;
+        for (let attempt = 0; attempt < 400 && !waited; attempt++) {
+          const { rows } = await sql<{ waiting: number }>`select count(*)::int as waiting from pg_stat_activity where application_name = ${applicationName} and wait_event_type = 'Lock'`.execute(store.database);
+          waited = rows[0]!.waiting > 0;
+          if (!waited) await delay(25);
+        }
+        assert.ok(waited, "the group commit waits for the hold's lock");
+        locked.release();
+        assert.equal(await sweeping, 1);
+        await assert.rejects(flushing);
+        await transaction.reached;
+        assert.deepEqual(await records(accountId), [`fenced_1:${costOf(model.pricing, usage(20))}`], "no record without its charge");
+        await node.leases.flush();
+        assert.equal(await node.drain(), 0);
+        node.stop();
+      } finally {
+        await nodeDatabase.destroy();
+        await sweeperStore.destroy();
+      }
+      assert.deepEqual(await records(accountId), [`fenced_1:${costOf(model.pricing, usage(20))}`, `fenced_2:${costOf(model.pricing, usage(30))}`]);
       const books = await assertBooksBalanced(store.database, [accountId]);
       assert.equal(books.accounts[0]!.charged, costOf(model.pricing, usage(20)) + costOf(model.pricing, usage(30)));
     });
@@ -243,7 +291,8 @@ for (const backend of backends) {
         const leased = new Metering({ database, nodeId: () => "lost-answer-node", holdTtlMs: 60_000, leases: { ...MANUAL, hotRequestsPerSecond: 0 }, onBatch: (event) => batches.push(event) });
         const request = await leased.admit(admitInput(key, "lost_leased"));
         await request.settle(done(35));
-        const lostBatch = proxy.loseNextAnswer(/commit/i);
+        // A lease's records with nothing else to write go in one statement, committed on its own.
+        const lostBatch = proxy.loseNextAnswer(/with "locked"/);
         await assert.rejects(leased.leases.flush());
         await lostBatch;
         await leased.leases.flush();
