@@ -40,7 +40,7 @@ const PARALLEL = 2;
 
 /** The finish reason llama-server gave in a chat completion it answered (JSON, or a stream of chunks); undefined: none. */
 function upstreamFinishOf(body: string): unknown {
-  if (!body.trimStart().startsWith("data:")) return (JSON.parse(body) as { choices?: Array<{ finish_reason?: unknown }> }).choices?.[0]?.finish_reason ?? undefined;
+  if (!body.trimStart().startsWith("data:")) return (JSON.parse(body) as { choices?: Array<{ finish_reason?: unknown }> }).choices?.[0]?.finish_reason;
   let finish: unknown;
   for (const line of body.split("\n")) {
     if (!line.startsWith("data: {")) continue;

@@ -86,10 +86,10 @@ export const USAGE_COLUMN_TYPES = {
  * and a group commit's records came in up to nine statements of power-of-two sizes, each a round
  * trip inside a transaction: now one statement, with no transaction around it for records of no hold.
  */
-const USAGE_UPSERT_JSON =
+const USAGE_INSERT_FROM_JSON =
   `insert into "usage_records" (${USAGE_COLUMNS.map((column) => `"${column}"`).join(", ")}) ` +
-  `select ${USAGE_COLUMNS.map((column) => `"${column}"`).join(", ")} from json_to_recordset($1::json) as "record"(${USAGE_COLUMNS.map((column) => `"${column}" ${USAGE_COLUMN_TYPES[column]}`).join(", ")}) ` +
-  USAGE_CONFLICT;
+  `select ${USAGE_COLUMNS.map((column) => `"${column}"`).join(", ")} from json_to_recordset($1::json) as "record"(${USAGE_COLUMNS.map((column) => `"${column}" ${USAGE_COLUMN_TYPES[column]}`).join(", ")})`;
+const USAGE_UPSERT_JSON = `${USAGE_INSERT_FROM_JSON} ${USAGE_CONFLICT}`;
 
 /**
  * PostgreSQL: a group commit of records against holds, with no checkpoint to write or delete and
@@ -103,9 +103,7 @@ const USAGE_UPSERT_JSON =
  */
 const USAGE_UPSERT_ON_ACTIVE_HOLDS =
   'with "locked" as materialized (select "id", "status" from "holds" where "id" = any($2::text[]) order by "id" for update), ' +
-  `"inserted" as (insert into "usage_records" (${USAGE_COLUMNS.map((column) => `"${column}"`).join(", ")}) ` +
-  `select ${USAGE_COLUMNS.map((column) => `"${column}"`).join(", ")} from json_to_recordset($1::json) as "record"(${USAGE_COLUMNS.map((column) => `"${column}" ${USAGE_COLUMN_TYPES[column]}`).join(", ")}) ` +
-  `where not exists (select 1 from "locked" where "status" <> 'active') ${USAGE_CONFLICT} returning 1) ` +
+  `"inserted" as (${USAGE_INSERT_FROM_JSON} where not exists (select 1 from "locked" where "status" <> 'active') ${USAGE_CONFLICT} returning 1) ` +
   'select "status" from "locked"';
 
 /** PostgreSQL: the most records in one JSON upsert (~0.5 KB each: a few MB at most in one parameter). */
